@@ -1,0 +1,48 @@
+"""ykafka: Kafka clients that operators steer live from a config center.
+
+``from ykafka import Producer, Consumer`` replaces the confluent-kafka classes; everything else is
+configuration that arrives through the MetaServer grant and Apollo namespaces.
+"""
+
+from __future__ import annotations
+
+from ykafka.errors import (
+    AclDenied,
+    AuthError,
+    BufferFullError,
+    ClosedError,
+    ConfigError,
+    InvalidConfigValue,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageTooLargeError,
+    MetaServerUnavailable,
+    SpillFullError,
+    ThrottledError,
+    UnknownClusterError,
+    UnknownConfigKey,
+    UnknownTopicError,
+    YKafkaError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AclDenied",
+    "AuthError",
+    "BufferFullError",
+    "ClosedError",
+    "ConfigError",
+    "InvalidConfigValue",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "MessageTooLargeError",
+    "MetaServerUnavailable",
+    "SpillFullError",
+    "ThrottledError",
+    "UnknownClusterError",
+    "UnknownConfigKey",
+    "UnknownTopicError",
+    "YKafkaError",
+    "__version__",
+]

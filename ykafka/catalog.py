@@ -1,0 +1,338 @@
+"""The hot-config key catalog: names, types, ranges, scopes and how each key is applied.
+
+This module is the contract between operators, the MetaServer (which validates before it writes to the
+config center) and the SDK (which validates again before it applies). Both import it; nothing else
+defines a key. Values arrive from Apollo as strings, from local config as strings or native values;
+``parse`` turns either into the typed value or raises :class:`InvalidConfigValue` with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from ykafka.errors import InvalidConfigValue, UnknownConfigKey
+
+NAMESPACE_PREFIX = "ykafka"
+
+
+class Apply(StrEnum):
+    """How a change of the key reaches a running client."""
+
+    IN_PLACE = "in_place"  # next produce / next message sees it
+    REBUILD = "rebuild"  # a new librdkafka client is built and swapped in gracefully
+    REJOIN = "rejoin"  # the consumer leaves and rejoins its group
+    SWITCH = "switch"  # routing moves to another cluster
+
+
+class ScopeKind(StrEnum):
+    GLOBAL = "global"
+    CLUSTER = "cluster"
+    GROUP = "group"
+    TOPIC = "topic"
+
+
+ALL_SCOPES = frozenset(ScopeKind)
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a value is set; maps one-to-one onto an Apollo namespace."""
+
+    kind: ScopeKind
+    name: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Scope:
+        """Parse ``global``, ``cluster:<c>``, ``group:<g>`` or ``topic:<t>``."""
+        if text == "global":
+            return cls(ScopeKind.GLOBAL)
+        kind, sep, name = text.partition(":")
+        try:
+            scope_kind = ScopeKind(kind)
+        except ValueError:
+            scope_kind = None
+        if not sep or scope_kind is None or scope_kind is ScopeKind.GLOBAL:
+            raise ValueError(f"invalid scope {text!r}: use global, cluster:<name>, group:<name> or topic:<name>")
+        if not _NAME_RE.match(name):
+            raise ValueError(f"invalid scope name {name!r}: 1-200 characters of letters, digits, '.', '_', '-'")
+        return cls(scope_kind, name)
+
+    def namespace(self, prefix: str = NAMESPACE_PREFIX) -> str:
+        """The Apollo namespace holding this scope's keys."""
+        if self.kind is ScopeKind.GLOBAL:
+            return f"{prefix}.global"
+        return f"{prefix}.{self.kind.value}.{self.name}"
+
+    def __str__(self) -> str:
+        return "global" if self.kind is ScopeKind.GLOBAL else f"{self.kind.value}:{self.name}"
+
+
+GLOBAL = Scope(ScopeKind.GLOBAL)
+
+
+# --- value parsers -------------------------------------------------------------------------------
+
+Parser = Callable[[Any], Any]
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("expected a boolean (true / false)")
+
+
+def _int(lo: int, hi: int) -> Parser:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool):
+            raise ValueError("expected an integer")
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise ValueError("expected an integer") from None
+        if not lo <= number <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        return number
+
+    return parse
+
+
+def _float(lo: float, hi: float) -> Parser:
+    def parse(value: Any) -> float:
+        if isinstance(value, bool):
+            raise ValueError("expected a number")
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            raise ValueError("expected a number") from None
+        if number != number or not lo <= number <= hi:  # NaN check first
+            raise ValueError(f"must be between {lo:g} and {hi:g}")
+        return number
+
+    return parse
+
+
+def _choice(*options: str, aliases: Mapping[str, str] | None = None) -> Parser:
+    def parse(value: Any) -> str:
+        text = str(value).strip()
+        text = (aliases or {}).get(text, text)
+        if text not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return text
+
+    return parse
+
+
+def _int_list(lo: int, hi: int, allow_empty: bool) -> Parser:
+    item = _int(lo, hi)
+
+    def parse(value: Any) -> tuple[int, ...]:
+        if isinstance(value, list | tuple):
+            parts = [str(v) for v in value]
+        else:
+            parts = [p for p in str(value).replace(" ", "").split(",") if p]
+        if not parts and not allow_empty:
+            raise ValueError("expected a comma-separated list with at least one integer")
+        try:
+            return tuple(item(p) for p in parts)
+        except ValueError as exc:
+            raise ValueError(f"list item {exc}") from None
+
+    return parse
+
+
+def _cluster_name(value: Any) -> str:
+    text = str(value).strip()
+    if not _NAME_RE.match(text):
+        raise ValueError("expected a cluster name (letters, digits, '.', '_', '-')")
+    return text
+
+
+# --- the catalog -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    parse: Parser
+    applies: Apply
+    default: Any
+    help: str
+    scopes: frozenset[ScopeKind] = ALL_SCOPES
+    rdkafka: str | None = None  # the librdkafka property this key sets, if any
+
+
+_PRODUCER_SCOPES = frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})
+_CONSUMER_SCOPES = frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.GROUP, ScopeKind.TOPIC})
+_BYTES = 100_000_000
+
+_KEYS: list[Key] = [
+    Key("route.cluster", _cluster_name, Apply.SWITCH, None, "cluster the topic is written to / read from",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.TOPIC, ScopeKind.GROUP})),
+    Key("route.standby", _cluster_name, Apply.IN_PLACE, None, "standby cluster for dual-DC failover",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
+    Key("route.failover", _choice("auto", "manual"), Apply.IN_PLACE, "manual",
+        "whether writes fail over to the standby automatically",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
+    Key("producer.acks", _choice("0", "1", "all", aliases={"-1": "all"}), Apply.REBUILD, "all",
+        "broker acknowledgements required", _PRODUCER_SCOPES, "acks"),
+    Key("producer.idempotence", _bool, Apply.REBUILD, True, "idempotent producer (needs acks=all)",
+        _PRODUCER_SCOPES, "enable.idempotence"),
+    Key("producer.partitioner", _choice("murmur2", "consistent", "random", "round_robin", "sticky"),
+        Apply.IN_PLACE, "murmur2", "partition choice for messages without an explicit partition",
+        _PRODUCER_SCOPES),
+    Key("producer.partitions.exclude", _int_list(0, 1_000_000, allow_empty=True), Apply.IN_PLACE, (),
+        "partitions no message is sent to; keyed messages re-hash over the rest", _PRODUCER_SCOPES),
+    Key("producer.linger.ms", _int(0, 900_000), Apply.REBUILD, 5, "batching delay", _PRODUCER_SCOPES,
+        "linger.ms"),
+    Key("producer.batch.size", _int(1, 2_147_483_647), Apply.REBUILD, 1_000_000, "max batch bytes",
+        _PRODUCER_SCOPES, "batch.size"),
+    Key("producer.compression", _choice("none", "gzip", "snappy", "lz4", "zstd"), Apply.REBUILD, "none",
+        "compression codec", _PRODUCER_SCOPES, "compression.type"),
+    Key("producer.socket.send.buffer.bytes", _int(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
+        _PRODUCER_SCOPES, "socket.send.buffer.bytes"),
+    Key("producer.rate.limit.msgs", _float(0, 1e9), Apply.IN_PLACE, 0.0,
+        "messages per second per process, 0 = unlimited", _PRODUCER_SCOPES),
+    Key("producer.rate.limit.bytes", _float(0, 1e12), Apply.IN_PLACE, 0.0,
+        "bytes per second per process, 0 = unlimited", _PRODUCER_SCOPES),
+    Key("consumer.socket.receive.buffer.bytes", _int(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
+        _CONSUMER_SCOPES, "socket.receive.buffer.bytes"),
+    Key("consumer.assignment.strategy", _choice("range", "roundrobin", "cooperative-sticky"), Apply.REJOIN,
+        "range", "partition assignment strategy", _CONSUMER_SCOPES, "partition.assignment.strategy"),
+    Key("consumer.fetch.max.bytes", _int(1, 2_147_483_135), Apply.REBUILD, 52_428_800,
+        "max bytes per fetch response", _CONSUMER_SCOPES, "fetch.max.bytes"),
+    Key("consumer.max.partition.fetch.bytes", _int(1, 1_000_000_000), Apply.REBUILD, 1_048_576,
+        "max bytes per partition per fetch", _CONSUMER_SCOPES, "max.partition.fetch.bytes"),
+    Key("consumer.fetch.wait.max.ms", _int(0, 300_000), Apply.REBUILD, 500, "max broker wait per fetch",
+        _CONSUMER_SCOPES, "fetch.wait.max.ms"),
+    Key("consumer.rate.limit.msgs", _float(0, 1e9), Apply.IN_PLACE, 0.0,
+        "messages per second per process, 0 = unlimited", _CONSUMER_SCOPES),
+    Key("consumer.workers", _int(1, 1024), Apply.IN_PLACE, 4, "worker pool size", _CONSUMER_SCOPES),
+    Key("consumer.ordering", _choice("none", "partition", "key"), Apply.IN_PLACE, "partition",
+        "ordering guarantee of the worker pool", _CONSUMER_SCOPES),
+    Key("consumer.paused", _bool, Apply.IN_PLACE, False, "pause fetching, stay in the group",
+        _CONSUMER_SCOPES),
+    Key("consumer.leave", _bool, Apply.IN_PLACE, False, "leave the group gracefully; rejoin when false",
+        _CONSUMER_SCOPES),
+    Key("consumer.retry.backoff.ms", _int_list(0, 86_400_000, allow_empty=False), Apply.IN_PLACE,
+        (1000, 5000, 30000), "delay before each retry attempt", _CONSUMER_SCOPES),
+    Key("consumer.retry.max.attempts", _int(0, 100), Apply.IN_PLACE, 3, "retries before the DLQ",
+        _CONSUMER_SCOPES),
+    Key("consumer.dlq.enabled", _bool, Apply.IN_PLACE, True, "dead-letter after the last retry",
+        _CONSUMER_SCOPES),
+    Key("trace.enabled", _bool, Apply.IN_PLACE, False, "emit trace events"),
+    Key("trace.sample.rate", _float(0.0, 1.0), Apply.IN_PLACE, 0.01, "fraction of messages traced"),
+    Key("topic.grade", _choice("P0", "P1", "P2"), Apply.IN_PLACE, "P2", "grade-level defaults",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.TOPIC})),
+    Key("auth.enabled", _bool, Apply.IN_PLACE, True, "MetaServer enforcement of app secrets",
+        frozenset({ScopeKind.GLOBAL})),
+]
+
+KEYS: dict[str, Key] = {key.name: key for key in _KEYS}
+
+#: Defaults that a topic's grade switches on, below any explicit value at any scope.
+GRADE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "P0": {"trace.enabled": True, "trace.sample.rate": 1.0},
+    "P1": {"trace.enabled": True, "trace.sample.rate": 0.1},
+    "P2": {},
+}
+
+
+def key(name: str) -> Key:
+    try:
+        return KEYS[name]
+    except KeyError:
+        raise UnknownConfigKey(name) from None
+
+
+def parse(name: str, value: Any, scope: Scope | None = None) -> Any:
+    """Validate one value; raise :class:`InvalidConfigValue` with the reason when it is not acceptable."""
+    spec = key(name)
+    if scope is not None and scope.kind not in spec.scopes:
+        allowed = ", ".join(sorted(kind.value for kind in spec.scopes))
+        raise InvalidConfigValue(name, value, f"cannot be set at scope {scope} (allowed: {allowed})")
+    try:
+        return spec.parse(value)
+    except ValueError as exc:
+        raise InvalidConfigValue(name, value, str(exc)) from None
+
+
+def render(name: str, value: Any) -> str:
+    """The string form stored in the config center (inverse of ``parse`` for typed values)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@dataclass
+class LayerUpdate:
+    """Result of validating a namespace's new contents against its previous good values."""
+
+    values: dict[str, Any]
+    rejected: dict[str, InvalidConfigValue]
+    unknown: list[str]
+
+
+def validate_layer(raw: Mapping[str, Any], previous: Mapping[str, Any] | None = None,
+                   scope: Scope | None = None) -> LayerUpdate:
+    """Validate a whole namespace. Rejected keys keep their previous good value; unknown keys are ignored."""
+    values: dict[str, Any] = {}
+    rejected: dict[str, InvalidConfigValue] = {}
+    unknown: list[str] = []
+    for name, value in raw.items():
+        if name not in KEYS:
+            unknown.append(name)
+            continue
+        try:
+            values[name] = parse(name, value, scope)
+        except InvalidConfigValue as exc:
+            rejected[name] = exc
+            if previous is not None and name in previous:
+                values[name] = previous[name]
+    return LayerUpdate(values, rejected, unknown)
+
+
+def resolve(layers: Iterable[Mapping[str, Any]], names: Iterable[str] | None = None) -> dict[str, Any]:
+    """Merge typed layers, most specific first, over grade defaults and built-in defaults."""
+    ordered = list(layers)
+    merged: dict[str, Any] = {}
+    for name in names if names is not None else KEYS:
+        for layer in ordered:
+            if name in layer:
+                merged[name] = layer[name]
+                break
+    grade = merged.get("topic.grade", KEYS["topic.grade"].default)
+    for name, value in GRADE_DEFAULTS.get(grade, {}).items():
+        merged.setdefault(name, value)
+    for name in names if names is not None else KEYS:
+        merged.setdefault(name, KEYS[name].default)
+    return merged
+
+
+def rdkafka_properties(effective: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """librdkafka properties for the ``producer.`` or ``consumer.`` keys of an effective config."""
+    props: dict[str, Any] = {}
+    for name, value in effective.items():
+        spec = KEYS.get(name)
+        if spec is None or spec.rdkafka is None or not name.startswith(prefix):
+            continue
+        if name.endswith("buffer.bytes") and value == 0:
+            continue  # 0 means "leave the system default"
+        props[spec.rdkafka] = render(name, value) if isinstance(value, bool) else value
+    if prefix == "producer." and props.get("acks", "all") != "all":
+        # librdkafka refuses idempotence without acks=all; acks wins because it is the operator's intent.
+        props["enable.idempotence"] = False
+    return props

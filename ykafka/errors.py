@@ -1,0 +1,124 @@
+"""Typed errors of the ykafka user API.
+
+Callers catch one family (``YKafkaError``) or a precise case; librdkafka error codes are mapped onto
+this hierarchy by :func:`from_kafka_error` so transport details never leak as bare ``KafkaException``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class YKafkaError(Exception):
+    """Base of every error ykafka raises."""
+
+
+class ConfigError(YKafkaError):
+    """Local configuration is missing or malformed."""
+
+
+class InvalidConfigValue(ConfigError):
+    """A hot-config or local value failed validation against the key catalog."""
+
+    def __init__(self, key: str, value: Any, reason: str) -> None:
+        self.key = key
+        self.value = value
+        self.reason = reason
+        super().__init__(f"invalid value {value!r} for {key}: {reason}")
+
+
+class UnknownConfigKey(InvalidConfigValue):
+    """A key that is not in the catalog."""
+
+    def __init__(self, key: str, value: Any = None) -> None:
+        super().__init__(key, value, "unknown key (not in the ykafka key catalog)")
+
+
+class AuthError(YKafkaError):
+    """The MetaServer refused the app's identity, or no valid grant is available."""
+
+
+class MetaServerUnavailable(AuthError):
+    """The MetaServer cannot be reached and no unexpired cached grant exists."""
+
+
+class AclDenied(YKafkaError):
+    """The app's grant does not allow this operation on this topic or group."""
+
+    def __init__(self, app_id: str, operation: str, resource: str) -> None:
+        self.app_id = app_id
+        self.operation = operation
+        self.resource = resource
+        super().__init__(f"app {app_id!r} may not {operation} {resource!r} (not in its ACL)")
+
+
+class UnknownClusterError(YKafkaError):
+    """A route names a cluster that is not in the app's grant."""
+
+
+class ThrottledError(YKafkaError):
+    """A send waited longer than the throttle bound allows (``producer.rate.limit.*``)."""
+
+
+class SpillFullError(YKafkaError):
+    """The local spill queue reached its size cap; the message was not accepted."""
+
+
+class KafkaError(YKafkaError):
+    """An error reported by librdkafka, with its code and retriability preserved."""
+
+    def __init__(self, message: str, code: int | None = None, name: str | None = None,
+                 retriable: bool = False, fatal: bool = False) -> None:
+        self.code = code
+        self.name = name
+        self.retriable = retriable
+        self.fatal = fatal
+        super().__init__(message)
+
+
+class BufferFullError(KafkaError):
+    """librdkafka's local queue is full (``queue.buffering.max.messages``); poll and retry."""
+
+
+class UnknownTopicError(KafkaError):
+    """The topic does not exist on the cluster and is not auto-created."""
+
+
+class MessageTooLargeError(KafkaError):
+    """The message exceeds the broker's or client's size limit."""
+
+
+class KafkaTimeoutError(KafkaError):
+    """A request or delivery timed out."""
+
+
+class ClosedError(YKafkaError):
+    """The client was closed and can no longer be used."""
+
+
+def from_kafka_error(err: Any) -> KafkaError:
+    """Map a ``confluent_kafka.KafkaError`` (or a ``KafkaException`` wrapping one) to our hierarchy."""
+    from confluent_kafka import KafkaError as CKError
+    from confluent_kafka import KafkaException
+
+    if isinstance(err, KafkaException) and err.args:
+        err = err.args[0]
+    if not isinstance(err, CKError):
+        return KafkaError(str(err))
+    code = err.code()
+    kwargs: dict[str, Any] = {
+        "code": code,
+        "name": err.name(),
+        "retriable": bool(err.retriable()),
+        "fatal": bool(err.fatal()),
+    }
+    message = err.str()
+    if code == CKError._QUEUE_FULL:
+        return BufferFullError(message, **kwargs)
+    if code in (CKError._UNKNOWN_TOPIC, CKError.UNKNOWN_TOPIC_OR_PART):
+        return UnknownTopicError(message, **kwargs)
+    if code in (CKError.MSG_SIZE_TOO_LARGE, CKError._MSG_SIZE_TOO_LARGE):
+        return MessageTooLargeError(message, **kwargs)
+    if code in (CKError._MSG_TIMED_OUT, CKError._TIMED_OUT, CKError.REQUEST_TIMED_OUT):
+        return KafkaTimeoutError(message, **kwargs)
+    return KafkaError(message, **kwargs)
