@@ -117,7 +117,7 @@ def from_kafka_error(err: Any) -> KafkaError:
         return BufferFullError(message, **kwargs)
     if code in (CKError._UNKNOWN_TOPIC, CKError.UNKNOWN_TOPIC_OR_PART):
         return UnknownTopicError(message, **kwargs)
-    if code in (CKError.MSG_SIZE_TOO_LARGE, CKError._MSG_SIZE_TOO_LARGE):
+    if code == CKError.MSG_SIZE_TOO_LARGE:
         return MessageTooLargeError(message, **kwargs)
     if code in (CKError._MSG_TIMED_OUT, CKError._TIMED_OUT, CKError.REQUEST_TIMED_OUT):
         return KafkaTimeoutError(message, **kwargs)
