@@ -1,0 +1,153 @@
+"""The ``ykafka`` command: the local stack (``dev``), operator commands (``admin``) and tools."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ykafka import __version__
+from ykafka.devstack import Stack, StackConfig, StackError
+from ykafka.logs import configure
+
+console = Console()
+
+
+@click.group()
+@click.version_option(__version__, prog_name="ykafka")
+@click.option("--log-level", default=lambda: os.environ.get("YKAFKA_LOG_LEVEL", "warning"), show_default="warning",
+              help="structlog level for this command (env YKAFKA_LOG_LEVEL)")
+def main(log_level: str) -> None:
+    """ykafka: Kafka clients steered live from a config center."""
+    configure(log_level)
+
+
+# --- dev ----------------------------------------------------------------------------------------
+
+def _stack(config: str | None, home: str | None, ports: dict[str, int | None]) -> Stack:
+    overrides: dict[str, Any] = {"home": Path(home) if home else None}
+    for name, port in ports.items():
+        overrides[f"{name}_port"] = port
+    return Stack(StackConfig.load(Path(config) if config else None, **overrides))
+
+
+_stack_options = [
+    click.option("--config", "config", type=click.Path(exists=True, dir_okay=False), default=None,
+                 help="stack config (default configs/dev.yaml)"),
+    click.option("--home", default=None, help="pid files, logs and data (env YKAFKA_DEV_HOME, default .ykafka)"),
+    click.option("--dc-a-port", type=int, default=None, help="port of cluster dc-a (env YKAFKA_DEV_DC_A_PORT)"),
+    click.option("--dc-b-port", type=int, default=None, help="port of cluster dc-b (env YKAFKA_DEV_DC_B_PORT)"),
+    click.option("--configcenter-port", type=int, default=None, help="env YKAFKA_DEV_CONFIGCENTER_PORT"),
+    click.option("--metaserver-port", type=int, default=None, help="env YKAFKA_DEV_METASERVER_PORT"),
+]
+
+
+def stack_options(func: Any) -> Any:
+    for option in reversed(_stack_options):
+        func = option(func)
+    return func
+
+
+def _build(kw: dict[str, Any]) -> Stack:
+    return _stack(kw.pop("config"), kw.pop("home"), {
+        "dc-a": kw.pop("dc_a_port"), "dc-b": kw.pop("dc_b_port"),
+        "configcenter": kw.pop("configcenter_port"), "metaserver": kw.pop("metaserver_port"),
+    })
+
+
+@main.group()
+def dev() -> None:
+    """The embedded local stack: brokers dc-a and dc-b, the config service and the MetaServer."""
+
+
+@dev.command("up")
+@stack_options
+def dev_up(**kw: Any) -> None:
+    """Start the whole stack (idempotent) and seed a demo app; writes .ykafka/dev.env."""
+    stack = _build(kw)
+    try:
+        stack.up()
+    except StackError as exc:
+        raise click.ClickException(str(exc)) from None
+    _print_status(stack)
+    env = stack.read_env()
+    console.print(f"\nDemo identity (also in {stack.env_file}):")
+    for name in ("YKAFKA_APP_ID", "YKAFKA_APP_SECRET", "YKAFKA_METASERVER", "YKAFKA_ADMIN_TOKEN"):
+        console.print(f"  {name}={env.get(name, '')}")
+    console.print(f"\nUse it with: [bold]source {stack.env_file}[/]   Stop with: [bold]ykafka dev down[/]")
+
+
+@dev.command("down")
+@stack_options
+def dev_down(**kw: Any) -> None:
+    """Stop exactly the processes `up` started."""
+    stopped = _build(kw).down()
+    console.print("stopped: " + (", ".join(f"{n} (pid {p})" for n, p in stopped.items()) or "nothing was running"))
+
+
+@dev.command("start")
+@click.argument("names", nargs=-1, required=True)
+@stack_options
+def dev_start(names: tuple[str, ...], **kw: Any) -> None:
+    """Start some services, e.g. `ykafka dev start dc-a` after `ykafka dev stop dc-a`."""
+    try:
+        started = _build(kw).up(list(names), seed=False)
+    except StackError as exc:
+        raise click.ClickException(str(exc)) from None
+    console.print("running: " + ", ".join(f"{n} (pid {p})" for n, p in started.items()))
+
+
+@dev.command("stop")
+@click.argument("names", nargs=-1, required=True)
+@stack_options
+def dev_stop(names: tuple[str, ...], **kw: Any) -> None:
+    """Stop some services, e.g. `ykafka dev stop dc-a` to simulate a data-center outage."""
+    try:
+        stopped = _build(kw).down(list(names))
+    except StackError as exc:
+        raise click.ClickException(str(exc)) from None
+    console.print("stopped: " + (", ".join(f"{n} (pid {p})" for n, p in stopped.items()) or "nothing was running"))
+
+
+@dev.command("status")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
+@stack_options
+def dev_status(as_json: bool, **kw: Any) -> None:
+    """What runs where."""
+    stack = _build(kw)
+    if as_json:
+        click.echo(json.dumps(stack.status()))
+    else:
+        _print_status(stack)
+
+
+def _print_status(stack: Stack) -> None:
+    status = stack.status()
+    table = Table("service", "address", "pid")
+    for name, pid in status["running"].items():
+        address = status["clusters"][name] if name in status["clusters"] else status.get(name, "")
+        table.add_row(name, address, str(pid) if pid else "[red]not running[/]")
+    console.print(table)
+
+
+def _attach(group: click.Group, module: str, attr: str) -> None:
+    """Attach a sub-command group that lives in its own module (kept optional for partial installs)."""
+    try:
+        command = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return
+    group.add_command(command)
+
+
+_attach(main, "ykafka.admin.cli", "admin")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
