@@ -1,0 +1,66 @@
+# ykafka — the two commands a new user needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXTRAS ?= dev,pipeline,postgres
+PYTEST_ARGS ?=
+
+.PHONY: help prereqs venv install lint typecheck test test-fast demo dev dev-down dev-status bench clean
+
+help:
+	@echo "make demo      start the local stack and run the quickstart sample"
+	@echo "make test      install, lint (ruff + mypy) and run the whole test suite"
+	@echo "make dev       start the local stack (ykafka dev up);  make dev-down stops it"
+	@echo "make lint      ruff + mypy;  make bench  run every benchmark"
+
+prereqs:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null \
+	  || { echo "ykafka needs Python >= 3.11 as '$(PYTHON)': install it (e.g. apt-get install python3.11 python3.11-venv) or run make PYTHON=/path/to/python3.11"; exit 1; }
+	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null \
+	  || { echo "Python's venv module is missing: install python3-venv (e.g. apt-get install python3.11-venv)"; exit 1; }
+	@command -v java >/dev/null 2>&1 \
+	  || { echo "Java 17 is needed for the PySpark pipeline: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+
+$(BIN)/python: | prereqs
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	@touch $(STAMP)
+
+venv install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check ykafka metaserver pipeline tests samples bench
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+dev: $(STAMP)
+	$(BIN)/ykafka dev up
+
+dev-down: $(STAMP)
+	$(BIN)/ykafka dev down
+
+dev-status: $(STAMP)
+	$(BIN)/ykafka dev status
+
+demo: $(STAMP)
+	$(BIN)/ykafka dev up
+	source .ykafka/dev.env && $(BIN)/python samples/quickstart.py
+	@echo
+	@echo "The stack is still running: 'make dev-status' shows it, 'make dev-down' (or '$(BIN)/ykafka dev down') stops it."
+	@echo "Try next: source .ykafka/dev.env && $(BIN)/python samples/hot_producer.py"
+
+bench: $(STAMP)
+	@set -e; for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b | tail -n 1; done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
