@@ -1,0 +1,383 @@
+"""A thin client of Apollo's config-service protocol, over requests.
+
+Why our own and not PyPI ``apollo-client``: that package has no ``notifications/v2`` long poll (it polls
+admin endpoints every 300 s) and imports ``telnetlib``, which is gone in Python 3.13.
+
+What it does, as Apollo's Java client does:
+
+* ONE long-poll thread for every subscribed namespace (``GET /notifications/v2``); a namespace's
+  notification id advances only after that namespace was fetched successfully, so a failed fetch is
+  retried on the next poll instead of being forgotten.
+* A fallback re-fetch of every namespace on a timer (5 minutes by default).
+* Namespaces are subscribed lazily: :meth:`ApolloClient.subscribe` fetches the namespace synchronously
+  once (short timeout) and wakes the long poll so the new namespace is watched at once (the in-flight
+  poll is cut by shutting its socket down; the poll thread restarts it with the new set).
+* The client's IP goes with every request, so gray releases (rules matching client IPs) apply.
+* The last good content of each namespace is cached on disk, so a client starts while the config
+  center is down; the optional access-key signature (``Authorization: Apollo appId:sig``) is supported.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import itertools
+import json
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import requests
+import structlog
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from ykafka.auth import _write_private
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class NamespaceConfig:
+    """One namespace's content as the config service released it."""
+
+    namespace: str
+    configurations: dict[str, str]
+    release_key: str | None
+    source: str = "remote"  # "remote" | "cache" | "absent"
+
+
+UpdateCallback = Callable[[NamespaceConfig], None]
+
+
+class ApolloError(Exception):
+    """A config-service request failed (network, HTTP status, malformed answer)."""
+
+
+# --- a session whose in-flight request another thread can cut short ---------------------------------
+
+class _Tracked:
+    """Registry of the live connections of one session, so :meth:`interrupt` can shut their sockets."""
+
+    def __init__(self) -> None:
+        self.conns: weakref.WeakSet[HTTPConnection] = weakref.WeakSet()
+        self.lock = threading.Lock()
+
+    def add(self, conn: HTTPConnection) -> None:
+        with self.lock:
+            self.conns.add(conn)
+
+    def interrupt(self) -> None:
+        with self.lock:
+            conns = list(self.conns)
+        for conn in conns:
+            sock = getattr(conn, "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+def _interruptible_session(tracked: _Tracked) -> requests.Session:
+    class Conn(HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            tracked.add(self)
+
+    class SConn(HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            tracked.add(self)
+
+    class Pool(HTTPConnectionPool):
+        ConnectionCls = Conn
+
+    class SPool(HTTPSConnectionPool):
+        ConnectionCls = SConn
+
+    class Adapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = {"http": Pool, "https": SPool}
+
+    session = requests.Session()
+    adapter = Adapter(pool_connections=1, pool_maxsize=1, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def _sign_headers(app_id: str, secret: str | None, path_with_query: str) -> dict[str, str]:
+    """Apollo access-key headers: ``Authorization: Apollo appId:base64(hmac-sha1(secret, ts\\npath?query))``."""
+    if not secret:
+        return {}
+    timestamp = str(int(time.time() * 1000))
+    digest = hmac.new(secret.encode(), f"{timestamp}\n{path_with_query}".encode(), hashlib.sha1).digest()
+    return {"Authorization": f"Apollo {app_id}:{base64.b64encode(digest).decode()}", "Timestamp": timestamp}
+
+
+@dataclass
+class _NsState:
+    notification_id: int = -1
+    release_key: str | None = None
+    applied_seq: int = -1
+    loaded: bool = False
+
+
+class ApolloClient:
+    """Fetch and watch namespaces of one Apollo (appId, cluster); report content changes to ``on_update``."""
+
+    def __init__(self, url: str, app_id: str, cluster: str, ip: str, cache_dir: Path | None,
+                 on_update: UpdateCallback, secret: str | None = None, longpoll_timeout_s: float = 90.0,
+                 refresh_interval_s: float = 300.0, fetch_timeout_s: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self.app_id = app_id
+        self.cluster = cluster
+        self.ip = ip
+        self.cache_dir = cache_dir
+        self.secret = secret
+        self.longpoll_timeout_s = longpoll_timeout_s
+        self.refresh_interval_s = refresh_interval_s
+        self.fetch_timeout_s = fetch_timeout_s
+        self._on_update = on_update
+        self._ns: dict[str, _NsState] = {}
+        self._lock = threading.RLock()
+        self._seq = itertools.count()
+        self._fetch_session = requests.Session()
+        self._fetch_lock = threading.Lock()  # requests.Session is not documented thread-safe
+        self._poll_tracked = _Tracked()
+        self._poll_session = _interruptible_session(self._poll_tracked)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.polls = 0  # completed long polls (for tests and reports)
+        self.last_error: str | None = None
+
+    # --- public API -------------------------------------------------------------------------------
+
+    @property
+    def namespaces(self) -> list[str]:
+        with self._lock:
+            return list(self._ns)
+
+    def release_keys(self) -> dict[str, str]:
+        with self._lock:
+            return {ns: st.release_key for ns, st in self._ns.items() if st.release_key}
+
+    def subscribe(self, namespace: str, timeout_s: float | None = None) -> NamespaceConfig | None:
+        """Watch ``namespace``; fetch it once now (bounded) and wake the long poll. Idempotent."""
+        with self._lock:
+            if namespace in self._ns:
+                return None
+            self._ns[namespace] = _NsState()
+        result = self._load(namespace, self.fetch_timeout_s if timeout_s is None else timeout_s)
+        self._wake_poll()
+        return result
+
+    def subscribe_many(self, namespaces: Iterable[str], timeout_s: float | None = None) -> None:
+        for ns in namespaces:
+            self.subscribe(ns, timeout_s)
+
+    def start(self) -> None:
+        if self._threads:
+            return
+        for name, target in (("ykafka-apollo-longpoll", self._poll_loop),
+                             ("ykafka-apollo-refresh", self._refresh_loop)):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def refresh_all(self) -> None:
+        """Re-fetch every namespace (the periodic fallback; also useful after a reconnect)."""
+        for ns in self.namespaces:
+            with contextlib.suppress(ApolloError):
+                self.fetch(ns)
+
+    def fetch(self, namespace: str, timeout_s: float | None = None) -> NamespaceConfig:
+        """Fetch one namespace now; apply it when it changed. Raises :class:`ApolloError` on failure."""
+        seq = next(self._seq)
+        with self._lock:
+            state = self._ns.setdefault(namespace, _NsState())
+            release_key = state.release_key if state.loaded else None
+        path = f"/configs/{quote(self.app_id, safe='')}/{quote(self.cluster, safe='')}/{quote(namespace, safe='')}"
+        query = {"ip": self.ip}
+        if release_key:
+            query["releaseKey"] = release_key
+        path_q = f"{path}?{urlencode(query)}"
+        try:
+            with self._fetch_lock:
+                resp = self._fetch_session.get(self.url + path_q, headers=_sign_headers(
+                    self.app_id, self.secret, path_q), timeout=timeout_s or self.fetch_timeout_s)
+        except requests.RequestException as exc:
+            raise ApolloError(f"fetch {namespace}: {type(exc).__name__}: {exc}") from None
+        if resp.status_code == 304:
+            with self._lock:
+                state.applied_seq = max(state.applied_seq, seq)
+                return NamespaceConfig(namespace, {}, state.release_key, "unchanged")
+        if resp.status_code == 404:
+            config = NamespaceConfig(namespace, {}, None, "absent")
+        elif resp.status_code == 200:
+            try:
+                data = resp.json()
+                config = NamespaceConfig(namespace, {str(k): str(v) for k, v in
+                                                     (data.get("configurations") or {}).items()},
+                                         data.get("releaseKey"))
+            except (ValueError, AttributeError):
+                raise ApolloError(f"fetch {namespace}: malformed answer") from None
+        else:
+            raise ApolloError(f"fetch {namespace}: HTTP {resp.status_code} {resp.text[:200]}")
+        self._apply(config, seq)
+        return config
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake_poll()
+        for thread in self._threads:
+            thread.join(timeout=2)
+        self._fetch_session.close()
+        self._poll_session.close()
+
+    # --- internals --------------------------------------------------------------------------------
+
+    def _load(self, namespace: str, timeout_s: float) -> NamespaceConfig | None:
+        try:
+            return self.fetch(namespace, timeout_s)
+        except ApolloError as exc:
+            self.last_error = str(exc)
+            cached = self._read_cache(namespace)
+            log.warning("ykafka.configcenter.fetch_failed", namespace=namespace, error=str(exc),
+                        using_cache=cached is not None)
+            if cached is not None:
+                self._apply(cached, next(self._seq), persist=False)
+            return cached
+
+    def _apply(self, config: NamespaceConfig, seq: int, persist: bool = True) -> None:
+        with self._lock:
+            state = self._ns.setdefault(config.namespace, _NsState())
+            if seq < state.applied_seq:
+                return  # an older answer arriving after a newer one
+            state.applied_seq = seq
+            if state.loaded and state.release_key == config.release_key and config.source != "cache":
+                return
+            state.loaded = True
+            state.release_key = config.release_key
+            # the callback runs under the lock so two updates of one namespace never apply out of order
+            try:
+                self._on_update(config)
+            except Exception:
+                log.exception("ykafka.configcenter.update_callback_failed", namespace=config.namespace)
+        if persist and config.source == "remote":
+            self._write_cache(config)
+
+    def _cache_path(self, namespace: str) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{self.app_id}+{self.cluster}+{namespace}")
+        return self.cache_dir / "config" / f"{safe}.json"
+
+    def _write_cache(self, config: NamespaceConfig) -> None:
+        path = self._cache_path(config.namespace)
+        if path is None:
+            return
+        try:
+            _write_private(path, json.dumps({"namespace": config.namespace, "releaseKey": config.release_key,
+                                             "configurations": config.configurations}))
+        except OSError as exc:
+            log.warning("ykafka.configcenter.cache_write_failed", path=str(path), error=str(exc))
+
+    def _read_cache(self, namespace: str) -> NamespaceConfig | None:
+        path = self._cache_path(namespace)
+        if path is None:
+            return None
+        try:
+            data = json.loads(path.read_text())
+            return NamespaceConfig(namespace, {str(k): str(v) for k, v in data["configurations"].items()},
+                                   data.get("releaseKey"), "cache")
+        except (OSError, ValueError, KeyError, AttributeError):
+            return None
+
+    def _wake_poll(self) -> None:
+        self._wake.set()
+        self._poll_tracked.interrupt()
+
+    def _poll_loop(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            self._wake.clear()
+            with self._lock:
+                ids = {ns: st.notification_id for ns, st in self._ns.items()}
+            if not ids:
+                self._wake.wait(1.0)
+                continue
+            try:
+                changed = self._long_poll(ids)
+                backoff = 1.0
+            except ApolloError as exc:
+                if self._stop.is_set():
+                    return
+                if self._wake.is_set():
+                    continue  # interrupted on purpose: re-poll with the new namespace set
+                self.last_error = str(exc)
+                log.warning("ykafka.configcenter.longpoll_failed", error=str(exc), retry_in_s=backoff)
+                self._wake.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+                continue
+            self.polls += 1
+            for ns, notification_id in changed:
+                try:
+                    self.fetch(ns)
+                except ApolloError as exc:
+                    self.last_error = str(exc)
+                    log.warning("ykafka.configcenter.fetch_failed", namespace=ns, error=str(exc))
+                    continue  # id not advanced: the next poll reports it again
+                with self._lock:
+                    if ns in self._ns:
+                        self._ns[ns].notification_id = notification_id
+
+    def _long_poll(self, ids: dict[str, int]) -> list[tuple[str, int]]:
+        notifications = json.dumps([{"namespaceName": ns, "notificationId": nid} for ns, nid in ids.items()],
+                                   separators=(",", ":"))
+        query = urlencode({"appId": self.app_id, "cluster": self.cluster, "notifications": notifications,
+                           "ip": self.ip})
+        path_q = f"/notifications/v2?{query}"
+        try:
+            resp = self._poll_session.get(self.url + path_q, timeout=(5.0, self.longpoll_timeout_s),
+                                          headers=_sign_headers(self.app_id, self.secret, path_q))
+        except requests.RequestException as exc:
+            raise ApolloError(f"long poll: {type(exc).__name__}: {exc}") from None
+        if resp.status_code == 304:
+            return []
+        if resp.status_code != 200:
+            raise ApolloError(f"long poll: HTTP {resp.status_code} {resp.text[:200]}")
+        try:
+            items = resp.json()
+            out: list[tuple[str, int]] = []
+            for item in items:
+                name = str(item["namespaceName"])
+                out.append((_match(name, ids), int(item["notificationId"])))
+            return out
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ApolloError(f"long poll: malformed answer ({exc!r})") from None
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.wait(self.refresh_interval_s):
+            self.refresh_all()
+
+
+def _match(name: str, known: dict[str, int]) -> str:
+    """Apollo may answer with another case or a ``.properties`` suffix; map back to our name."""
+    if name in known:
+        return name
+    bare = name.removesuffix(".properties")
+    for ns in known:
+        if ns.lower() == bare.lower():
+            return ns
+    return bare

@@ -1,0 +1,293 @@
+"""The local configuration of a ykafka client: identity, ``ykafka.*`` options and librdkafka pass-through.
+
+A client is built from one flat dict, like confluent-kafka's. It holds three kinds of keys:
+
+* ``ykafka.*`` options (identity, MetaServer / config-center coordinates, bounds). Unknown ones are an
+  error at construction, because a typo there would silently change behaviour.
+* catalog keys (``producer.acks``, ``route.cluster``, ...): local defaults below every hot-config scope.
+* everything else: librdkafka properties passed through. Those that a catalog key also sets
+  (``acks``, ``linger.ms``, ...) become local defaults of that key, so the config center can override them.
+
+Identity can also come from the environment (``YKAFKA_APP_ID``, ``YKAFKA_APP_SECRET``,
+``YKAFKA_METASERVER``, ``YKAFKA_CACHE_DIR``, ``YKAFKA_CONFIGCENTER_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ykafka import catalog
+from ykafka.errors import ConfigError, InvalidConfigValue
+
+Role = Literal["producer", "consumer"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``ykafka.*`` local option."""
+
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    env: str | None = None
+
+
+def _str(value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _opt_str(value: Any) -> str | None:
+    text = "" if value is None else str(value).strip()
+    return text or None
+
+
+def _url(value: Any) -> str | None:
+    text = _opt_str(value)
+    if text is None:
+        return None
+    if not text.startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL")
+    return text.rstrip("/")
+
+
+def _ms(lo: int, hi: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool):
+            raise ValueError("expected an integer")
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise ValueError("expected an integer") from None
+        if not lo <= number <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        return number
+
+    return parse
+
+
+def _bool(value: Any) -> bool:
+    return bool(catalog.KEYS["trace.enabled"].parse(value))
+
+
+_OPTIONS: dict[str, Option] = {}
+
+
+def register_option(name: str, parse: Callable[[Any], Any], default: Any, help: str,
+                    env: str | None = None) -> None:
+    """Declare a ``ykafka.*`` option; other modules (spill, failover, trace) add theirs at import time."""
+    if not name.startswith("ykafka."):
+        raise ValueError("ykafka options start with 'ykafka.'")
+    _OPTIONS[name] = Option(name, parse, default, help, env)
+
+
+def options() -> dict[str, Option]:
+    """All known ``ykafka.*`` options (for docs and the CLI)."""
+    return dict(_OPTIONS)
+
+
+for _name, _parse, _default, _help, _env in [
+    ("ykafka.app.id", _opt_str, None, "application id registered at the MetaServer", "YKAFKA_APP_ID"),
+    ("ykafka.app.secret", _opt_str, None, "application secret (never sent; signs requests)", "YKAFKA_APP_SECRET"),
+    ("ykafka.metaserver", _url, None, "MetaServer base URL; unset = local mode", "YKAFKA_METASERVER"),
+    ("ykafka.cache.dir", _opt_str, None, "grant / config disk cache (default ~/.cache/ykafka)", "YKAFKA_CACHE_DIR"),
+    ("ykafka.client.id", _opt_str, None, "client id reported to the MetaServer (default app-host-pid)", None),
+    ("ykafka.client.ip", _opt_str, None, "IP sent to the config center for gray releases (default: detected)",
+     "YKAFKA_CLIENT_IP"),
+    ("ykafka.configcenter.url", _url, None, "config-center URL; overrides the grant's (local mode: enables "
+     "hot config)", "YKAFKA_CONFIGCENTER_URL"),
+    ("ykafka.configcenter.app.id", _str, "ykafka", "Apollo appId of the hot-config namespaces", None),
+    ("ykafka.configcenter.cluster", _str, "default", "Apollo cluster", None),
+    ("ykafka.configcenter.namespace.prefix", _str, catalog.NAMESPACE_PREFIX, "namespace prefix", None),
+    ("ykafka.configcenter.secret", _opt_str, None, "Apollo access-key secret", None),
+    ("ykafka.configcenter.longpoll.timeout.ms", _ms(1000, 600_000), 90_000,
+     "client read timeout of a long poll (server holds 60 s)", None),
+    ("ykafka.configcenter.refresh.interval.ms", _ms(1000, 86_400_000), 300_000,
+     "fallback re-fetch of every namespace, as Apollo's own client does", None),
+    ("ykafka.configcenter.fetch.timeout.ms", _ms(50, 60_000), 2000,
+     "bound of the synchronous fetch of a topic's namespace before its first send", None),
+    ("ykafka.metaserver.timeout.ms", _ms(100, 120_000), 5000, "HTTP timeout towards the MetaServer", None),
+    ("ykafka.acl.cache.ttl.ms", _ms(0, 86_400_000), 60_000, "how long an ACL decision is cached", None),
+    ("ykafka.report.enabled", _bool, True, "post client reports to the MetaServer", None),
+    ("ykafka.throttle.max.wait.ms", _ms(0, 3_600_000), 5000,
+     "longest a throttled produce waits before ThrottledError", None),
+    ("ykafka.metadata.refresh.ms", _ms(100, 3_600_000), 30_000, "partition-count cache lifetime", None),
+    ("ykafka.local.clusters", _opt_str, None, "local mode: extra named clusters, 'name=host:port[,host:port];"
+     "name2=...'", None),
+    ("ykafka.local.default.cluster", _opt_str, None, "local mode: the default cluster name (default 'default' "
+     "when bootstrap.servers is set, else the first of ykafka.local.clusters)", None),
+    ("ykafka.swap.timeout.ms", _ms(100, 3_600_000), 60_000,
+     "longest a rebuild / route switch waits for the old client to drain a topic", None),
+]:
+    register_option(_name, _parse, _default, _help, _env)
+
+#: librdkafka property -> catalog key, per role: local values of these become catalog local defaults.
+RDKAFKA_ALIASES: dict[str, dict[str, str]] = {
+    "producer": {
+        "acks": "producer.acks",
+        "request.required.acks": "producer.acks",
+        "enable.idempotence": "producer.idempotence",
+        "linger.ms": "producer.linger.ms",
+        "queue.buffering.max.ms": "producer.linger.ms",
+        "batch.size": "producer.batch.size",
+        "compression.type": "producer.compression",
+        "compression.codec": "producer.compression",
+        "socket.send.buffer.bytes": "producer.socket.send.buffer.bytes",
+    },
+    "consumer": {
+        "partition.assignment.strategy": "consumer.assignment.strategy",
+        "fetch.max.bytes": "consumer.fetch.max.bytes",
+        "max.partition.fetch.bytes": "consumer.max.partition.fetch.bytes",
+        "fetch.wait.max.ms": "consumer.fetch.wait.max.ms",
+        "socket.receive.buffer.bytes": "consumer.socket.receive.buffer.bytes",
+    },
+}
+
+
+@dataclass
+class LocalConfig:
+    """A parsed local configuration. ``options`` holds every ``ykafka.*`` option with defaults filled in."""
+
+    role: Role
+    options: dict[str, Any]
+    catalog_defaults: dict[str, Any]  # typed catalog values given locally (local layer)
+    rdkafka: dict[str, Any]  # librdkafka pass-through (minus what moved into catalog_defaults)
+    explicit: frozenset[str] = field(default_factory=frozenset)  # ykafka.* options set by the user / env
+
+    # --- convenient views -------------------------------------------------------------------------
+
+    @property
+    def app_id(self) -> str | None:
+        return self.options["ykafka.app.id"]
+
+    @property
+    def app_secret(self) -> str | None:
+        return self.options["ykafka.app.secret"]
+
+    @property
+    def metaserver(self) -> str | None:
+        return self.options["ykafka.metaserver"]
+
+    @property
+    def local_mode(self) -> bool:
+        """No MetaServer: local config alone, cluster ``default`` from ``bootstrap.servers``, no ACL."""
+        return self.metaserver is None
+
+    @property
+    def cache_dir(self) -> Path:
+        raw = self.options["ykafka.cache.dir"]
+        if raw:
+            return Path(raw).expanduser()
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "ykafka"
+
+    @property
+    def client_id(self) -> str:
+        explicit = self.options["ykafka.client.id"]
+        if explicit:
+            return str(explicit)
+        return f"{self.app_id or 'local'}-{socket.gethostname()}-{os.getpid()}"
+
+    def local_clusters(self) -> dict[str, str]:
+        """Local mode: cluster name -> bootstrap servers (``bootstrap.servers`` is cluster ``default``)."""
+        out: dict[str, str] = {}
+        bootstrap = self.rdkafka.get("bootstrap.servers") or self.rdkafka.get("metadata.broker.list")
+        if bootstrap:
+            out["default"] = str(bootstrap)
+        for part in str(self.options.get("ykafka.local.clusters") or "").split(";"):
+            name, sep, servers = part.partition("=")
+            if sep and name.strip() and servers.strip():
+                out[name.strip()] = servers.strip()
+            elif part.strip():
+                raise ConfigError(f"ykafka.local.clusters: expected name=host:port, got {part.strip()!r}")
+        return out
+
+    @property
+    def local_default_cluster(self) -> str:
+        explicit = self.options.get("ykafka.local.default.cluster")
+        if explicit:
+            return str(explicit)
+        clusters = self.local_clusters()
+        return "default" if "default" in clusters else next(iter(clusters), "default")
+
+    def ms(self, name: str) -> float:
+        """An ``*.ms`` option in seconds."""
+        return float(self.options[name]) / 1000.0
+
+    def get(self, name: str) -> Any:
+        return self.options[name]
+
+
+def load(conf: Mapping[str, Any] | None, role: Role, env: Mapping[str, str] | None = None) -> LocalConfig:
+    """Parse a client config dict (plus env); raise :class:`ConfigError` naming the bad key and why."""
+    env = os.environ if env is None else env
+    raw = dict(conf or {})
+    values: dict[str, Any] = {}
+    explicit: set[str] = set()
+    catalog_defaults: dict[str, Any] = {}
+    rdkafka: dict[str, Any] = {}
+    aliases = RDKAFKA_ALIASES.get(role, {})
+
+    for name, value in raw.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"config keys must be strings, got {name!r}")
+        if name.startswith("ykafka."):
+            option = _OPTIONS.get(name)
+            if option is None:
+                known = ", ".join(sorted(_OPTIONS))
+                raise ConfigError(f"unknown ykafka option {name!r} (known: {known})")
+            values[name] = _parse_option(option, value)
+            explicit.add(name)
+        elif name in catalog.KEYS:
+            try:
+                catalog_defaults[name] = catalog.parse(name, value)
+            except InvalidConfigValue as exc:
+                raise ConfigError(f"invalid local config: {exc}") from None
+        elif name in aliases:
+            try:
+                catalog_defaults.setdefault(aliases[name], catalog.parse(aliases[name], value))
+            except InvalidConfigValue as exc:
+                raise ConfigError(f"invalid local config {name!r}: {exc}") from None
+        else:
+            rdkafka[name] = value
+
+    for option in _OPTIONS.values():
+        if option.name in values:
+            continue
+        if option.env and env.get(option.env):
+            values[option.name] = _parse_option(option, env[option.env], source=f"env {option.env}")
+            explicit.add(option.name)
+        else:
+            values[option.name] = option.default
+
+    cfg = LocalConfig(role, values, catalog_defaults, rdkafka, frozenset(explicit))
+    if cfg.metaserver is not None:
+        if not cfg.app_id or not cfg.app_secret:
+            raise ConfigError("ykafka.metaserver is set: ykafka.app.id and ykafka.app.secret are required "
+                              "(or YKAFKA_APP_ID / YKAFKA_APP_SECRET)")
+    else:
+        clusters = cfg.local_clusters()
+        if not clusters:
+            raise ConfigError("no MetaServer configured (ykafka.metaserver / YKAFKA_METASERVER) and no "
+                              "bootstrap.servers: one of them is required")
+        default = cfg.local_default_cluster
+        if default not in clusters:
+            raise ConfigError(f"ykafka.local.default.cluster {default!r} is not a configured cluster "
+                              f"({', '.join(sorted(clusters))})")
+    return cfg
+
+
+def _parse_option(option: Option, value: Any, source: str = "") -> Any:
+    try:
+        return option.parse(value)
+    except ValueError as exc:
+        where = f" ({source})" if source else ""
+        raise ConfigError(f"invalid value {value!r} for {option.name}{where}: {exc}") from None

@@ -1,0 +1,370 @@
+"""The client core shared by :class:`ykafka.Producer` and :class:`ykafka.Consumer`.
+
+A :class:`Runtime` owns everything that is not Kafka I/O: identity, the MetaServer grant (with its disk
+cache and background renewal), the ACL cache, the cluster registry, the hot-config layers fed by the
+Apollo long poll, and client reports. Producer / Consumer build their librdkafka clients from what it
+resolves and re-resolve when :attr:`Runtime.version` moves.
+
+Start-up (DESIGN.md §2): local config -> authenticate (signed) -> grant -> fetch the global namespace ->
+start long poll + renewal -> report. In local mode (no ``ykafka.metaserver``) there is no grant: the
+clusters come from ``bootstrap.servers`` (cluster ``default``) and ``ykafka.local.clusters``, everything is
+allowed, and hot config is on only if ``ykafka.configcenter.url`` is given.
+
+Stable API for the Producer / Consumer (everything else is internal)::
+
+    rt = Runtime(config.load(conf, "consumer"), group="g1")   # or Runtime.from_conf(conf, "consumer")
+    rt.start()                                                # may raise AuthError / MetaServerUnavailable
+    rt.check_acl("consume", topic); rt.check_acl("group", "g1")   # AclDenied
+    rt.subscribe(topic="t", group="g1")                       # lazy namespaces, bounded sync fetch
+    cluster = rt.route(topic="t", group="g1")                 # route.cluster, else the grant's default
+    eff = rt.effective(topic="t", group="g1", cluster=cluster)  # typed catalog values, by precedence
+    props = rt.rdkafka_config(cluster, catalog.rdkafka_properties(eff, "consumer."))
+    rt.version                                                # int; changes when anything above may
+    rt.add_listener(lambda change: ...)                       # ConfigChange, from the poll thread
+    rt.add_grant_listener(lambda grant: ...)                  # grant contents changed
+    rt.set_report_provider(lambda: {"topics": [...], "group": "g1", "cluster": "dc-a", "state": "running"})
+    rt.record_error({"type": "...", ...})                     # goes into the next client report
+    rt.close()
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from ykafka import acl as acl_patterns
+from ykafka import catalog
+from ykafka.apollo import ApolloClient, NamespaceConfig
+from ykafka.auth import AclCache, ClusterInfo, Grant, GrantClient
+from ykafka.catalog import Scope, ScopeKind
+from ykafka.config import LocalConfig, Role
+from ykafka.config import load as load_config
+from ykafka.errors import AuthError, MetaServerUnavailable, UnknownClusterError
+from ykafka.hotconfig import ConfigChange, HotConfig
+from ykafka.netutil import local_ip
+
+log = structlog.get_logger(__name__)
+
+ReportProvider = Callable[[], Mapping[str, Any]]
+GrantListener = Callable[[Grant], None]
+
+
+def _versions() -> dict[str, str]:
+    import confluent_kafka
+
+    from ykafka import __version__
+
+    ck = confluent_kafka.version()
+    return {"ykafka": __version__, "confluent_kafka": ck if isinstance(ck, str) else ck[0],
+            "librdkafka": confluent_kafka.libversion()[0]}
+
+
+class Runtime:
+    """Identity, grant, ACL, clusters, hot config and reports of one Producer or Consumer."""
+
+    def __init__(self, conf: LocalConfig, group: str | None = None) -> None:
+        self.conf = conf
+        self.role: Role = conf.role
+        self.group = group
+        self.client_id = conf.client_id
+        self.local_mode = conf.local_mode
+        self.app_id: str = conf.app_id or "local"
+        self._grant: Grant | None = None
+        self._grant_client: GrantClient | None = None
+        self.acl = AclCache(conf.ms("ykafka.acl.cache.ttl.ms"))
+        self.hot = HotConfig(conf.catalog_defaults, prefix=str(conf.get("ykafka.configcenter.namespace.prefix")))
+        self.hot.add_validator(self._validate_cluster_names)
+        self.apollo: ApolloClient | None = None
+        self.ip: str = conf.get("ykafka.client.ip") or local_ip(conf.metaserver or conf.get("ykafka.configcenter.url"))
+        self._grant_listeners: list[GrantListener] = []
+        self._report_provider: ReportProvider | None = None
+        self._errors: deque[dict[str, Any]] = deque(maxlen=50)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.RLock()
+        self._subscribed: set[str] = set()
+        self._started = False
+        self.state = "starting"
+        self.reports_sent = 0
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any] | None, role: Role, group: str | None = None) -> Runtime:
+        return cls(load_config(conf, role), group=group)
+
+    # --- life cycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Authenticate, subscribe the global namespace (and the group's), start background threads."""
+        if self._started:
+            return
+        if not self.local_mode:
+            assert self.conf.metaserver and self.conf.app_id and self.conf.app_secret
+            if not self.conf.get("ykafka.client.ip"):
+                self.ip = local_ip(self.conf.metaserver)
+            self._grant_client = GrantClient(self.conf.metaserver, self.conf.app_id, self.conf.app_secret,
+                                             self.client_id, self.ip, self.conf.cache_dir,
+                                             self.conf.ms("ykafka.metaserver.timeout.ms"))
+            self._set_grant(self._grant_client.obtain(), initial=True)
+        self._start_configcenter()
+        self._started = True
+        self.state = "running"
+        self._thread = threading.Thread(target=self._maintain, name="ykafka-runtime", daemon=True)
+        self._thread.start()
+        log.info("ykafka.client.started", role=self.role, app_id=self.app_id, client_id=self.client_id,
+                 local_mode=self.local_mode, clusters=sorted(self.clusters()), ip=self.ip,
+                 configcenter=self.apollo.url if self.apollo else None)
+
+    def close(self) -> None:
+        """Stop background work; post a last report (best effort)."""
+        if self._stop.is_set():
+            return
+        self.state = "closed"
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._report()
+        if self.apollo is not None:
+            self.apollo.close()
+        if self._grant_client is not None:
+            self._grant_client.close()
+
+    # --- grant, clusters, ACL ----------------------------------------------------------------------
+
+    @property
+    def grant(self) -> Grant | None:
+        return self._grant
+
+    @property
+    def version(self) -> int:
+        """Moves whenever a resolved value, a route or the grant may have changed."""
+        return self.hot.version
+
+    def clusters(self) -> dict[str, ClusterInfo]:
+        grant = self._grant
+        if grant is not None:
+            return dict(grant.clusters)
+        return {name: ClusterInfo(name, servers) for name, servers in self.conf.local_clusters().items()}
+
+    @property
+    def default_cluster(self) -> str:
+        grant = self._grant
+        return grant.default_cluster if grant is not None else self.conf.local_default_cluster
+
+    def cluster(self, name: str) -> ClusterInfo:
+        found = self.clusters().get(name)
+        if found is None:
+            raise UnknownClusterError(f"cluster {name!r} is not in the app's grant "
+                                      f"(known: {', '.join(sorted(self.clusters())) or 'none'})")
+        return found
+
+    def check_acl(self, operation: acl_patterns.Operation, name: str) -> None:
+        """Raise :class:`AclDenied` unless the grant allows ``operation`` on ``name`` (local mode: allowed)."""
+        self.acl.check(operation, name)
+
+    def allowed(self, operation: acl_patterns.Operation, name: str) -> bool:
+        return self.acl.allowed(operation, name)
+
+    def rdkafka_config(self, cluster: str, role_props: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """librdkafka settings for a client on ``cluster``: local pass-through < cluster < role props."""
+        props = {k: v for k, v in self.conf.rdkafka.items()
+                 if k not in ("bootstrap.servers", "metadata.broker.list")}
+        props.update(self.cluster(cluster).rdkafka())
+        props.setdefault("client.id", self.app_id)
+        props.update(role_props or {})
+        return props
+
+    def add_grant_listener(self, listener: GrantListener) -> None:
+        self._grant_listeners.append(listener)
+
+    def _set_grant(self, grant: Grant, initial: bool = False) -> None:
+        old = self._grant
+        self._grant = grant
+        if initial or old is None or (old.acl, old.clusters, old.default_cluster) != (
+                grant.acl, grant.clusters, grant.default_cluster):
+            self.acl.reset(grant)
+            self.hot.bump()
+            if not initial:
+                log.info("ykafka.grant.changed", **grant.summary())
+                for listener in list(self._grant_listeners):
+                    try:
+                        listener(grant)
+                    except Exception:
+                        log.exception("ykafka.grant.listener_failed")
+
+    def _validate_cluster_names(self, name: str, value: Any) -> str | None:
+        if name in ("route.cluster", "route.standby") and value not in self.clusters():
+            return f"unknown cluster {value!r} (known: {', '.join(sorted(self.clusters()))})"
+        return None
+
+    # --- hot config --------------------------------------------------------------------------------
+
+    def _start_configcenter(self) -> None:
+        grant = self._grant
+        url = self.conf.get("ykafka.configcenter.url") or (grant.configcenter.url if grant else None)
+        if not url:
+            log.info("ykafka.configcenter.disabled", reason="no config-center URL (local config only)")
+            return
+        cc = grant.configcenter if grant else None
+        explicit = self.conf.explicit
+        app_id = (cc.app_id if cc and "ykafka.configcenter.app.id" not in explicit
+                  else self.conf.get("ykafka.configcenter.app.id"))
+        cluster = (cc.cluster if cc and "ykafka.configcenter.cluster" not in explicit
+                   else self.conf.get("ykafka.configcenter.cluster"))
+        secret = self.conf.get("ykafka.configcenter.secret") or (cc.access_key_secret if cc else None)
+        if cc and "ykafka.configcenter.namespace.prefix" not in explicit:
+            self.hot.prefix = cc.namespace_prefix
+        self.apollo = ApolloClient(
+            url, app_id, cluster, self.ip, self.conf.cache_dir, self._on_namespace, secret=secret,
+            longpoll_timeout_s=self.conf.ms("ykafka.configcenter.longpoll.timeout.ms"),
+            refresh_interval_s=self.conf.ms("ykafka.configcenter.refresh.interval.ms"),
+            fetch_timeout_s=self.conf.ms("ykafka.configcenter.fetch.timeout.ms"))
+        self.subscribe_scope(catalog.GLOBAL)
+        if self.group:
+            self.subscribe_scope(Scope(ScopeKind.GROUP, self.group))
+        self.apollo.start()
+
+    def _on_namespace(self, config: NamespaceConfig) -> None:
+        self.hot.apply(config.namespace, config.configurations, config.release_key)
+
+    def subscribe_scope(self, scope: Scope, timeout_s: float | None = None) -> None:
+        """Watch one scope's namespace (no-op without a config center); first call fetches it (bounded)."""
+        if self.apollo is None:
+            return
+        ns = self.hot.namespace(scope)
+        with self._lock:
+            if ns in self._subscribed:
+                return
+            self._subscribed.add(ns)
+        self.apollo.subscribe(ns, timeout_s)
+
+    def subscribe(self, topic: str | None = None, group: str | None = None, cluster: str | None = None) -> None:
+        """Make sure every namespace that resolution for (topic, group, cluster) reads is watched."""
+        if self.apollo is None:
+            return
+        if topic:
+            self.subscribe_scope(Scope(ScopeKind.TOPIC, topic))
+        if group:
+            self.subscribe_scope(Scope(ScopeKind.GROUP, group))
+        if cluster:
+            self.subscribe_scope(Scope(ScopeKind.CLUSTER, cluster))
+
+    def route(self, topic: str | None = None, group: str | None = None) -> str:
+        """The cluster a topic (or group) uses: ``route.cluster`` by precedence, else the default cluster."""
+        value = self.hot.resolve(topic, group, None, ["route.cluster"])["route.cluster"]
+        if value and value in self.clusters():
+            return str(value)
+        return self.default_cluster
+
+    def effective(self, topic: str | None = None, group: str | None = None,
+                  cluster: str | None = None) -> dict[str, Any]:
+        """Every catalog key's effective typed value for this (topic, group, cluster)."""
+        return self.hot.resolve(topic, group, cluster)
+
+    def sources(self, topic: str | None = None, group: str | None = None,
+                cluster: str | None = None) -> dict[str, str]:
+        """Which namespace (or ``local`` / ``default``) supplies each key."""
+        return self.hot.sources(topic, group, cluster)
+
+    def add_listener(self, listener: Callable[[ConfigChange], None]) -> None:
+        self.hot.add_listener(listener)
+
+    def release_keys(self) -> dict[str, str]:
+        return self.hot.release_keys()
+
+    # --- reports -----------------------------------------------------------------------------------
+
+    def set_report_provider(self, provider: ReportProvider) -> None:
+        self._report_provider = provider
+
+    def record_error(self, error: Mapping[str, Any]) -> None:
+        self._errors.append({"at": time.time(), **error})
+
+    def report_now(self) -> None:
+        """Ask the background thread to post a report soon (never blocks the caller)."""
+        self._wake.set()
+
+    def report_body(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        body: dict[str, Any] = {
+            "client_id": self.client_id, "app_id": self.app_id, "ip": self.ip, "hostname": socket.gethostname(),
+            "pid": os.getpid(), "language": "python", "versions": _versions(), "role": self.role,
+            "topics": [], "group": self.group, "cluster": self.default_cluster,
+            "config_release_keys": self.release_keys(), "state": self.state,
+        }
+        provider = self._report_provider
+        if provider is not None:
+            try:
+                provided = dict(provider())
+            except Exception as exc:
+                provided = {}
+                log.warning("ykafka.report.provider_failed", error=repr(exc))
+            extra = dict(provided.pop("extra", {}) or {})
+            body.update({k: v for k, v in provided.items() if k in body})
+        body["errors"] = [r.as_dict() for r in self.hot.rejections()] + list(self._errors)
+        if self.apollo is not None and self.apollo.last_error:
+            extra.setdefault("configcenter_last_error", self.apollo.last_error)
+        body["extra"] = extra
+        return body
+
+    def _report(self) -> bool:
+        grant, client = self._grant, self._grant_client
+        if grant is None or client is None or not self.conf.get("ykafka.report.enabled"):
+            return False
+        ok = client.report(grant, self.report_body())
+        if ok:
+            self.reports_sent += 1
+        return ok
+
+    # --- background: renewal + heartbeat reports ---------------------------------------------------
+
+    def _maintain(self) -> None:
+        self._report()
+        next_renew = time.monotonic() + self._renew_interval()
+        next_report = next_renew
+        while not self._stop.is_set():
+            timeout = max(0.05, min(next_renew, next_report) - time.monotonic())
+            woken = self._wake.wait(timeout)
+            if self._stop.is_set():
+                return
+            now = time.monotonic()
+            if woken:
+                self._wake.clear()
+                self._report()
+                next_report = now + self._renew_interval()
+            if now >= next_renew:
+                next_renew = now + self._renew()
+            if now >= next_report:
+                self._report()
+                next_report = time.monotonic() + self._renew_interval()
+
+    def _renew_interval(self) -> float:
+        grant = self._grant
+        return grant.renew_interval_s if grant is not None else 60.0
+
+    def _renew(self) -> float:
+        """Renew the grant; returns the delay until the next attempt."""
+        grant, client = self._grant, self._grant_client
+        if grant is None or client is None:
+            return 60.0
+        try:
+            self._set_grant(client.renew(grant))
+            return self._renew_interval()
+        except MetaServerUnavailable as exc:
+            left = grant.expires_at - time.time()
+            level = log.error if left <= 0 else log.warning
+            level("ykafka.grant.renew_failed", error=str(exc), expires_in_s=round(left, 1))
+            self.record_error({"type": "grant_renew_failed", "reason": str(exc)})
+            return min(self._renew_interval(), 5.0)
+        except AuthError as exc:
+            log.error("ykafka.grant.refused", error=str(exc))
+            self.record_error({"type": "grant_refused", "reason": str(exc)})
+            return self._renew_interval()
