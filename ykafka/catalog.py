@@ -235,6 +235,22 @@ _KEYS: list[Key] = [
         frozenset({ScopeKind.GLOBAL, ScopeKind.TOPIC})),
     Key("auth.enabled", _bool, Apply.IN_PLACE, True, "MetaServer enforcement of app secrets",
         frozenset({ScopeKind.GLOBAL})),
+    # --- disaster recovery (spill / replay / dual-DC health) ---
+    Key("spill.enabled", _bool, Apply.IN_PLACE, True,
+        "spill undeliverable messages to the local disk queue (false: report them failed)", _PRODUCER_SCOPES),
+    Key("spill.after.ms", _int(100, 86_400_000), Apply.REBUILD, 10_000,
+        "a message not delivered within this while its cluster is unreachable is spilled to disk "
+        "(librdkafka message.timeout.ms of the cluster's producer)",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
+    Key("health.down.failures", _int(1, 1000), Apply.IN_PLACE, 3,
+        "consecutive failed probes / transport errors that mark a cluster down",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
+    Key("health.down.after.ms", _int(0, 3_600_000), Apply.IN_PLACE, 2000,
+        "a cluster failing continuously this long is marked down (0 = count only)",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
+    Key("health.probe.interval.ms", _int(50, 600_000), Apply.IN_PLACE, 500,
+        "metadata probe period while a cluster is suspect or down (10x while healthy)",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
 ]
 
 KEYS: dict[str, Key] = {key.name: key for key in _KEYS}
