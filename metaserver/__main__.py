@@ -1,0 +1,71 @@
+"""``python -m metaserver serve …``: run the MetaServer (every flag is also a ``YKAFKA_MS_*`` env var)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+import uvicorn
+
+from metaserver.settings import ENV_PREFIX, Settings, parse_admin_tokens
+
+
+def _env(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+@click.group()
+def main() -> None:
+    """ykafka MetaServer."""
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", envvar=_env("host"), show_default=True)
+@click.option("--port", default=7070, type=int, envvar=_env("port"), show_default=True)
+@click.option("--db-url", default="sqlite:///metaserver.db", envvar=_env("db_url"), show_default=True,
+              help="sqlite:///path.db or postgresql+psycopg://user@host/db")
+@click.option("--configcenter-url", envvar=_env("configcenter_url"), help="config service URL handed to clients")
+@click.option("--configcenter-openapi-url", envvar=_env("configcenter_openapi_url"),
+              help="Apollo portal URL for the Open API (default: --configcenter-url)")
+@click.option("--configcenter-openapi-token", envvar=_env("configcenter_openapi_token"))
+@click.option("--configcenter-access-key-secret", envvar=_env("configcenter_access_key_secret"))
+@click.option("--apollo-env", default="DEV", envvar=_env("apollo_env"), show_default=True)
+@click.option("--apollo-app-id", default="ykafka", envvar=_env("apollo_app_id"), show_default=True)
+@click.option("--apollo-cluster", default="default", envvar=_env("apollo_cluster"), show_default=True)
+@click.option("--apollo-operator", default="apollo", envvar=_env("apollo_operator"), show_default=True,
+              help="Apollo user recorded as the operator of writes")
+@click.option("--admin-token", "admin_tokens", multiple=True, envvar=[_env("admin_token"), _env("admin_tokens")],
+              help="admin bearer token, optionally name:token; repeat or comma-separate for several")
+@click.option("--renew-interval", default=30, type=int, envvar=_env("renew_interval"), show_default=True)
+@click.option("--token-ttl", default=600, type=int, envvar=_env("token_ttl"), show_default=True)
+@click.option("--default-cluster", envvar=_env("default_cluster"))
+@click.option("--auth-window", "auth_window_s", default=300, type=int, envvar=_env("auth_window_s"),
+              show_default=True, help="seconds a signed request's timestamp may be off")
+@click.option("--auth-fail-limit", default=20, type=int, envvar=_env("auth_fail_limit"), show_default=True)
+@click.option("--auth-fail-window", "auth_fail_window_s", default=60, type=int, envvar=_env("auth_fail_window_s"),
+              show_default=True)
+@click.option("--auth-switch-ttl", "auth_switch_ttl_s", default=2.0, type=float, envvar=_env("auth_switch_ttl_s"),
+              show_default=True)
+@click.option("--workers", default=1, type=int, envvar=_env("workers"), show_default=True)
+@click.option("--log-level", default="info", envvar=_env("log_level"), show_default=True)
+def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
+    """Serve the MetaServer API."""
+    from metaserver.app import configure_logging
+
+    settings = Settings(admin_tokens=parse_admin_tokens(",".join(admin_tokens)), **options)
+    configure_logging(settings.log_level)
+    # Migrate once before workers fork, then hand the resolved settings to them through the environment.
+    from metaserver import db
+
+    engine = db.make_engine(settings.db_url)
+    db.migrate(engine)
+    engine.dispose()
+    os.environ.update(settings.to_env())
+    uvicorn.run("metaserver.app:create_app_from_env", factory=True, host=settings.host, port=settings.port,
+                workers=settings.workers if settings.workers > 1 else None, log_level="warning",
+                access_log=False, proxy_headers=True, forwarded_allow_ips="127.0.0.1")
+
+
+if __name__ == "__main__":
+    main()

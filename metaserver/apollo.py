@@ -1,0 +1,230 @@
+"""Apollo Open API adapter: the only way the MetaServer writes hot config.
+
+It speaks the documented portal Open API (token in the ``Authorization`` header), so it works against
+a real Apollo and against the embedded config service alike. Where Apollo versions differ (branch
+merge is POST in Apollo's controllers, PATCH in some descriptions; branch items are edited through the
+branch's own cluster in Apollo) the adapter tries the real Apollo form first and falls back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import requests
+import structlog
+
+log = structlog.get_logger("metaserver.apollo")
+
+
+class ApolloError(Exception):
+    """The config center refused or failed a call; ``status`` is 0 when it could not be reached."""
+
+    def __init__(self, status: int, message: str, method: str = "", path: str = "") -> None:
+        self.status = status
+        self.message = message
+        super().__init__(f"config center {method} {path}: {status} {message}".strip())
+
+
+def _q(part: str) -> str:
+    return quote(part, safe="")
+
+
+class ApolloOpenApi:
+    def __init__(self, base_url: str, token: str | None, env: str = "DEV", app_id: str = "ykafka",
+                 cluster: str = "default", operator: str = "apollo", timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.env = env
+        self.app_id = app_id
+        self.cluster = cluster
+        self.operator = operator
+        self.timeout = timeout_s
+        self._session = requests.Session()
+        self._session.headers["Content-Type"] = "application/json;charset=UTF-8"
+        if token:
+            self._session.headers["Authorization"] = token
+
+    # --- transport ---------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
+              ok_missing: bool = False) -> Any:
+        url = self.base_url + path
+        try:
+            response = self._session.request(method, url, params=params, json=body, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise ApolloError(0, f"unreachable: {exc}", method, path) from exc
+        if ok_missing and response.status_code == 404:
+            return None
+        if response.status_code >= 400:
+            raise ApolloError(response.status_code, _message(response), method, path)
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+    def _ns_path(self, namespace: str, cluster: str | None = None) -> str:
+        return (f"/openapi/v1/envs/{_q(self.env)}/apps/{_q(self.app_id)}/clusters/{_q(cluster or self.cluster)}"
+                f"/namespaces/{_q(namespace)}")
+
+    # --- app and namespace -------------------------------------------------------------------
+
+    def ensure_app(self) -> None:
+        body = {"assignAppRoleToSelf": True, "admins": [self.operator],
+                "app": {"appId": self.app_id, "name": self.app_id, "orgId": "ykafka", "orgName": "ykafka",
+                        "ownerName": self.operator, "ownerEmail": f"{self.operator}@localhost"}}
+        try:
+            self._call("POST", "/openapi/v1/apps", body=body)
+        except ApolloError as exc:
+            if not _already_exists(exc):
+                raise
+
+    def ensure_namespace(self, namespace: str) -> None:
+        body = {"name": namespace, "appId": self.app_id, "format": "properties", "isPublic": False,
+                "dataChangeCreatedBy": self.operator, "comment": "ykafka hot config"}
+        try:
+            self._call("POST", f"/openapi/v1/apps/{_q(self.app_id)}/appnamespaces", body=body)
+        except ApolloError as exc:
+            if not _already_exists(exc):
+                raise
+
+    # --- items and releases ------------------------------------------------------------------
+
+    def items(self, namespace: str, cluster: str | None = None) -> dict[str, str]:
+        data = self._call("GET", self._ns_path(namespace, cluster) + "/items", ok_missing=True)
+        rows = (data.get("content") if isinstance(data, dict) else data) or []
+        return {str(row["key"]): str(row.get("value", "")) for row in rows if row.get("key")}
+
+    def set_item(self, namespace: str, key: str, value: str, cluster: str | None = None) -> None:
+        body = {"key": key, "value": value, "dataChangeLastModifiedBy": self.operator,
+                "dataChangeCreatedBy": self.operator}
+        self._call("PUT", f"{self._ns_path(namespace, cluster)}/items/{_q(key)}",
+                   params={"createIfNotExists": "true"}, body=body)
+
+    def delete_item(self, namespace: str, key: str, cluster: str | None = None) -> None:
+        try:
+            self._call("DELETE", f"{self._ns_path(namespace, cluster)}/items/{_q(key)}",
+                       params={"operator": self.operator})
+        except ApolloError as exc:
+            if exc.status != 404:
+                raise
+
+    def release(self, namespace: str, title: str, comment: str) -> dict[str, Any]:
+        body = {"releaseTitle": title[:64], "releaseComment": comment[:256], "releasedBy": self.operator}
+        return dict(self._call("POST", self._ns_path(namespace) + "/releases", body=body) or {})
+
+    def latest_release(self, namespace: str) -> dict[str, Any] | None:
+        data = self._call("GET", self._ns_path(namespace) + "/releases/latest", ok_missing=True)
+        return dict(data) if data else None
+
+    def rollback(self, release_id: int) -> None:
+        self._call("PUT", f"/openapi/v1/envs/{_q(self.env)}/releases/{int(release_id)}/rollback",
+                   params={"operator": self.operator})
+
+    # --- gray release (branches) -------------------------------------------------------------
+
+    def find_branch(self, namespace: str) -> str | None:
+        data = self._call("GET", self._ns_path(namespace) + "/branches", ok_missing=True)
+        if not data:
+            return None
+        if isinstance(data, list):
+            data = data[0] if data else None
+        if not isinstance(data, dict):
+            return None
+        name = data.get("clusterName") or data.get("branchName") or data.get("name")
+        return str(name) if name else None
+
+    def create_branch(self, namespace: str) -> str:
+        data = self._call("POST", self._ns_path(namespace) + "/branches", params={"operator": self.operator})
+        name = (data or {}).get("clusterName") or (data or {}).get("branchName")
+        if not name:
+            found = self.find_branch(namespace)
+            if not found:
+                raise ApolloError(500, "branch created but not found", "POST", "branches")
+            return found
+        return str(name)
+
+    def branch_rules(self, namespace: str, branch: str) -> list[str]:
+        data = self._call("GET", f"{self._ns_path(namespace)}/branches/{_q(branch)}/rules", ok_missing=True)
+        ips: list[str] = []
+        for rule in (data or {}).get("ruleItems") or []:
+            ips.extend(str(ip) for ip in rule.get("clientIpList") or [])
+        return ips
+
+    def set_branch_rules(self, namespace: str, branch: str, ips: list[str]) -> None:
+        body = {"appId": self.app_id, "clusterName": self.cluster, "namespaceName": namespace,
+                "branchName": branch,
+                "ruleItems": [{"clientAppId": self.app_id, "clientIpList": list(ips), "clientLabelList": []}]}
+        self._call("PUT", f"{self._ns_path(namespace)}/branches/{_q(branch)}/rules",
+                   params={"operator": self.operator}, body=body)
+
+    def branch_items(self, namespace: str, branch: str) -> dict[str, str]:
+        data = self._call("GET", f"{self._ns_path(namespace)}/branches/{_q(branch)}/items", ok_missing=True)
+        if data is None:
+            return self.items(namespace, cluster=branch)
+        rows = (data.get("content") if isinstance(data, dict) else data) or []
+        return {str(row["key"]): str(row.get("value", "")) for row in rows if row.get("key")}
+
+    def set_branch_item(self, namespace: str, branch: str, key: str, value: str) -> None:
+        try:  # Apollo: a branch is a child cluster of the namespace
+            self.set_item(namespace, key, value, cluster=branch)
+        except ApolloError as exc:
+            if exc.status not in (404, 405):
+                raise
+            body = {"key": key, "value": value, "dataChangeLastModifiedBy": self.operator,
+                    "dataChangeCreatedBy": self.operator}
+            self._call("PUT", f"{self._ns_path(namespace)}/branches/{_q(branch)}/items/{_q(key)}",
+                       params={"createIfNotExists": "true"}, body=body)
+
+    def delete_branch_item(self, namespace: str, branch: str, key: str) -> None:
+        try:
+            self._call("DELETE", f"{self._ns_path(namespace, branch)}/items/{_q(key)}",
+                       params={"operator": self.operator})
+        except ApolloError as exc:
+            if exc.status not in (404, 405):
+                raise
+            try:
+                self._call("DELETE", f"{self._ns_path(namespace)}/branches/{_q(branch)}/items/{_q(key)}",
+                           params={"operator": self.operator})
+            except ApolloError as inner:
+                if inner.status != 404:
+                    raise
+
+    def branch_release(self, namespace: str, branch: str, title: str, comment: str) -> dict[str, Any]:
+        body = {"releaseTitle": title[:64], "releaseComment": comment[:256], "releasedBy": self.operator}
+        return dict(self._call("POST", f"{self._ns_path(namespace)}/branches/{_q(branch)}/releases",
+                               params={"operator": self.operator}, body=body) or {})
+
+    def branch_latest_release(self, namespace: str, branch: str) -> dict[str, Any] | None:
+        data = self._call("GET", self._ns_path(namespace, branch) + "/releases/latest", ok_missing=True)
+        return dict(data) if data else None
+
+    def merge_branch(self, namespace: str, branch: str, title: str, comment: str) -> dict[str, Any]:
+        body = {"releaseTitle": title[:64], "releaseComment": comment[:256], "releasedBy": self.operator}
+        path = f"{self._ns_path(namespace)}/branches/{_q(branch)}/merge"
+        params = {"deleteBranch": "true", "operator": self.operator}
+        try:
+            return dict(self._call("POST", path, params=params, body=body) or {})
+        except ApolloError as exc:
+            if exc.status != 405:
+                raise
+            return dict(self._call("PATCH", path, params=params, body=body) or {})
+
+    def delete_branch(self, namespace: str, branch: str) -> None:
+        self._call("DELETE", f"{self._ns_path(namespace)}/branches/{_q(branch)}",
+                   params={"operator": self.operator})
+
+
+def _message(response: requests.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:300]
+    if isinstance(data, dict):
+        return str(data.get("message") or data.get("detail") or data.get("error") or data)[:300]
+    return str(data)[:300]
+
+
+def _already_exists(exc: ApolloError) -> bool:
+    return exc.status in (400, 409) and ("exist" in exc.message.lower() or exc.status == 409)

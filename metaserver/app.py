@@ -1,0 +1,103 @@
+"""The MetaServer FastAPI application: ``create_app(settings)``.
+
+Start-up migrates the database to head (peers take turns), loads the shared token key and builds the
+config-center clients. Errors map onto plain JSON answers: 401 ``authentication failed`` for any
+authentication failure, 429 with ``Retry-After`` when rate-limited, 422 with field errors / per-key
+reasons for bad input, 502 when the config center fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from metaserver import db, routes_admin, routes_config, routes_sdk
+from metaserver.apollo import ApolloError, ApolloOpenApi
+from metaserver.auth import AuthFailed, RateLimited
+from metaserver.authswitch import AuthSwitch
+from metaserver.hotconfig import ConfigRejected
+from metaserver.services import Services
+from metaserver.settings import Settings
+from metaserver.tokens import TokenCodec, load_or_create_key
+
+log = structlog.get_logger("metaserver")
+
+
+def build_services(settings: Settings) -> Services:
+    engine = db.make_engine(settings.db_url)
+    db.migrate(engine)
+    apollo = None
+    if settings.openapi_url:
+        apollo = ApolloOpenApi(settings.openapi_url, settings.configcenter_openapi_token, env=settings.apollo_env,
+                               app_id=settings.apollo_app_id, cluster=settings.apollo_cluster,
+                               operator=settings.apollo_operator)
+    return Services(
+        settings=settings,
+        engine=engine,
+        tokens=TokenCodec(load_or_create_key(engine)),
+        auth_switch=AuthSwitch(settings.configcenter_url, settings.apollo_app_id, settings.apollo_cluster,
+                               ttl_s=settings.auth_switch_ttl_s),
+        apollo=apollo,
+    )
+
+
+def create_app(settings: Settings) -> FastAPI:
+    svc = build_services(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        svc.engine.dispose()
+
+    app = FastAPI(title="ykafka MetaServer", version="1", lifespan=lifespan,
+                  description="Auth grants, ACL, cluster registry, client reports and hot-config push for ykafka.")
+    app.state.services = svc
+    app.include_router(routes_sdk.router)
+    app.include_router(routes_admin.router)
+    app.include_router(routes_config.router)
+
+    @app.get("/health", tags=["ops"])
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.exception_handler(AuthFailed)
+    async def _auth_failed(_request: Request, _exc: AuthFailed) -> JSONResponse:
+        return JSONResponse({"detail": "authentication failed"}, status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(RateLimited)
+    async def _rate_limited(_request: Request, exc: RateLimited) -> JSONResponse:
+        return JSONResponse({"detail": "too many failed authentications; retry later"}, status_code=429,
+                            headers={"Retry-After": str(exc.retry_after_s)})
+
+    @app.exception_handler(ConfigRejected)
+    async def _rejected(_request: Request, exc: ConfigRejected) -> JSONResponse:
+        return JSONResponse({"detail": exc.message, "errors": exc.errors}, status_code=422)
+
+    @app.exception_handler(ApolloError)
+    async def _apollo(_request: Request, exc: ApolloError) -> JSONResponse:
+        log.error("config center call failed", error=str(exc))
+        return JSONResponse({"detail": f"config center error: {exc}"}, status_code=502)
+
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for uvicorn workers: settings come from the YKAFKA_MS_* environment."""
+    return create_app(Settings.from_env())
+
+
+def configure_logging(level: str = "info") -> None:
+    import logging
+
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format="%(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"),
+                    structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
+    )

@@ -1,0 +1,95 @@
+"""Client reports: the real-time view (one row per client, last seen) and the append-only history.
+
+A client is online while it has reported within three heartbeats (the heartbeat is the renew interval).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Table, select
+
+from metaserver import db
+from metaserver.models import CLIENT_FIELDS, client_reports, client_state
+from metaserver.schemas import ClientReport
+
+
+def _columns(report: ClientReport) -> dict[str, Any]:
+    return {
+        "ip": report.ip, "hostname": report.hostname, "pid": report.pid, "language": report.language,
+        "ykafka_version": report.versions.ykafka, "confluent_kafka_version": report.versions.confluent_kafka,
+        "librdkafka_version": report.versions.librdkafka, "role": report.role, "topics": report.topics,
+        "group_id": report.group, "cluster": report.cluster, "config_release_keys": report.config_release_keys,
+        "state": report.state, "errors": report.errors, "extra": report.extra,
+    }
+
+
+def store(engine: Engine, report: ClientReport) -> None:
+    now = time.time()
+    values = _columns(report)
+    with db.write(engine) as conn:
+        db.upsert(conn, client_state,
+                  {"app_id": report.app_id, "client_id": report.client_id, **values, "first_seen": now,
+                   "last_seen": now},
+                  ["app_id", "client_id"], update={**values, "last_seen": now})
+        conn.execute(client_reports.insert().values(at=now, app_id=report.app_id, client_id=report.client_id,
+                                                    **values))
+
+
+def _json(row: Any, online_after: float | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"app_id": row["app_id"], "client_id": row["client_id"]}
+    for name in CLIENT_FIELDS:
+        out[name] = row[name]
+    out["versions"] = {"ykafka": out.pop("ykafka_version"), "confluent_kafka": out.pop("confluent_kafka_version"),
+                       "librdkafka": out.pop("librdkafka_version")}
+    out["group"] = out.pop("group_id")
+    if online_after is not None:
+        out["first_seen"] = row["first_seen"]
+        out["last_seen"] = row["last_seen"]
+        out["online"] = row["last_seen"] >= online_after
+    else:
+        out["at"] = row["at"]
+        out["id"] = row["id"]
+    return out
+
+
+def _filters(table: Table, stmt: Any, app: str | None, cluster: str | None, librdkafka: str | None,
+             group: str | None) -> Any:
+    if app:
+        stmt = stmt.where(table.c.app_id == app)
+    if cluster:
+        stmt = stmt.where(table.c.cluster == cluster)
+    if librdkafka:
+        if librdkafka.endswith("*"):  # "1.*" finds every 1.x client
+            stmt = stmt.where(table.c.librdkafka_version.startswith(librdkafka[:-1], autoescape=True))
+        else:
+            stmt = stmt.where(table.c.librdkafka_version == librdkafka)
+    if group:
+        stmt = stmt.where(table.c.group_id == group)
+    return stmt
+
+
+def current(conn: Connection, heartbeat_s: int, app: str | None = None, cluster: str | None = None,
+            librdkafka: str | None = None, group: str | None = None, online: bool | None = None,
+            limit: int = 1000) -> list[dict[str, Any]]:
+    online_after = time.time() - 3 * heartbeat_s
+    stmt = _filters(client_state, select(client_state), app, cluster, librdkafka, group)
+    if online is True:
+        stmt = stmt.where(client_state.c.last_seen >= online_after)
+    elif online is False:
+        stmt = stmt.where(client_state.c.last_seen < online_after)
+    stmt = stmt.order_by(client_state.c.app_id, client_state.c.client_id).limit(limit)
+    return [_json(row, online_after) for row in conn.execute(stmt).mappings()]
+
+
+def history(conn: Connection, app: str | None = None, cluster: str | None = None, librdkafka: str | None = None,
+            group: str | None = None, client_id: str | None = None, since: float | None = None,
+            limit: int = 1000) -> list[dict[str, Any]]:
+    stmt = _filters(client_reports, select(client_reports), app, cluster, librdkafka, group)
+    if client_id:
+        stmt = stmt.where(client_reports.c.client_id == client_id)
+    if since is not None:
+        stmt = stmt.where(client_reports.c.at >= since)
+    stmt = stmt.order_by(client_reports.c.id.desc()).limit(limit)
+    return [_json(row, None) for row in conn.execute(stmt).mappings()]

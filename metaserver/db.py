@@ -1,0 +1,119 @@
+"""Engine set-up, migrations to head under a cross-process lock, and the few dialect-specific helpers.
+
+SQLite runs in WAL mode with ``BEGIN IMMEDIATE`` for write transactions: a deferred transaction that
+reads and then writes can fail at once with "database is locked" when another process committed in
+between, while an immediate one waits politely on the busy timeout. PostgreSQL needs neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, Table, create_engine, event, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.sql.dml import Insert
+
+ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
+_PG_MIGRATION_LOCK = 707_020_251
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(url, pool_size=8, max_overflow=16, connect_args={"check_same_thread": False})
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_size=8, max_overflow=16, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see module docstring)
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get("immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextlib.contextmanager
+def write(engine: Engine) -> Iterator[Connection]:
+    """A write transaction (immediate on SQLite), committed on success."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(immediate=True)
+        with conn.begin():
+            yield conn
+
+
+@contextlib.contextmanager
+def read(engine: Engine) -> Iterator[Connection]:
+    with engine.connect() as conn, conn.begin():
+        yield conn
+
+
+def upsert(conn: Connection, table: Table, values: Mapping[str, Any], keys: Sequence[str],
+           update: Mapping[str, Any] | None = None) -> None:
+    """INSERT … ON CONFLICT (keys) DO UPDATE (``update`` or every non-key value) — SQLite and PostgreSQL."""
+    stmt: Any = (postgresql.insert(table) if conn.dialect.name == "postgresql" else sqlite.insert(table))
+    stmt = stmt.values(**values)
+    set_ = dict(update) if update is not None else {k: v for k, v in values.items() if k not in keys}
+    conn.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=set_))
+
+
+def insert_ignore(conn: Connection, table: Table, values: Mapping[str, Any], keys: Sequence[str]) -> bool:
+    """INSERT … ON CONFLICT DO NOTHING; True when the row was inserted."""
+    stmt: Insert
+    if conn.dialect.name == "postgresql":
+        stmt = postgresql.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(keys))
+    else:
+        stmt = sqlite.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(keys))
+    return conn.execute(stmt).rowcount == 1
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to head; peers starting together take turns (file lock / advisory lock)."""
+    cfg = Config(str(ALEMBIC_INI))
+    cfg.set_main_option("script_location", str(ALEMBIC_INI.with_name("migrations")))
+    with _migration_lock(engine), engine.connect() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+        conn.commit()
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_MIGRATION_LOCK})
+                conn.commit()
+        return
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    lock_path = f"{os.path.abspath(database)}.migrate.lock"
+    with open(lock_path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

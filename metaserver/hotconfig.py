@@ -1,0 +1,186 @@
+"""Hot-config push: validate against the key catalog first, then write and release through Apollo.
+
+Nothing is written unless every key passes ``ykafka.catalog.parse`` at the target scope, so a rejected
+value never reaches the config center. Values are stored in their canonical rendering (``-1`` → ``all``).
+With ``ips`` the change goes out as an Apollo gray release of the namespace to just those clients.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from metaserver.apollo import ApolloOpenApi
+from ykafka import catalog
+from ykafka.catalog import Scope
+from ykafka.errors import InvalidConfigValue
+
+
+class ConfigRejected(Exception):
+    """One or more keys failed validation; ``errors`` maps key → reason."""
+
+    def __init__(self, errors: dict[str, str], message: str = "invalid config values") -> None:
+        self.errors = errors
+        self.message = message
+        super().__init__(f"{message}: {errors}")
+
+
+@dataclass
+class PushPlan:
+    scope: Scope
+    namespace: str
+    set: dict[str, str]
+    delete: list[str]
+    ips: list[str] | None
+    changes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def parse_scope(text: str) -> Scope:
+    try:
+        return Scope.parse(text)
+    except ValueError as exc:
+        raise ConfigRejected({"scope": str(exc)}, "invalid scope") from None
+
+
+def validate(scope_text: str, values: dict[str, Any], delete: list[str],
+             ips: list[str] | None) -> PushPlan:
+    """Check every key and value; raise ConfigRejected listing each bad one, before anything is written."""
+    scope = parse_scope(scope_text)
+    errors: dict[str, str] = {}
+    rendered: dict[str, str] = {}
+    for name, value in values.items():
+        if isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        try:
+            rendered[name] = catalog.render(name, catalog.parse(name, value, scope))
+        except InvalidConfigValue as exc:
+            errors[name] = exc.reason
+    for name in delete:
+        if name in values:
+            errors[name] = "both set and deleted"
+    if ips is not None:
+        bad = [ip for ip in ips if not _ip_like(ip)]
+        if not ips:
+            errors["ips"] = "an empty IP list; omit ips for a full release"
+        elif bad:
+            errors["ips"] = f"invalid client IPs {bad}"
+    if not values and not delete:
+        errors["set"] = "nothing to change"
+    if errors:
+        raise ConfigRejected(errors)
+    return PushPlan(scope, scope.namespace(), rendered, sorted(set(delete)), ips)
+
+
+def _ip_like(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _diff(before: dict[str, str], plan: PushPlan) -> list[dict[str, Any]]:
+    changes = []
+    for key, value in sorted(plan.set.items()):
+        if before.get(key) != value:
+            changes.append({"key": key, "before": before.get(key), "after": value})
+    for key in plan.delete:
+        if key in before:
+            changes.append({"key": key, "before": before[key], "after": None})
+    return changes
+
+
+def current(api: ApolloOpenApi, scope: Scope) -> dict[str, Any]:
+    """The released values of the scope's namespace, and its gray branch if one is live."""
+    namespace = scope.namespace()
+    release = api.latest_release(namespace)
+    out: dict[str, Any] = {
+        "scope": str(scope), "namespace": namespace,
+        "released": dict((release or {}).get("configurations") or {}),
+        "release": _release_summary(release),
+        "gray": None,
+    }
+    branch = api.find_branch(namespace)
+    if branch:
+        branch_release = api.branch_latest_release(namespace, branch)
+        out["gray"] = {"branch": branch, "ips": api.branch_rules(namespace, branch),
+                       "released": dict((branch_release or {}).get("configurations") or {}),
+                       "release": _release_summary(branch_release)}
+    return out
+
+
+def _release_summary(release: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not release:
+        return None
+    return {"id": release.get("id"), "name": release.get("name"), "comment": release.get("comment")}
+
+
+def plan_changes(api: ApolloOpenApi, plan: PushPlan) -> dict[str, str]:
+    """Fill ``plan.changes`` (key, before, after) against what is released now; return the 'before' map."""
+    release = api.latest_release(plan.namespace)
+    before = dict((release or {}).get("configurations") or {})
+    if plan.ips is not None:
+        branch = api.find_branch(plan.namespace)
+        if branch:
+            branch_release = api.branch_latest_release(plan.namespace, branch)
+            before = {**before, **dict((branch_release or {}).get("configurations") or {})}
+    plan.changes = _diff(before, plan)
+    return before
+
+
+def apply(api: ApolloOpenApi, plan: PushPlan, operator: str, comment: str) -> dict[str, Any]:
+    """Write the items and publish: a normal release, or a gray release to ``plan.ips``."""
+    title = time.strftime("%Y%m%d%H%M%S") + f"-ykafka-{operator}"[:40]
+    note = f"by {operator} via ykafka MetaServer" + (f": {comment}" if comment else "")
+    api.ensure_app()
+    api.ensure_namespace(plan.namespace)
+    if plan.ips is None:
+        for key, value in plan.set.items():
+            api.set_item(plan.namespace, key, value)
+        for key in plan.delete:
+            api.delete_item(plan.namespace, key)
+        release = api.release(plan.namespace, title, note)
+        return {"release": _release_summary(release), "gray": None}
+    if api.latest_release(plan.namespace) is None:
+        # Apollo branches off a released namespace; publish the (unchanged) main line first
+        api.release(plan.namespace, title, f"initial release before gray; {note}")
+    branch = api.find_branch(plan.namespace) or api.create_branch(plan.namespace)
+    for key, value in plan.set.items():
+        api.set_branch_item(plan.namespace, branch, key, value)
+    for key in plan.delete:
+        api.delete_branch_item(plan.namespace, branch, key)
+    api.set_branch_rules(plan.namespace, branch, plan.ips)
+    release = api.branch_release(plan.namespace, branch, title, note)
+    return {"release": _release_summary(release), "gray": {"branch": branch, "ips": plan.ips}}
+
+
+def rollback(api: ApolloOpenApi, scope: Scope) -> dict[str, Any]:
+    """Roll the namespace back to its previous release; returns the release that was undone."""
+    namespace = scope.namespace()
+    release = api.latest_release(namespace)
+    if not release or release.get("id") is None:
+        raise ConfigRejected({"scope": f"{namespace} has no release to roll back"}, "nothing to roll back")
+    api.rollback(int(release["id"]))
+    return {"rolled_back": _release_summary(release)}
+
+
+def merge_gray(api: ApolloOpenApi, scope: Scope, operator: str) -> dict[str, Any]:
+    namespace = scope.namespace()
+    branch = api.find_branch(namespace)
+    if not branch:
+        raise ConfigRejected({"scope": f"{namespace} has no gray release"}, "no gray release")
+    title = time.strftime("%Y%m%d%H%M%S") + "-ykafka-merge"
+    release = api.merge_branch(namespace, branch, title, f"gray merged by {operator} via ykafka MetaServer")
+    return {"release": _release_summary(release), "branch": branch}
+
+
+def abandon_gray(api: ApolloOpenApi, scope: Scope) -> dict[str, Any]:
+    namespace = scope.namespace()
+    branch = api.find_branch(namespace)
+    if not branch:
+        raise ConfigRejected({"scope": f"{namespace} has no gray release"}, "no gray release")
+    api.delete_branch(namespace, branch)
+    return {"branch": branch, "deleted": True}

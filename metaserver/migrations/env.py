@@ -1,0 +1,36 @@
+"""Alembic environment: runs on the connection metaserver.db.migrate hands over (online only)."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from metaserver.models import metadata
+
+config = context.config
+VERSION_TABLE = config.get_main_option("version_table") or "ms_alembic_version"
+
+
+def run() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        context.configure(connection=connection, target_metadata=metadata, version_table=VERSION_TABLE,
+                          render_as_batch=connection.dialect.name == "sqlite")
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise SystemExit("set sqlalchemy.url (alembic -x) or run migrations through metaserver.db.migrate")
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        context.configure(connection=conn, target_metadata=metadata, version_table=VERSION_TABLE,
+                          render_as_batch=conn.dialect.name == "sqlite")
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline migrations are not supported; run the MetaServer or alembic upgrade online")
+run()

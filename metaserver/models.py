@@ -1,0 +1,138 @@
+"""The MetaServer's tables (SQLAlchemy Core). Every bit of shared state lives here so peers agree.
+
+The Alembic migrations under ``metaserver/migrations`` create exactly these; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+apps = Table(
+    "ms_apps", metadata,
+    Column("app_id", String(128), primary_key=True),
+    # ykafka.signing.derive_key(app_id, secret); the secret itself is never stored
+    Column("signing_key", LargeBinary(64), nullable=False),
+    # bumped by every secret rotation; tokens carry it, so a rotation ends older tokens at their next renewal
+    Column("key_generation", Integer, nullable=False, default=1),
+    Column("description", Text, nullable=False, default=""),
+    Column("default_cluster", String(200), nullable=True),
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("acl", JSON, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+clusters = Table(
+    "ms_clusters", metadata,
+    Column("name", String(200), primary_key=True),
+    Column("bootstrap_servers", Text, nullable=False),
+    Column("dc", String(100), nullable=False, default=""),
+    Column("standby", String(200), nullable=True),
+    Column("status", String(16), nullable=False, default="active"),
+    Column("sasl_mechanism", String(32), nullable=True),
+    Column("sasl_username", String(255), nullable=True),
+    Column("sasl_password", Text, nullable=True),
+    Column("updated_at", Float, nullable=False),
+)
+
+nonces = Table(
+    "ms_nonces", metadata,
+    Column("app_id", String(128), primary_key=True),
+    Column("nonce", String(128), primary_key=True),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_ms_nonces_expires_at", "expires_at"),
+)
+
+auth_failures = Table(
+    "ms_auth_failures", metadata,
+    Column("scope", String(8), primary_key=True),  # "app" or "ip"
+    Column("subject", String(255), primary_key=True),
+    Column("window_start", BigInteger, primary_key=True),
+    Column("count", Integer, nullable=False),
+)
+
+server_keys = Table(
+    "ms_server_keys", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", LargeBinary(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+_CLIENT_COLUMNS = (
+    ("ip", String(64)),
+    ("hostname", String(255)),
+    ("pid", Integer),
+    ("language", String(32)),
+    ("ykafka_version", String(64)),
+    ("confluent_kafka_version", String(64)),
+    ("librdkafka_version", String(64)),
+    ("role", String(16)),
+    ("topics", JSON),
+    ("group_id", String(255)),
+    ("cluster", String(200)),
+    ("config_release_keys", JSON),
+    ("state", String(64)),
+    ("errors", JSON),
+    ("extra", JSON),
+)
+
+
+def _client_columns() -> list[Column[object]]:
+    return [Column(name, type_, nullable=True) for name, type_ in _CLIENT_COLUMNS]
+
+
+client_state = Table(
+    "ms_client_state", metadata,
+    Column("app_id", String(128), primary_key=True),
+    Column("client_id", String(255), primary_key=True),
+    *_client_columns(),
+    Column("first_seen", Float, nullable=False),
+    Column("last_seen", Float, nullable=False),
+    Index("ix_ms_client_state_cluster", "cluster"),
+    Index("ix_ms_client_state_librdkafka", "librdkafka_version"),
+    Index("ix_ms_client_state_group", "group_id"),
+    Index("ix_ms_client_state_last_seen", "last_seen"),
+)
+
+client_reports = Table(
+    "ms_client_reports", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("app_id", String(128), nullable=False),
+    Column("client_id", String(255), nullable=False),
+    *_client_columns(),
+    Index("ix_ms_client_reports_app_at", "app_id", "at"),
+    Index("ix_ms_client_reports_cluster", "cluster"),
+    Index("ix_ms_client_reports_librdkafka", "librdkafka_version"),
+    Index("ix_ms_client_reports_group", "group_id"),
+)
+
+audit = Table(
+    "ms_audit", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("operator", String(255), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(512), nullable=False),
+    Column("before", JSON, nullable=True),
+    Column("after", JSON, nullable=True),
+    Index("ix_ms_audit_at", "at"),
+    Index("ix_ms_audit_target", "target"),
+)
+
+CLIENT_FIELDS: tuple[str, ...] = tuple(name for name, _ in _CLIENT_COLUMNS)

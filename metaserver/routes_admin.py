@@ -1,0 +1,242 @@
+"""Admin API: apps and secrets, ACLs, the cluster registry, client views and the audit trail.
+
+Every call needs ``Authorization: Bearer <admin token>``; every change is audited inside the same
+transaction as the change itself (who: ``X-Ykafka-Operator`` or the token's name).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import Connection, RowMapping, delete, select, update
+
+from metaserver import audit, clients, db, registry
+from metaserver.auth import AuthFailed
+from metaserver.models import apps, clusters
+from metaserver.schemas import Acl, AppCreate, AppUpdate, ClusterPut
+from metaserver.services import Services, services
+from ykafka import signing
+
+
+def operator(request: Request, authorization: str | None = Header(default=None),
+             x_ykafka_operator: str | None = Header(default=None)) -> str:
+    """FastAPI dependency: the admin's name for the audit trail, or 401."""
+    svc: Services = request.app.state.services
+    token = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else ""
+    for name, expected in svc.settings.admin_tokens.items():
+        if token and hmac.compare_digest(token.encode(), expected.encode()):
+            return (x_ykafka_operator or name).strip()[:255] or name
+    raise AuthFailed("bad admin token")
+
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(operator)])
+
+
+def _not_found(what: str) -> HTTPException:
+    return HTTPException(status_code=404, detail=f"{what} not found")
+
+
+# --- apps ------------------------------------------------------------------------------------
+
+
+def app_json(row: RowMapping) -> dict[str, Any]:
+    return {"app_id": row["app_id"], "description": row["description"], "default_cluster": row["default_cluster"],
+            "enabled": row["enabled"], "acl": row["acl"], "key_generation": row["key_generation"],
+            "created_at": row["created_at"], "updated_at": row["updated_at"]}
+
+
+def _get_app(conn: Connection, app_id: str) -> RowMapping:
+    row = conn.execute(select(apps).where(apps.c.app_id == app_id)).mappings().first()
+    if row is None:
+        raise _not_found(f"app {app_id!r}")
+    return row
+
+
+def _check_cluster_exists(conn: Connection, name: str | None, field: str) -> None:
+    if name and conn.execute(select(clusters.c.name).where(clusters.c.name == name)).first() is None:
+        raise HTTPException(status_code=422, detail=f"{field}: cluster {name!r} is not in the registry")
+
+
+@router.get("/apps")
+def list_apps(svc: Services = Depends(services)) -> list[dict[str, Any]]:
+    with db.read(svc.engine) as conn:
+        return [app_json(row) for row in conn.execute(select(apps).order_by(apps.c.app_id)).mappings()]
+
+
+@router.get("/apps/{app_id}")
+def get_app(app_id: str, svc: Services = Depends(services)) -> dict[str, Any]:
+    with db.read(svc.engine) as conn:
+        return app_json(_get_app(conn, app_id))
+
+
+@router.post("/apps", status_code=201)
+def create_app_(body: AppCreate, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
+    """Create an app; the answer carries its secret, the only time it is ever shown."""
+    secret = secrets.token_urlsafe(32)
+    now = time.time()
+    acl = (body.acl or Acl()).model_dump()
+    key = signing.derive_key(body.app_id, secret)
+    with db.write(svc.engine) as conn:
+        if conn.execute(select(apps.c.app_id).where(apps.c.app_id == body.app_id)).first() is not None:
+            raise HTTPException(status_code=409, detail=f"app {body.app_id!r} already exists")
+        _check_cluster_exists(conn, body.default_cluster, "default_cluster")
+        conn.execute(apps.insert().values(app_id=body.app_id, signing_key=key, key_generation=1,
+                                          description=body.description, default_cluster=body.default_cluster,
+                                          enabled=True, acl=acl, created_at=now, updated_at=now))
+        row = _get_app(conn, body.app_id)
+        audit.record(conn, who, "app.create", f"app:{body.app_id}", None, app_json(row))
+    return {**app_json(row), "secret": secret}
+
+
+@router.patch("/apps/{app_id}")
+def update_app(app_id: str, body: AppUpdate, who: str = Depends(operator),
+               svc: Services = Depends(services)) -> dict[str, Any]:
+    changes = body.model_dump(exclude_unset=True)
+    with db.write(svc.engine) as conn:
+        before = app_json(_get_app(conn, app_id))
+        if changes.get("default_cluster"):
+            _check_cluster_exists(conn, changes["default_cluster"], "default_cluster")
+        if changes.get("description") is None:
+            changes.pop("description", None)
+        if changes.get("enabled") is None:
+            changes.pop("enabled", None)
+        conn.execute(update(apps).where(apps.c.app_id == app_id).values(**changes, updated_at=time.time()))
+        after = app_json(_get_app(conn, app_id))
+        audit.record(conn, who, "app.update", f"app:{app_id}", before, after)
+    return after
+
+
+@router.delete("/apps/{app_id}", status_code=204)
+def delete_app(app_id: str, who: str = Depends(operator), svc: Services = Depends(services)) -> None:
+    with db.write(svc.engine) as conn:
+        before = app_json(_get_app(conn, app_id))
+        conn.execute(delete(apps).where(apps.c.app_id == app_id))
+        audit.record(conn, who, "app.delete", f"app:{app_id}", before, None)
+
+
+@router.post("/apps/{app_id}/rotate-secret")
+def rotate_secret(app_id: str, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
+    """A new secret (shown once); the old one stops signing at once and its tokens stop renewing."""
+    secret = secrets.token_urlsafe(32)
+    key = signing.derive_key(app_id, secret)
+    with db.write(svc.engine) as conn:
+        before = app_json(_get_app(conn, app_id))
+        conn.execute(update(apps).where(apps.c.app_id == app_id).values(
+            signing_key=key, key_generation=apps.c.key_generation + 1, updated_at=time.time()))
+        after = app_json(_get_app(conn, app_id))
+        audit.record(conn, who, "app.rotate_secret", f"app:{app_id}",
+                     {"key_generation": before["key_generation"]}, {"key_generation": after["key_generation"]})
+    return {**after, "secret": secret}
+
+
+# --- ACL -------------------------------------------------------------------------------------
+
+
+@router.get("/apps/{app_id}/acl")
+def get_acl(app_id: str, svc: Services = Depends(services)) -> dict[str, Any]:
+    with db.read(svc.engine) as conn:
+        return dict(_get_app(conn, app_id)["acl"])
+
+
+@router.put("/apps/{app_id}/acl")
+def put_acl(app_id: str, body: Acl, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
+    """Replace the app's ACL; running clients get it at their next renewal."""
+    acl = body.model_dump()
+    with db.write(svc.engine) as conn:
+        before = dict(_get_app(conn, app_id)["acl"])
+        conn.execute(update(apps).where(apps.c.app_id == app_id).values(acl=acl, updated_at=time.time()))
+        audit.record(conn, who, "acl.set", f"app:{app_id}", before, acl)
+    return acl
+
+
+# --- clusters --------------------------------------------------------------------------------
+
+
+@router.get("/clusters")
+def list_clusters(svc: Services = Depends(services)) -> list[dict[str, Any]]:
+    with db.read(svc.engine) as conn:
+        return list(registry.all_clusters(conn, redact=True).values())
+
+
+@router.get("/clusters/{name}")
+def get_cluster(name: str, svc: Services = Depends(services)) -> dict[str, Any]:
+    with db.read(svc.engine) as conn:
+        row = conn.execute(select(clusters).where(clusters.c.name == name)).mappings().first()
+        if row is None:
+            raise _not_found(f"cluster {name!r}")
+        return registry.cluster_json(row, redact=True)
+
+
+@router.put("/clusters/{name}")
+def put_cluster(name: str, body: ClusterPut, who: str = Depends(operator),
+                svc: Services = Depends(services)) -> dict[str, Any]:
+    """Create or replace a registry entry (name, bootstrap servers, DC, standby, status, SASL)."""
+    from metaserver.schemas import NAME_RE
+
+    if not NAME_RE.match(name):
+        raise HTTPException(status_code=422, detail="cluster name: letters, digits, '.', '_', '-' (1-128)")
+    if body.standby == name:
+        raise HTTPException(status_code=422, detail="standby: a cluster cannot be its own standby")
+    values = {"name": name, "bootstrap_servers": body.bootstrap_servers, "dc": body.dc, "standby": body.standby,
+              "status": body.status, "sasl_mechanism": body.sasl.mechanism if body.sasl else None,
+              "sasl_username": body.sasl.username if body.sasl else None,
+              "sasl_password": body.sasl.password if body.sasl else None, "updated_at": time.time()}
+    with db.write(svc.engine) as conn:
+        _check_cluster_exists(conn, body.standby, "standby")
+        row = conn.execute(select(clusters).where(clusters.c.name == name)).mappings().first()
+        before = registry.cluster_json(row, redact=True) if row else None
+        db.upsert(conn, clusters, values, ["name"])
+        after = registry.cluster_json(conn.execute(select(clusters).where(clusters.c.name == name)).mappings().one(),
+                                      redact=True)
+        audit.record(conn, who, "cluster.create" if before is None else "cluster.update", f"cluster:{name}",
+                     before, after)
+    return after
+
+
+@router.delete("/clusters/{name}", status_code=204)
+def delete_cluster(name: str, who: str = Depends(operator), svc: Services = Depends(services)) -> None:
+    with db.write(svc.engine) as conn:
+        row = conn.execute(select(clusters).where(clusters.c.name == name)).mappings().first()
+        if row is None:
+            raise _not_found(f"cluster {name!r}")
+        users = conn.execute(select(clusters.c.name).where(clusters.c.standby == name)).scalars().all()
+        if users:
+            raise HTTPException(status_code=409, detail=f"cluster {name!r} is the standby of {sorted(users)}")
+        conn.execute(delete(clusters).where(clusters.c.name == name))
+        audit.record(conn, who, "cluster.delete", f"cluster:{name}", registry.cluster_json(row, redact=True), None)
+
+
+# --- clients and audit -----------------------------------------------------------------------
+
+
+@router.get("/clients")
+def list_clients(app: str | None = None, cluster: str | None = None,
+                 librdkafka: str | None = Query(default=None, description="exact version, or a prefix ending in *"),
+                 group: str | None = None, online: bool | None = None, limit: int = Query(default=1000, ge=1, le=10000),
+                 svc: Services = Depends(services)) -> list[dict[str, Any]]:
+    """The real-time view: one row per client with last seen and whether it is online (3 heartbeats)."""
+    with db.read(svc.engine) as conn:
+        return clients.current(conn, svc.settings.renew_interval, app, cluster, librdkafka, group, online, limit)
+
+
+@router.get("/clients/history")
+def client_history(app: str | None = None, cluster: str | None = None, librdkafka: str | None = None,
+                   group: str | None = None, client_id: str | None = None, since: float | None = None,
+                   limit: int = Query(default=1000, ge=1, le=10000),
+                   svc: Services = Depends(services)) -> list[dict[str, Any]]:
+    """Every report ever posted, newest first."""
+    with db.read(svc.engine) as conn:
+        return clients.history(conn, app, cluster, librdkafka, group, client_id, since, limit)
+
+
+@router.get("/audit")
+def get_audit(operator_: str | None = Query(default=None, alias="operator"), action: str | None = None,
+              target: str | None = None, since: float | None = None,
+              limit: int = Query(default=100, ge=1, le=10000), svc: Services = Depends(services)) -> JSONResponse:
+    with db.read(svc.engine) as conn:
+        return JSONResponse(audit.query(conn, operator_, action, target, since, limit))

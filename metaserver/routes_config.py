@@ -1,0 +1,85 @@
+"""Admin hot-config endpoints: push (optionally gray, optionally dry run), read, roll back, merge gray."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException
+
+from metaserver import audit, db, hotconfig
+from metaserver.apollo import ApolloOpenApi
+from metaserver.routes_admin import operator
+from metaserver.schemas import ConfigPush, ScopeBody
+from metaserver.services import Services, services
+
+router = APIRouter(prefix="/v1/admin/config", tags=["admin"], dependencies=[Depends(operator)])
+
+
+def _api(svc: Services) -> ApolloOpenApi:
+    if svc.apollo is None:
+        raise HTTPException(status_code=503, detail="no config center configured (--configcenter-url)")
+    return svc.apollo
+
+
+@router.post("")
+def push(body: ConfigPush, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
+    """Validate every key with the catalog, then write and release through Apollo (gray when ``ips``)."""
+    plan = hotconfig.validate(body.scope, dict(body.set), list(body.delete), body.ips)
+    api = _api(svc)
+    before = hotconfig.plan_changes(api, plan)
+    out: dict[str, Any] = {"scope": str(plan.scope), "namespace": plan.namespace, "dry_run": body.dry_run,
+                           "changes": plan.changes, "ips": plan.ips}
+    if body.dry_run:
+        return out
+    out.update(hotconfig.apply(api, plan, who, body.comment))
+    with db.write(svc.engine) as conn:
+        changed = [c["key"] for c in plan.changes]
+        audit.record(conn, who, "config.gray" if plan.ips else "config.set", plan.namespace,
+                     {k: before.get(k) for k in changed},
+                     {"values": {c["key"]: c["after"] for c in plan.changes}, "ips": plan.ips,
+                      "release": out.get("release")})
+    return out
+
+
+@router.get("")
+def get_config(scope: str, svc: Services = Depends(services)) -> dict[str, Any]:
+    """The released values of the scope's namespace (and its gray branch, if any)."""
+    return hotconfig.current(_api(svc), hotconfig.parse_scope(scope))
+
+
+@router.post("/rollback")
+def rollback(body: ScopeBody, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
+    """Restore the namespace's previous release (Apollo rollback of the latest one)."""
+    scope = hotconfig.parse_scope(body.scope)
+    api = _api(svc)
+    before = hotconfig.current(api, scope)
+    result = hotconfig.rollback(api, scope)
+    after = hotconfig.current(api, scope)
+    with db.write(svc.engine) as conn:
+        audit.record(conn, who, "config.rollback", scope.namespace(), before["released"], after["released"])
+    return {**result, **after}
+
+
+@router.post("/gray/merge")
+def merge_gray(body: ScopeBody, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
+    """Promote the gray values to every client (Apollo branch merge) and close the branch."""
+    scope = hotconfig.parse_scope(body.scope)
+    api = _api(svc)
+    before = hotconfig.current(api, scope)
+    result = hotconfig.merge_gray(api, scope, who)
+    after = hotconfig.current(api, scope)
+    with db.write(svc.engine) as conn:
+        audit.record(conn, who, "config.gray_merge", scope.namespace(), before["released"], after["released"])
+    return {**result, **after}
+
+
+@router.post("/gray/abandon")
+def abandon_gray(body: ScopeBody, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
+    """Drop the gray branch; its clients fall back to the main release."""
+    scope = hotconfig.parse_scope(body.scope)
+    api = _api(svc)
+    before = hotconfig.current(api, scope)
+    result = hotconfig.abandon_gray(api, scope)
+    with db.write(svc.engine) as conn:
+        audit.record(conn, who, "config.gray_abandon", scope.namespace(), before["gray"], None)
+    return result

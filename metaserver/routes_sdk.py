@@ -1,0 +1,60 @@
+"""SDK-facing endpoints: grant, renew, client report. The contract the SDK builds against."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Header, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from metaserver import auth, clients
+from metaserver.schemas import ClientReport, Grant, GrantRequest
+
+router = APIRouter(tags=["sdk"])
+
+_AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "authentication failed (never says which part)"},
+    429: {"description": "too many failed authentications from this app or source IP"},
+}
+
+
+def source_ip(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+@router.post("/v1/auth/grant", responses={200: {"model": Grant}, **_AUTH_RESPONSES})
+async def grant(body: GrantRequest, request: Request) -> Response:
+    """Exchange a signed request (X-Ykafka-App/-Timestamp/-Nonce/-Signature) for a grant."""
+    raw = await request.body()
+    svc = request.app.state.services
+    result = await run_in_threadpool(auth.signed_grant, svc, request.headers, request.method, request.url.path,
+                                     raw, body.app_id, body.client_id, source_ip(request))
+    return JSONResponse(result)
+
+
+@router.post("/v1/auth/renew", responses={200: {"model": Grant}, **_AUTH_RESPONSES})
+async def renew(request: Request, authorization: str | None = Header(default=None)) -> Response:
+    """A fresh grant (new token, current ACL and registry) for the holder of an unexpired token."""
+    svc = request.app.state.services
+
+    def work() -> dict[str, Any]:
+        claims = auth.check_bearer(svc, authorization, source_ip(request))
+        return auth.renew(svc, claims)
+
+    return JSONResponse(await run_in_threadpool(work))
+
+
+@router.post("/v1/clients/report", status_code=204, responses=_AUTH_RESPONSES)
+async def report(body: ClientReport, request: Request, authorization: str | None = Header(default=None)) -> Response:
+    """Record a client's self-description (start-up and every heartbeat)."""
+    svc = request.app.state.services
+
+    def work() -> Response:
+        claims = auth.check_bearer(svc, authorization, source_ip(request))
+        if claims.app_id != body.app_id:
+            return JSONResponse({"detail": "report names another app than its token"}, status_code=403)
+        clients.store(svc.engine, body)
+        return Response(status_code=204)
+
+    return await run_in_threadpool(work)

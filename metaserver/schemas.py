@@ -1,0 +1,148 @@
+"""Request and response shapes of the MetaServer HTTP API (pydantic, unknown fields refused)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ykafka import acl as acl_patterns
+
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+ClusterStatus = Literal["active", "draining", "down"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _name(value: str) -> str:
+    if not NAME_RE.match(value):
+        raise ValueError("1-128 characters of letters, digits, '.', '_', '-'")
+    return value
+
+
+# --- SDK-facing ------------------------------------------------------------------------------
+
+
+class GrantRequest(Strict):
+    app_id: str = Field(min_length=1, max_length=128)
+    client_id: str = Field(min_length=1, max_length=255)
+    ip: str = Field(max_length=64)
+
+
+class Versions(Strict):
+    ykafka: str | None = Field(default=None, max_length=64)
+    confluent_kafka: str | None = Field(default=None, max_length=64)
+    librdkafka: str | None = Field(default=None, max_length=64)
+
+
+class ClientReport(Strict):
+    client_id: str = Field(min_length=1, max_length=255)
+    app_id: str = Field(min_length=1, max_length=128)
+    ip: str | None = Field(default=None, max_length=64)
+    hostname: str | None = Field(default=None, max_length=255)
+    pid: int | None = None
+    language: str | None = Field(default=None, max_length=32)
+    versions: Versions = Field(default_factory=Versions)
+    role: Literal["producer", "consumer"]
+    topics: list[str] = Field(default_factory=list, max_length=10_000)
+    group: str | None = Field(default=None, max_length=255)
+    cluster: str | None = Field(default=None, max_length=200)
+    config_release_keys: dict[str, str] = Field(default_factory=dict)
+    state: str | None = Field(default=None, max_length=64)
+    errors: list[str] = Field(default_factory=list, max_length=1000)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class SaslCredentials(Strict):
+    mechanism: str = Field(min_length=1, max_length=32)
+    username: str = Field(min_length=1, max_length=255)
+    password: str = Field(max_length=4096)
+
+
+class ClusterOut(BaseModel):
+    name: str
+    bootstrap_servers: str
+    dc: str
+    standby: str | None
+    status: ClusterStatus
+    sasl: SaslCredentials | None
+
+
+class Acl(Strict):
+    produce: list[str] = Field(default_factory=list)
+    consume: list[str] = Field(default_factory=list)
+    group: list[str] = Field(default_factory=list)
+
+    @field_validator("produce", "consume", "group")
+    @classmethod
+    def _patterns(cls, values: list[str]) -> list[str]:
+        bad = [v for v in values if not acl_patterns.valid_pattern(v)]
+        if bad:
+            raise ValueError(f"invalid patterns {bad}: use a name, a prefix ending in '*', or '*'")
+        return sorted(set(values))
+
+
+class ConfigCenterInfo(BaseModel):
+    url: str | None
+    app_id: str
+    cluster: str
+    namespace_prefix: str
+    access_key_secret: str | None
+
+
+class Grant(BaseModel):
+    """Documents the grant; the server builds it as a plain dict for speed."""
+
+    app_id: str
+    token: str
+    expires_at: float
+    renew_interval_s: int
+    acl: Acl
+    clusters: dict[str, ClusterOut]
+    default_cluster: str | None
+    configcenter: ConfigCenterInfo
+
+
+# --- admin -----------------------------------------------------------------------------------
+
+
+class AppCreate(Strict):
+    app_id: str
+    description: str = Field(default="", max_length=2000)
+    default_cluster: str | None = None
+    acl: Acl | None = None
+
+    @field_validator("app_id")
+    @classmethod
+    def _app_id(cls, value: str) -> str:
+        return _name(value)
+
+
+class AppUpdate(Strict):
+    description: str | None = Field(default=None, max_length=2000)
+    default_cluster: str | None = None
+    enabled: bool | None = None
+
+
+class ClusterPut(Strict):
+    bootstrap_servers: str = Field(min_length=1, max_length=4096)
+    dc: str = Field(default="", max_length=100)
+    standby: str | None = None
+    status: ClusterStatus = "active"
+    sasl: SaslCredentials | None = None
+
+
+class ConfigPush(Strict):
+    scope: str
+    set: dict[str, str | int | float | bool | list[int]] = Field(default_factory=dict)
+    delete: list[str] = Field(default_factory=list)
+    ips: list[str] | None = None
+    dry_run: bool = False
+    comment: str = Field(default="", max_length=200)
+
+
+class ScopeBody(Strict):
+    scope: str

@@ -1,0 +1,31 @@
+"""What one MetaServer process holds: the engine, the shared token key, and clients of the config center.
+
+None of it is state a peer could miss: the key is read from the database, the auth switch is a short
+cache of the config center, the rest is connection plumbing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+from sqlalchemy import Engine
+
+from metaserver.apollo import ApolloOpenApi
+from metaserver.authswitch import AuthSwitch
+from metaserver.settings import Settings
+from metaserver.tokens import TokenCodec
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: Engine
+    tokens: TokenCodec
+    auth_switch: AuthSwitch
+    apollo: ApolloOpenApi | None
+
+
+def services(request: Request) -> Services:
+    """FastAPI dependency: the process's services."""
+    return request.app.state.services

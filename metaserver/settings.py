@@ -1,0 +1,98 @@
+"""MetaServer settings: one dataclass, every field also an env var ``YKAFKA_MS_<FIELD>``.
+
+Settings travel to uvicorn workers through the environment (``to_env`` / ``from_env``), so a worker
+process rebuilds exactly what the ``serve`` command resolved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ENV_PREFIX = "YKAFKA_MS_"
+
+
+def parse_admin_tokens(text: str) -> dict[str, str]:
+    """``name:token,token2`` → ``{"name": "token", "admin2": "token2"}`` (names label the audit trail)."""
+    tokens: dict[str, str] = {}
+    for index, part in enumerate(p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, token = part.partition(":")
+        if not sep:
+            name, token = ("admin" if index == 0 else f"admin{index + 1}"), part
+        tokens[name.strip()] = token.strip()
+    return tokens
+
+
+@dataclass
+class Settings:
+    db_url: str = "sqlite:///metaserver.db"
+    host: str = "127.0.0.1"
+    port: int = 7070
+    workers: int = 1
+    #: config service URL (Apollo ``/configs``, ``/notifications/v2``) handed to clients and read for auth.enabled
+    configcenter_url: str | None = None
+    #: Apollo portal URL for the Open API; defaults to ``configcenter_url`` (the embedded service serves both)
+    configcenter_openapi_url: str | None = None
+    configcenter_openapi_token: str | None = None
+    #: access-key secret clients use against the config service, if it demands one
+    configcenter_access_key_secret: str | None = None
+    apollo_env: str = "DEV"
+    apollo_app_id: str = "ykafka"
+    apollo_cluster: str = "default"
+    #: the Apollo user written as operator (a real Apollo checks it exists); the admin's name goes in comments
+    apollo_operator: str = "apollo"
+    admin_tokens: dict[str, str] = field(default_factory=dict)
+    renew_interval: int = 30
+    token_ttl: int = 600
+    default_cluster: str | None = None
+    #: signed requests whose timestamp is further off than this are refused; nonces live this long
+    auth_window_s: int = 300
+    #: failed authentications per app and per source IP tolerated within ``auth_fail_window_s``
+    auth_fail_limit: int = 20
+    auth_fail_window_s: int = 60
+    #: how long a read of ``auth.enabled`` from the config center is trusted
+    auth_switch_ttl_s: float = 2.0
+    log_level: str = "info"
+
+    @property
+    def openapi_url(self) -> str | None:
+        return self.configcenter_openapi_url or self.configcenter_url
+
+    def to_env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name == "admin_tokens":
+                value = ",".join(f"{name}:{token}" for name, token in value.items())
+            env[ENV_PREFIX + f.name.upper()] = str(value)
+        return env
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+            if raw is None:
+                continue
+            values[f.name] = _coerce(f.name, f.type, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _coerce(name: str, type_: Any, raw: str) -> Any:
+    if name == "admin_tokens":
+        return parse_admin_tokens(raw)
+    text = str(type_)
+    if text.startswith("int"):
+        return int(raw)
+    if text.startswith("float"):
+        return float(raw)
+    return raw or None if "None" in text else raw
