@@ -76,8 +76,11 @@ class KafkaError(YKafkaError):
         super().__init__(message)
 
 
-class BufferFullError(KafkaError):
-    """librdkafka's local queue is full (``queue.buffering.max.messages``); poll and retry."""
+class BufferFullError(KafkaError, BufferError):
+    """librdkafka's local queue is full (``queue.buffering.max.messages``); poll and retry.
+
+    Also a ``BufferError``, so code written for confluent-kafka (``except BufferError: poll()``) still works.
+    """
 
 
 class UnknownTopicError(KafkaError):
