@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import structlog
-from sqlalchemy import RowMapping, delete, select
+from sqlalchemy import select
 
-from metaserver import db, ratelimit, registry
-from metaserver.models import apps, nonces
+from metaserver import db, hotpath, ratelimit, registry
+from metaserver.models import apps
 from metaserver.services import Services
 from metaserver.tokens import TokenClaims
 from ykafka import signing
@@ -47,32 +47,53 @@ def signed_grant(svc: Services, headers: Mapping[str, str], method: str, path: s
     settings = svc.settings
     now = time.time()
     auth_on = svc.auth_switch.enabled()
+    window_s = settings.auth_fail_window_s
+    dialect = svc.engine.dialect.name
     try:
-        with db.write(svc.engine) as conn:
-            if ratelimit.blocked(conn, app_id, source_ip, now, settings.auth_fail_limit, settings.auth_fail_window_s):
+        raw = svc.engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            # reads first; the one write (the nonce) is a single short statement afterwards, so SQLite's
+            # write lock is held for microseconds rather than for the whole request
+            failures = hotpath.rows(cur, dialect, hotpath.FAILURES, {
+                "window_start": int(now // window_s) * window_s, "ip": source_ip or "", "app_id": app_id})
+            if any(count >= settings.auth_fail_limit for (count,) in failures):
                 raise RateLimited(_retry_after(svc, now))
-            app = conn.execute(select(apps).where(apps.c.app_id == app_id)).mappings().first()
-            if app is None or not app["enabled"]:
+            found = hotpath.rows(cur, dialect, hotpath.APP, {"app_id": app_id})
+            clusters = {row[0]: _cluster(row) for row in hotpath.rows(cur, dialect, hotpath.CLUSTERS, {})}
+            raw.commit()
+            if not found or not found[0][3]:
                 raise AuthFailed("unknown or disabled app")
+            app = {"app_id": found[0][0], "signing_key": bytes(found[0][1]), "key_generation": found[0][2],
+                   "acl": hotpath.json_value(found[0][4]), "default_cluster": found[0][5]}
             if auth_on:
                 nonce, expires_at = _check_signature(svc, app, headers, method, path, body, now)
-                if not db.insert_ignore(conn, nonces, {"app_id": app_id, "nonce": nonce, "expires_at": expires_at},
-                                        ["app_id", "nonce"]):
+                inserted = hotpath.rows(cur, dialect, hotpath.NONCE,
+                                        {"app_id": app_id, "nonce": nonce, "expires_at": expires_at})
+                if random.random() < 0.002:
+                    hotpath.rows(cur, dialect, hotpath.PURGE_NONCES, {"now": now})
+                raw.commit()
+                if not inserted:
                     raise AuthFailed("nonce replayed")
-                if random.random() < 0.01:
-                    conn.execute(delete(nonces).where(nonces.c.expires_at < now))
             else:
                 log.warning("auth disabled: grant issued without checking the signature", app_id=app_id,
                             client_id=client_id, source_ip=source_ip)
-            clusters = registry.all_clusters(conn)
+        finally:
+            raw.close()  # back to the pool (rolled back if anything is left open)
     except AuthFailed as exc:
         log.info("grant refused", app_id=app_id, client_id=client_id, source_ip=source_ip, reason=exc.reason)
-        ratelimit.record_failure(svc.engine, app_id, source_ip, now, settings.auth_fail_window_s)
+        ratelimit.record_failure(svc.engine, app_id, source_ip, now, window_s)
         raise
     return build_grant(svc, app, client_id, clusters, now)
 
 
-def _check_signature(svc: Services, app: RowMapping, headers: Mapping[str, str], method: str, path: str,
+def _cluster(row: Any) -> dict[str, Any]:
+    sasl = {"mechanism": row[5], "username": row[6], "password": row[7]} if row[5] else None
+    return {"name": row[0], "bootstrap_servers": row[1], "dc": row[2], "standby": row[3], "status": row[4],
+            "sasl": sasl}
+
+
+def _check_signature(svc: Services, app: Mapping[str, Any], headers: Mapping[str, str], method: str, path: str,
                      body: bytes, now: float) -> tuple[str, float]:
     header_app = headers.get(signing.HEADER_APP)
     timestamp = headers.get(signing.HEADER_TIMESTAMP)
@@ -120,10 +141,10 @@ def renew(svc: Services, claims: TokenClaims) -> dict[str, Any]:
         if app is None or not app["enabled"] or app["key_generation"] != claims.generation:
             raise AuthFailed("app gone, disabled or secret rotated")
         clusters = registry.all_clusters(conn)
-    return build_grant(svc, app, claims.client_id, clusters, time.time())
+    return build_grant(svc, dict(app), claims.client_id, clusters, time.time())
 
 
-def build_grant(svc: Services, app: RowMapping, client_id: str, clusters: dict[str, dict[str, Any]],
+def build_grant(svc: Services, app: Mapping[str, Any], client_id: str, clusters: dict[str, dict[str, Any]],
                 now: float) -> dict[str, Any]:
     settings = svc.settings
     token, expires_at = svc.tokens.issue(app["app_id"], client_id, app["key_generation"], settings.token_ttl, now)

@@ -75,13 +75,14 @@ def upsert(conn: Connection, table: Table, values: Mapping[str, Any], keys: Sequ
 
 
 def insert_ignore(conn: Connection, table: Table, values: Mapping[str, Any], keys: Sequence[str]) -> bool:
-    """INSERT … ON CONFLICT DO NOTHING; True when the row was inserted."""
+    """INSERT … ON CONFLICT DO NOTHING RETURNING; True when the row was inserted (rowcount is unreliable)."""
     stmt: Insert
     if conn.dialect.name == "postgresql":
         stmt = postgresql.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(keys))
     else:
         stmt = sqlite.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(keys))
-    return conn.execute(stmt).rowcount == 1
+    stmt = stmt.returning(*(table.c[k] for k in keys))
+    return conn.execute(stmt).first() is not None
 
 
 def migrate(engine: Engine) -> None:
