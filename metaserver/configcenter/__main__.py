@@ -1,0 +1,101 @@
+"""Command line of the config center.
+
+    python -m metaserver.configcenter serve --host 127.0.0.1 --port 8080 --db PATH.sqlite
+        [--longpoll-timeout 60] [--openapi-token TOKEN] [--log-level info] [--log-json]
+    python -m metaserver.configcenter token create --db PATH [--token T] [--app-id A ...] [--name N]
+    python -m metaserver.configcenter accesskey add --db PATH --app-id A [--secret S]
+
+Every serve flag also reads an env var (YKAFKA_CC_HOST, YKAFKA_CC_PORT, YKAFKA_CC_DB,
+YKAFKA_CC_LONGPOLL_TIMEOUT, YKAFKA_CC_OPENAPI_TOKEN, YKAFKA_CC_LOG_LEVEL); a flag wins over its env var.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m metaserver.configcenter",
+                                     description="Apollo-compatible config service (ykafka's embedded config center)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the config service")
+    serve.add_argument("--host", default=_env("YKAFKA_CC_HOST", "127.0.0.1"), help="env YKAFKA_CC_HOST")
+    serve.add_argument("--port", type=int, default=int(_env("YKAFKA_CC_PORT", "8080") or 8080),
+                       help="env YKAFKA_CC_PORT")
+    serve.add_argument("--db", default=_env("YKAFKA_CC_DB"), help="SQLite file, env YKAFKA_CC_DB")
+    serve.add_argument("--longpoll-timeout", type=float,
+                       default=float(_env("YKAFKA_CC_LONGPOLL_TIMEOUT", "60") or 60),
+                       help="seconds a notification long poll is held, env YKAFKA_CC_LONGPOLL_TIMEOUT")
+    serve.add_argument("--openapi-token", default=_env("YKAFKA_CC_OPENAPI_TOKEN"),
+                       help="seed this Open API token (all apps), env YKAFKA_CC_OPENAPI_TOKEN")
+    serve.add_argument("--log-level", default=_env("YKAFKA_CC_LOG_LEVEL", "info"), help="env YKAFKA_CC_LOG_LEVEL")
+    serve.add_argument("--log-json", action="store_true", help="JSON log lines")
+
+    token = sub.add_parser("token", help="Open API tokens").add_subparsers(dest="action", required=True)
+    create = token.add_parser("create", help="create an Open API token and print it")
+    create.add_argument("--db", default=_env("YKAFKA_CC_DB"), help="SQLite file, env YKAFKA_CC_DB")
+    create.add_argument("--token", default=None, help="the token value (default: random)")
+    create.add_argument("--app-id", action="append", default=[],
+                        help="limit the token to this app (repeatable; default: every app)")
+    create.add_argument("--name", default="cli", help="a label for the token")
+
+    accesskey = sub.add_parser("accesskey", help="config-service access keys").add_subparsers(
+        dest="action", required=True)
+    add = accesskey.add_parser("add", help="add an access-key secret to an app and print it")
+    add.add_argument("--db", default=_env("YKAFKA_CC_DB"), help="SQLite file, env YKAFKA_CC_DB")
+    add.add_argument("--app-id", required=True)
+    add.add_argument("--secret", default=None, help="the secret (default: random 32 hex chars)")
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from metaserver.configcenter.app import create_app
+    from ykafka.logs import configure
+
+    configure(args.log_level, args.log_json)
+    app = create_app(args.db, args.longpoll_timeout, args.openapi_token)
+    log.info("configcenter.serving", host=args.host, port=args.port, db=args.db)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, backlog=8192,
+                timeout_keep_alive=75)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if not args.db:
+        sys.stderr.write("error: --db (or YKAFKA_CC_DB) is required\n")
+        return 2
+    if args.command == "serve":
+        return _serve(args)
+
+    from metaserver.configcenter.store import Store
+
+    store = Store(args.db)
+    try:
+        if args.command == "token":
+            sys.stdout.write(store.create_token(args.token, args.name, all_apps=not args.app_id,
+                                                app_ids=args.app_id) + "\n")
+        else:
+            sys.stdout.write(store.add_access_key(args.app_id, args.secret) + "\n")
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

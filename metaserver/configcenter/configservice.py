@@ -1,0 +1,253 @@
+"""Apollo's config-service API: `/configs`, `/configfiles`, `/notifications/v2`, `/services/*`.
+
+Written after Apollo's ConfigController, ConfigFileController and NotificationControllerV2 so existing Apollo
+clients work unchanged. Every answer comes from the in-memory read model; long polls park on a future.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+from fastapi import APIRouter, Request, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from metaserver.configcenter import signature
+from metaserver.configcenter.center import ConfigCenter
+from metaserver.configcenter.errors import BadRequest, error_body
+from metaserver.configcenter.longpoll import Waiter, notification
+from metaserver.configcenter.properties import to_properties
+from metaserver.configcenter.readmodel import ReleaseView, strip_properties_suffix
+
+log = structlog.get_logger(__name__)
+
+JSON_UTF8 = "application/json;charset=UTF-8"
+TEXT_UTF8 = "text/plain;charset=UTF-8"
+_FORMAT_TYPES = {"json": JSON_UTF8, "yml": "application/yaml;charset=UTF-8", "yaml": "application/yaml;charset=UTF-8",
+                 "xml": "application/xml;charset=UTF-8"}
+
+
+def _center(request: Request) -> ConfigCenter:
+    center: ConfigCenter = request.app.state.center
+    return center
+
+
+def client_ip(request: Request, given: str | None) -> str | None:
+    """WebUtils.tryToGetClientIp: the `ip` parameter, else X-Forwarded-For's first hop, else the peer."""
+    if given:
+        return given
+    forwarded = request.headers.get("x-forwarded-for")
+    if forwarded:
+        return forwarded.split(",")[0].strip()
+    return request.client.host if request.client else None
+
+
+def _required(request: Request, name: str) -> str:
+    value = request.query_params.get(name)
+    if value is None:
+        raise BadRequest("Required request parameter '%s' for method parameter type String is not present", name)
+    return value
+
+
+def _not_found(app_id: str, cluster: str, namespace: str) -> Response:
+    message = f"Could not load configurations with appId: {app_id}, clusterName: {cluster}, namespace: {namespace}"
+    body = error_body(404, message, "org.springframework.web.server.ResponseStatusException")
+    return Response(json.dumps(body), status_code=404, media_type=JSON_UTF8)
+
+
+def _merge(releases: list[ReleaseView]) -> dict[str, str]:
+    """Earlier releases (the app's own) override later ones (a public namespace's owner)."""
+    merged: dict[str, str] = {}
+    for rel in reversed(releases):
+        merged.update(rel.configurations)
+    return merged
+
+
+def _query_releases(request: Request, app_id: str, cluster: str, namespace: str) -> tuple[str, list[ReleaseView]]:
+    model = _center(request).model
+    normalized = model.normalize_namespace(app_id, strip_properties_suffix(namespace))
+    q = request.query_params
+    ip = client_ip(request, q.get("ip"))
+    return normalized, model.releases_for(app_id, cluster, normalized, ip, q.get("label"), q.get("dataCenter"))
+
+
+router = APIRouter()
+
+
+@router.get("/configs/{app_id}/{cluster}/{namespace}")
+async def query_config(request: Request, app_id: str, cluster: str, namespace: str) -> Response:
+    """ConfigController.queryConfig: the merged release, 304 when the client already holds its key."""
+    _, releases = _query_releases(request, app_id, cluster, namespace)
+    if not releases:
+        return _not_found(app_id, cluster, namespace)
+    release_key = "+".join(r.release_key for r in releases)
+    if release_key == request.query_params.get("releaseKey", "-1"):
+        return Response(status_code=304)
+    body = {"appId": app_id, "cluster": releases[0].cluster_name, "namespaceName": namespace,
+            "configurations": _merge(releases), "releaseKey": release_key}
+    return Response(json.dumps(body, ensure_ascii=False), media_type=JSON_UTF8)
+
+
+@router.get("/configfiles/json/{app_id}/{cluster}/{namespace}")
+async def config_file_json(request: Request, app_id: str, cluster: str, namespace: str) -> Response:
+    _, releases = _query_releases(request, app_id, cluster, namespace)
+    if not releases:
+        return Response(status_code=404)
+    return Response(json.dumps(_merge(releases), ensure_ascii=False), media_type=JSON_UTF8)
+
+
+@router.get("/configfiles/raw/{app_id}/{cluster}/{namespace}")
+async def config_file_raw(request: Request, app_id: str, cluster: str, namespace: str) -> Response:
+    normalized, releases = _query_releases(request, app_id, cluster, namespace)
+    if not releases:
+        return Response(status_code=404)
+    fmt = normalized.rsplit(".", 1)[-1].lower() if "." in normalized else "properties"
+    if fmt in _FORMAT_TYPES or fmt == "txt":
+        content = _merge(releases).get("content")
+        if content is None:
+            return Response(status_code=404)
+        return Response(content, media_type=_FORMAT_TYPES.get(fmt, TEXT_UTF8))
+    return Response(to_properties(_merge(releases)), media_type=TEXT_UTF8)
+
+
+@router.get("/configfiles/{app_id}/{cluster}/{namespace}")
+async def config_file_properties(request: Request, app_id: str, cluster: str, namespace: str) -> Response:
+    _, releases = _query_releases(request, app_id, cluster, namespace)
+    if not releases:
+        return Response(status_code=404)
+    return Response(to_properties(_merge(releases)), media_type=TEXT_UTF8)
+
+
+def parse_notifications(raw: str) -> list[tuple[str, int]]:
+    """The client's `[{namespaceName, notificationId}]`; 400 when it is not that (Apollo's Gson parse)."""
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        raise BadRequest("invalid notifications format:%s", raw) from None
+    if not isinstance(parsed, list) or not parsed:
+        raise BadRequest("invalid notifications format:%s", raw)
+    out: list[tuple[str, int]] = []
+    for entry in parsed:
+        if not isinstance(entry, dict):
+            raise BadRequest("invalid notifications format:%s", raw)
+        name = entry.get("namespaceName")
+        raw_id: Any = entry.get("notificationId", 0)
+        if name is not None and not isinstance(name, str):
+            raise BadRequest("invalid notifications format:%s", raw)
+        if isinstance(raw_id, bool) or not isinstance(raw_id, int | str):
+            raise BadRequest("invalid notifications format:%s", raw)
+        try:
+            notification_id = int(raw_id)
+        except ValueError:
+            raise BadRequest("invalid notifications format:%s", raw) from None
+        if name:
+            out.append((name, notification_id))
+    if not out:
+        raise BadRequest("invalid notifications format:%s", raw)
+    return out
+
+
+@router.get("/notifications/v2")
+async def poll_notifications(request: Request) -> Response:
+    """NotificationControllerV2: answer at once if any namespace is newer than the client's id, else park."""
+    center = _center(request)
+    model = center.model
+    app_id = _required(request, "appId")
+    cluster = _required(request, "cluster")
+    raw = _required(request, "notifications")
+    data_center = request.query_params.get("dataCenter")
+
+    # filterNotifications: strip .properties, normalize case, keep the lowest id per namespace
+    wanted: dict[str, tuple[str, int]] = {}
+    for name, notification_id in parse_notifications(raw):
+        original = strip_properties_suffix(name)
+        normalized = model.normalize_namespace(app_id, original)
+        if normalized in wanted and wanted[normalized][1] < notification_id:
+            continue
+        wanted[normalized] = (original, notification_id)
+
+    keys_by_ns = {ns: model.watch_keys(app_id, cluster, ns, data_center) for ns in wanted}
+    restore = {ns: original for ns, (original, _) in wanted.items() if original != ns}
+    waiter = Waiter([k for keys in keys_by_ns.values() for k in keys], restore)
+    center.registry.register(waiter)  # register before checking: no release can slip between the two
+    try:
+        news = []
+        for ns, (original, client_id) in wanted.items():
+            ids = {key: model.notification_id(key) for key in keys_by_ns[ns]}
+            latest = max(ids.values(), default=-1)
+            if latest > client_id:
+                news.append(notification(original, latest, {k: v for k, v in ids.items() if v >= 0}))
+        if news:
+            return Response(json.dumps(news), media_type=JSON_UTF8)
+        handle = waiter.future.get_loop().call_later(center.longpoll_timeout, waiter.expire)
+        try:
+            body = await waiter.future
+        finally:
+            handle.cancel()
+        if not body:
+            return Response(status_code=304)
+        return Response(body, media_type=JSON_UTF8)
+    finally:
+        center.registry.unregister(waiter)
+
+
+def _service_instances(request: Request, name: str) -> list[dict[str, str]]:
+    base = str(request.base_url)
+    parts = urlsplit(base)
+    return [{"appName": name, "instanceId": f"{parts.hostname}:{name.lower()}:{parts.port or 80}",
+             "homepageUrl": base}]
+
+
+@router.get("/services/config")
+async def services_config(request: Request) -> list[dict[str, str]]:
+    """Meta-server discovery: Apollo clients configured with a meta URL find the config service here."""
+    return _service_instances(request, "APOLLO-CONFIGSERVICE")
+
+
+@router.get("/services/admin")
+async def services_admin(request: Request) -> list[dict[str, str]]:
+    return _service_instances(request, "APOLLO-ADMINSERVICE")
+
+
+class AccessKeyMiddleware:
+    """ClientAuthenticationFilter: config-service calls of an app with access keys must be signed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not signature.is_config_service_path(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        query = scope.get("query_string", b"").decode("latin-1")
+        app_id = signature.extract_app_id(scope["path"], query)
+        if app_id is None:
+            await _reject(send, 400, "InvalidAppId")
+            return
+        center: ConfigCenter = scope["app"].state.center
+        secrets = center.model.secrets.get(app_id.lower())
+        if secrets:
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            timestamp = headers.get("timestamp")
+            if not signature.check_timestamp(timestamp):
+                log.warning("configcenter.accesskey_stale", app_id=app_id, timestamp=timestamp)
+                await _reject(send, 401, "RequestTimeTooSkewed")
+                return
+            path_with_query = raw_path + ("?" + query if query else "")
+            if not signature.check_authorization(headers.get("authorization"), timestamp, path_with_query, secrets):
+                log.warning("configcenter.accesskey_invalid", app_id=app_id)
+                await _reject(send, 401, "Unauthorized")
+                return
+        await self.app(scope, receive, send)
+
+
+async def _reject(send: Send, status: int, message: str) -> None:
+    exception = "org.springframework.security.authentication.BadCredentialsException" if status == 401 \
+        else "com.ctrip.framework.apollo.common.exception.BadRequestException"
+    body = json.dumps(error_body(status, message, exception)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", JSON_UTF8.encode()), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

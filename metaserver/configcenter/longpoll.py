@@ -1,0 +1,85 @@
+"""Long-poll registry: parked `/notifications/v2` requests keyed by the release-message keys they watch.
+
+Each parked request is one asyncio future, not a thread (Apollo uses Spring DeferredResult the same way).
+A release resolves every future watching its key in one pass on the event loop; the JSON answer is encoded
+once per release and shared by every waiter whose namespace names need no restoring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+def notification(namespace: str, notification_id: int, details: dict[str, int]) -> dict[str, Any]:
+    """ApolloConfigNotification as clients parse it."""
+    return {"namespaceName": namespace, "notificationId": notification_id, "messages": {"details": details}}
+
+
+class Waiter:
+    """One parked long poll: the keys it watches, its future, and how to restore client namespace names."""
+
+    __slots__ = ("future", "keys", "original_names")
+
+    def __init__(self, keys: list[str], original_names: dict[str, str]) -> None:
+        self.future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.keys = [k.lower() for k in keys]
+        # normalized namespace -> the spelling the client sent, when they differ (DeferredResultWrapper)
+        self.original_names = original_names
+
+    def expire(self) -> None:
+        """The long-poll timeout: an empty body, answered as 304 Not Modified."""
+        if not self.future.done():
+            self.future.set_result(b"")
+
+    def resolve(self, namespace: str, notification_id: int, message: str, shared_body: bytes) -> None:
+        if self.future.done():
+            return
+        original = self.original_names.get(namespace)
+        if original is None:
+            self.future.set_result(shared_body)
+        else:
+            body = [notification(original, notification_id, {message: notification_id})]
+            self.future.set_result(json.dumps(body).encode())
+
+
+class LongPollRegistry:
+    """Watch key (lower-cased `appId+cluster+namespace`) -> parked waiters."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, set[Waiter]] = defaultdict(set)
+
+    def __len__(self) -> int:
+        """How many distinct polls are parked."""
+        return len({w for ws in self._waiters.values() for w in ws})
+
+    def register(self, waiter: Waiter) -> None:
+        for key in waiter.keys:
+            self._waiters[key].add(waiter)
+
+    def unregister(self, waiter: Waiter) -> None:
+        for key in waiter.keys:
+            bucket = self._waiters.get(key)
+            if bucket is not None:
+                bucket.discard(waiter)
+                if not bucket:
+                    del self._waiters[key]
+
+    def publish(self, message: str, notification_id: int) -> int:
+        """Answer every poll watching `message`; returns how many were woken."""
+        waiters = self._waiters.get(message.lower())
+        if not waiters:
+            return 0
+        namespace = message.split("+", 2)[2]
+        shared = json.dumps([notification(namespace, notification_id, {message: notification_id})]).encode()
+        woken = list(waiters)
+        for waiter in woken:
+            waiter.resolve(namespace, notification_id, message, shared)
+        log.debug("longpoll.published", message=message, notification_id=notification_id, woken=len(woken))
+        return len(woken)
