@@ -251,6 +251,10 @@ _KEYS: list[Key] = [
     Key("health.probe.interval.ms", _int(50, 600_000), Apply.IN_PLACE, 500,
         "metadata probe period while a cluster is suspect or down (10x while healthy)",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
+    Key("route.active", _choice("primary", "standby"), Apply.SWITCH, "primary",
+        "manual dual-DC switch: standby moves writes to route.standby; back to primary copies the "
+        "standby's writes of the window back (failback sync)",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
 ]
 
 KEYS: dict[str, Key] = {key.name: key for key in _KEYS}
