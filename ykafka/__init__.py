@@ -24,6 +24,7 @@ from ykafka.errors import (
     UnknownTopicError,
     YKafkaError,
 )
+from ykafka.producer import Producer
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "KafkaTimeoutError",
     "MessageTooLargeError",
     "MetaServerUnavailable",
+    "Producer",
     "SpillFullError",
     "ThrottledError",
     "UnknownClusterError",

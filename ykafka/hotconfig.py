@@ -83,6 +83,7 @@ class HotConfig:
         self._listeners: list[Listener] = []
         self._rejections: deque[Rejection] = deque(maxlen=max_rejections)
         self._validators: list[Validator] = []
+        self._version_listeners: list[Callable[[int], None]] = []
         self.version = 0
 
     # --- namespaces ---------------------------------------------------------------------------------
@@ -114,10 +115,23 @@ class HotConfig:
     def add_validator(self, validator: Validator) -> None:
         self._validators.append(validator)
 
+    def add_version_listener(self, listener: Callable[[int], None]) -> None:
+        """Called (with the new version) after every change that may alter a resolution; must be cheap."""
+        self._version_listeners.append(listener)
+
+    def _version_moved(self, version: int) -> None:
+        for listener in list(self._version_listeners):
+            try:
+                listener(version)
+            except Exception:
+                log.exception("ykafka.config.version_listener_failed")
+
     def bump(self) -> None:
         """Force every cached resolution stale (e.g. the grant changed)."""
         with self._lock:
             self.version += 1
+            version = self.version
+        self._version_moved(version)
 
     def apply(self, namespace: str, raw: Mapping[str, Any], release_key: str | None = None) -> ConfigChange | None:
         """Validate and install a namespace's new content; notify listeners if a good value changed."""
@@ -163,6 +177,8 @@ class HotConfig:
                          changed={k: _show(v[1]) for k, v in changed.items()})
             event = ConfigChange(namespace, scope, changed, rejections, release_key, self.version)
             listeners = list(self._listeners)
+        if changed:
+            self._version_moved(event.version)
         if changed or rejections:
             for listener in listeners:
                 try:

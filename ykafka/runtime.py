@@ -20,6 +20,7 @@ Stable API for the Producer / Consumer (everything else is internal)::
     eff = rt.effective(topic="t", group="g1", cluster=cluster)  # typed catalog values, by precedence
     props = rt.rdkafka_config(cluster, catalog.rdkafka_properties(eff, "consumer."))
     rt.version                                                # int; changes when anything above may
+    rt.add_version_listener(lambda version: ...)              # e.g. drop cached per-topic state
     rt.add_listener(lambda change: ...)                       # ConfigChange, from the poll thread
     rt.add_grant_listener(lambda grant: ...)                  # grant contents changed
     rt.set_report_provider(lambda: {"topics": [...], "group": "g1", "cluster": "dc-a", "state": "running"})
@@ -275,7 +276,12 @@ class Runtime:
         return self.hot.sources(topic, group, cluster)
 
     def add_listener(self, listener: Callable[[ConfigChange], None]) -> None:
+        """Config-change events (what changed, what was rejected), called from the poll thread."""
         self.hot.add_listener(listener)
+
+    def add_version_listener(self, listener: Callable[[int], None]) -> None:
+        """Called with the new :attr:`version` whenever it moves (config or grant); keep it cheap."""
+        self.hot.add_version_listener(listener)
 
     def release_keys(self) -> dict[str, str]:
         return self.hot.release_keys()

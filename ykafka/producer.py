@@ -1,0 +1,579 @@
+"""The drop-in, hot-configurable Producer: ``from ykafka import Producer``.
+
+Same call shapes as ``confluent_kafka.Producer`` (``produce``, ``poll``, ``flush``, ``len()``, ``purge``,
+``list_topics``), plus identity in the config. Everything operators change live arrives through the
+:class:`~ykafka.runtime.Runtime` (MetaServer grant + Apollo namespaces) and is applied here:
+
+* per topic, a cached :class:`_TopicState` (ACL decision, route, librdkafka client, partition picker,
+  throttle) is dropped whenever the runtime's version moves and rebuilt on that topic's next ``produce``;
+  the hot path is one dict lookup and the librdkafka call;
+* ONE librdkafka producer per (cluster, effective librdkafka settings), shared by every topic on it;
+* a topic whose client changes (a rebuild key such as ``producer.acks``, or ``route.cluster``) is *held*:
+  its new messages wait in order in a local queue until every message it sent on the old client is
+  delivered, then go to the new client. The old client is retired as a whole (its other topics move to a
+  fresh client with the same settings) because librdkafka cannot tell per-topic queue depth; the
+  drain is driven by the user's own ``poll()`` / ``flush()`` so delivery callbacks fire there, exactly as
+  with confluent-kafka, whatever client delivered.
+
+Seam for spill / failover: :meth:`Producer._send` is the one place a message is handed to a cluster's
+librdkafka client and :meth:`Producer._delivered` the one place delivery reports come back when a hook is
+installed (:meth:`Producer.set_hooks`). Without hooks the hot path inlines ``_send`` for speed.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaException
+from confluent_kafka import Producer as _RdProducer
+
+from ykafka import catalog
+from ykafka.config import LocalConfig
+from ykafka.config import load as load_config
+from ykafka.errors import BufferFullError, ClosedError, ConfigError, from_kafka_error
+from ykafka.hotconfig import ConfigChange
+from ykafka.partitioner import Picker, needs_python
+from ykafka.runtime import Runtime
+from ykafka.throttle import Throttle, Throttles
+
+log = structlog.get_logger(__name__)
+
+DeliveryCallback = Callable[[Any, Any], None]
+#: hook(err, msg, user_callback) -> True when it handled the report (the user callback is then not called)
+DeliveryHook = Callable[[Any, Any, "DeliveryCallback | None"], bool]
+#: hook(producer, client, topic, value, key, partition, on_delivery, timestamp, headers) -> True when it
+#: took the message itself (e.g. spilled it); False to let it go to the client
+SendHook = Callable[..., bool]
+
+_RETIRED_GRACE_S = 1.0
+_PENDING_MAX = 100_000
+
+
+class _Client:
+    """One librdkafka producer: a (cluster, settings) pair."""
+
+    __slots__ = ("key", "cluster", "props", "rd", "retiring_since", "deadline", "abandoned", "drained_at")
+
+    def __init__(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any], rd: _RdProducer) -> None:
+        self.key = key
+        self.cluster = cluster
+        self.props = props
+        self.rd = rd
+        self.retiring_since: float | None = None
+        self.deadline = 0.0
+        self.abandoned = False
+        self.drained_at: float | None = None
+
+    def describe(self) -> dict[str, Any]:
+        shown = {k: v for k, v in self.props.items() if not callable(v) and "password" not in k}
+        return {"cluster": self.cluster, "retiring": self.retiring_since is not None, "in_queue": len(self.rd),
+                "settings": {k: shown[k] for k in ("acks", "enable.idempotence", "linger.ms", "batch.size",
+                                                   "compression.type", "socket.send.buffer.bytes") if k in shown}}
+
+
+class _TopicState:
+    """Everything a send to one topic needs, resolved once per config version."""
+
+    __slots__ = ("topic", "client", "send", "cluster", "effective", "picker", "throttle", "slow", "expires")
+
+    def __init__(self, topic: str, client: _Client, cluster: str, effective: dict[str, Any],
+                 picker: Picker | None, throttle: Throttle | None, slow: bool, expires: float) -> None:
+        self.topic = topic
+        self.client = client
+        self.send = client.rd.produce
+        self.cluster = cluster
+        self.effective = effective
+        self.picker = picker
+        self.throttle = throttle
+        self.slow = slow
+        self.expires = expires
+
+
+def _freeze(props: Mapping[str, Any]) -> tuple[Any, ...]:
+    out = []
+    for name in sorted(props):
+        value = props[name]
+        try:
+            hash(value)
+        except TypeError:
+            value = repr(value)
+        out.append((name, value))
+    return tuple(out)
+
+
+def _nbytes(value: Any) -> int:
+    if value is None:
+        return 0
+    try:
+        return len(value)
+    except TypeError:
+        return 0
+
+
+class Producer:
+    """A confluent-kafka-compatible producer whose behaviour operators change live.
+
+    ``Producer({"ykafka.app.id": ..., "ykafka.app.secret": ..., "ykafka.metaserver": ...})`` or, in local
+    mode, ``Producer({"bootstrap.servers": ...})``. Raises :class:`ConfigError` for a bad local config,
+    :class:`AuthError` / :class:`MetaServerUnavailable` when no grant can be had.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        merged = dict(config or {})
+        merged.update(kwargs)
+        self._conf: LocalConfig = load_config(merged, "producer")
+        rd = self._conf.rdkafka
+        self._user_error_cb: Callable[[Any], None] | None = rd.get("error_cb")
+        self._default_dr: DeliveryCallback | None = rd.get("on_delivery") or rd.get("delivery.report.callback")
+        if "partitioner" in rd:
+            log.warning("ykafka.producer.partitioner_overridden", given=rd["partitioner"],
+                        reason="partitioning follows producer.partitioner (murmur2 = Java-compatible)")
+        self._lock = threading.RLock()
+        self._states: dict[str, _TopicState] = {}
+        self._clients: dict[tuple[Any, ...], _Client] = {}
+        self._retiring: list[_Client] = []
+        self._home: dict[str, _Client] = {}  # topic -> client its last messages went to
+        self._held: dict[str, _Client | None] = {}  # topic -> client it waits for (None: pending to send)
+        self._pending: deque[tuple[str, Any, Any, int, DeliveryCallback | None, int, Any]] = deque()
+        self._meta: dict[tuple[str, str], tuple[int, float]] = {}
+        self._throttles = Throttles()
+        self._send_hook: SendHook | None = None
+        self._delivery_hook: DeliveryHook | None = None
+        self._closed = False
+        self._swaps = 0
+        self._max_wait_s = self._conf.ms("ykafka.throttle.max.wait.ms")
+        self._swap_timeout_s = self._conf.ms("ykafka.swap.timeout.ms")
+        self._meta_ttl_s = self._conf.ms("ykafka.metadata.refresh.ms")
+        self._runtime = Runtime(self._conf)
+        self._runtime.start()
+        local_route = self._conf.catalog_defaults.get("route.cluster")
+        if local_route is not None and local_route not in self._runtime.clusters():
+            self._runtime.close()
+            raise ConfigError(f"route.cluster {local_route!r} is not a known cluster "
+                              f"({', '.join(sorted(self._runtime.clusters()))})")
+        self._runtime.add_version_listener(self._on_version)
+        self._runtime.set_report_provider(self._report)
+
+    # --- the hot path ------------------------------------------------------------------------------
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                on_delivery: DeliveryCallback | None = None, callback: DeliveryCallback | None = None,
+                timestamp: int = 0, headers: Any = None) -> None:
+        """Send a message asynchronously; same arguments and errors as confluent-kafka's ``produce``.
+
+        Raises :class:`AclDenied` (topic outside the grant; nothing sent), :class:`ThrottledError`,
+        :class:`BufferFullError` (also a ``BufferError``), :class:`ClosedError`, or a mapped
+        :class:`KafkaError`.
+        """
+        st = self._states.get(topic)
+        if on_delivery is None:
+            on_delivery = callback
+        if st is None or st.slow:
+            return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers)
+        try:
+            st.send(topic, value, key, partition, on_delivery, None, timestamp, headers)
+        except BufferError:
+            raise BufferFullError("local queue full (queue.buffering.max.messages): poll() and retry",
+                                  code=-184, name="_QUEUE_FULL", retriable=True) from None
+        except KafkaException as exc:
+            raise from_kafka_error(exc) from None
+
+    def _produce_slow(self, topic: str, value: Any, key: Any, partition: int,
+                      on_delivery: DeliveryCallback | None, timestamp: int, headers: Any) -> None:
+        if self._closed:
+            raise ClosedError("producer is closed")
+        if not isinstance(topic, str) or not topic:
+            raise TypeError("topic must be a non-empty str")
+        st = self._states.get(topic)
+        if st is None or (st.expires and time.monotonic() > st.expires):
+            st = self._prepare(topic)
+        if st.throttle is not None:
+            st.throttle.acquire(_nbytes(value))
+        if partition < 0 and st.picker is not None:
+            partition = st.picker(key)
+        if topic in self._held:
+            with self._lock:
+                if topic in self._held:
+                    if len(self._pending) >= _PENDING_MAX:
+                        raise BufferFullError("local queue full while a client swap drains: poll() and retry",
+                                              code=-184, name="_QUEUE_FULL", retriable=True)
+                    self._pending.append((topic, value, key, partition, on_delivery, timestamp, headers))
+                    return
+            st = self._states.get(topic) or self._prepare(topic)
+        self._send(st.client, topic, value, key, partition, on_delivery, timestamp, headers)
+
+    def _send(self, client: _Client, topic: str, value: Any, key: Any, partition: int,
+              on_delivery: DeliveryCallback | None, timestamp: int, headers: Any) -> None:
+        """THE place a message is handed to a cluster's librdkafka client (spill / failover seam)."""
+        hook = self._send_hook
+        if hook is not None and hook(self, client, topic, value, key, partition, on_delivery, timestamp, headers):
+            return
+        if self._delivery_hook is not None:
+            on_delivery = functools.partial(self._delivered, on_delivery or self._default_dr)
+        try:
+            client.rd.produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
+        except BufferError:
+            raise BufferFullError("local queue full (queue.buffering.max.messages): poll() and retry",
+                                  code=-184, name="_QUEUE_FULL", retriable=True) from None
+        except KafkaException as exc:
+            raise from_kafka_error(exc) from None
+
+    def _delivered(self, user_callback: DeliveryCallback | None, err: Any, msg: Any) -> None:
+        """THE place delivery reports come back when a delivery hook is installed."""
+        hook = self._delivery_hook
+        if hook is not None and hook(err, msg, user_callback):
+            return
+        if user_callback is not None:
+            user_callback(err, msg)
+
+    def set_hooks(self, send: SendHook | None = None, delivery: DeliveryHook | None = None) -> None:
+        """Install the spill / failover hooks (``None`` removes one); every send then goes through ``_send``."""
+        with self._lock:
+            self._send_hook = send
+            self._delivery_hook = delivery
+            self._states.clear()
+            self._rebind_poll()
+
+    # --- resolving a topic -------------------------------------------------------------------------
+
+    def _on_version(self, version: int) -> None:
+        self._states.clear()
+
+    def _prepare(self, topic: str) -> _TopicState:
+        rt = self._runtime
+        rt.check_acl("produce", topic)
+        rt.subscribe(topic=topic)
+        with self._lock:
+            version = rt.version
+            cluster = rt.route(topic=topic)
+            rt.subscribe(cluster=cluster)
+            effective = rt.effective(topic=topic, cluster=cluster)
+            props = self._client_props(cluster, effective)
+            key = (cluster, _freeze(props))
+            client = self._clients.get(key)
+            if client is None:
+                client = self._new_client(key, cluster, props)
+            home = self._home.get(topic)
+            if home is not None and home is not client and topic not in self._held:
+                # the topic moves to another client: its messages already on the old one must be delivered
+                # before any new one goes out, so it is held until the old client drained
+                if home.retiring_since is None:
+                    self._retire(home, reason=f"topic {topic} moves to {cluster}")
+                if home.drained_at is None:
+                    self._held[topic] = home
+                    log.info("ykafka.producer.topic_held", topic=topic, old_cluster=home.cluster,
+                             new_cluster=cluster, in_queue=len(home.rd))
+            if self._held.get(topic) is None:  # not held, or its held messages are being released now
+                self._home[topic] = client
+            picker: Picker | None = None
+            expires = 0.0
+            strategy = effective["producer.partitioner"]
+            exclude = effective["producer.partitions.exclude"]
+            if needs_python(strategy, exclude):
+                count = self._partition_count(client, topic)
+                picker = Picker(strategy, count, exclude)
+                expires = time.monotonic() + (self._meta_ttl_s if count else 1.0)
+            throttle = self._throttles.for_topic(effective, rt.sources(topic=topic, cluster=cluster), self._max_wait_s)
+            slow = (picker is not None or throttle is not None or topic in self._held
+                    or self._send_hook is not None or self._delivery_hook is not None)
+            state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires)
+            if rt.version == version and not self._closed:
+                self._states[topic] = state
+            return state
+
+    def _client_props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
+        props = self._runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "producer."))
+        props["partitioner"] = "murmur2_random"
+        props["error_cb"] = self._error_cb
+        return props
+
+    def _new_client(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any]) -> _Client:
+        try:
+            rd = _RdProducer(dict(props))
+        except KafkaException as exc:
+            raise ConfigError(f"librdkafka refused the producer settings for cluster {cluster}: "
+                              f"{from_kafka_error(exc)}") from None
+        client = _Client(key, cluster, props, rd)
+        self._clients[key] = client
+        log.info("ykafka.producer.client_created", **client.describe())
+        self._rebind_poll()
+        self._runtime.report_now()
+        return client
+
+    def _retire(self, client: _Client, reason: str) -> None:
+        """Stop sending on ``client``; it drains through poll()/flush(), then is closed."""
+        if self._clients.get(client.key) is client:
+            del self._clients[client.key]
+        client.retiring_since = time.monotonic()
+        client.deadline = client.retiring_since + self._swap_timeout_s
+        self._retiring.append(client)
+        self._states.clear()
+        self._swaps += 1
+        log.info("ykafka.producer.client_retiring", reason=reason, **client.describe())
+        self._rebind_poll()
+
+    def _partition_count(self, client: _Client, topic: str) -> int:
+        cached = self._meta.get((client.cluster, topic))
+        now = time.monotonic()
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        count = 0
+        try:
+            meta = client.rd.list_topics(topic, timeout=5)
+            tmeta = meta.topics.get(topic)
+            if tmeta is not None and tmeta.error is None:
+                count = len(tmeta.partitions)
+        except KafkaException as exc:
+            log.warning("ykafka.producer.metadata_failed", topic=topic, cluster=client.cluster, error=str(exc))
+        if count:
+            self._meta[(client.cluster, topic)] = (count, now + self._meta_ttl_s)
+        return count
+
+    # --- draining swaps ----------------------------------------------------------------------------
+
+    def _service(self) -> None:
+        """Advance swaps: release held topics whose old client drained; close drained retired clients."""
+        if not self._retiring and not self._held:
+            return
+        with self._lock:
+            now = time.monotonic()
+            for client in list(self._retiring):
+                if len(client.rd) == 0:
+                    if client.drained_at is None:
+                        client.drained_at = now
+                        self._release(client)
+                    elif now - client.drained_at >= _RETIRED_GRACE_S:
+                        self._retiring.remove(client)
+                        client.rd.flush(0)
+                        log.info("ykafka.producer.client_closed", cluster=client.cluster)
+                elif client.drained_at is not None:
+                    client.drained_at = None  # a late send arrived during the grace period
+                elif now > client.deadline and not client.abandoned:
+                    client.abandoned = True
+                    log.warning("ykafka.producer.swap_timeout", cluster=client.cluster, in_queue=len(client.rd),
+                                timeout_s=self._swap_timeout_s,
+                                consequence="held topics released before the old client drained; per-key "
+                                            "order across the swap is not guaranteed")
+                    self._runtime.record_error({"type": "swap_timeout", "cluster": client.cluster,
+                                                "in_queue": len(client.rd)})
+                    self._release(client)
+            if any(waiting is None for waiting in self._held.values()):
+                self._release(None)
+            self._rebind_poll()
+
+    def _release(self, old: _Client | None) -> None:
+        """Send, in order, the pending messages of topics that waited for ``old`` (None: retry leftovers)."""
+        topics = {t for t, waiting in self._held.items() if waiting is old or waiting is None}
+        if not topics:
+            return
+        for topic in topics:
+            self._held[topic] = None
+            self._home.pop(topic, None)
+            self._states.pop(topic, None)
+        keep: deque[tuple[str, Any, Any, int, DeliveryCallback | None, int, Any]] = deque()
+        blocked: set[str] = set()
+        while self._pending:
+            item = self._pending.popleft()
+            topic = item[0]
+            if topic not in topics or topic in blocked:
+                keep.append(item)
+                continue
+            try:
+                st = self._prepare(topic)
+                self._send(st.client, *item)
+            except BufferError:
+                blocked.add(topic)
+                keep.append(item)
+            except Exception as exc:  # deliver the failure the way librdkafka would: through the callback
+                log.warning("ykafka.producer.release_failed", topic=topic, error=repr(exc))
+                blocked.add(topic)
+                keep.append(item)
+        self._pending = keep
+        for topic in topics - blocked:
+            del self._held[topic]
+            self._states.pop(topic, None)
+        released = len(topics - blocked)
+        self._retire_idle()
+        if released:
+            log.info("ykafka.producer.topics_released", topics=sorted(topics - blocked), pending=len(self._pending))
+            self._runtime.report_now()
+
+    def _retire_idle(self) -> None:
+        """Retire active clients no topic sends to any more (e.g. left behind by a second change mid-swap)."""
+        used = {id(c) for c in self._home.values()} | {id(st.client) for st in self._states.values()}
+        for client in list(self._clients.values()):
+            if id(client) not in used:
+                self._retire(client, reason="no topic uses it")
+
+    def _all_clients(self) -> list[_Client]:
+        return list(self._clients.values()) + list(self._retiring)
+
+    def _rebind_poll(self) -> None:
+        """With one client and nothing to service, ``poll`` IS that client's poll (no Python per call)."""
+        if (len(self._clients) == 1 and not self._retiring and not self._held and not self._closed
+                and self._delivery_hook is None):
+            self.__dict__["poll"] = next(iter(self._clients.values())).rd.poll
+        else:
+            self.__dict__.pop("poll", None)
+
+    # --- confluent-kafka API -----------------------------------------------------------------------
+
+    def poll(self, timeout: float | None = -1) -> int:
+        """Serve delivery callbacks (of every underlying client) and advance client swaps."""
+        self._service()
+        clients = self._all_clients()
+        if not clients:
+            if timeout and timeout > 0:
+                time.sleep(timeout)
+            return 0
+        events = sum(c.rd.poll(0) for c in clients)
+        if events or timeout == 0:
+            return events
+        if len(clients) == 1 and not self._retiring:
+            return int(clients[0].rd.poll(-1 if timeout is None else timeout))
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            slice_s = 0.01 if deadline is None else max(0.0, min(0.01, deadline - time.monotonic()))
+            events = clients[0].rd.poll(slice_s) + sum(c.rd.poll(0) for c in clients[1:])
+            self._service()
+            if events or (deadline is not None and time.monotonic() >= deadline):
+                return events
+            clients = self._all_clients() or clients
+
+    def flush(self, timeout: float | None = -1) -> int:
+        """Wait for every message (incl. those held by a swap) to be delivered; returns how many remain."""
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+
+        def remaining() -> float:
+            return -1 if deadline is None else max(0.0, deadline - time.monotonic())
+
+        while self._retiring or self._held:
+            self._service()
+            if not self._retiring and not self._held:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                return len(self)
+            for client in list(self._retiring):
+                client.rd.poll(0.01)
+            for client in list(self._clients.values()):
+                client.rd.poll(0)
+            if not any(c.drained_at is None for c in self._retiring) and not self._held:
+                break
+        for client in list(self._clients.values()):
+            left = remaining()
+            client.rd.flush(left if left >= 0 else -1)
+        return len(self)
+
+    def __len__(self) -> int:
+        return sum(len(c.rd) for c in self._all_clients()) + len(self._pending)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        """Purge messages as confluent-kafka does; held messages are released first so they report too."""
+        with self._lock:
+            for topic in list(self._held):
+                self._held[topic] = None
+            self._release(None)
+            for client in self._all_clients():
+                client.rd.purge(in_queue=in_queue, in_flight=in_flight, blocking=blocking)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        """Cluster metadata from the cluster ``topic`` is routed to (the default cluster without one)."""
+        client = self._prepare(topic).client if topic else self._default_client()
+        try:
+            return client.rd.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            raise from_kafka_error(exc) from None
+
+    def _default_client(self) -> _Client:
+        with self._lock:
+            cluster = self._runtime.default_cluster
+            props = self._client_props(cluster, self._runtime.effective(cluster=cluster))
+            key = (cluster, _freeze(props))
+            return self._clients.get(key) or self._new_client(key, cluster, props)
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Flush (bounded), stop background work, release the clients; returns messages left undelivered."""
+        if self._closed:
+            return 0
+        left = self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            self._states.clear()
+            self.__dict__.pop("poll", None)
+            for client in self._all_clients():
+                client.rd.flush(0)
+            self._clients.clear()
+            self._retiring.clear()
+        self._runtime.close()
+        if left:
+            log.warning("ykafka.producer.closed_with_undelivered", messages=left)
+        return left
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- introspection (ops, samples, tests) -------------------------------------------------------
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    def route(self, topic: str) -> str:
+        """The cluster ``topic`` is written to now."""
+        return self._prepare_cached(topic).cluster
+
+    def applied_config(self, topic: str) -> dict[str, Any]:
+        """The effective values in force for ``topic`` (what its next send uses)."""
+        return dict(self._prepare_cached(topic).effective)
+
+    def in_force(self, topic: str) -> dict[str, Any] | None:
+        """What the last send to ``topic`` used, without resolving anything (None if nothing cached)."""
+        st = self._states.get(topic)
+        return None if st is None else st.effective
+
+    def _prepare_cached(self, topic: str) -> _TopicState:
+        return self._states.get(topic) or self._prepare(topic)
+
+    def on_config_change(self, listener: Callable[[ConfigChange], None]) -> None:
+        """Be told of every hot-config change (and rejection), from the config poll thread."""
+        self._runtime.add_listener(listener)
+
+    def clients(self) -> list[dict[str, Any]]:
+        """The underlying librdkafka producers (cluster, key settings, queue depth)."""
+        with self._lock:
+            return [c.describe() for c in self._all_clients()]
+
+    @property
+    def swaps(self) -> int:
+        """How many times a client was retired for a rebuild or a route switch."""
+        return self._swaps
+
+    def _error_cb(self, err: Any) -> None:
+        mapped = from_kafka_error(err)
+        log.warning("ykafka.producer.kafka_error", code=mapped.name, error=str(mapped), fatal=mapped.fatal)
+        self._runtime.record_error({"type": "kafka", "code": mapped.name, "reason": str(mapped),
+                                    "fatal": mapped.fatal})
+        if self._user_error_cb is not None:
+            self._user_error_cb(err)
+
+    def _report(self) -> dict[str, Any]:
+        with self._lock:
+            routes = {topic: st.cluster for topic, st in self._states.items()}
+            for topic, client in self._home.items():
+                routes.setdefault(topic, client.cluster)
+            return {
+                "topics": sorted(routes),
+                "cluster": self._runtime.default_cluster,
+                "state": "closed" if self._closed else ("swapping" if self._held or self._retiring else "running"),
+                "extra": {"routes": routes, "clients": [c.describe() for c in self._all_clients()],
+                          "held_topics": sorted(self._held), "pending": len(self._pending), "swaps": self._swaps},
+            }

@@ -1,0 +1,116 @@
+"""Producer throttling (``producer.rate.limit.msgs`` / ``producer.rate.limit.bytes``): token buckets.
+
+A limit applies to everything the scope that set it covers, inside this process: a limit from
+``ykafka.global`` is one bucket for all topics, one from ``ykafka.cluster.<c>`` one bucket per cluster,
+one from ``ykafka.topic.<t>`` one per topic. Per-host limits are the same keys in a gray release
+matching the host's IP. A throttled send waits (at most ``ykafka.throttle.max.wait.ms``) and never drops:
+when the wait would be longer it raises :class:`ThrottledError` at once and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ykafka.errors import ThrottledError
+
+
+class TokenBucket:
+    """A token bucket whose rate can change in place; burst = one second's worth (at least one unit)."""
+
+    def __init__(self, rate: float, name: str = "") -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._rate = 0.0
+        self._burst = 1.0
+        self._tokens = 0.0
+        self._stamp = time.monotonic()
+        self.set_rate(rate)
+
+    @property
+    def rate(self) -> float:
+        return self._rate
+
+    def set_rate(self, rate: float) -> None:
+        with self._lock:
+            self._refill(time.monotonic())
+            self._rate = float(rate)
+            self._burst = max(self._rate, 1.0)
+            self._tokens = min(self._tokens, self._burst)
+
+    def _refill(self, now: float) -> None:
+        if self._rate > 0:
+            self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._rate)
+        self._stamp = now
+
+    def reserve(self, amount: float, max_wait_s: float) -> float:
+        """Take ``amount``; return how long to wait before sending, or raise if that exceeds ``max_wait_s``."""
+        with self._lock:
+            if self._rate <= 0:
+                return 0.0
+            now = time.monotonic()
+            self._refill(now)
+            deficit = amount - self._tokens
+            wait = deficit / self._rate if deficit > 0 else 0.0
+            if wait > max_wait_s:
+                raise ThrottledError(f"rate limit {self.name or 'producer'} ({self._rate:g}/s) would delay this "
+                                     f"send {wait * 1000:.0f} ms, more than the {max_wait_s * 1000:.0f} ms bound")
+            self._tokens -= amount  # may go negative: later callers wait behind this reservation
+            return wait
+
+
+class Throttle:
+    """The message and byte buckets that apply to one topic."""
+
+    __slots__ = ("msgs", "bytes", "max_wait_s")
+
+    def __init__(self, msgs: TokenBucket | None, bytes_: TokenBucket | None, max_wait_s: float) -> None:
+        self.msgs = msgs
+        self.bytes = bytes_
+        self.max_wait_s = max_wait_s
+
+    def acquire(self, nbytes: int) -> float:
+        """Block until the send may go; returns the time waited. Raises :class:`ThrottledError`."""
+        wait = 0.0
+        if self.msgs is not None:
+            wait = self.msgs.reserve(1, self.max_wait_s)
+        if self.bytes is not None:
+            try:
+                wait = max(wait, self.bytes.reserve(max(nbytes, 1), self.max_wait_s))
+            except ThrottledError:
+                if self.msgs is not None:
+                    self.msgs.reserve(-1, float("inf"))  # give the message token back
+                raise
+        if wait > 0:
+            time.sleep(wait)
+        return wait
+
+
+class Throttles:
+    """Buckets by (key, source scope); rates updated in place so a change does not reset the budget."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._lock = threading.Lock()
+
+    def bucket(self, key: str, source: str, rate: float) -> TokenBucket | None:
+        if rate <= 0:
+            return None
+        with self._lock:
+            found = self._buckets.get((key, source))
+            if found is None:
+                found = self._buckets[(key, source)] = TokenBucket(rate, f"{key}@{source}")
+            elif found.rate != rate:
+                found.set_rate(rate)
+            return found
+
+    def for_topic(self, effective: dict[str, object], sources: dict[str, str], max_wait_s: float) -> Throttle | None:
+        buckets: list[TokenBucket | None] = []
+        for name in ("producer.rate.limit.msgs", "producer.rate.limit.bytes"):
+            rate = float(effective.get(name) or 0.0)  # type: ignore[arg-type]
+            # the bucket is named by the layer that set the limit (a namespace = its scope; ``local`` /
+            # ``default`` = the whole process), so one global limit is shared by every topic
+            buckets.append(self.bucket(name, sources.get(name, "default"), rate))
+        if buckets[0] is None and buckets[1] is None:
+            return None
+        return Throttle(buckets[0], buckets[1], max_wait_s)
