@@ -18,7 +18,7 @@ from sqlalchemy import Connection, RowMapping, delete, select, update
 from metaserver import audit, clients, db, registry
 from metaserver.auth import AuthFailed
 from metaserver.models import apps, clusters
-from metaserver.schemas import Acl, AppCreate, AppUpdate, ClusterPut
+from metaserver.schemas import NAME_RE, Acl, AppCreate, AppUpdate, ClusterPut
 from metaserver.services import Services, services
 from ykafka import signing
 
@@ -175,9 +175,10 @@ def get_cluster(name: str, svc: Services = Depends(services)) -> dict[str, Any]:
 @router.put("/clusters/{name}")
 def put_cluster(name: str, body: ClusterPut, who: str = Depends(operator),
                 svc: Services = Depends(services)) -> dict[str, Any]:
-    """Create or replace a registry entry (name, bootstrap servers, DC, standby, status, SASL)."""
-    from metaserver.schemas import NAME_RE
+    """Create or replace a registry entry (name, bootstrap servers, DC, standby, status, SASL).
 
+    The standby may name a cluster registered later (two clusters can be each other's standby).
+    """
     if not NAME_RE.match(name):
         raise HTTPException(status_code=422, detail="cluster name: letters, digits, '.', '_', '-' (1-128)")
     if body.standby == name:
@@ -187,7 +188,6 @@ def put_cluster(name: str, body: ClusterPut, who: str = Depends(operator),
               "sasl_username": body.sasl.username if body.sasl else None,
               "sasl_password": body.sasl.password if body.sasl else None, "updated_at": time.time()}
     with db.write(svc.engine) as conn:
-        _check_cluster_exists(conn, body.standby, "standby")
         row = conn.execute(select(clusters).where(clusters.c.name == name)).mappings().first()
         before = registry.cluster_json(row, redact=True) if row else None
         db.upsert(conn, clusters, values, ["name"])

@@ -1,0 +1,368 @@
+"""``ykafka admin …``: operator commands over the MetaServer admin API (rich tables, clear errors).
+
+    ykafka admin apps list|create|delete|rotate
+    ykafka admin acl get|set
+    ykafka admin clusters list|set|delete
+    ykafka admin config get|set|diff|rollback|merge|abandon
+    ykafka admin clients [--app --cluster --librdkafka --group --online --history]
+    ykafka admin audit
+
+``--url`` / ``--token`` default to ``YKAFKA_METASERVER`` / ``YKAFKA_ADMIN_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ykafka.admin.client import AdminClient, AdminError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _client(ctx: click.Context) -> AdminClient:
+    client: AdminClient = ctx.obj["client"]
+    return client
+
+
+def _run(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except AdminError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message} (HTTP {exc.status})" if exc.status else
+                          f"[red]error:[/red] {exc.message}")
+        for key, reason in exc.errors.items():
+            err_console.print(f"  [bold]{key}[/bold]: {reason}")
+        sys.exit(1)
+
+
+def _when(ts: Any) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(ts))) if ts else "-"
+
+
+def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("-" if v is None else str(v) for v in row))
+    console.print(table)
+
+
+def _emit_json(ctx: click.Context, data: Any) -> bool:
+    if ctx.obj.get("json"):
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        return True
+    return False
+
+
+@click.group()
+@click.option("--url", envvar="YKAFKA_METASERVER", default="http://127.0.0.1:7070", show_default=True,
+              help="MetaServer URL (env YKAFKA_METASERVER)")
+@click.option("--token", envvar="YKAFKA_ADMIN_TOKEN", required=True, help="admin token (env YKAFKA_ADMIN_TOKEN)")
+@click.option("--operator", envvar="YKAFKA_OPERATOR", default=None, help="your name in the audit trail")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of tables")
+@click.pass_context
+def admin(ctx: click.Context, url: str, token: str, operator: str | None, as_json: bool) -> None:
+    """Operate the MetaServer: apps, ACLs, clusters, hot config, clients, audit."""
+    ctx.ensure_object(dict)
+    ctx.obj["client"] = AdminClient(url, token, operator=operator)
+    ctx.obj["json"] = as_json
+
+
+# --- apps ----------------------------------------------------------------------------------------
+
+
+@admin.group()
+def apps() -> None:
+    """Applications and their secrets."""
+
+
+@apps.command("list")
+@click.pass_context
+def apps_list(ctx: click.Context) -> None:
+    rows = _run(_client(ctx).list_apps)
+    if not _emit_json(ctx, rows):
+        _table("apps", ["app", "enabled", "default cluster", "produce", "consume", "group", "description"],
+               [(a["app_id"], a["enabled"], a["default_cluster"], ",".join(a["acl"].get("produce", [])),
+                 ",".join(a["acl"].get("consume", [])), ",".join(a["acl"].get("group", [])), a["description"])
+                for a in rows])
+
+
+@apps.command("create")
+@click.argument("app_id")
+@click.option("--description", default="")
+@click.option("--default-cluster", default=None)
+@click.pass_context
+def apps_create(ctx: click.Context, app_id: str, description: str, default_cluster: str | None) -> None:
+    """Create APP_ID and print its secret (shown only this once)."""
+    created = _run(lambda: _client(ctx).create_app(app_id, description, default_cluster))
+    if not _emit_json(ctx, created):
+        console.print(f"created app [bold]{app_id}[/bold]")
+        console.print(f"secret: [bold yellow]{created['secret']}[/bold yellow]  (store it now; it is not kept)")
+
+
+@apps.command("delete")
+@click.argument("app_id")
+@click.pass_context
+def apps_delete(ctx: click.Context, app_id: str) -> None:
+    _run(lambda: _client(ctx).delete_app(app_id))
+    console.print(f"deleted app {app_id}")
+
+
+@apps.command("rotate")
+@click.argument("app_id")
+@click.pass_context
+def apps_rotate(ctx: click.Context, app_id: str) -> None:
+    """Give APP_ID a new secret; the old one stops working at once."""
+    rotated = _run(lambda: _client(ctx).rotate_secret(app_id))
+    if not _emit_json(ctx, rotated):
+        console.print(f"new secret for [bold]{app_id}[/bold]: [bold yellow]{rotated['secret']}[/bold yellow]")
+
+
+# --- ACL -----------------------------------------------------------------------------------------
+
+
+@admin.group()
+def acl() -> None:
+    """Per-app topic and group patterns (name, prefix*, *)."""
+
+
+@acl.command("get")
+@click.argument("app_id")
+@click.pass_context
+def acl_get(ctx: click.Context, app_id: str) -> None:
+    current = _run(lambda: _client(ctx).get_acl(app_id))
+    if not _emit_json(ctx, current):
+        _table(f"ACL of {app_id}", ["operation", "patterns"],
+               [(op, ", ".join(current.get(op, []))) for op in ("produce", "consume", "group")])
+
+
+@acl.command("set")
+@click.argument("app_id")
+@click.option("--produce", multiple=True, help="topic pattern the app may write (repeatable)")
+@click.option("--consume", multiple=True, help="topic pattern the app may read (repeatable)")
+@click.option("--group", "groups", multiple=True, help="consumer group pattern (repeatable)")
+@click.pass_context
+def acl_set(ctx: click.Context, app_id: str, produce: tuple[str, ...], consume: tuple[str, ...],
+            groups: tuple[str, ...]) -> None:
+    """Replace APP_ID's ACL (running clients get it at their next renewal)."""
+    new = _run(lambda: _client(ctx).set_acl(app_id, produce, consume, groups))
+    if not _emit_json(ctx, new):
+        _table(f"ACL of {app_id}", ["operation", "patterns"],
+               [(op, ", ".join(new.get(op, []))) for op in ("produce", "consume", "group")])
+
+
+# --- clusters ------------------------------------------------------------------------------------
+
+
+@admin.group()
+def clusters() -> None:
+    """The cluster registry."""
+
+
+@clusters.command("list")
+@click.pass_context
+def clusters_list(ctx: click.Context) -> None:
+    rows = _run(_client(ctx).list_clusters)
+    if not _emit_json(ctx, rows):
+        _table("clusters", ["name", "bootstrap servers", "dc", "standby", "status", "sasl"],
+               [(c["name"], c["bootstrap_servers"], c["dc"], c["standby"], c["status"],
+                 f"{c['sasl']['mechanism']}:{c['sasl']['username']}" if c["sasl"] else None) for c in rows])
+
+
+@clusters.command("set")
+@click.argument("name")
+@click.option("--bootstrap-servers", required=True)
+@click.option("--dc", default="")
+@click.option("--standby", default=None)
+@click.option("--status", type=click.Choice(["active", "draining", "down"]), default="active", show_default=True)
+@click.option("--sasl-mechanism", default=None)
+@click.option("--sasl-username", default=None)
+@click.option("--sasl-password", default=None)
+@click.pass_context
+def clusters_set(ctx: click.Context, name: str, bootstrap_servers: str, dc: str, standby: str | None, status: str,
+                 sasl_mechanism: str | None, sasl_username: str | None, sasl_password: str | None) -> None:
+    """Create or replace cluster NAME."""
+    sasl = None
+    if sasl_mechanism or sasl_username or sasl_password:
+        if not (sasl_mechanism and sasl_username and sasl_password is not None):
+            raise click.UsageError("SASL needs --sasl-mechanism, --sasl-username and --sasl-password together")
+        sasl = {"mechanism": sasl_mechanism, "username": sasl_username, "password": sasl_password}
+    saved = _run(lambda: _client(ctx).set_cluster(name, bootstrap_servers, dc, standby, status, sasl))
+    if not _emit_json(ctx, saved):
+        console.print(f"cluster [bold]{name}[/bold]: {saved['bootstrap_servers']} ({saved['status']})")
+
+
+@clusters.command("delete")
+@click.argument("name")
+@click.pass_context
+def clusters_delete(ctx: click.Context, name: str) -> None:
+    _run(lambda: _client(ctx).delete_cluster(name))
+    console.print(f"deleted cluster {name}")
+
+
+# --- hot config ----------------------------------------------------------------------------------
+
+
+def _pairs(assignments: Sequence[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: use key=value", param_hint="ASSIGNMENTS")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def _changes_table(result: dict[str, Any]) -> None:
+    title = f"{result['namespace']}" + (f" (gray: {', '.join(result['ips'])})" if result.get("ips") else "")
+    _table(title, ["key", "before", "after"], [(c["key"], c["before"], c["after"]) for c in result["changes"]])
+
+
+@admin.group()
+def config() -> None:
+    """Hot configuration through the config center (scopes: global, cluster:<c>, group:<g>, topic:<t>)."""
+
+
+@config.command("get")
+@click.argument("scope")
+@click.pass_context
+def config_get(ctx: click.Context, scope: str) -> None:
+    current = _run(lambda: _client(ctx).get_config(scope))
+    if _emit_json(ctx, current):
+        return
+    _table(f"{current['namespace']} (released)", ["key", "value"], sorted(current["released"].items()))
+    if current.get("gray"):
+        gray = current["gray"]
+        _table(f"gray branch {gray['branch']} for {', '.join(gray['ips'])}", ["key", "value"],
+               sorted(gray["released"].items()))
+
+
+def _push(ctx: click.Context, scope: str, assignments: Sequence[str], delete: Sequence[str], ips: Sequence[str],
+          dry_run: bool, comment: str) -> None:
+    result = _run(lambda: _client(ctx).push_config(scope, _pairs(assignments), delete, list(ips) or None, dry_run,
+                                                   comment))
+    if _emit_json(ctx, result):
+        return
+    _changes_table(result)
+    if dry_run:
+        console.print("dry run: nothing written")
+    elif result.get("release"):
+        console.print(f"released {result['release'].get('name')} (id {result['release'].get('id')})")
+
+
+@config.command("set")
+@click.argument("scope")
+@click.argument("assignments", nargs=-1, required=False)
+@click.option("--delete", multiple=True, help="key to remove (repeatable)")
+@click.option("--ip", "ips", multiple=True, help="gray release to this client IP only (repeatable)")
+@click.option("--dry-run", is_flag=True, help="show the diff, write nothing")
+@click.option("--comment", default="")
+@click.pass_context
+def config_set(ctx: click.Context, scope: str, assignments: tuple[str, ...], delete: tuple[str, ...],
+               ips: tuple[str, ...], dry_run: bool, comment: str) -> None:
+    """Validate and publish KEY=VALUE pairs at SCOPE, e.g. ``topic:orders producer.acks=1``."""
+    if not assignments and not delete:
+        raise click.UsageError("give at least one key=value or --delete key")
+    _push(ctx, scope, assignments, delete, ips, dry_run, comment)
+
+
+@config.command("diff")
+@click.argument("scope")
+@click.argument("assignments", nargs=-1, required=False)
+@click.option("--delete", multiple=True)
+@click.option("--ip", "ips", multiple=True)
+@click.pass_context
+def config_diff(ctx: click.Context, scope: str, assignments: tuple[str, ...], delete: tuple[str, ...],
+                ips: tuple[str, ...]) -> None:
+    """What ``config set`` would change (a dry run)."""
+    _push(ctx, scope, assignments, delete, ips, True, "")
+
+
+@config.command("rollback")
+@click.argument("scope")
+@click.pass_context
+def config_rollback(ctx: click.Context, scope: str) -> None:
+    """Restore SCOPE's previous release."""
+    result = _run(lambda: _client(ctx).rollback_config(scope))
+    if not _emit_json(ctx, result):
+        undone = result.get("rolled_back") or {}
+        console.print(f"rolled back release {undone.get('name')} (id {undone.get('id')})")
+        _table(f"{result['namespace']} (released now)", ["key", "value"], sorted(result["released"].items()))
+
+
+@config.command("merge")
+@click.argument("scope")
+@click.pass_context
+def config_merge(ctx: click.Context, scope: str) -> None:
+    """Promote SCOPE's gray values to every client."""
+    result = _run(lambda: _client(ctx).merge_gray(scope))
+    if not _emit_json(ctx, result):
+        _table(f"{result['namespace']} (released now)", ["key", "value"], sorted(result["released"].items()))
+
+
+@config.command("abandon")
+@click.argument("scope")
+@click.pass_context
+def config_abandon(ctx: click.Context, scope: str) -> None:
+    """Drop SCOPE's gray release."""
+    result = _run(lambda: _client(ctx).abandon_gray(scope))
+    if not _emit_json(ctx, result):
+        console.print(f"deleted gray branch {result['branch']}")
+
+
+# --- clients and audit ---------------------------------------------------------------------------
+
+
+@admin.command("clients")
+@click.option("--app", default=None)
+@click.option("--cluster", default=None)
+@click.option("--librdkafka", default=None, help="exact version or prefix ending in *, e.g. '1.*'")
+@click.option("--group", default=None)
+@click.option("--online/--offline", default=None, help="only online (or only offline) clients")
+@click.option("--history", is_flag=True, help="every report instead of the latest per client")
+@click.option("--limit", default=200, show_default=True)
+@click.pass_context
+def clients_cmd(ctx: click.Context, app: str | None, cluster: str | None, librdkafka: str | None,
+                group: str | None, online: bool | None, history: bool, limit: int) -> None:
+    """Running clients (or their report history): who runs what, where."""
+    client = _client(ctx)
+    if history:
+        rows = _run(lambda: client.client_history(app, cluster, librdkafka, group, limit=limit))
+        if not _emit_json(ctx, rows):
+            _table("client reports", ["at", "app", "client", "role", "cluster", "group", "librdkafka", "state"],
+                   [(_when(r["at"]), r["app_id"], r["client_id"], r["role"], r["cluster"], r["group"],
+                     r["versions"]["librdkafka"], r["state"]) for r in rows])
+        return
+    rows = _run(lambda: client.clients(app, cluster, librdkafka, group, online, limit))
+    if not _emit_json(ctx, rows):
+        _table("clients", ["app", "client", "host", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state",
+                           "last seen", "online"],
+               [(r["app_id"], r["client_id"], r["hostname"], r["ip"], r["role"], r["cluster"], r["group"],
+                 r["versions"]["ykafka"], r["versions"]["librdkafka"], r["state"], _when(r["last_seen"]),
+                 "yes" if r["online"] else "no") for r in rows])
+
+
+@admin.command("audit")
+@click.option("--operator", "who", default=None)
+@click.option("--action", default=None, help="action or prefix, e.g. config")
+@click.option("--target", default=None)
+@click.option("--limit", default=50, show_default=True)
+@click.pass_context
+def audit_cmd(ctx: click.Context, who: str | None, action: str | None, target: str | None, limit: int) -> None:
+    """Who changed what, when (newest first)."""
+    rows = _run(lambda: _client(ctx).audit(who, action, target, limit=limit))
+    if not _emit_json(ctx, rows):
+        _table("audit", ["when", "operator", "action", "target", "before", "after"],
+               [(_when(r["at"]), r["operator"], r["action"], r["target"],
+                 json.dumps(r["before"], sort_keys=True)[:80], json.dumps(r["after"], sort_keys=True)[:80])
+                for r in rows])

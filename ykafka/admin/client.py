@@ -1,0 +1,168 @@
+"""Typed HTTP client of the MetaServer admin API (what the ``ykafka admin`` CLI and the dev stack use).
+
+Every method maps to one endpoint; a refused call raises :class:`AdminError` carrying the server's
+status and message (for hot-config rejections, the per-key reasons).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import requests
+
+from ykafka.errors import YKafkaError
+
+
+class AdminError(YKafkaError):
+    """The MetaServer refused an admin call (or could not be reached: status 0)."""
+
+    def __init__(self, status: int, message: str, errors: Mapping[str, str] | None = None) -> None:
+        self.status = status
+        self.message = message
+        self.errors = dict(errors or {})
+        detail = "; ".join(f"{key}: {reason}" for key, reason in self.errors.items())
+        super().__init__(f"MetaServer answered {status}: {message}" + (f" ({detail})" if detail else ""))
+
+
+def _message(response: requests.Response) -> tuple[str, dict[str, str]]:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason, {}
+    if not isinstance(data, dict):
+        return str(data)[:500], {}
+    detail = data.get("detail")
+    errors = data.get("errors") or {}
+    if isinstance(detail, list):  # FastAPI field errors
+        errors = {".".join(str(p) for p in item.get("loc", []) if p != "body"): item.get("msg", "")
+                  for item in detail if isinstance(item, dict)}
+        detail = "invalid request"
+    return str(detail), {str(k): str(v) for k, v in errors.items()}
+
+
+class AdminClient:
+    def __init__(self, url: str, token: str, operator: str | None = None, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout_s
+        self._session = requests.Session()
+        self._session.headers["Authorization"] = f"Bearer {token}"
+        if operator:
+            self._session.headers["X-Ykafka-Operator"] = operator
+
+    def _call(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
+        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._session.request(method, self.url + path, json=json, params=clean, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise AdminError(0, f"cannot reach the MetaServer at {self.url}: {exc}") from exc
+        if response.status_code >= 400:
+            message, errors = _message(response)
+            raise AdminError(response.status_code, message, errors)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    # --- apps ----------------------------------------------------------------------------------
+
+    def list_apps(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/admin/apps"))
+
+    def get_app(self, app_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/v1/admin/apps/{app_id}"))
+
+    def create_app(self, app_id: str, description: str = "", default_cluster: str | None = None,
+                   acl: Mapping[str, Iterable[str]] | None = None) -> dict[str, Any]:
+        """Create an app; the answer's ``secret`` is shown this once and never again."""
+        body: dict[str, Any] = {"app_id": app_id, "description": description, "default_cluster": default_cluster}
+        if acl is not None:
+            body["acl"] = {k: list(v) for k, v in acl.items()}
+        return dict(self._call("POST", "/v1/admin/apps", json=body))
+
+    def update_app(self, app_id: str, *, description: str | None = None, default_cluster: str | None = None,
+                   enabled: bool | None = None) -> dict[str, Any]:
+        body = {k: v for k, v in {"description": description, "default_cluster": default_cluster,
+                                  "enabled": enabled}.items() if v is not None}
+        return dict(self._call("PATCH", f"/v1/admin/apps/{app_id}", json=body))
+
+    def delete_app(self, app_id: str) -> None:
+        self._call("DELETE", f"/v1/admin/apps/{app_id}")
+
+    def rotate_secret(self, app_id: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/v1/admin/apps/{app_id}/rotate-secret"))
+
+    # --- ACL -----------------------------------------------------------------------------------
+
+    def get_acl(self, app_id: str) -> dict[str, list[str]]:
+        return dict(self._call("GET", f"/v1/admin/apps/{app_id}/acl"))
+
+    def set_acl(self, app_id: str, produce: Iterable[str] = (), consume: Iterable[str] = (),
+                group: Iterable[str] = ()) -> dict[str, list[str]]:
+        body = {"produce": list(produce), "consume": list(consume), "group": list(group)}
+        return dict(self._call("PUT", f"/v1/admin/apps/{app_id}/acl", json=body))
+
+    # --- clusters ------------------------------------------------------------------------------
+
+    def list_clusters(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/admin/clusters"))
+
+    def get_cluster(self, name: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/v1/admin/clusters/{name}"))
+
+    def set_cluster(self, name: str, bootstrap_servers: str, dc: str = "", standby: str | None = None,
+                    status: str = "active", sasl: Mapping[str, str] | None = None) -> dict[str, Any]:
+        body = {"bootstrap_servers": bootstrap_servers, "dc": dc, "standby": standby, "status": status,
+                "sasl": dict(sasl) if sasl else None}
+        return dict(self._call("PUT", f"/v1/admin/clusters/{name}", json=body))
+
+    def delete_cluster(self, name: str) -> None:
+        self._call("DELETE", f"/v1/admin/clusters/{name}")
+
+    # --- hot config ----------------------------------------------------------------------------
+
+    def push_config(self, scope: str, set: Mapping[str, Any] | None = None, delete: Iterable[str] = (),
+                    ips: Iterable[str] | None = None, dry_run: bool = False, comment: str = "") -> dict[str, Any]:
+        """Validate, write and release hot config at ``scope`` (gray to ``ips`` when given)."""
+        body: dict[str, Any] = {"scope": scope, "set": dict(set or {}), "delete": list(delete), "dry_run": dry_run,
+                                "comment": comment}
+        if ips is not None:
+            body["ips"] = list(ips)
+        return dict(self._call("POST", "/v1/admin/config", json=body))
+
+    def get_config(self, scope: str) -> dict[str, Any]:
+        return dict(self._call("GET", "/v1/admin/config", params={"scope": scope}))
+
+    def rollback_config(self, scope: str) -> dict[str, Any]:
+        return dict(self._call("POST", "/v1/admin/config/rollback", json={"scope": scope}))
+
+    def merge_gray(self, scope: str) -> dict[str, Any]:
+        return dict(self._call("POST", "/v1/admin/config/gray/merge", json={"scope": scope}))
+
+    def abandon_gray(self, scope: str) -> dict[str, Any]:
+        return dict(self._call("POST", "/v1/admin/config/gray/abandon", json={"scope": scope}))
+
+    # --- clients and audit ---------------------------------------------------------------------
+
+    def clients(self, app: str | None = None, cluster: str | None = None, librdkafka: str | None = None,
+                group: str | None = None, online: bool | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        params = {"app": app, "cluster": cluster, "librdkafka": librdkafka, "group": group, "limit": limit,
+                  "online": None if online is None else str(online).lower()}
+        return list(self._call("GET", "/v1/admin/clients", params=params))
+
+    def client_history(self, app: str | None = None, cluster: str | None = None, librdkafka: str | None = None,
+                       group: str | None = None, client_id: str | None = None, since: float | None = None,
+                       limit: int = 1000) -> list[dict[str, Any]]:
+        params = {"app": app, "cluster": cluster, "librdkafka": librdkafka, "group": group, "client_id": client_id,
+                  "since": since, "limit": limit}
+        return list(self._call("GET", "/v1/admin/clients/history", params=params))
+
+    def audit(self, operator: str | None = None, action: str | None = None, target: str | None = None,
+              since: float | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        params = {"operator": operator, "action": action, "target": target, "since": since, "limit": limit}
+        return list(self._call("GET", "/v1/admin/audit", params=params))
+
+    def health(self) -> bool:
+        try:
+            return self._session.get(self.url + "/health", timeout=self.timeout).status_code == 200
+        except requests.RequestException:
+            return False
