@@ -67,6 +67,14 @@ def _versions() -> dict[str, str]:
             "librdkafka": confluent_kafka.libversion()[0]}
 
 
+def _error_text(error: Mapping[str, Any]) -> str:
+    if error.get("type") == "config_rejected":
+        return (f"config_rejected {error.get('namespace')} {error.get('key')}={error.get('value')!r}: "
+                f"{error.get('reason')} (release {error.get('release_key')})")
+    details = " ".join(f"{k}={v}" for k, v in error.items() if k not in ("type", "at"))
+    return f"{error.get('type', 'error')} {details}".strip()
+
+
 class Runtime:
     """Identity, grant, ACL, clusters, hot config and reports of one Producer or Consumer."""
 
@@ -315,7 +323,9 @@ class Runtime:
                 log.warning("ykafka.report.provider_failed", error=repr(exc))
             extra = dict(provided.pop("extra", {}) or {})
             body.update({k: v for k, v in provided.items() if k in body})
-        body["errors"] = [r.as_dict() for r in self.hot.rejections()] + list(self._errors)
+        structured = [r.as_dict() for r in self.hot.rejections()] + list(self._errors)
+        body["errors"] = [_error_text(e) for e in structured]  # the MetaServer stores strings
+        extra["errors"] = structured
         if self.apollo is not None and self.apollo.last_error:
             extra.setdefault("configcenter_last_error", self.apollo.last_error)
         body["extra"] = extra
