@@ -1,0 +1,262 @@
+"""Cluster health: is a Kafka cluster taking writes right now?
+
+Two sources feed one verdict per cluster. librdkafka tells us about trouble as it happens (``error_cb``
+``_ALL_BROKERS_DOWN``, ``_TRANSPORT``; delivery timeouts), and a metadata probe (``list_topics`` with a
+short timeout) confirms it and notices recovery. A cluster is marked DOWN after ``health.down.failures``
+consecutive failures, or after failing for ``health.down.after.ms`` without a single success in between;
+one successful probe or delivery marks it UP again. Probes run every ``health.probe.interval.ms`` while a
+cluster is suspect or down, and ten times less often while it is healthy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient
+
+log = structlog.get_logger(__name__)
+
+
+class ClusterState(StrEnum):
+    UP = "up"
+    DOWN = "down"
+
+
+StateListener = Callable[[str, ClusterState], None]
+
+#: librdkafka errors that count as a failure of the cluster.
+FAILURE_CODES = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT,
+                           KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT})
+#: errors that only make the cluster suspect (probe now): a single connection can drop on a healthy cluster.
+SUSPECT_CODES = frozenset({KafkaError._TRANSPORT, KafkaError.NETWORK_EXCEPTION,
+                           KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_LEADER_FOR_PARTITION,
+                           KafkaError.LEADER_NOT_AVAILABLE})
+
+
+@dataclass
+class HealthPolicy:
+    down_failures: int = 3
+    down_after_s: float = 2.0
+    probe_interval_s: float = 0.5
+    probe_timeout_s: float = 0.5
+
+    @classmethod
+    def from_effective(cls, effective: Mapping[str, Any]) -> HealthPolicy:
+        """Build from catalog values (``health.*`` keys, already parsed)."""
+        return cls(down_failures=int(effective.get("health.down.failures", 3)),
+                   down_after_s=float(effective.get("health.down.after.ms", 2000)) / 1000.0,
+                   probe_interval_s=float(effective.get("health.probe.interval.ms", 500)) / 1000.0)
+
+
+class ClusterHealth:
+    """The health of one cluster, with its own probe thread."""
+
+    def __init__(self, cluster: str, rdkafka_config: Mapping[str, Any], policy: HealthPolicy | None = None,
+                 on_change: StateListener | None = None, probe: Callable[[float], None] | None = None) -> None:
+        self.cluster = cluster
+        self.policy = policy or HealthPolicy()
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.state = ClusterState.UP
+        self.since = time.time()
+        self._failures = 0
+        self._failing_since: float | None = None
+        self._suspect = False
+        self.last_error: str | None = None
+        self.last_probe_ms: float | None = None
+        self.last_success = time.monotonic()  # last probe or delivery that reached the cluster
+        self.transitions = 0
+        conf = {k: v for k, v in rdkafka_config.items() if k not in _NOT_FOR_ADMIN}
+        conf.setdefault("reconnect.backoff.ms", 50)
+        conf.setdefault("reconnect.backoff.max.ms", 500)
+        conf.setdefault("socket.connection.setup.timeout.ms", 1000)
+        conf.setdefault("log_level", 0)
+        self._admin_conf = conf
+        self._admin: AdminClient | None = None
+        self._probe = probe or self._metadata_probe
+        self._thread = threading.Thread(target=self._run, name=f"ykafka-health-{cluster}", daemon=True)
+        self._thread.start()
+
+    # --- feeds ------------------------------------------------------------------------------------
+
+    def on_error(self, err: KafkaError) -> None:
+        """Feed a librdkafka error (from ``error_cb`` or a delivery report)."""
+        code = err.code()
+        if code in FAILURE_CODES:
+            self.record_failure(err.name())
+        elif code in SUSPECT_CODES:
+            self.suspect(err.name())
+
+    def suspect(self, reason: str) -> None:
+        with self._lock:
+            self._suspect = True
+            self.last_error = reason
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
+        self._wake.set()
+
+    def record_failure(self, reason: str) -> None:
+        with self._lock:
+            self._failures += 1
+            self._suspect = True
+            self.last_error = reason
+            now = time.monotonic()
+            if self._failing_since is None:
+                self._failing_since = now
+            down = self.state is ClusterState.UP and (
+                self._failures >= self.policy.down_failures
+                or (self.policy.down_after_s > 0 and now - self._failing_since >= self.policy.down_after_s))
+        self._wake.set()
+        if down:
+            self._transition(ClusterState.DOWN, reason)
+
+    def record_success(self) -> None:
+        with self._lock:
+            self.last_success = time.monotonic()
+            self._failures = 0
+            self._failing_since = None
+            self._suspect = False
+            up = self.state is ClusterState.DOWN
+        if up:
+            self._transition(ClusterState.UP, "reachable")
+
+    def _transition(self, state: ClusterState, reason: str) -> None:
+        with self._lock:
+            if self.state is state:
+                return
+            self.state = state
+            self.since = time.time()
+            self.transitions += 1
+        log.warning("cluster.state", cluster=self.cluster, state=state.value, reason=reason)
+        if self._on_change is not None:
+            try:
+                self._on_change(self.cluster, state)
+            except Exception:
+                log.exception("cluster.state_listener_failed", cluster=self.cluster)
+
+    def force(self, state: ClusterState, reason: str = "forced") -> None:
+        """Set the state by hand (operator command, tests); probes keep running and may change it back."""
+        with self._lock:
+            self._failures = self.policy.down_failures if state is ClusterState.DOWN else 0
+            self._failing_since = time.monotonic() if state is ClusterState.DOWN else None
+        self._transition(state, reason)
+
+    # --- probing ----------------------------------------------------------------------------------
+
+    def _metadata_probe(self, timeout: float) -> None:
+        if self._admin is None:
+            self._admin = AdminClient(self._admin_conf)
+        self._admin.list_topics(timeout=timeout)
+
+    def probe_now(self) -> bool:
+        """One metadata probe; feeds the verdict and returns whether the cluster answered."""
+        started = time.monotonic()
+        try:
+            self._probe(self.policy.probe_timeout_s)
+        except Exception as exc:
+            self.last_probe_ms = (time.monotonic() - started) * 1000
+            self.record_failure(f"probe: {str(exc)[:200]}")
+            return False
+        self.last_probe_ms = (time.monotonic() - started) * 1000
+        self.record_success()
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                urgent = self._suspect or self.state is ClusterState.DOWN
+            interval = self.policy.probe_interval_s * (1 if urgent else 10)
+            if self._wake.wait(interval):
+                self._wake.clear()
+            if self._stop.is_set():
+                return
+            self.probe_now()
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"state": self.state.value, "since": self.since, "consecutive_failures": self._failures,
+                    "last_error": self.last_error, "last_probe_ms": self.last_probe_ms,
+                    "transitions": self.transitions}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(5)
+        self._admin = None
+
+
+_NOT_FOR_ADMIN = frozenset({"error_cb", "on_delivery", "delivery.report.only.error", "stats_cb",
+                            "enable.idempotence", "acks", "linger.ms", "batch.size", "compression.type",
+                            "message.timeout.ms", "partitioner", "queue.buffering.max.ms",
+                            "queue.buffering.max.messages", "max.in.flight.requests.per.connection",
+                            "retries", "client.id"})
+
+
+class HealthMonitor:
+    """Health of every cluster a client writes to; notifies listeners of UP / DOWN transitions."""
+
+    def __init__(self, rdkafka_config: Callable[[str], Mapping[str, Any]],
+                 policy: Callable[[str], HealthPolicy] | None = None) -> None:
+        self._rdkafka_config = rdkafka_config
+        self._policy = policy or (lambda _cluster: HealthPolicy())
+        self._clusters: dict[str, ClusterHealth] = {}
+        self._listeners: list[StateListener] = []
+        self._lock = threading.Lock()
+
+    def cluster(self, name: str) -> ClusterHealth:
+        with self._lock:
+            health = self._clusters.get(name)
+            if health is None:
+                health = ClusterHealth(name, self._rdkafka_config(name), self._policy(name), self._notify)
+                self._clusters[name] = health
+            return health
+
+    def add_listener(self, listener: StateListener) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, cluster: str, state: ClusterState) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(cluster, state)
+            except Exception:
+                log.exception("health.listener_failed", cluster=cluster, state=state.value)
+
+    def state(self, cluster: str) -> ClusterState:
+        return self.cluster(cluster).state
+
+    def is_up(self, cluster: str) -> bool:
+        return self.cluster(cluster).state is ClusterState.UP
+
+    def error_cb(self, cluster: str, chain: Callable[[KafkaError], Any] | None = None) -> Callable[[KafkaError], None]:
+        """An ``error_cb`` for a librdkafka client of ``cluster`` that feeds this monitor (then ``chain``)."""
+        health = self.cluster(cluster)
+
+        def on_error(err: KafkaError) -> None:
+            health.on_error(err)
+            if chain is not None:
+                chain(err)
+
+        return on_error
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            clusters = dict(self._clusters)
+        return {name: health.status() for name, health in clusters.items()}
+
+    def close(self) -> None:
+        with self._lock:
+            clusters = list(self._clusters.values())
+            self._clusters.clear()
+        for health in clusters:
+            with contextlib.suppress(Exception):
+                health.close()

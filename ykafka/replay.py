@@ -1,0 +1,412 @@
+"""Sending to one cluster through its spill queue: the per-cluster link and the replayer.
+
+:class:`ClusterLink` sits where a message is handed to a cluster's librdkafka producer and where its
+delivery report comes back. It sends directly while the cluster is healthy, spills while it is not, and
+turns a retriable delivery failure into a re-route (to the spill, or to the standby cluster) instead of
+an error. A key with spilled records keeps queueing behind them until the replayer has drained them, so
+per-key order holds across an outage.
+
+:class:`Replayer` drains a spill queue oldest first through a dedicated idempotent producer that never
+times a message out (``message.timeout.ms=0``), so a key's records reach their partition in sequence
+order. A record leaves the queue only after the broker acknowledged it. If the cluster fails again, or
+nothing is acknowledged for ``stall_s``, the replay producer is purged and rebuilt and replay restarts
+from the oldest record still queued.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from ykafka.health import ClusterHealth, ClusterState
+from ykafka.spill import SpillQueue, SpillRecord, normalize_headers
+
+log = structlog.get_logger(__name__)
+
+ClientFactory = Callable[[], Producer]
+DeliveryCallback = Callable[[Any, Any], Any]
+
+#: delivery errors after which the message is sent again (re-routed or spilled) instead of reported.
+RESEND_CODES = frozenset({
+    KafkaError._MSG_TIMED_OUT, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._FATAL, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.NETWORK_EXCEPTION,
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_PRODUCER_ID,
+    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError._NODE_UPDATE, KafkaError._DESTROY,
+})
+
+
+def is_resendable(err: KafkaError) -> bool:
+    """Errors after which sending the message again (elsewhere, or later) is the right answer."""
+    return err.code() in RESEND_CODES or bool(err.retriable()) or bool(err.fatal())
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A message on its way to a cluster, as the user gave it (kept to send it again after a failure)."""
+
+    topic: str
+    value: Any
+    key: Any
+    partition: int
+    timestamp: int
+    headers: Any
+    on_delivery: DeliveryCallback | None
+
+    @classmethod
+    def from_record(cls, record: SpillRecord, on_delivery: DeliveryCallback | None) -> Outgoing:
+        return cls(record.topic, record.value, record.key, record.partition, record.timestamp,
+                   list(record.headers) if record.headers else None, on_delivery)
+
+
+def _produce(client: Producer, msg: Outgoing, callback: Callable[[KafkaError | None, Message], None]) -> None:
+    kwargs: dict[str, Any] = {"value": msg.value, "key": msg.key, "on_delivery": callback}
+    if msg.partition is not None and msg.partition >= 0:
+        kwargs["partition"] = msg.partition
+    if msg.timestamp:
+        kwargs["timestamp"] = msg.timestamp
+    if msg.headers:
+        kwargs["headers"] = msg.headers
+    client.produce(msg.topic, **kwargs)
+
+
+class ClusterLink:
+    """The seam between the producer and one cluster: direct send, spill, and re-route of failures."""
+
+    def __init__(self, cluster: str, client_factory: ClientFactory, health: ClusterHealth,
+                 queue: SpillQueue | None, reroute: Callable[[str, Outgoing, KafkaError], None],
+                 spill_enabled: Callable[[str], bool] | None = None) -> None:
+        self.cluster = cluster
+        self.health = health
+        self.queue = queue
+        self._factory = client_factory
+        self._reroute = reroute
+        self._spill_enabled = spill_enabled or (lambda _topic: True)
+        self._lock = threading.RLock()
+        self._client: Producer | None = client_factory()
+        self._retired: list[Producer] = []
+        self.available = health.state is ClusterState.UP
+        self._down_since = 0.0
+        self.counts = {"direct": 0, "spilled": 0, "rerouted": 0, "failed": 0, "delivered": 0}
+
+    # --- sending ----------------------------------------------------------------------------------
+
+    def client(self) -> Producer:
+        with self._lock:
+            if self._client is None:
+                self._client = self._factory()
+            return self._client
+
+    def must_spill(self, topic: str, key: Any) -> bool:
+        """Sends of this topic / key go to the spill: the cluster is down, or the key has older spilled records."""
+        if self.queue is None or not self._spill_enabled(topic):
+            return False
+        return not self.available or self.queue.holds(topic, key)
+
+    def send(self, msg: Outgoing, spill_wait: bool | None = None) -> None:
+        """Hand one message to the cluster (or to its spill queue while it cannot take it)."""
+        if self.must_spill(msg.topic, msg.key):
+            self.spill(msg, wait=spill_wait)
+            return
+        client = self.client()
+
+        def delivered(err: KafkaError | None, m: Message) -> None:
+            self._on_delivery(msg, client, err, m)
+
+        _produce(client, msg, delivered)
+        self.counts["direct"] += 1
+
+    def spill(self, msg: Outgoing, wait: bool | None = None) -> int:
+        assert self.queue is not None
+        seq = self.queue.append(msg.topic, msg.value, msg.key, normalize_headers(msg.headers), msg.timestamp,
+                                msg.partition, msg.on_delivery, wait=wait)
+        self.counts["spilled"] += 1
+        return seq
+
+    def _on_delivery(self, msg: Outgoing, client: Producer, err: KafkaError | None, m: Message) -> None:
+        if err is None:
+            self.counts["delivered"] += 1
+            self.health.record_success()
+            if msg.on_delivery is not None:
+                msg.on_delivery(None, m)
+            return
+        self.health.on_error(err)
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            self.retire(client, f"fatal error: {err.str()}")
+        if is_resendable(err):
+            self.counts["rerouted"] += 1
+            if err.code() == KafkaError._MSG_TIMED_OUT:
+                self.mark_unavailable(f"delivery timed out: {err.str()}")
+            self._reroute(self.cluster, msg, err)  # spill, standby, or the caller's callback
+            return
+        self.counts["failed"] += 1
+        if msg.on_delivery is not None:
+            msg.on_delivery(err, m)
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def mark_unavailable(self, reason: str) -> None:
+        """Stop sending directly: purge what librdkafka still holds so it comes back to be re-routed in
+        order, and retire the client (its idempotence state may not survive the cluster's restart)."""
+        with self._lock:
+            if not self.available:
+                return
+            self.available = False
+            self._down_since = time.monotonic()
+            client, self._client = self._client, None
+        log.warning("cluster.link_down", cluster=self.cluster, reason=reason)
+        if client is not None:
+            with contextlib.suppress(KafkaException):
+                client.purge(in_queue=True, in_flight=True, blocking=False)
+            with self._lock:
+                self._retired.append(client)
+
+    def retire(self, client: Producer, reason: str) -> None:
+        """Stop using ``client`` (fatal error): purge it so its messages come back, build a fresh one."""
+        with self._lock:
+            if self._client is not client:
+                return
+            self._client = None
+            self._retired.append(client)
+        log.warning("cluster.client_retired", cluster=self.cluster, reason=reason)
+        with contextlib.suppress(KafkaException):
+            client.purge(in_queue=True, in_flight=True, blocking=False)
+
+    def mark_available(self) -> None:
+        with self._lock:
+            if self.available:
+                return
+            self.available = True
+        log.info("cluster.link_up", cluster=self.cluster)
+
+    def maybe_recover(self) -> bool:
+        """Send directly again once the cluster answered after the link went down (probe or delivery)."""
+        if not self.available and self.health.state is ClusterState.UP \
+                and self.health.last_success > self._down_since:
+            self.mark_available()
+            return True
+        return False
+
+    def on_state(self, state: ClusterState) -> None:
+        if state is ClusterState.DOWN:
+            self.mark_unavailable("cluster down")
+        else:
+            self.mark_available()
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve delivery reports of the live client and of retired clients still draining."""
+        served = 0
+        with self._lock:
+            client = self._client
+            retired = list(self._retired)
+        for old in retired:
+            served += old.poll(0)
+            if len(old) == 0:
+                with self._lock:
+                    if old in self._retired:
+                        self._retired.remove(old)
+        if client is not None:
+            served += client.poll(timeout)
+        elif timeout:
+            time.sleep(timeout)
+        return served
+
+    def outstanding(self) -> int:
+        """Messages handed to librdkafka and not yet reported (live and retired clients)."""
+        with self._lock:
+            clients = ([self._client] if self._client is not None else []) + list(self._retired)
+        return sum(len(c) for c in clients)
+
+    def flush(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.outstanding() and time.monotonic() < deadline:
+            self.poll(min(0.05, max(0.0, deadline - time.monotonic())))
+        return self.outstanding()
+
+    def status(self) -> dict[str, Any]:
+        return {"available": self.available, "outstanding": self.outstanding(), **self.counts}
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.flush(timeout)
+        with self._lock:
+            self._client = None
+            self._retired.clear()
+
+
+class Replayer:
+    """Drains one cluster's spill queue into the cluster when it answers again (one thread)."""
+
+    def __init__(self, queue: SpillQueue, client_factory: ClientFactory, is_up: Callable[[], bool],
+                 max_in_flight: int = 20_000, stall_s: float = 15.0, progress_interval_s: float = 5.0,
+                 on_failed: Callable[[SpillRecord, KafkaError], None] | None = None) -> None:
+        self.queue = queue
+        self.cluster = queue.cluster
+        self._factory = client_factory
+        self._is_up = is_up
+        self.max_in_flight = max_in_flight
+        self.stall_s = stall_s
+        self.progress_interval_s = progress_interval_s
+        self._on_failed = on_failed
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._in_flight = 0
+        self._last_ack = time.monotonic()
+        self._abort: str | None = None
+        self.replayed = 0
+        self.failed = 0
+        self.rounds = 0
+        self.active = False
+        self._round_started = 0.0
+        self._round_done = 0
+        self._thread = threading.Thread(target=self._run, name=f"ykafka-replay-{self.cluster}", daemon=True)
+        self._thread.start()
+
+    def kick(self) -> None:
+        """Look at the queue now (the cluster came back, or records were spilled)."""
+        self._wake.set()
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.25)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if self.queue.depth == 0 or not self._is_up():
+                continue
+            try:
+                self._replay_round()
+            except Exception:
+                log.exception("spill.replay_error", cluster=self.cluster)
+                time.sleep(1.0)
+
+    def _replay_round(self) -> None:
+        self.rounds += 1
+        self.active = True
+        self._abort = None
+        self._round_started = time.monotonic()
+        self._round_done = 0
+        start_depth = self.queue.depth
+        log.info("spill.replay_start", cluster=self.cluster, left=start_depth, round=self.rounds)
+        producer = self._factory()
+        last_log = time.monotonic()
+        after = -1
+        self._last_ack = time.monotonic()
+        try:
+            while not self._stop.is_set() and self._abort is None:
+                progressed = False
+                for chunk_key, records in self.queue.chunks(after):
+                    after = chunk_key
+                    progressed = True
+                    for record in records:
+                        while self._in_flight >= self.max_in_flight and self._abort is None:
+                            self._serve(producer, 0.05)
+                        if self._abort is not None or self._stop.is_set():
+                            break
+                        self._send(producer, record)
+                    if self._abort is not None or self._stop.is_set():
+                        break
+                    self._serve(producer, 0)
+                    if time.monotonic() - last_log >= self.progress_interval_s:
+                        self._log_progress()
+                        last_log = time.monotonic()
+                if progressed:
+                    continue
+                # nothing new to send: wait for the acknowledgements of what is in flight
+                while self._in_flight and self._abort is None and not self._stop.is_set():
+                    self._serve(producer, 0.05)
+                    if time.monotonic() - last_log >= self.progress_interval_s:
+                        self._log_progress()
+                        last_log = time.monotonic()
+                if self._abort is None and not any(True for _ in self.queue.chunks(after)):
+                    break
+        finally:
+            if self._in_flight:
+                with contextlib.suppress(KafkaException):
+                    producer.purge(in_queue=True, in_flight=True, blocking=False)
+                deadline = time.monotonic() + 5
+                while self._in_flight and time.monotonic() < deadline:
+                    producer.poll(0.05)
+            self.active = False
+            elapsed = max(1e-6, time.monotonic() - self._round_started)
+            log.info("spill.replay_end", cluster=self.cluster, done=self._round_done, left=self.queue.depth,
+                     rate=round(self._round_done / elapsed), aborted=self._abort)
+            if self._abort is not None:
+                time.sleep(0.5)  # let health catch up before the next round
+                self._wake.set()
+
+    def _send(self, producer: Producer, record: SpillRecord) -> None:
+        def delivered(err: KafkaError | None, m: Message) -> None:
+            self._in_flight -= 1
+            if err is None:
+                self._last_ack = time.monotonic()
+                self.queue.ack(record.seq)
+                self.replayed += 1
+                self._round_done += 1
+                callback = self.queue.pop_callback(record.seq)
+                if callback is not None:
+                    callback(None, m)
+            elif is_resendable(err):
+                if self._abort is None:
+                    self._abort = err.name()
+            else:  # the broker refuses this record for good: report it, do not retry forever
+                self.queue.ack(record.seq)
+                self.failed += 1
+                log.error("spill.replay_rejected", cluster=self.cluster, topic=record.topic, seq=record.seq,
+                          error=err.str())
+                callback = self.queue.pop_callback(record.seq)
+                if callback is not None:
+                    callback(err, m)
+                if self._on_failed is not None:
+                    self._on_failed(record, err)
+
+        msg = Outgoing(record.topic, record.value, record.key, record.partition, record.timestamp,
+                       list(record.headers) if record.headers else None, None)
+        while True:
+            try:
+                _produce(producer, msg, delivered)
+                break
+            except BufferError:
+                self._serve(producer, 0.05)
+        self._in_flight += 1
+
+    def _serve(self, producer: Producer, timeout: float) -> None:
+        producer.poll(timeout)
+        if self._abort is None:
+            if not self._is_up():
+                self._abort = "cluster down"
+            elif self._in_flight and time.monotonic() - self._last_ack > self.stall_s:
+                self._abort = f"no acknowledgement for {self.stall_s:g}s"
+
+    def _log_progress(self) -> None:
+        elapsed = max(1e-6, time.monotonic() - self._round_started)
+        log.info("spill.replay_progress", cluster=self.cluster, done=self._round_done, left=self.queue.depth,
+                 rate=round(self._round_done / elapsed))
+
+    def status(self) -> dict[str, Any]:
+        elapsed = max(1e-6, time.monotonic() - self._round_started) if self.active else 0.0
+        return {"active": self.active, "replayed": self.replayed, "failed": self.failed, "rounds": self.rounds,
+                "left": self.queue.depth, "in_flight": self._in_flight,
+                "rate": round(self._round_done / elapsed) if elapsed else 0}
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+
+def replay_config(base: Mapping[str, Any]) -> dict[str, Any]:
+    """librdkafka settings of a replay producer: the cluster's connection settings, ordered and patient."""
+    conf = {k: v for k, v in base.items() if k not in ("on_delivery", "message.timeout.ms", "delivery.timeout.ms")}
+    conf.update({"enable.idempotence": True, "acks": "all", "message.timeout.ms": 0,
+                 "max.in.flight.requests.per.connection": 5, "linger.ms": conf.get("linger.ms", 5),
+                 "reconnect.backoff.max.ms": 1000})
+    return conf
