@@ -1,19 +1,19 @@
 """The ``auth.enabled`` hot switch, read from the config center's ``ykafka.global`` namespace.
 
-A read is trusted for a couple of seconds (cachetools TTL). When the config center cannot be reached
-the last value seen stays in force; before any value was ever seen the catalog default (true) holds.
-Refreshes happen on a background thread once a first value is known, so a slow config center never
-stalls a grant.
+The value is re-read every ``ttl_s`` seconds (default 2) by a daemon thread, so a grant never waits on
+the config center; the first read waits (bounded by the timeout) so a switch already off is honoured
+from the first request. When the config center cannot be reached the last value seen stays in force;
+before any value was ever seen the catalog default (true) holds.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import requests
 import structlog
-from cachetools import TTLCache
 
 from ykafka import catalog
 from ykafka.errors import InvalidConfigValue
@@ -27,53 +27,53 @@ class AuthSwitch:
                  ttl_s: float = 2.0, timeout_s: float = 1.0) -> None:
         self._url = (f"{configcenter_url.rstrip('/')}/configs/{apollo_app_id}/{cluster}/"
                      f"{catalog.GLOBAL.namespace()}") if configcenter_url else None
+        self._ttl = ttl_s
         self._timeout = timeout_s
-        self._cache: TTLCache[str, bool] = TTLCache(maxsize=1, ttl=ttl_s)
-        self._last: bool = bool(catalog.KEYS[KEY].default)
-        self._known = False
+        self._value: bool = bool(catalog.KEYS[KEY].default)
         self._lock = threading.Lock()
-        self._refreshing = False
+        self._started = False
         self._session = requests.Session()
 
     def enabled(self) -> bool:
-        if self._url is None:
-            return self._last
-        with self._lock:
-            cached = self._cache.get(KEY)
-            if cached is not None:
-                return cached
-            if self._known:
-                if not self._refreshing:
-                    self._refreshing = True
-                    threading.Thread(target=self._refresh, name="auth-switch-refresh", daemon=True).start()
-                return self._last
-        self._refresh()  # first read: wait (bounded by the timeout) so a switched-off center is honoured
-        return self._last
+        if self._url is not None and not self._started:
+            self._start()
+        return self._value
 
-    def _refresh(self) -> None:
-        value = self._fetch()
+    def _start(self) -> None:
         with self._lock:
-            if value is not None:
-                if value != self._last:
-                    log.warning("auth switch changed", enabled=value)
-                self._last = value
-                self._known = True
-            # cache even a failed read so a down center costs one timeout per TTL, not one per request
-            self._cache[KEY] = self._last
-            self._refreshing = False
+            if self._started:
+                return
+            self.refresh()
+            threading.Thread(target=self._poll, name="auth-switch", daemon=True).start()
+            self._started = True
+
+    def _poll(self) -> None:
+        while True:
+            time.sleep(self._ttl)
+            try:
+                self.refresh()
+            except Exception as exc:  # noqa: BLE001 - the poller must survive anything
+                log.warning("auth switch refresh failed", error=str(exc))
+
+    def refresh(self) -> bool:
+        value = self._fetch()
+        if value is not None and value != self._value:
+            log.warning("auth switch changed", enabled=value)
+            self._value = value
+        return self._value
 
     def _fetch(self) -> bool | None:
         assert self._url is not None
         try:
             response = self._session.get(self._url, timeout=self._timeout)
         except requests.RequestException as exc:
-            log.warning("config center unreachable; keeping last auth switch", error=str(exc), enabled=self._last)
+            log.warning("config center unreachable; keeping last auth switch", error=str(exc), enabled=self._value)
             return None
         if response.status_code == 404:
             return bool(catalog.KEYS[KEY].default)  # namespace never released: the default holds
         if response.status_code != 200:
             log.warning("config center answered an error; keeping last auth switch",
-                        status=response.status_code, enabled=self._last)
+                        status=response.status_code, enabled=self._value)
             return None
         try:
             configurations: dict[str, Any] = response.json().get("configurations") or {}

@@ -1,0 +1,284 @@
+"""Fixtures for the MetaServer tests: real processes over real HTTP, on free ports, stopped by their pid.
+
+- ``ms_cc``: one embedded config center (``python -m metaserver.configcenter serve``) per module.
+- ``ms_backend``: ``"sqlite"`` and ``"postgres"`` (skipped with a reason when PostgreSQL does not answer);
+  each PostgreSQL run gets a fresh schema that is dropped afterwards, so runs repeat cleanly.
+- ``ms``: a MetaServer on that backend, wired to the config center with its own Apollo app id.
+- ``ms_factory``: extra MetaServers (e.g. two peers on one database, or one with a short token TTL).
+- ``SdkClient``: signs requests exactly like the SDK does (``ykafka.signing``), with its own fake source IP
+  (``X-Forwarded-For``, honoured from loopback) so failure counters of one test never limit another.
+
+Load with ``pytest_plugins = ["tests.ms_fixtures"]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from ykafka import signing
+from ykafka.admin.client import AdminClient
+
+ROOT = Path(__file__).resolve().parent.parent
+ADMIN_TOKEN = "ms-test-admin-token"
+OPENAPI_TOKEN = "ms-test-openapi-token"
+PG_DSN = os.environ.get("YKAFKA_TEST_PG_DSN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+_ip_counter = itertools.count(1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fake_ip() -> str:
+    """A distinct TEST-NET address per client, only ever sent as a header label."""
+    n = next(_ip_counter) + (os.getpid() % 50) * 250
+    return f"203.0.{113 + n // 250 % 3}.{n % 250 + 1}"
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+class Proc:
+    """A server subprocess in its own session, polled on /health, stopped by its pid."""
+
+    def __init__(self, name: str, args: list[str], log: Path) -> None:
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.args = [a.replace("{port}", str(self.port)) for a in args]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 40.0) -> Proc:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-3000:]}")
+            try:
+                if requests.get(self.url + "/health", timeout=0.5).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not become healthy: {self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # our own process group (uvicorn workers included)
+            self.proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+
+@dataclass
+class MetaServer:
+    proc: Proc
+    db_url: str
+    apollo_app_id: str
+    configcenter_url: str | None
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.proc.url
+
+    def admin(self, operator: str | None = None) -> AdminClient:
+        return AdminClient(self.url, ADMIN_TOKEN, operator=operator)
+
+    def sdk(self, app_id: str, secret: str, ip: str | None = None) -> SdkClient:
+        return SdkClient(self.url, app_id, secret, ip or fake_ip())
+
+
+class SdkClient:
+    """Talks to the MetaServer the way the SDK does."""
+
+    def __init__(self, url: str, app_id: str, secret: str, ip: str) -> None:
+        self.url = url
+        self.app_id = app_id
+        self.key = signing.derive_key(app_id, secret)
+        self.ip = ip
+        self.session = requests.Session()
+        self.session.headers["X-Forwarded-For"] = ip
+
+    def grant_request(self, client_id: str = "c1", body: dict[str, Any] | None = None,
+                      timestamp_ms: int | None = None, nonce: str | None = None,
+                      key: bytes | None = None) -> tuple[bytes, dict[str, str]]:
+        raw = json.dumps(body if body is not None else
+                         {"app_id": self.app_id, "client_id": client_id, "ip": self.ip}).encode()
+        headers = signing.signed_headers(self.app_id, key or self.key, "POST", "/v1/auth/grant", raw)
+        if timestamp_ms is not None or nonce is not None:
+            ts = str(timestamp_ms) if timestamp_ms is not None else headers[signing.HEADER_TIMESTAMP]
+            n = nonce or headers[signing.HEADER_NONCE]
+            headers[signing.HEADER_TIMESTAMP] = ts
+            headers[signing.HEADER_NONCE] = n
+            headers[signing.HEADER_SIGNATURE] = signing.sign(key or self.key, "POST", "/v1/auth/grant", raw, ts, n)
+        headers["Content-Type"] = "application/json"
+        return raw, headers
+
+    def post_grant(self, raw: bytes, headers: dict[str, str], url: str | None = None) -> requests.Response:
+        return self.session.post((url or self.url) + "/v1/auth/grant", data=raw, headers=headers, timeout=10)
+
+    def grant(self, client_id: str = "c1", **kwargs: Any) -> requests.Response:
+        raw, headers = self.grant_request(client_id, **kwargs)
+        return self.post_grant(raw, headers)
+
+    def renew(self, token: str, url: str | None = None) -> requests.Response:
+        return self.session.post((url or self.url) + "/v1/auth/renew", headers={"Authorization": f"Bearer {token}"},
+                                 timeout=10)
+
+    def report(self, token: str, **fields: Any) -> requests.Response:
+        body: dict[str, Any] = {
+            "client_id": "c1", "app_id": self.app_id, "ip": self.ip, "hostname": "host-1", "pid": 4242,
+            "language": "python", "versions": {"ykafka": "0.1.0", "confluent_kafka": "2.4.0", "librdkafka": "2.4.0"},
+            "role": "producer", "topics": ["orders.eu"], "group": None, "cluster": "dc-a",
+            "config_release_keys": {"ykafka.global": "rk-1"}, "state": "running", "errors": [], "extra": {},
+        }
+        body.update(fields)
+        return self.session.post(self.url + "/v1/clients/report", json=body,
+                                 headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+
+def pg_unavailable(dsn: str = PG_DSN) -> str | None:
+    try:
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(dsn, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        engine.dispose()
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "skip PostgreSQL"
+        return f"PostgreSQL at {dsn} does not answer ({type(exc).__name__}: {str(exc).splitlines()[0][:150]})"
+
+
+@pytest.fixture(scope="session")
+def pg_schema_factory() -> Iterator[Callable[[], str]]:
+    """Fresh PostgreSQL schemas (DSN with search_path); all dropped at the end of the session."""
+    import sqlalchemy as sa
+
+    reason = pg_unavailable()
+    if reason:
+        pytest.skip(reason)
+    created: list[str] = []
+    engine = sa.create_engine(PG_DSN)
+
+    def make() -> str:
+        schema = f"ms_test_{uuid.uuid4().hex[:10]}"
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+        created.append(schema)
+        sep = "&" if "?" in PG_DSN else "?"
+        return f"{PG_DSN}{sep}options=-csearch_path%3D{schema}"
+
+    yield make
+    with engine.begin() as conn:
+        for schema in created:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def ms_cc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    tmp = tmp_path_factory.mktemp("ms-cc")
+    proc = Proc("configcenter", [sys.executable, "-m", "metaserver.configcenter", "serve", "--host", "127.0.0.1",
+                                 "--port", "{port}", "--db", str(tmp / "cc.db"), "--longpoll-timeout", "2",
+                                 "--openapi-token", OPENAPI_TOKEN], tmp / "cc.log")
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def ms_factory(tmp_path_factory: pytest.TempPathFactory, ms_cc: Proc) -> Iterator[Callable[..., MetaServer]]:
+    """Start a MetaServer: ``ms_factory(db_url=None, apollo_app_id=None, **flags)``; stopped at module end."""
+    tmp = tmp_path_factory.mktemp("ms")
+    started: list[MetaServer] = []
+
+    def start(db_url: str | None = None, apollo_app_id: str | None = None, configcenter: bool = True,
+              **flags: Any) -> MetaServer:
+        db_url = db_url or f"sqlite:///{tmp / f'ms-{uuid.uuid4().hex[:8]}.db'}"
+        app_id = apollo_app_id or f"ykafka-t{uuid.uuid4().hex[:8]}"
+        options = {"--renew-interval": "1", "--auth-fail-limit": "5", "--auth-switch-ttl": "0.3",
+                   "--log-level": "info"}
+        options.update({f"--{k.replace('_', '-')}": str(v) for k, v in flags.items()})
+        args = [sys.executable, "-m", "metaserver", "serve", "--host", "127.0.0.1", "--port", "{port}",
+                "--db-url", db_url, "--admin-token", f"ops:{ADMIN_TOKEN}", "--apollo-app-id", app_id]
+        if configcenter:
+            args += ["--configcenter-url", ms_cc.url, "--configcenter-openapi-token", OPENAPI_TOKEN]
+        for key, value in options.items():
+            args += [key, value]
+        server = MetaServer(Proc("metaserver", args, tmp / f"ms-{len(started)}.log").start(), db_url, app_id,
+                            ms_cc.url if configcenter else None, options)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.proc.stop()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def ms_backend(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgres":
+        reason = pg_unavailable()
+        if reason:
+            pytest.skip(reason)
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def ms(ms_backend: str, ms_factory: Callable[..., MetaServer],
+       request: pytest.FixtureRequest) -> MetaServer:
+    db_url = None
+    if ms_backend == "postgres":
+        db_url = request.getfixturevalue("pg_schema_factory")()
+    return ms_factory(db_url=db_url)
+
+
+@dataclass
+class App:
+    app_id: str
+    secret: str
+
+
+def new_app(server: MetaServer, acl: dict[str, list[str]] | None = None, **kwargs: Any) -> App:
+    app_id = f"app-{uuid.uuid4().hex[:8]}"
+    created = server.admin().create_app(app_id, acl=acl or {"produce": ["orders.*"], "consume": ["orders.*"],
+                                                            "group": ["billing-*"]}, **kwargs)
+    return App(app_id, created["secret"])
