@@ -63,6 +63,13 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         time.sleep(interval)
 
 
+def inside_one_fail_window(window_s: int = 60, needed_s: float = 5.0) -> None:
+    """Failure counters use fixed windows; wait out a boundary that is about to split a burst of attempts."""
+    left = window_s - time.time() % window_s
+    if left < needed_s:
+        time.sleep(left + 0.1)
+
+
 class Proc:
     """A server subprocess in its own session, polled on /health, stopped by its pid."""
 

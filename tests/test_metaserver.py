@@ -12,7 +12,7 @@ pytest.register_assert_rewrite("tests.ms_fixtures")
 
 import requests  # noqa: E402
 
-from tests.ms_fixtures import ADMIN_TOKEN, App, MetaServer, new_app, wait_until  # noqa: E402
+from tests.ms_fixtures import ADMIN_TOKEN, App, MetaServer, inside_one_fail_window, new_app, wait_until  # noqa: E402
 from ykafka import acl as acl_patterns  # noqa: E402
 from ykafka import signing  # noqa: E402
 from ykafka.admin.client import AdminError  # noqa: E402
@@ -111,8 +111,7 @@ def test_wrong_secret_unknown_app_and_tampering_rejected(registry: MetaServer, a
 
 
 def test_failed_auth_rate_limited_per_app_and_per_ip(registry: MetaServer) -> None:
-    if 60 - time.time() % 60 < 5:  # counters use fixed 60 s windows; keep the attempts in one
-        time.sleep(60 - time.time() % 60 + 0.1)
+    inside_one_fail_window()
     victim = new_app(registry)
     attacker = registry.sdk(victim.app_id, "guess", ip="198.51.100.10")
     codes = [attacker.grant().status_code for _ in range(5)]
