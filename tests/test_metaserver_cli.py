@@ -1,0 +1,110 @@
+"""``ykafka admin`` CLI against a live MetaServer + config center (SQLite backend)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.register_assert_rewrite("tests.ms_fixtures")
+
+from click.testing import CliRunner  # noqa: E402
+
+from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, new_app  # noqa: E402
+from ykafka.admin.cli import admin  # noqa: E402
+
+pytest_plugins = ["tests.ms_fixtures"]
+
+
+@pytest.fixture(scope="module")
+def server(ms_factory: Callable[..., MetaServer]) -> MetaServer:
+    return ms_factory()
+
+
+@pytest.fixture()
+def cli(server: MetaServer) -> Callable[..., Any]:
+    runner = CliRunner()
+
+    def run(*args: str, ok: bool = True) -> Any:
+        result = runner.invoke(admin, list(args), env={"YKAFKA_METASERVER": server.url,
+                                                       "YKAFKA_ADMIN_TOKEN": ADMIN_TOKEN,
+                                                       "YKAFKA_OPERATOR": "cli-user", "COLUMNS": "200"})
+        assert (result.exit_code == 0) == ok, result.output
+        return result
+
+    return run
+
+
+def test_apps_acl_clusters(cli: Callable[..., Any], server: MetaServer) -> None:
+    app_id = f"cli-{uuid.uuid4().hex[:6]}"
+    saved = cli("clusters", "set", "dc-a", "--bootstrap-servers", "127.0.0.1:19001", "--dc", "a").output
+    assert "cluster dc-a: 127.0.0.1:19001 (active)" in saved
+    listed = json.loads(cli("--json", "clusters", "list").output)
+    assert [c["name"] for c in listed] == ["dc-a"]
+    created = json.loads(cli("--json", "apps", "create", app_id, "--default-cluster", "dc-a").output)
+    assert created["app_id"] == app_id and len(created["secret"]) > 20
+    out = cli("acl", "set", app_id, "--produce", "orders.*", "--consume", "orders.*", "--group", "g-*").output
+    assert "orders.*" in out
+    assert json.loads(cli("--json", "acl", "get", app_id).output) == {"produce": ["orders.*"],
+                                                                      "consume": ["orders.*"], "group": ["g-*"]}
+    table = cli("apps", "list").output
+    assert app_id in table and "orders.*" in table
+    rotated = cli("apps", "rotate", app_id).output
+    assert "new secret" in rotated
+    sdk = server.sdk(app_id, created["secret"])
+    assert sdk.grant().status_code == 401  # rotated away
+    bad = cli("acl", "set", app_id, "--produce", "a*b", ok=False)
+    assert "HTTP 422" in bad.output and "a*b" in bad.output
+    cli("apps", "delete", app_id)
+    missing = cli("acl", "get", app_id, ok=False)
+    assert "not found" in missing.output and "HTTP 404" in missing.output
+    audit = json.loads(cli("--json", "audit", "--target", f"app:{app_id}").output)
+    assert [r["action"] for r in audit] == ["app.delete", "app.rotate_secret", "acl.set", "app.create"]
+    assert {r["operator"] for r in audit} == {"cli-user"}
+
+
+def test_config_set_diff_get_rollback(cli: Callable[..., Any], server: MetaServer) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    scope = f"topic:{topic}"
+    out = cli("config", "set", scope, "producer.acks=1", "producer.linger.ms=10").output
+    assert "producer.acks" in out and "released" in out
+    diff = json.loads(cli("--json", "config", "diff", scope, "producer.acks=all").output)
+    assert diff["changes"] == [{"key": "producer.acks", "before": "1", "after": "all"}] and diff["dry_run"]
+    cli("config", "set", scope, "producer.acks=0")
+    got = json.loads(cli("--json", "config", "get", scope).output)
+    assert got["released"] == {"producer.acks": "0", "producer.linger.ms": "10"}
+    rejected = cli("config", "set", scope, "producer.acks=7", ok=False)
+    assert "HTTP 422" in rejected.output and "producer.acks" in rejected.output
+    cli("config", "rollback", scope)
+    assert json.loads(cli("--json", "config", "get", scope).output)["released"]["producer.acks"] == "1"
+    gray = json.loads(cli("--json", "config", "set", scope, "producer.acks=all", "--ip", "198.51.100.3").output)
+    assert gray["gray"]["ips"] == ["198.51.100.3"]
+    assert "gray branch" in cli("config", "get", scope).output
+    usage = cli("config", "set", scope, "novalue", ok=False)
+    assert "key=value" in usage.output
+
+
+def test_clients_view(cli: Callable[..., Any], server: MetaServer) -> None:
+    server.admin().set_cluster("dc-a", "127.0.0.1:19001", dc="a")
+    app = new_app(server)
+    sdk = server.sdk(app.app_id, app.secret)
+    token = sdk.grant().json()["token"]
+    sdk.report(token, client_id="old-one", versions={"ykafka": "0.1", "confluent_kafka": "1.9", "librdkafka": "1.9.2"})
+    sdk.report(token, client_id="new-one")
+    rows = json.loads(cli("--json", "clients", "--app", app.app_id, "--librdkafka", "1.*").output)
+    assert [r["client_id"] for r in rows] == ["old-one"]
+    table = cli("clients", "--app", app.app_id).output
+    assert "old-one" in table and "new-one" in table
+    history = json.loads(cli("--json", "clients", "--app", app.app_id, "--history").output)
+    assert [r["client_id"] for r in history] == ["new-one", "old-one"]
+
+
+def test_unreachable_and_bad_token(server: MetaServer) -> None:
+    runner = CliRunner()
+    down = runner.invoke(admin, ["--url", "http://127.0.0.1:9", "--token", "x", "apps", "list"])
+    assert down.exit_code == 1 and "cannot reach the MetaServer" in down.output
+    bad = runner.invoke(admin, ["--url", server.url, "--token", "nope", "apps", "list"])
+    assert bad.exit_code == 1 and "authentication failed" in bad.output and "401" in bad.output
