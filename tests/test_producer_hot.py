@@ -1,0 +1,233 @@
+"""Operators change a running Producer through the MetaServer admin API; effects observed on the brokers.
+
+Every test writes ``<key>:<seq>`` values and counts every record on the broker side: nothing lost,
+nothing duplicated, per-key order kept.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.sdk_fixtures import SdkStack, check_stream, create_topic, read_topic, wait_until
+from ykafka import Producer, ThrottledError
+from ykafka.partitioner import java_partition
+
+pytest_plugins = ["tests.sdk_fixtures"]
+
+
+def _topic(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+class Stream:
+    """Produces ``k<i>:<seq>`` with per-key sequence numbers and counts delivery reports."""
+
+    def __init__(self, producer: Producer, topic: str, keys: int = 10) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.keys = keys
+        self.sent = 0
+        self.seq: Counter[str] = Counter()
+        self.delivered: list[Any] = []
+        self.failed: list[Any] = []
+
+    def _cb(self, err: Any, msg: Any) -> None:
+        (self.failed if err is not None else self.delivered).append(msg if err is None else err)
+
+    def send(self, n: int, pause: float = 0.0) -> None:
+        for _ in range(n):
+            key = f"k{self.sent % self.keys}"
+            value = f"{key}:{self.seq[key]}"
+            while True:
+                try:
+                    self.producer.produce(self.topic, value.encode(), key.encode(), on_delivery=self._cb)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+            self.seq[key] += 1
+            self.sent += 1
+            self.producer.poll(0)
+            if pause:
+                time.sleep(pause)
+
+    def until(self, predicate: Any, timeout: float = 15.0, batch: int = 20) -> None:
+        """Keep producing (load) until ``predicate()`` holds."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, "change not in force in time"
+            self.send(batch, pause=0.001)
+
+
+def test_acks_change_takes_effect_live_and_back(sdk_stack: SdkStack) -> None:
+    topic = _topic("acks")
+    with Producer(sdk_stack.client_config()) as producer:
+        stream = Stream(producer, topic)
+        stream.send(50)
+        assert producer.flush(15) == 0
+        assert all(m.offset() >= 0 for m in stream.delivered)  # acks=all: broker offsets reported
+
+        sdk_stack.push(f"topic:{topic}", {"producer.acks": "0"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.acks") == "0")
+        mark = len(stream.delivered)
+        assert producer.flush(15) == 0
+        stream.send(50)
+        assert producer.flush(15) == 0
+        after = stream.delivered[mark:]
+        # acks=0: librdkafka gets no broker response, so no offset is known for the message
+        assert after and all(m.offset() is None or m.offset() < 0 for m in after[-50:])
+        assert [c["settings"]["acks"] for c in producer.clients() if not c["retiring"]] == ["0"]
+
+        sdk_stack.push(f"topic:{topic}", {"producer.acks": "all"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.acks") == "all")
+        assert producer.flush(15) == 0
+        mark = len(stream.delivered)
+        stream.send(20)
+        assert producer.flush(15) == 0
+        assert all(m.offset() >= 0 for m in stream.delivered[mark:])
+    assert not stream.failed
+    result = check_stream(read_topic(sdk_stack.clusters["dc-a"], topic, stream.sent), stream.sent)
+    assert result["lost"] == 0 and result["duplicated"] == 0 and result["disorder"] == 0
+
+
+def test_partitioner_and_exclusion_change_live(sdk_stack: SdkStack) -> None:
+    topic = _topic("parts")
+    create_topic(sdk_stack.clusters["dc-a"], topic, 4)
+    with Producer(sdk_stack.client_config()) as producer:
+        stream = Stream(producer, topic, keys=8)
+        stream.send(80)
+        assert producer.flush(15) == 0
+        phase1 = stream.sent
+
+        sdk_stack.push(f"topic:{topic}", {"producer.partitioner": "round_robin"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.partitioner") == "round_robin")
+        assert producer.flush(15) == 0
+        start2 = stream.sent
+        stream.send(80)
+        assert producer.flush(15) == 0
+        phase2 = (start2, stream.sent)
+
+        sdk_stack.push(f"topic:{topic}", {"producer.partitioner": "murmur2", "producer.partitions.exclude": "0,1"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.partitions.exclude") == (0, 1))
+        assert producer.flush(15) == 0
+        start3 = stream.sent
+        stream.send(80)
+        assert producer.flush(15) == 0
+        phase3 = (start3, stream.sent)
+
+    records = read_topic(sdk_stack.clusters["dc-a"], topic, stream.sent)
+    assert check_stream(records, stream.sent)["lost"] == 0
+    order = {f"k{i % 8}:{i // 8}": i for i in range(stream.sent)}  # value -> global send index
+    by_index = {order[r.value]: r for r in records}
+    # phase 1: Java-compatible murmur2 -> each key on exactly its Java partition
+    for i in range(phase1):
+        rec = by_index[i]
+        assert rec.partition == java_partition(rec.key.encode(), 4), rec
+    # phase 2: round robin -> every partition gets an equal share whatever the key
+    shares = Counter(by_index[i].partition for i in range(*phase2))
+    assert sorted(shares) == [0, 1, 2, 3] and max(shares.values()) - min(shares.values()) <= 1
+    # phase 3: partitions 0 and 1 excluded -> keyed messages re-hashed over [2, 3], deterministically
+    for i in range(*phase3):
+        rec = by_index[i]
+        assert rec.partition == [2, 3][java_partition(rec.key.encode(), 2)], rec
+
+
+def test_rate_limit_throttles_and_bounds_the_wait(sdk_stack: SdkStack) -> None:
+    topic = _topic("throttle")
+    conf = sdk_stack.client_config(**{"ykafka.throttle.max.wait.ms": 3000})
+    with Producer(conf) as producer:
+        stream = Stream(producer, topic)
+        stream.send(5)
+        sdk_stack.push(f"topic:{topic}", {"producer.rate.limit.msgs": "100"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.rate.limit.msgs") == 100.0, batch=1)
+        start = time.monotonic()
+        first = stream.sent
+        stream.send(250)
+        elapsed = time.monotonic() - start
+        assert producer.flush(15) == 0
+        # 250 messages at 100/s with a burst of at most 100 take at least 1.5 s
+        assert elapsed >= 1.4, elapsed
+        sent_at = sorted(m.timestamp()[1] for m in stream.delivered[first:])
+        window = sent_at[-1] - sent_at[0]
+        assert window >= 1300, window  # broker-side create times span the throttled run
+
+        # one message per 5 s: the next send would wait longer than the 3 s bound -> ThrottledError, not sent
+        sdk_stack.push(f"topic:{topic}", {"producer.rate.limit.msgs": "0.2"})
+        with pytest.raises(ThrottledError, match="more than the 3000 ms bound"):
+            stream.until(lambda: False, batch=1, timeout=30)
+        assert producer.in_force(topic)["producer.rate.limit.msgs"] == 0.2
+        sdk_stack.push(f"topic:{topic}", {"producer.rate.limit.msgs": "0"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.rate.limit.msgs") == 0.0, batch=1,
+                     timeout=30)
+        assert producer.flush(15) == 0
+    result = check_stream(read_topic(sdk_stack.clusters["dc-a"], topic, stream.sent), stream.sent)
+    assert result["lost"] == 0 and result["duplicated"] == 0
+
+
+def test_gray_release_applies_only_to_matching_ips(sdk_stack: SdkStack) -> None:
+    topic = _topic("gray")
+    with Producer(sdk_stack.client_config()) as producer:
+        stream = Stream(producer, topic)
+        stream.send(5)
+        assert producer.runtime.ip == "127.0.0.1"
+        sdk_stack.push(f"topic:{topic}", {"producer.linger.ms": "7"}, ips=["10.11.12.13"])
+        sdk_stack.push(f"topic:{topic}", {"producer.compression": "lz4"})  # main release, for everyone
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.compression") == "lz4")
+        assert producer.in_force(topic)["producer.linger.ms"] == 5  # another host's gray value: not applied
+        # the namespace's gray branch now targets this host
+        sdk_stack.push(f"topic:{topic}", {"producer.linger.ms": "7"}, ips=["127.0.0.1"])
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.linger.ms") == 7)
+        assert producer.in_force(topic)["producer.compression"] == "lz4"
+        assert producer.flush(15) == 0
+    assert len(read_topic(sdk_stack.clusters["dc-a"], topic, stream.sent)) == stream.sent
+
+
+def test_invalid_value_rejected_old_value_kept_and_reported(sdk_stack: SdkStack) -> None:
+    topic = _topic("invalid")
+    ns = f"ykafka.topic.{topic}"
+    conf = sdk_stack.client_config()
+    with Producer(conf) as producer:
+        stream = Stream(producer, topic)
+        sdk_stack.push(f"topic:{topic}", {"producer.linger.ms": "20"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.linger.ms") == 20)
+        # a hand edit in Apollo, bypassing the MetaServer's validation
+        sdk_stack.publish_raw(ns, {"producer.linger.ms": "-5", "producer.acks": "2", "producer.compression": "zstd"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.compression") == "zstd")
+        eff = producer.in_force(topic)
+        assert eff["producer.linger.ms"] == 20 and eff["producer.acks"] == "all"
+        rejected = {(r.key, r.value) for r in producer.runtime.hot.rejections()}
+        assert {("producer.linger.ms", "-5"), ("producer.acks", "2")} <= rejected
+        producer.runtime.report_now()
+
+        def reported() -> bool:
+            rows = sdk_stack.client_reports(sdk_stack.app_id)
+            mine = [r for r in rows if r.get("client_id") == producer.runtime.client_id]
+            errors = " ".join(" ".join(r.get("errors") or []) for r in mine)
+            return "producer.linger.ms='-5'" in errors and "producer.acks='2'" in errors
+
+        wait_until(reported, timeout=15, message="rejections in the client report")
+        assert producer.flush(15) == 0
+
+
+def test_client_report_shows_route_and_release_keys(sdk_stack: SdkStack) -> None:
+    topic = _topic("report")
+    with Producer(sdk_stack.client_config()) as producer:
+        sdk_stack.push(f"topic:{topic}", {"producer.linger.ms": "9"})
+        producer.produce(topic, b"k0:0", b"k0")
+        assert producer.flush(15) == 0
+        producer.runtime.report_now()
+
+        def row() -> dict[str, Any] | None:
+            for r in sdk_stack.client_reports(sdk_stack.app_id):
+                if r.get("client_id") == producer.runtime.client_id and topic in (r.get("topics") or []):
+                    return r
+            return None
+
+        found = wait_until(row, timeout=15, message="client report with the topic")
+        assert found["role"] == "producer"
+        assert found["extra"]["routes"][topic] == "dc-a"
+        assert f"ykafka.topic.{topic}" in found["config_release_keys"]
