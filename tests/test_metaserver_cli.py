@@ -108,3 +108,19 @@ def test_unreachable_and_bad_token(server: MetaServer) -> None:
     assert down.exit_code == 1 and "cannot reach the MetaServer" in down.output
     bad = runner.invoke(admin, ["--url", server.url, "--token", "nope", "apps", "list"])
     assert bad.exit_code == 1 and "authentication failed" in bad.output and "401" in bad.output
+
+
+def test_sample_admin_push_runs(server: MetaServer) -> None:
+    import subprocess
+    import sys
+
+    from tests.ms_fixtures import ROOT
+
+    result = subprocess.run(
+        [sys.executable, "samples/admin_push.py", "--metaserver", server.url, "--token", ADMIN_TOKEN,
+         "--configcenter", str(server.configcenter_url), "--apollo-app-id", server.apollo_app_id,
+         "--topic", f"sample-{uuid.uuid4().hex[:6]}", "--acks", "-1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "refused before it reaches the config center" in result.stdout
+    assert "'producer.acks': 'all'" in result.stdout

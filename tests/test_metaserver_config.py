@@ -170,3 +170,30 @@ def test_gray_abandon(ms: MetaServer) -> None:
     admin.abandon_gray(scope)
     assert admin.get_config(scope)["gray"] is None
     assert configs(ms, namespace, ip="198.51.100.9").json()["configurations"] == {}
+
+
+def test_config_center_down_keeps_last_auth_switch(ms_factory: Any, tmp_path: Any) -> None:
+    import sys
+
+    from tests.ms_fixtures import Proc, new_app, wait_until
+
+    cc = Proc("configcenter-own", [sys.executable, "-m", "metaserver.configcenter", "serve", "--host", "127.0.0.1",
+                                   "--port", "{port}", "--db", str(tmp_path / "cc.db"), "--longpoll-timeout", "2",
+                                   "--openapi-token", OPENAPI_TOKEN], tmp_path / "cc.log").start()
+    try:
+        server = ms_factory(configcenter=False, configcenter_url=cc.url, configcenter_openapi_token=OPENAPI_TOKEN)
+        server.configcenter_url = cc.url
+        server.admin().set_cluster("dc-a", "127.0.0.1:1")
+        app = new_app(server)
+        wrong = server.sdk(app.app_id, "wrong")
+        server.admin().push_config("global", {"auth.enabled": "false"})
+        wait_until(lambda: wrong.grant().status_code == 200, timeout=10, interval=0.5)
+    finally:
+        cc.stop()
+    # the center is gone: the last value seen (off) stays in force, and pushes fail clearly
+    threading.Event().wait(1.0)
+    assert wrong.grant().status_code == 200
+    with pytest.raises(AdminError) as err:
+        server.admin().push_config("global", {"auth.enabled": "true"})
+    assert err.value.status == 502 and "config center" in err.value.message
+    assert "keeping last auth switch" in server.proc.log.read_text()
