@@ -1,0 +1,364 @@
+"""Message trace: lifecycle events of sampled messages, shipped off the hot path to ``__ykafka_trace``.
+
+The hot path only decides and enqueues: :meth:`Tracer.emit` appends one tuple to a bounded in-memory
+queue (a few hundred nanoseconds). A background thread drains the queue in batches into a dedicated
+librdkafka producer that writes :mod:`ykafka.events` batches. When the queue is full, or the trace
+cluster is unreachable long enough for the trace producer's own queue to fill or its messages to time
+out, events are *dropped and counted* (:meth:`EventSink.stats`): business sends never wait for tracing.
+
+Sampling is decided by a hash of the message id (the ``ykafka-id`` header), so every lifecycle event of
+a sampled message is kept, in every process that sees it (producer and consumers alike), without any
+shared state; that is also what makes the pipeline's completeness audit exact on the sampled subset.
+
+Hook API for the Producer / Consumer::
+
+    tracer = Tracer.for_client(client_id, ip, {"bootstrap.servers": ...}, app=app_id, cluster="dc-a")
+    rate = tracer.rate(effective)                  # per topic, once per config version (0.0 = off)
+    if rate and tracer.sampled(msg_id, rate):      # per message
+        tracer.emit("produced", topic=t, key=k, msg_id=msg_id)
+    tracer.trace_message("consumed", msg, effective, group="g1", latency_ms=...)   # consumer side
+    tracer.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from ykafka import catalog, events
+from ykafka.config import register_option
+
+log = structlog.get_logger(__name__)
+
+_TRACE_KEYS = ("trace.enabled", "trace.sample.rate", "topic.grade")
+_ORIGINAL_TOPIC = "ykafka-original-topic"
+_ATTEMPT = "ykafka-attempt"
+_SCALE = 1 << 32
+
+
+def _int_opt(lo: int, hi: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        number = int(str(value).strip())
+        if not lo <= number <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        return number
+
+    return parse
+
+
+def _opt_name(value: Any) -> str | None:
+    text = "" if value is None else str(value).strip()
+    return text or None
+
+
+for _name, _parse, _default, _help in [
+    ("ykafka.trace.cluster", _opt_name, None,
+     "cluster receiving __ykafka_trace / __ykafka_metrics / __ykafka_clients (default: the default cluster)"),
+    ("ykafka.trace.queue.max", _int_opt(100, 10_000_000), 100_000,
+     "trace / metrics events kept in memory while waiting to be sent; beyond it they are dropped and counted"),
+    ("ykafka.trace.linger.ms", _int_opt(0, 60_000), 200, "batching delay of the trace / metrics producer"),
+]:
+    with contextlib.suppress(ValueError):
+        register_option(_name, _parse, _default, _help)
+
+
+#: librdkafka settings of the observability producer: never blocks, small memory, no idempotence.
+SINK_PRODUCER_DEFAULTS: dict[str, Any] = {
+    "acks": "1",
+    "enable.idempotence": False,
+    "linger.ms": 200,
+    "message.timeout.ms": 30_000,
+    "queue.buffering.max.messages": 20_000,
+    "queue.buffering.max.kbytes": 65_536,
+    "socket.timeout.ms": 10_000,
+    "reconnect.backoff.max.ms": 5_000,
+}
+
+
+class EventSink:
+    """Bounded queues of event rows per type, drained by one thread into one librdkafka producer.
+
+    ``put`` never blocks and never raises for capacity: it returns False and counts the drop.
+    """
+
+    def __init__(self, producer_conf: Mapping[str, Any], queue_max: int = 100_000, batch_max: int = 1000,
+                 interval_s: float = 0.05, topics: Mapping[str, str] | None = None,
+                 name: str = "ykafka-events") -> None:
+        from confluent_kafka import Producer as _RdProducer
+
+        conf = dict(SINK_PRODUCER_DEFAULTS)
+        conf.update({k: v for k, v in producer_conf.items() if not k.startswith("ykafka.")})
+        conf.setdefault("client.id", name)
+        self._producer = _RdProducer(conf)
+        self._topics = dict(events.TOPICS if topics is None else topics)
+        self._queues: dict[str, deque[Any]] = {kind: deque() for kind in self._topics}
+        self._max = queue_max
+        self._batch_max = batch_max
+        self._interval_s = interval_s
+        self.enqueued: dict[str, int] = dict.fromkeys(self._topics, 0)
+        self.dropped_full: dict[str, int] = dict.fromkeys(self._topics, 0)
+        self.dropped_undeliverable: dict[str, int] = dict.fromkeys(self._topics, 0)
+        self.delivered: dict[str, int] = dict.fromkeys(self._topics, 0)
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # --- hot path --------------------------------------------------------------------------------
+
+    def put(self, kind: str, row: Any) -> bool:
+        """Enqueue one positional row of event type ``kind``; False (and counted) when full or closed."""
+        queue = self._queues[kind]
+        if len(queue) >= self._max or self._stop.is_set():
+            self.dropped_full[kind] += 1
+            return False
+        queue.append(row)
+        return True
+
+    # --- background ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            try:
+                self._drain()
+                self._producer.poll(0)
+            except Exception:  # never let the thread die: tracing must degrade, not break
+                log.exception("ykafka.events.drain_failed")
+        self._drain()
+
+    def _drain(self) -> int:
+        sent = 0
+        for kind, queue in self._queues.items():
+            topic = self._topics[kind]
+            while queue:
+                batch = []
+                popleft = queue.popleft
+                with contextlib.suppress(IndexError):
+                    for _ in range(self._batch_max):
+                        batch.append(popleft())
+                if not batch:
+                    break
+                self.enqueued[kind] += len(batch)
+                value = events.encode_rows(kind, batch)
+                count = len(batch)
+                try:
+                    self._producer.produce(topic, value, on_delivery=self._on_delivery(kind, count))
+                except BufferError:
+                    self.dropped_undeliverable[kind] += count
+                    self._producer.poll(0)
+                    continue
+                except Exception as exc:
+                    self.dropped_undeliverable[kind] += count
+                    log.warning("ykafka.events.produce_failed", topic=topic, error=str(exc))
+                    continue
+                with self._lock:
+                    self._in_flight += 1
+                sent += count
+        return sent
+
+    def _on_delivery(self, kind: str, count: int) -> Callable[[Any, Any], None]:
+        def done(err: Any, _msg: Any) -> None:
+            with self._lock:
+                self._in_flight -= 1
+            if err is None:
+                self.delivered[kind] += count
+            else:
+                self.dropped_undeliverable[kind] += count
+
+        return done
+
+    # --- control ---------------------------------------------------------------------------------
+
+    def flush(self, timeout: float = 10.0) -> int:
+        """Wait until queued events are delivered (or dropped); returns batches still in flight."""
+        deadline = time.monotonic() + timeout
+        while any(self._queues.values()) and time.monotonic() < deadline and self._thread.is_alive():
+            self._wake.set()
+            time.sleep(0.01)
+        left = self._producer.flush(max(0.0, deadline - time.monotonic()))
+        return int(left)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (bounded by ``timeout``), then stop; later puts are dropped and counted."""
+        if self._stop.is_set():
+            return
+        self.flush(timeout)
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=max(1.0, timeout))
+        self._producer.flush(1.0)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per event type: enqueued, delivered, dropped because full, dropped as undeliverable, queued."""
+        return {kind: {"enqueued": self.enqueued[kind], "delivered": self.delivered[kind],
+                       "dropped_full": self.dropped_full[kind],
+                       "dropped_undeliverable": self.dropped_undeliverable[kind],
+                       "queued": len(self._queues[kind])} for kind in self._topics}
+
+
+def sink_conf(rdkafka: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Observability-producer settings from a cluster's librdkafka settings (connection keys only)."""
+    keep = ("bootstrap.servers", "metadata.broker.list", "security.protocol", "ssl.", "sasl.",
+            "client.dns.lookup", "broker.address.family")
+    conf = {k: v for k, v in rdkafka.items() if isinstance(k, str) and k.startswith(keep) and not callable(v)}
+    if options and options.get("ykafka.trace.linger.ms") is not None:
+        conf["linger.ms"] = options["ykafka.trace.linger.ms"]
+    return conf
+
+
+_ID_PREFIX = os.urandom(6).hex()
+_ID_COUNTER = itertools.count()
+
+
+def new_message_id() -> str:
+    """A process-unique, globally unlikely-to-collide message id (random prefix + counter)."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
+
+
+def _text(value: Any) -> str | None:
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+def _header(headers: Any, name: str) -> str | None:
+    found = None
+    if headers:
+        items = headers.items() if isinstance(headers, dict) else headers
+        for key, value in items:
+            if key == name:
+                found = value
+    return _text(found)
+
+
+class Tracer:
+    """Emits trace events for sampled messages of one client (see the module docstring)."""
+
+    def __init__(self, sink: EventSink | None, client_id: str, app: str = "", ip: str = "",
+                 cluster: str = "", own_sink: bool = True) -> None:
+        self.sink = sink
+        self.client_id = client_id
+        self.app = app
+        self.ip = ip
+        self.cluster = cluster
+        self._own_sink = own_sink
+        self._put = sink.put if sink is not None else None
+
+    @classmethod
+    def for_client(cls, client_id: str, ip: str, producer_conf: Mapping[str, Any] | None, *, app: str = "",
+                   cluster: str = "", queue_max: int = 100_000, sink: EventSink | None = None) -> Tracer:
+        """A tracer writing through ``sink``, or through a new sink on ``producer_conf`` (None: disabled)."""
+        own = sink is None
+        if sink is None and producer_conf:
+            sink = EventSink(producer_conf, queue_max=queue_max, name=f"ykafka-trace-{client_id}")
+        return cls(sink, client_id, app, ip, cluster, own_sink=own)
+
+    @classmethod
+    def disabled(cls) -> Tracer:
+        return cls(None, "")
+
+    # --- decisions -------------------------------------------------------------------------------
+
+    @staticmethod
+    def rate(effective: Mapping[str, Any]) -> float:
+        """The sampling rate an effective config asks for (0.0 when trace is off). Grade defaults apply
+        when the mapping comes straight from a namespace rather than from ``catalog.resolve``."""
+        if "trace.enabled" not in effective or "trace.sample.rate" not in effective:
+            effective = catalog.resolve([effective], _TRACE_KEYS)
+        if not effective.get("trace.enabled"):
+            return 0.0
+        return float(effective.get("trace.sample.rate") or 0.0)
+
+    def enabled_for(self, effective: Mapping[str, Any]) -> bool:
+        """Whether messages of a topic with this effective config may be traced at all."""
+        return self._put is not None and self.rate(effective) > 0.0
+
+    @staticmethod
+    def sampled(msg_id: str | bytes | None, rate: float) -> bool:
+        """Deterministic per message id: the same answer in every process for the same id and rate."""
+        if rate >= 1.0:
+            return True
+        if rate <= 0.0 or not msg_id:
+            return False
+        raw = msg_id if type(msg_id) is bytes else str(msg_id).encode()
+        return zlib.crc32(raw) < rate * _SCALE
+
+    def should_trace(self, effective: Mapping[str, Any], msg_id: str | bytes | None) -> bool:
+        return self._put is not None and self.sampled(msg_id, self.rate(effective))
+
+    # --- emitting --------------------------------------------------------------------------------
+
+    def emit(self, kind: str, *, topic: str, key: Any = None, msg_id: Any = None, partition: int | None = None,
+             offset: int | None = None, msg_ts: int | None = None, latency_ms: float | None = None,
+             group: str | None = None, attempt: int | None = None, error: Any = None,
+             cluster: str | None = None, detail: str | None = None, ts: int | None = None) -> bool:
+        """Queue one event (no sampling decision here: call it for sampled messages). Never blocks."""
+        put = self._put
+        if put is None:
+            return False
+        if type(key) is not str and key is not None:
+            key = _text(key)
+        if type(msg_id) is not str and msg_id is not None:
+            msg_id = _text(msg_id)
+        return put("trace", (
+            ts or int(time.time() * 1000), kind, msg_id, topic, key, partition, offset, msg_ts, latency_ms,
+            group, attempt, None if error is None else str(error), cluster or self.cluster, self.client_id,
+            self.app, self.ip, detail))
+
+    def trace_message(self, kind: str, msg: Any, effective: Mapping[str, Any] | None = None, *,
+                      rate: float | None = None, group: str | None = None, latency_ms: float | None = None,
+                      error: Any = None, detail: str | None = None, cluster: str | None = None) -> bool:
+        """Consumer side: trace a confluent-kafka ``Message`` if its id is sampled.
+
+        Retry copies are traced under their original topic (``ykafka-original-topic``) with the retry
+        topic in ``detail``, so a key's timeline is one story across retry and DLQ topics.
+        """
+        if self._put is None:
+            return False
+        headers = msg.headers()
+        msg_id = _header(headers, events.MESSAGE_ID_HEADER)
+        if rate is None:
+            rate = self.rate(effective or {})
+        if not self.sampled(msg_id, rate):
+            return False
+        topic = msg.topic()
+        original = _header(headers, _ORIGINAL_TOPIC)
+        if original and original != topic:
+            detail = detail or topic
+            topic = original
+        attempt = _header(headers, _ATTEMPT)
+        ts_type, ts_value = msg.timestamp()
+        return self.emit(kind, topic=topic, key=msg.key(), msg_id=msg_id, partition=msg.partition(),
+                         offset=msg.offset(), msg_ts=ts_value if ts_type else None, latency_ms=latency_ms,
+                         group=group, attempt=int(attempt) if attempt and attempt.isdigit() else None,
+                         error=error, cluster=cluster, detail=detail)
+
+    # --- life cycle ------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        if self.sink is None:
+            return {}
+        return self.sink.stats()["trace"]
+
+    def flush(self, timeout: float = 10.0) -> int:
+        return 0 if self.sink is None else self.sink.flush(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        if self.sink is not None and self._own_sink:
+            self.sink.close(timeout)
+        self._put = None
