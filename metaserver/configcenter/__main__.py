@@ -62,16 +62,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+    from types import FrameType
+
     import uvicorn
 
     from metaserver.configcenter.app import create_app
+    from metaserver.configcenter.center import ConfigCenter
     from ykafka.logs import configure
 
     configure(args.log_level, args.log_json)
     app = create_app(args.db, args.longpoll_timeout, args.openapi_token)
+    center: ConfigCenter = app.state.center
+
+    class Server(uvicorn.Server):
+        """Answers parked long polls with 304 on SIGTERM/SIGINT, so shutdown does not wait out the timeout."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            with contextlib.suppress(RuntimeError):  # no loop running: nothing is parked
+                asyncio.get_running_loop().call_soon_threadsafe(center.registry.expire_all)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                            backlog=8192, timeout_keep_alive=75, timeout_graceful_shutdown=5)
     log.info("configcenter.serving", host=args.host, port=args.port, db=args.db)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, backlog=8192,
-                timeout_keep_alive=75)
+    Server(config).run()
     return 0
 
 

@@ -40,4 +40,9 @@ def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str 
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get("/stats")
+    async def stats() -> dict[str, int]:
+        """Operational counters (parked long polls, known namespaces); used by the benchmark."""
+        return {"longPolls": len(center.registry), "namespaces": len(center.model.namespaces)}
+
     return app

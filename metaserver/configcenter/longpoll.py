@@ -54,22 +54,32 @@ class LongPollRegistry:
 
     def __init__(self) -> None:
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
+        self._parked = 0
 
     def __len__(self) -> int:
-        """How many distinct polls are parked."""
-        return len({w for ws in self._waiters.values() for w in ws})
+        """How many polls are parked."""
+        return self._parked
 
     def register(self, waiter: Waiter) -> None:
+        self._parked += 1
         for key in waiter.keys:
             self._waiters[key].add(waiter)
 
     def unregister(self, waiter: Waiter) -> None:
+        self._parked -= 1
         for key in waiter.keys:
             bucket = self._waiters.get(key)
             if bucket is not None:
                 bucket.discard(waiter)
                 if not bucket:
                     del self._waiters[key]
+
+    def expire_all(self) -> int:
+        """Answer every parked poll with 304 at once (shutdown: clients re-poll instead of waiting)."""
+        waiters = {w for ws in self._waiters.values() for w in ws}
+        for waiter in waiters:
+            waiter.expire()
+        return len(waiters)
 
     def publish(self, message: str, notification_id: int) -> int:
         """Answer every poll watching `message`; returns how many were woken."""
