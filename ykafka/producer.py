@@ -510,6 +510,8 @@ class Producer:
                 client.rd.flush(0)
             self._clients.clear()
             self._retiring.clear()
+            self._home.clear()
+            self._held.clear()
         self._runtime.close()
         if left:
             log.warning("ykafka.producer.closed_with_undelivered", messages=left)
