@@ -1,0 +1,151 @@
+"""The Apollo protocol client against the real (embedded) config service."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.sdk_fixtures import ConfigService, start_config_service, wait_until
+from ykafka.apollo import ApolloClient, ApolloError, NamespaceConfig
+
+pytest_plugins = ["tests.sdk_fixtures"]
+
+
+class Updates:
+    def __init__(self) -> None:
+        self.items: list[NamespaceConfig] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, config: NamespaceConfig) -> None:
+        with self.lock:
+            self.items.append(config)
+
+    def latest(self, ns: str) -> NamespaceConfig | None:
+        with self.lock:
+            found = [c for c in self.items if c.namespace == ns]
+        return found[-1] if found else None
+
+
+def _ns() -> str:
+    return f"ykafka.topic.t-{uuid.uuid4().hex[:8]}"
+
+
+def _client(svc: ConfigService, updates: Updates, cache: Path | None = None, **kw: float) -> ApolloClient:
+    return ApolloClient(svc.url, "ykafka", "default", "127.0.0.1", cache, updates, **kw)
+
+
+def test_fetch_existing_and_absent_namespaces(config_service: ConfigService) -> None:
+    ns, absent = _ns(), _ns()
+    config_service.publish(ns, {"producer.acks": "1"})
+    updates = Updates()
+    client = _client(config_service, updates)
+    try:
+        got = client.fetch(ns)
+        assert got.configurations == {"producer.acks": "1"} and got.release_key
+        assert client.fetch(ns).source == "unchanged"  # same release key -> 304
+        assert client.fetch(absent).source == "absent"
+        assert [u.namespace for u in updates.items] == [ns, absent]
+    finally:
+        client.close()
+
+
+def test_long_poll_delivers_a_release_promptly(config_service: ConfigService) -> None:
+    ns = _ns()
+    config_service.publish(ns, {"producer.linger.ms": "1"})
+    updates = Updates()
+    client = _client(config_service, updates)
+    try:
+        client.subscribe(ns)
+        client.start()
+        wait_until(lambda: client.polls >= 1, message="first long poll answered")
+        time.sleep(0.3)  # a poll is now parked on the server
+        pushed = time.monotonic()
+        config_service.publish(ns, {"producer.linger.ms": "2"})
+        wait_until(lambda: (updates.latest(ns) or NamespaceConfig(ns, {}, None)).configurations.get(
+            "producer.linger.ms") == "2", timeout=5, message="release via long poll")
+        assert time.monotonic() - pushed < 2.0
+        assert client.release_keys()[ns] == updates.latest(ns).release_key  # type: ignore[union-attr]
+    finally:
+        client.close()
+
+
+def test_lazy_subscription_wakes_the_parked_poll(tmp_path: Path) -> None:
+    svc = start_config_service(tmp_path / "cc", longpoll_timeout=30)  # a parked poll would sit 30 s
+    first, second = _ns(), _ns()
+    svc.publish(first, {"producer.acks": "1"})
+    updates = Updates()
+    client = _client(svc, updates)
+    try:
+        client.subscribe(first)
+        client.start()
+        wait_until(lambda: client.polls >= 1, message="first long poll answered")
+        time.sleep(0.5)  # parked, watching only `first`
+        assert client.subscribe(second) is not None  # fetched synchronously once (absent yet)
+        time.sleep(0.3)
+        pushed = time.monotonic()
+        svc.publish(second, {"producer.acks": "0"})
+        wait_until(lambda: (updates.latest(second) or NamespaceConfig(second, {}, None)).configurations.get(
+            "producer.acks") == "0", timeout=10, message="new namespace watched")
+        assert time.monotonic() - pushed < 3.0
+    finally:
+        client.close()
+        svc.stop()
+
+
+def test_last_good_config_is_served_from_disk_when_the_service_is_down(tmp_path: Path) -> None:
+    svc = start_config_service(tmp_path / "cc")
+    ns = _ns()
+    svc.publish(ns, {"producer.compression": "lz4"})
+    cache = tmp_path / "cache"
+    client = _client(svc, Updates(), cache)
+    try:
+        assert client.subscribe(ns) is not None
+    finally:
+        client.close()
+    svc.stop()
+    updates = Updates()
+    offline = _client(svc, updates, cache, fetch_timeout_s=0.5)
+    try:
+        got = offline.subscribe(ns)
+        assert got is not None and got.source == "cache"
+        assert got.configurations == {"producer.compression": "lz4"}
+        with pytest.raises(ApolloError):
+            offline.fetch(ns)
+    finally:
+        offline.close()
+    cached = next((cache / "config").iterdir())
+    assert oct(cached.stat().st_mode & 0o777) == "0o600"
+
+
+def test_access_key_signature(tmp_path: Path) -> None:
+    svc = start_config_service(tmp_path / "cc")
+    ns = _ns()
+    try:
+        svc.publish(ns, {"producer.acks": "1"})
+        db = next((tmp_path / "cc").glob("*.db"))
+        out = subprocess.run([sys.executable, "-m", "metaserver.configcenter", "accesskey", "add", "--db", str(db),
+                              "--app-id", "ykafka", "--secret", "s3cr3t-key"], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+
+        unsigned = _client(svc, Updates())
+        try:
+            with pytest.raises(ApolloError, match="HTTP 401"):
+                wait_until(lambda: unsigned.fetch(ns) and False, timeout=10, message="access key enforced")
+        except AssertionError:
+            pytest.fail("the config service never started enforcing the access key")
+        finally:
+            unsigned.close()
+        signed = ApolloClient(svc.url, "ykafka", "default", "127.0.0.1", None, Updates(), secret="s3cr3t-key")
+        try:
+            assert signed.fetch(ns).configurations == {"producer.acks": "1"}
+        finally:
+            signed.close()
+    finally:
+        svc.stop()
