@@ -191,3 +191,64 @@ def tally(sent: Iterable[Any], delivered: Iterable[Any]) -> dict[str, int]:
 
 def env_without_kafka_debug() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
+
+
+class TailReader:
+    """Reads a topic live from offset 0 of every partition until stopped (what a broker held, as it held it)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        import threading
+
+        self.records: list[tuple[int, int, bytes | None, bytes | None]] = []
+        self._stop = threading.Event()
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("dr-tail"),
+                                   "enable.auto.commit": False, "fetch.wait.max.ms": 10, "log_level": 0,
+                                   "reconnect.backoff.max.ms": 200})
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for m in self._consumer.consume(500, 0.05):
+                if m.error() is None:
+                    self.records.append((m.partition() or 0, m.offset() or 0, m.key(), m.value()))
+
+    def stop(self) -> list[tuple[int, int, bytes | None, bytes | None]]:
+        self._stop.set()
+        self._thread.join(5)
+        with contextlib.suppress(Exception):
+            self._consumer.close()
+        return self.records
+
+
+def make_engine(bootstraps: dict[str, str], route: Any, spill_root: Path, *, spill_after_ms: int = 2000,
+                probe_s: float = 0.2, down_failures: int = 2, **options: Any) -> Any:
+    """A standalone DisasterRecovery over plain confluent-kafka producers (no MetaServer)."""
+    from ykafka.failover import DisasterRecovery, DrOptions, RouteSpec
+    from ykafka.health import HealthPolicy
+
+    spec_of = route if callable(route) else (lambda _topic: route)
+    assert isinstance(spec_of(""), RouteSpec)
+    options.setdefault("progress_interval_s", 1.0)
+    return DisasterRecovery(
+        lambda cluster: {"bootstrap.servers": bootstraps[cluster], "linger.ms": 5, "log_level": 0},
+        spec_of, DrOptions(spill_root, **options), spill_after_ms=lambda _c: spill_after_ms,
+        health_policy=lambda _c: HealthPolicy(down_failures=down_failures, down_after_s=1.0,
+                                              probe_interval_s=probe_s, probe_timeout_s=0.5))
+
+
+def first_occurrence_ordered(records: Iterable[tuple[bytes | None, bytes | None]]) -> bool:
+    """Per key, the first time each value appears follows the order it was produced in (ints as values).
+    Duplicates (at-least-once) are allowed; overtaking is not."""
+    seen: set[bytes | None] = set()
+    last: dict[bytes | None, int] = {}
+    for key, value in records:
+        if value in seen:
+            continue
+        seen.add(value)
+        number = int(value or b"0")
+        if number < last.get(key, -1):
+            return False
+        last[key] = number
+    return True

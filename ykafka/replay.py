@@ -16,6 +16,7 @@ from the oldest record still queued.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -90,7 +91,11 @@ class ClusterLink:
         self._reroute = reroute
         self._spill_enabled = spill_enabled or (lambda _topic: True)
         self._lock = threading.RLock()
+        self._poll_lock = threading.Lock()
+        self._local = threading.local()
         self._client: Producer | None = client_factory()
+        self._order = itertools.count()  # produce order of direct sends
+        self._undelivered: list[tuple[int, Outgoing, KafkaError]] = []
         self._retired: list[Producer] = []
         self.available = health.state is ClusterState.UP
         self._down_since = 0.0
@@ -111,17 +116,34 @@ class ClusterLink:
         return not self.available or self.queue.holds(topic, key)
 
     def send(self, msg: Outgoing, spill_wait: bool | None = None) -> None:
-        """Hand one message to the cluster (or to its spill queue while it cannot take it)."""
-        if self.must_spill(msg.topic, msg.key):
-            self.spill(msg, wait=spill_wait)
-            return
-        client = self.client()
+        """Hand one message to the cluster (or to its spill queue while it cannot take it).
 
-        def delivered(err: KafkaError | None, m: Message) -> None:
-            self._on_delivery(msg, client, err, m)
+        Messages a retired client still holds are older than this one: they are re-routed first, so a
+        key's spilled records stay in the order they were produced."""
+        if self._retired:
+            self._drain_retired()
+        with self._lock:  # decide and produce atomically with respect to mark_unavailable's purge
+            if not self.must_spill(msg.topic, msg.key):
+                client = self.client()
+                order = next(self._order)
 
-        _produce(client, msg, delivered)
-        self.counts["direct"] += 1
+                def delivered(err: KafkaError | None, m: Message) -> None:
+                    self._on_delivery(msg, order, client, err, m)
+
+                _produce(client, msg, delivered)
+                self.counts["direct"] += 1
+                return
+        if self._retired:
+            self._drain_retired()
+        self.spill(msg, wait=spill_wait)
+
+    def _drain_retired(self, timeout: float = 10.0) -> None:
+        """Serve the delivery reports of retired (purged) clients until they hold nothing."""
+        if getattr(self._local, "polling", False):
+            return  # called from one of our own delivery callbacks: the outer poll is draining already
+        deadline = time.monotonic() + timeout
+        while self._retired and time.monotonic() < deadline:
+            self.poll(0.01, live=False)
 
     def spill(self, msg: Outgoing, wait: bool | None = None) -> int:
         assert self.queue is not None
@@ -130,7 +152,8 @@ class ClusterLink:
         self.counts["spilled"] += 1
         return seq
 
-    def _on_delivery(self, msg: Outgoing, client: Producer, err: KafkaError | None, m: Message) -> None:
+    def _on_delivery(self, msg: Outgoing, order: int, client: Producer, err: KafkaError | None,
+                     m: Message) -> None:
         if err is None:
             self.counts["delivered"] += 1
             self.health.record_success()
@@ -138,17 +161,24 @@ class ClusterLink:
                 msg.on_delivery(None, m)
             return
         self.health.on_error(err)
-        if err.fatal() or err.code() == KafkaError._FATAL:
-            self.retire(client, f"fatal error: {err.str()}")
         if is_resendable(err):
+            # Reports of queued and in-flight messages do not come back in produce order: collect them,
+            # take the client out of service (the rest of its messages come back purged), and re-route the
+            # lot in produce order once it holds nothing (see poll).
             self.counts["rerouted"] += 1
-            if err.code() == KafkaError._MSG_TIMED_OUT:
-                self.mark_unavailable(f"delivery timed out: {err.str()}")
-            self._reroute(self.cluster, msg, err)  # spill, standby, or the caller's callback
+            self._undelivered.append((order, msg, err))
+            if client is self._client:
+                self.mark_unavailable(f"{err.name()}: {err.str()}")
             return
         self.counts["failed"] += 1
         if msg.on_delivery is not None:
             msg.on_delivery(err, m)
+
+    def _reroute_undelivered(self) -> None:
+        """Re-route what retired clients gave back, oldest produce first. Called with the poll lock held."""
+        batch, self._undelivered = sorted(self._undelivered, key=lambda item: item[0]), []
+        for _order, msg, err in batch:
+            self._reroute(self.cluster, msg, err)  # spill, standby, or the caller's callback
 
     # --- state ------------------------------------------------------------------------------------
 
@@ -161,23 +191,12 @@ class ClusterLink:
             self.available = False
             self._down_since = time.monotonic()
             client, self._client = self._client, None
-        log.warning("cluster.link_down", cluster=self.cluster, reason=reason)
-        if client is not None:
-            with contextlib.suppress(KafkaException):
-                client.purge(in_queue=True, in_flight=True, blocking=False)
-            with self._lock:
+            if client is not None:
+                with contextlib.suppress(KafkaException):
+                    client.purge(in_queue=True, in_flight=True, blocking=False)
                 self._retired.append(client)
-
-    def retire(self, client: Producer, reason: str) -> None:
-        """Stop using ``client`` (fatal error): purge it so its messages come back, build a fresh one."""
-        with self._lock:
-            if self._client is not client:
-                return
-            self._client = None
-            self._retired.append(client)
-        log.warning("cluster.client_retired", cluster=self.cluster, reason=reason)
-        with contextlib.suppress(KafkaException):
-            client.purge(in_queue=True, in_flight=True, blocking=False)
+        log.warning("cluster.link_down", cluster=self.cluster, reason=reason)
+        self.health.suspect(reason)  # probe now: the link comes back after the next successful probe
 
     def mark_available(self) -> None:
         with self._lock:
@@ -200,21 +219,31 @@ class ClusterLink:
         else:
             self.mark_available()
 
-    def poll(self, timeout: float = 0.0) -> int:
-        """Serve delivery reports of the live client and of retired clients still draining."""
+    def poll(self, timeout: float = 0.0, live: bool = True) -> int:
+        """Serve delivery reports of retired clients still draining, then of the live client. One thread
+        at a time, so re-routed messages are spilled in the order their reports arrive."""
         served = 0
-        with self._lock:
-            client = self._client
-            retired = list(self._retired)
-        for old in retired:
-            served += old.poll(0)
-            if len(old) == 0:
-                with self._lock:
-                    if old in self._retired:
-                        self._retired.remove(old)
-        if client is not None:
-            served += client.poll(timeout)
-        elif timeout:
+        if not self._poll_lock.acquire(timeout=max(timeout, 0.05)):
+            return 0
+        self._local.polling = True
+        try:
+            with self._lock:
+                client = self._client
+                retired = list(self._retired)
+            for old in retired:
+                served += old.poll(0)
+                if len(old) == 0:
+                    with self._lock:
+                        if old in self._retired:
+                            self._retired.remove(old)
+            if live and client is not None:
+                served += client.poll(timeout)
+            if self._undelivered and not self._retired:
+                self._reroute_undelivered()
+        finally:
+            self._local.polling = False
+            self._poll_lock.release()
+        if live and client is None and timeout:
             time.sleep(timeout)
         return served
 
