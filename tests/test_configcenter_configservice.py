@@ -203,3 +203,27 @@ def test_malformed_notifications_are_400_in_apollo_shape(cc: CCServer) -> None:
                            timeout=5)
     assert missing.status_code == 400
     assert json.loads(missing.text)["status"] == 400
+
+
+def test_non_properties_namespace_serves_raw_content(cc: CCServer, api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.create_app(app)
+    created = api.create_namespace(app, "routes", fmt="json")
+    assert created["name"] == "routes.json"
+    api.set_item(app, "routes.json", "content", '{"orders": "dc-a"}')
+    api.publish(app, "routes.json")
+    body = configs(cc, app, "routes.json").json()
+    assert body["configurations"] == {"content": '{"orders": "dc-a"}'}
+    raw = requests.get(f"{cc.url}/configfiles/raw/{app}/default/routes.json", timeout=5)
+    assert raw.headers["content-type"].startswith("application/json")
+    assert raw.text == '{"orders": "dc-a"}'
+
+
+def test_meta_service_discovery_and_stats(cc: CCServer) -> None:
+    [instance] = requests.get(cc.url + "/services/config", params={"appId": "x", "ip": "1.2.3.4"}, timeout=5).json()
+    assert instance["appName"] == "APOLLO-CONFIGSERVICE"
+    assert instance["homepageUrl"] == cc.url + "/"
+    assert requests.get(cc.url + "/services/admin", timeout=5).json()[0]["appName"] == "APOLLO-ADMINSERVICE"
+    stats = requests.get(cc.url + "/stats", timeout=5).json()
+    assert stats["longPolls"] == 0
+    assert stats["namespaces"] > 0

@@ -256,3 +256,70 @@ def test_bad_release_and_rule_requests(api: OpenApi) -> None:
                           {"releaseTitle": "t", "releasedBy": "ops"}), 400)
     active = api.ok(api.call("GET", f"{path}/releases/active"))
     assert len(active) == 1
+
+
+def test_branch_item_endpoints_and_patch_merge(cc: CCServer, api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.setup(app, "ykafka.global", {"a": "1", "b": "1"})
+    path = api.ns_path(app, "ykafka.global")
+    branch = api.ok(api.call("POST", f"{path}/branches", operator="ops"))["clusterName"]
+    created = api.ok(api.call("POST", f"{path}/branches/{branch}/items",
+                              {"key": "a", "value": "2", "dataChangeCreatedBy": "ops"}))
+    assert (created["key"], created["value"]) == ("a", "2")
+    api.ok(api.call("POST", f"{path}/branches/{branch}/items", {"key": "tmp", "value": "x",
+                                                                "dataChangeCreatedBy": "ops"}))
+    assert api.call("DELETE", f"{path}/branches/{branch}/items/tmp", operator="ops").status_code == 200
+    api.ok(api.call("PUT", f"{path}/branches/{branch}/items/a", {"key": "a", "value": "3",
+                                                                 "dataChangeLastModifiedBy": "ops"}))
+    assert api.ok(api.call("GET", f"{path}/branches/{branch}/items/a"))["value"] == "3"
+    assert [i["key"] for i in api.ok(api.call("GET", f"{path}/branches/{branch}/items"))] == ["a"]
+    # the branch is a child cluster: the plain item API reaches it too, as in Apollo
+    assert api.ok(api.call("GET", f"{api.ns_path(app, 'ykafka.global', branch)}/items/a"))["value"] == "3"
+    api.ok(api.call("PUT", f"{path}/branches/{branch}/rules",
+                    {"ruleItems": [{"clientAppId": app, "clientIpList": ["10.9.9.9"]}]}, operator="ops"))
+    gray = api.ok(api.call("POST", f"{path}/branches/{branch}/releases", {"releaseTitle": "g", "releasedBy": "ops"}))
+    assert gray["configurations"] == {"a": "3", "b": "1"}
+    merged = api.ok(api.call("PATCH", f"{path}/branches/{branch}/merge",
+                             {"releaseTitle": "merge", "releasedBy": "ops"}, deleteBranch="true"))
+    assert merged["configurations"] == {"a": "3", "b": "1"}
+    assert requests.get(f"{cc.url}/configs/{app}/default/ykafka.global", timeout=5).json()["configurations"] == {
+        "a": "3", "b": "1"}
+    apollo_error(api.call("GET", f"{path}/branches/{branch}/items"), 400)
+
+
+def test_encoded_item_keys(api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.setup(app, "ykafka.global", {}, publish=False)
+    path = api.ns_path(app, "ykafka.global")
+    key = "route/with/slashes"
+    encoded = base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+    api.ok(api.call("PUT", f"{path}/encodedItems/{encoded}", {"key": key, "value": "v1",
+                                                              "dataChangeCreatedBy": "ops"}, createIfNotExists="true"))
+    assert api.ok(api.call("GET", f"{path}/encodedItems/{encoded}"))["value"] == "v1"
+    assert api.call("DELETE", f"{path}/encodedItems/{encoded}", operator="ops").status_code == 200
+    apollo_error(api.call("GET", f"{path}/encodedItems/{encoded}"), 404)
+    apollo_error(api.call("GET", f"{path}/encodedItems/%25%25%25"), 400)
+
+
+def test_authorized_apps_and_single_app_namespace(cc: CCServer, api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.setup(app, "ykafka.global", {}, publish=False)
+    one = api.ok(api.call("GET", f"/apps/{app}/appnamespaces/ykafka.global"))
+    assert (one["name"], one["appId"], one["comment"]) == ("ykafka.global", app, "test")
+    apollo_error(api.call("GET", f"/apps/{app}/appnamespaces/nope"), 404)
+    assert app in [a["appId"] for a in api.ok(api.call("GET", "/apps/authorized"))]
+    scoped = cc.cli("token", "create", "--app-id", app)
+    mine = requests.get(cc.url + "/openapi/v1/apps/authorized", headers={"Authorization": scoped}, timeout=5)
+    assert [a["appId"] for a in mine.json()] == [app]
+
+
+def test_oversized_body_is_413(cc: CCServer, api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.setup(app, "ykafka.global", {}, publish=False)
+    resp = requests.post(f"{cc.url}/openapi/v1{api.ns_path(app, 'ykafka.global')}/items",
+                         headers={"Authorization": api.http.headers["Authorization"],
+                                  "Content-Type": "application/json"},
+                         data=json.dumps({"key": "k", "value": "v" * (2 * 1024 * 1024), "dataChangeCreatedBy": "ops"}),
+                         timeout=10)
+    apollo_error(resp, 413)
+    assert api.ok(api.call("GET", f"{api.ns_path(app, 'ykafka.global')}/items"))["total"] == 0

@@ -170,11 +170,15 @@ def _check_release(body: NamespaceReleaseIn, operator: str | None) -> tuple[str,
 
 
 def _decode_key(encoded: str) -> str:
-    for decoder in (base64.b64decode, base64.urlsafe_b64decode):
+    """The key of an `encodedItems` path: standard or URL-safe base64, padding optional."""
+    padded = (encoded + "=" * (-len(encoded) % 4)).encode()
+    for altchars in (None, b"-_"):
         try:
-            return decoder(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
+            key = base64.b64decode(padded, altchars=altchars, validate=True).decode("utf-8")
         except (binascii.Error, ValueError):
             continue
+        if key:
+            return key
     raise BadRequest("Invalid encoded key")
 
 
