@@ -26,6 +26,7 @@ class TokenBucket:
         self._tokens = 0.0
         self._stamp = time.monotonic()
         self.set_rate(rate)
+        self._tokens = self._burst  # a new limit starts with a full second of budget
 
     @property
     def rate(self) -> float:
