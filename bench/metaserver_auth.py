@@ -167,9 +167,14 @@ def run_backend(db_url: str, seconds: float, clients: int, workers: int) -> dict
     latencies = sorted(lat for lats, _ in results for lat in lats)
     errors = sum(err for _, err in results)
     ok = len(latencies) - errors
-    p = lambda q: round(latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000, 2)  # noqa: E731
-    return {"grants_s": round(ok / seconds, 1), "p50_ms": p(0.50), "p99_ms": p(0.99), "max_ms": p(1.0) if latencies
-            else None, "requests": len(latencies), "errors": errors, "clients": clients, "workers": workers}
+
+    def pct(q: float) -> float | None:
+        if not latencies:
+            return None
+        return round(latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000, 2)
+
+    return {"grants_s": round(ok / seconds, 1), "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": pct(1.0),
+            "requests": len(latencies), "errors": errors, "clients": clients, "workers": workers}
 
 
 def main() -> None:
