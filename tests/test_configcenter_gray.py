@@ -226,3 +226,18 @@ def test_rollback_of_a_gray_release_serves_the_previous_gray_release(cc: CCServe
     assert parked.join().status_code == 200
     assert served(cc, app, GRAY_IP)["configurations"] == {"k": "gray-1"}
     assert served(cc, app, OTHER_IP)["configurations"] == {"k": "main"}
+
+
+def test_master_rollback_keeps_gray_overrides(cc: CCServer, api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.setup(app, NS, {"a": "1", "b": "1"})
+    make_branch(api, app, [GRAY_IP], items={"a": "gray"})
+    api.set_item(app, NS, "b", "2")
+    r2 = api.publish(app, NS)
+    assert served(cc, app, GRAY_IP)["configurations"] == {"a": "gray", "b": "2"}
+    assert served(cc, app, OTHER_IP)["configurations"] == {"a": "1", "b": "2"}
+    assert api.call("PUT", f"/envs/DEV/releases/{r2['id']}/rollback", operator="ops").status_code == 200
+    assert served(cc, app, OTHER_IP)["configurations"] == {"a": "1", "b": "1"}
+    assert served(cc, app, GRAY_IP)["configurations"] == {"a": "gray", "b": "1"}
+    gray = served(cc, app, GRAY_IP)
+    assert gray["cluster"] != "default"  # the branch release is reported from the branch cluster, as Apollo

@@ -85,7 +85,9 @@ async def query_config(request: Request, app_id: str, cluster: str, namespace: s
     release_key = "+".join(r.release_key for r in releases)
     if release_key == request.query_params.get("releaseKey", "-1"):
         return Response(status_code=304)
-    body = {"appId": app_id, "cluster": releases[0].cluster_name, "namespaceName": namespace,
+    # the cluster actually loaded (after fallback, or a gray branch), as Apollo's appClusterNameLoaded
+    loaded = releases[0].cluster_name if releases[0].app_id.lower() == app_id.lower() else cluster
+    body = {"appId": app_id, "cluster": loaded, "namespaceName": namespace,
             "configurations": _merge(releases), "releaseKey": release_key}
     return Response(json.dumps(body, ensure_ascii=False), media_type=JSON_UTF8)
 
