@@ -1,0 +1,102 @@
+"""Producer throughput: raw confluent-kafka vs ykafka, same broker, same process run.
+
+Starts what it needs on free ports (a Tansu broker, the config service, the MetaServer; seeded with one
+app), stopped by pid at the end. Both sides send the same messages with the same librdkafka settings
+(ykafka's defaults: acks=all, idempotence, linger.ms=5, batch.size=1000000, murmur2_random) in the
+canonical confluent-kafka loop: ``produce(..., on_delivery=cb)`` then ``poll(0)``, ``poll`` on a full
+queue, ``flush`` at the end; the time includes the flush, so every message is acknowledged. ykafka runs with
+a grant and its hot config subscribed (global + the topic's namespace). Rounds alternate raw / ykafka; the
+figures are medians.
+
+    python bench/producer_throughput.py [--messages 200000] [--size 100] [--rounds 3]
+
+Last line: RESULT {"raw_msgs_s": ..., "ykafka_msgs_s": ..., "ratio": ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Producer as RawProducer  # noqa: E402
+
+from ykafka import Producer  # noqa: E402
+from ykafka.devstack import Stack, ephemeral_config  # noqa: E402
+from ykafka.logs import configure  # noqa: E402
+
+RAW_SETTINGS = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_000_000,
+                "compression.type": "none", "partitioner": "murmur2_random"}
+
+
+def run(producer: Any, topic: str, messages: int, value: bytes) -> float:
+    delivered = [0]
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            delivered[0] += 1
+
+    produce, poll = producer.produce, producer.poll
+    start = time.perf_counter()
+    for _ in range(messages):
+        while True:
+            try:
+                produce(topic, value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                poll(0.01)
+        poll(0)
+    left = producer.flush(60)
+    elapsed = time.perf_counter() - start
+    if left or delivered[0] != messages:
+        raise RuntimeError(f"{topic}: {delivered[0]} of {messages} delivered, {left} left")
+    return messages / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    configure("warning")
+    value = b"x" * args.size
+    home = Path(tempfile.mkdtemp(prefix="ykafka-bench-"))
+    cfg = ephemeral_config(home)
+    stack = Stack(cfg)
+    try:
+        stack.up(["dc-a", "configcenter", "metaserver"], seed=False)
+        env = stack.seed()
+        cluster = cfg.default_cluster
+        raw = RawProducer({"bootstrap.servers": cfg.bootstrap(cluster), **RAW_SETTINGS})
+        yk = Producer({"ykafka.app.id": env["YKAFKA_APP_ID"], "ykafka.app.secret": env["YKAFKA_APP_SECRET"],
+                       "ykafka.metaserver": cfg.metaserver_url, "ykafka.cache.dir": str(home / "client")})
+        topic = "bench-throughput"
+        for producer in (raw, yk):  # warm up: connections, metadata, the topic's namespace subscribed
+            run(producer, topic, 2000, value)
+        assert yk.runtime.apollo is not None and f"ykafka.topic.{topic}" in yk.runtime.apollo.namespaces
+        raw_rates: list[float] = []
+        yk_rates: list[float] = []
+        for _ in range(args.rounds):
+            raw_rates.append(run(raw, topic, args.messages, value))
+            yk_rates.append(run(yk, topic, args.messages, value))
+            print(f"round: raw {raw_rates[-1]:,.0f} msg/s  ykafka {yk_rates[-1]:,.0f} msg/s", flush=True)
+        yk.close()
+        raw_s, yk_s = statistics.median(raw_rates), statistics.median(yk_rates)
+        result = {"raw_msgs_s": round(raw_s), "ykafka_msgs_s": round(yk_s), "ratio": round(yk_s / raw_s, 3),
+                  "messages": args.messages, "size": args.size, "rounds": args.rounds}
+    finally:
+        stack.down()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
