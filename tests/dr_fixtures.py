@@ -232,7 +232,8 @@ def make_engine(bootstraps: dict[str, str], route: Any, spill_root: Path, *, spi
     assert isinstance(spec_of(""), RouteSpec)
     options.setdefault("progress_interval_s", 1.0)
     return DisasterRecovery(
-        lambda cluster: {"bootstrap.servers": bootstraps[cluster], "linger.ms": 5, "log_level": 0},
+        lambda cluster: {"bootstrap.servers": bootstraps[cluster], "linger.ms": 5, "log_level": 0,
+                         "partitioner": "murmur2_random"},
         spec_of, DrOptions(spill_root, **options), spill_after_ms=lambda _c: spill_after_ms,
         health_policy=lambda _c: HealthPolicy(down_failures=down_failures, down_after_s=1.0,
                                               probe_interval_s=probe_s, probe_timeout_s=0.5))

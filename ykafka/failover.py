@@ -320,7 +320,7 @@ class SyncJob:
             if ts_type and ts > 0:
                 kwargs["timestamp"] = ts
             part = int(m.partition() or 0)
-            if m.key() is None and 0 <= part < partitions:
+            if 0 <= part < partitions:  # same partition as on the standby; re-hashed by key if it has fewer
                 kwargs["partition"] = part
             while True:
                 try:
@@ -608,7 +608,6 @@ class DisasterRecovery:
                 continue
             spec = self._route(topic)
             if spec.primary == primary and not self._wants_standby(spec):
-                self._routes.pop(topic, None)
                 self._end_outage(primary, topic)
             elif outage.ended is not None and spec.primary != primary:
                 log.warning("failback.route_changed", topic=topic, primary=primary, now=spec.primary)

@@ -75,6 +75,7 @@ class ClusterHealth:
         self.last_error: str | None = None
         self.last_probe_ms: float | None = None
         self.last_success = time.monotonic()  # last probe or delivery that reached the cluster
+        self.last_probe_ok = 0.0  # last probe that reached it (fresh evidence, unlike a late ack)
         self.transitions = 0
         conf = {k: v for k, v in rdkafka_config.items() if k not in _NOT_FOR_ADMIN}
         conf.setdefault("reconnect.backoff.ms", 50)
@@ -120,9 +121,15 @@ class ClusterHealth:
         if down:
             self._transition(ClusterState.DOWN, reason)
 
-    def record_success(self) -> None:
+    def record_success(self, probe: bool = False) -> None:
+        """A probe answered, or a delivery was acknowledged. Only a probe brings a DOWN cluster back: an
+        acknowledgement may be old news served after the cluster died."""
         with self._lock:
+            if self.state is ClusterState.DOWN and not probe:
+                return
             self.last_success = time.monotonic()
+            if probe:
+                self.last_probe_ok = self.last_success
             self._failures = 0
             self._failing_since = None
             self._suspect = False
@@ -168,7 +175,7 @@ class ClusterHealth:
             self.record_failure(f"probe: {str(exc)[:200]}")
             return False
         self.last_probe_ms = (time.monotonic() - started) * 1000
-        self.record_success()
+        self.record_success(probe=True)
         return True
 
     def _run(self) -> None:

@@ -206,9 +206,9 @@ class ClusterLink:
         log.info("cluster.link_up", cluster=self.cluster)
 
     def maybe_recover(self) -> bool:
-        """Send directly again once the cluster answered after the link went down (probe or delivery)."""
+        """Send directly again once a probe reached the cluster after the link went down."""
         if not self.available and self.health.state is ClusterState.UP \
-                and self.health.last_success > self._down_since:
+                and self.health.last_probe_ok > self._down_since:
             self.mark_available()
             return True
         return False
