@@ -1,0 +1,173 @@
+"""Pure logic of the DR engine: health verdicts, route specs, admin changes, outage progress files."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError
+
+from ykafka import catalog
+from ykafka.catalog import Scope, ScopeKind
+from ykafka.failover import (
+    Outage,
+    OutageStore,
+    RouteSpec,
+    add_cluster_listener,
+    cluster_states,
+    connection_only,
+    failover_changes,
+    remove_cluster_listener,
+)
+from ykafka.failover import _broadcast as broadcast
+from ykafka.health import ClusterHealth, ClusterState, HealthPolicy
+
+
+class ScriptedProbe:
+    """Answers probes from a switch the test flips (the probe is the unit's input, not the thing tested)."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.calls = 0
+
+    def __call__(self, timeout: float) -> None:
+        self.calls += 1
+        if not self.up:
+            raise RuntimeError("connection refused")
+
+
+def _health(probe: ScriptedProbe, **policy: float) -> tuple[ClusterHealth, list[ClusterState]]:
+    changes: list[ClusterState] = []
+    health = ClusterHealth("dc-a", {"bootstrap.servers": "127.0.0.1:1"},
+                           HealthPolicy(**{"down_failures": 3, "down_after_s": 0, "probe_interval_s": 0.02,
+                                           **policy}),  # type: ignore[arg-type]
+                           on_change=lambda _c, s: changes.append(s), probe=probe)
+    return health, changes
+
+
+def _until(predicate: object, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_consecutive_probe_failures_mark_down_and_one_probe_brings_it_back() -> None:
+    probe = ScriptedProbe()
+    health, changes = _health(probe)
+    try:
+        health.suspect("_TRANSPORT")  # a dropped connection only makes it probe sooner
+        assert health.state is ClusterState.UP
+        probe.up = False
+        _until(lambda: health.state is ClusterState.DOWN)
+        assert health.status()["consecutive_failures"] >= 3
+        assert "connection refused" in (health.last_error or "")
+        health.record_success()  # a late acknowledgement is no proof the cluster is back
+        assert health.state is ClusterState.DOWN
+        probe.up = True
+        _until(lambda: health.state is ClusterState.UP)
+        assert changes == [ClusterState.DOWN, ClusterState.UP]
+    finally:
+        health.close()
+
+
+def test_librdkafka_errors_count_as_failures() -> None:
+    probe = ScriptedProbe()
+    health, changes = _health(probe, probe_interval_s=60)
+    try:
+        health.on_error(KafkaError(KafkaError._TRANSPORT))
+        health.on_error(KafkaError(KafkaError._TRANSPORT))
+        assert health.state is ClusterState.UP  # suspect only
+        for _ in range(3):
+            health.on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+        assert health.state is ClusterState.DOWN and changes == [ClusterState.DOWN]
+    finally:
+        health.close()
+
+
+def test_failing_for_long_enough_marks_down_before_the_count() -> None:
+    probe = ScriptedProbe()
+    probe.up = False
+    health, _ = _health(probe, down_failures=1000, down_after_s=0.2, probe_interval_s=60)
+    try:
+        health.record_failure("timeout")
+        assert health.state is ClusterState.UP
+        time.sleep(0.25)
+        health.record_failure("timeout")
+        assert health.state is ClusterState.DOWN
+    finally:
+        health.close()
+
+
+def test_policy_from_catalog_values() -> None:
+    effective = catalog.resolve([{"health.down.failures": 5, "health.probe.interval.ms": 250}])
+    policy = HealthPolicy.from_effective(effective)
+    assert (policy.down_failures, policy.down_after_s, policy.probe_interval_s) == (5, 2.0, 0.25)
+
+
+def test_route_spec_from_catalog_values() -> None:
+    layer = catalog.validate_layer({"route.standby": "dc-b", "route.failover": "auto", "spill.enabled": "false"},
+                                   scope=Scope(ScopeKind.CLUSTER, "dc-a")).values
+    spec = RouteSpec.from_effective("dc-a", catalog.resolve([layer]))
+    assert spec == RouteSpec("dc-a", "dc-b", "auto", "primary", False)
+    assert RouteSpec.from_effective("dc-a", {"route.standby": "dc-a"}).standby is None  # never itself
+    with pytest.raises(catalog.InvalidConfigValue, match="must be one of primary, standby"):
+        catalog.parse("route.active", "both")
+
+
+def test_failover_changes_for_the_admin_command() -> None:
+    assert failover_changes("standby", cluster="dc-a", mode="manual") == [
+        (Scope(ScopeKind.CLUSTER, "dc-a"), "route.active", "standby"),
+        (Scope(ScopeKind.CLUSTER, "dc-a"), "route.failover", "manual")]
+    assert failover_changes("primary", topic="orders") == [(Scope(ScopeKind.TOPIC, "orders"), "route.active",
+                                                           "primary")]
+    for scope, name, value in failover_changes("standby", cluster="dc-a", mode="auto"):
+        catalog.parse(name, value, scope)  # every change passes the catalog's own validation
+    with pytest.raises(ValueError, match="exactly one"):
+        failover_changes("standby")
+    with pytest.raises(ValueError, match="primary or standby"):
+        failover_changes("sideways", cluster="dc-a")
+
+
+def test_outage_progress_survives_a_restart(tmp_path: Path) -> None:
+    store = OutageStore(tmp_path)
+    outage = Outage("dc-a", "dc-b", "orders", 1.0, {"0": 5, "1": 7})
+    store.save(outage)
+    outage.ended, outage.synced = 2.0, 40
+    store.save(outage)
+    (tmp_path / "garbage.json").write_text("{not json")
+    loaded = OutageStore(tmp_path).load_all()
+    assert loaded == [outage]
+    assert loaded[0].group == "ykafka-failback.dc-a.orders"
+    store.delete(outage)
+    assert OutageStore(tmp_path).load_all() == []
+
+
+def test_cluster_listeners_hear_state_changes() -> None:
+    heard: list[tuple[str, ClusterState]] = []
+    lock = threading.Lock()
+
+    class Listener:
+        def on_cluster_state(self, cluster: str, state: ClusterState) -> None:
+            with lock:
+                heard.append((cluster, state))
+
+    listener = Listener()
+    add_cluster_listener(listener)
+    try:
+        broadcast("dc-x", ClusterState.DOWN)
+        broadcast("dc-x", ClusterState.UP)
+    finally:
+        remove_cluster_listener(listener)
+    broadcast("dc-x", ClusterState.DOWN)
+    assert heard == [("dc-x", ClusterState.DOWN), ("dc-x", ClusterState.UP)]
+    assert cluster_states()["dc-x"] is ClusterState.DOWN
+
+
+def test_connection_only_keeps_security_and_drops_producer_settings() -> None:
+    conf = {"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL", "sasl.username": "u", "ssl.ca.location": "x",
+            "acks": "all", "linger.ms": 5, "error_cb": print}
+    assert connection_only(conf) == {"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL",
+                                     "sasl.username": "u", "ssl.ca.location": "x"}
