@@ -80,6 +80,7 @@ def test_librdkafka_errors_count_as_failures() -> None:
         health.on_error(KafkaError(KafkaError._TRANSPORT))
         health.on_error(KafkaError(KafkaError._TRANSPORT))
         assert health.state is ClusterState.UP  # suspect only
+        probe.up = False  # the cluster is really gone: probes stop resetting the count
         for _ in range(3):
             health.on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
         assert health.state is ClusterState.DOWN and changes == [ClusterState.DOWN]
