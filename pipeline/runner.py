@@ -1,0 +1,243 @@
+"""The pipeline: three streaming queries over the SDK's topics, plus lag sampling, alerts and inventory.
+
+* ``trace``   — ``__ykafka_trace``   -> trace store;
+* ``metrics`` — ``__ykafka_metrics`` -> metric history (incl. lag samples) + windowed aggregates;
+* ``clients`` — ``__ykafka_clients`` -> client history + real-time deletion of ephemeral groups.
+
+After micro-batches (``--once``: after all of them; continuously: every ``eval_interval_s``) the alert
+rules run over the store and new / resolved alerts are delivered. The lag sampler writes the broker's
+view of every group into ``__ykafka_metrics`` every ``sample_interval_s`` (and once before a ``--once``
+run). Offsets live in Spark checkpoints under the store, so re-running continues where the last run ended.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from pipeline import aggregates, audit, groups, inventory, trace_store
+from pipeline.alerts import AlertConfig, AlertManager, error_rate_alerts, lag_alerts, latency_alerts
+from pipeline.decode import decode, with_time_partitions
+from pipeline.lag_sampler import LagSampler
+from pipeline.session import spark_session
+from pipeline.store import Store, days_between
+from ykafka import events
+
+log = structlog.get_logger(__name__)
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class PipelineConfig:
+    bootstrap: str
+    store: str = ".ykafka/pipeline"
+    master: str | None = None
+    cluster: str = ""
+    alerts_path: str | None = None
+    alert_overrides: dict[str, Any] = field(default_factory=dict)
+    trigger_s: float = 2.0
+    max_offsets_per_trigger: int | None = None
+    end_offsets: str = "scan"
+    sample_lag: bool = True
+    sample_interval_s: float = 10.0
+    eval_interval_s: float = 5.0
+    aggregate_window_s: int = aggregates.WINDOW_S
+    ephemeral_patterns: tuple[str, ...] = ()
+    client_heartbeat_s: float = 180.0
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    kafka_conf: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class QueryStats:
+    batches: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    last_batch: int = -1
+
+
+class Pipeline:
+    """One pipeline process (see the module docstring)."""
+
+    QUERIES = (("trace", events.TRACE_TOPIC), ("metrics", events.METRICS_TOPIC), ("clients", events.CLIENTS_TOPIC))
+
+    def __init__(self, cfg: PipelineConfig, spark: Any = None, progress: Progress | None = None) -> None:
+        from confluent_kafka import Producer
+
+        self.cfg = cfg
+        self.store = Store(cfg.store)
+        self.spark = spark or spark_session(cfg.master, cfg.spark_conf)
+        self.alert_cfg = AlertConfig.load(cfg.alerts_path, cfg.alert_overrides)
+        self.producer = Producer({"bootstrap.servers": cfg.bootstrap, "linger.ms": 5, "log_level": 3,
+                                  **cfg.kafka_conf})
+        self.sampler = LagSampler(cfg.bootstrap, cfg.cluster, conf=cfg.kafka_conf) if cfg.sample_lag else None
+        self.alerts = AlertManager(self.store, self.alert_cfg, self.producer)
+        self.stats = {name: QueryStats() for name, _ in self.QUERIES}
+        self.ephemeral_actions: dict[str, str | None] = {}
+        self.progress = progress
+        self._queries: list[Any] = []
+        self._stop = threading.Event()
+
+    # --- micro-batch handlers (run on the driver, one per query) ---------------------------------------
+
+    def _timed(self, name: str, batch_id: int, work: Callable[[], int]) -> None:
+        started = time.monotonic()
+        rows = work()
+        stats = self.stats[name]
+        stats.batches += 1
+        stats.rows += rows
+        stats.seconds += time.monotonic() - started
+        stats.last_batch = batch_id
+        if self.progress is not None:
+            self.progress(name, {"batch": batch_id, "rows": rows, "total_rows": stats.rows,
+                                 "seconds": round(time.monotonic() - started, 2)})
+
+    def on_trace(self, raw: Any, batch_id: int) -> None:
+        self._timed("trace", batch_id, lambda: trace_store.write_batch(self.store, decode(raw, "trace"), batch_id))
+
+    def on_metrics(self, raw: Any, batch_id: int) -> None:
+        def work() -> int:
+            metrics = decode(raw, "metric").persist()
+            try:
+                rows = self.store.write(with_time_partitions(metrics).toArrow(), "metrics", ["date", "hour"],
+                                        batch_id, "metrics")
+                aggregates.write_batch(self.store, metrics, batch_id, self.cfg.aggregate_window_s)
+            finally:
+                metrics.unpersist()
+            return rows
+
+        self._timed("metrics", batch_id, work)
+
+    def on_clients(self, raw: Any, batch_id: int) -> None:
+        def work() -> int:
+            from pyspark.sql import functions as F
+
+            clients = decode(raw, "client")
+            table = clients.withColumn("date", F.date_format(F.timestamp_millis("ts"), "yyyy-MM-dd")).toArrow()
+            rows = self.store.write(table, "clients", ["date"], batch_id, "clients")
+            closing = groups.ephemeral_closures(table.to_pylist(), self.cfg.ephemeral_patterns)
+            if closing and self.sampler is not None:
+                self.ephemeral_actions.update(groups.delete_ephemeral(
+                    self.sampler, self.store, closing, heartbeat=dt.timedelta(seconds=self.cfg.client_heartbeat_s)))
+            return rows
+
+        self._timed("clients", batch_id, work)
+
+    # --- queries ------------------------------------------------------------------------------------
+
+    def _start(self, name: str, topic: str, once: bool) -> Any:
+        reader = (self.spark.readStream.format("ykafka-kafka").option("bootstrap", self.cfg.bootstrap)
+                  .option("topics", topic).option("startingOffsets", "earliest")
+                  .option("endOffsets", self.cfg.end_offsets))
+        for key, value in self.cfg.kafka_conf.items():
+            reader = reader.option(f"kafka.{key}", str(value))
+        if self.cfg.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.cfg.max_offsets_per_trigger))
+        handler = {"trace": self.on_trace, "metrics": self.on_metrics, "clients": self.on_clients}[name]
+        writer = (reader.load().writeStream.queryName(f"ykafka-{name}").foreachBatch(handler)
+                  .option("checkpointLocation", self.store.uri("_checkpoints", name)))
+        writer = writer.trigger(availableNow=True) if once else writer.trigger(
+            processingTime=f"{int(self.cfg.trigger_s * 1000)} milliseconds")
+        return writer.start()
+
+    def run_once(self, evaluate: bool = True, build_inventory: bool = True) -> dict[str, Any]:
+        """Sample lag, process everything available on the three topics, evaluate alerts, build the inventory."""
+        started = time.monotonic()
+        if self.sampler is not None:
+            self.sample_lag()
+        for name, topic in self.QUERIES:
+            query = self._start(name, topic, once=True)
+            query.awaitTermination()
+        delivered = self.evaluate() if evaluate else []
+        clients = inventory.build(self.spark, self.store) if build_inventory else []
+        return {"seconds": round(time.monotonic() - started, 2), "alerts": delivered, "inventory": clients,
+                "queries": {n: vars(s) for n, s in self.stats.items()}, "ephemeral": dict(self.ephemeral_actions)}
+
+    def start(self) -> None:
+        """Start the three continuous queries (returns at once)."""
+        self._queries = [self._start(name, topic, once=False) for name, topic in self.QUERIES]
+
+    def run(self, duration_s: float | None = None) -> None:
+        """Run continuously: queries + lag sampling + alert evaluation, until :meth:`stop` or ``duration_s``."""
+        self.start()
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        next_sample = next_eval = time.monotonic()
+        try:
+            while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                now = time.monotonic()
+                if self.sampler is not None and now >= next_sample:
+                    self.sample_lag()
+                    next_sample = now + self.cfg.sample_interval_s
+                if now >= next_eval:
+                    self.evaluate()
+                    next_eval = now + self.cfg.eval_interval_s
+                for query in self._queries:
+                    if query.exception() is not None:
+                        raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+                self._stop.wait(0.2)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for query in self._queries:
+            try:
+                query.stop()
+            except Exception as exc:
+                log.warning("ykafka.pipeline.stop_failed", query=query.name, error=str(exc))
+        self._queries = []
+
+    # --- periodic work -------------------------------------------------------------------------------
+
+    def sample_lag(self) -> list[dict[str, Any]]:
+        assert self.sampler is not None
+        try:
+            samples = self.sampler.sample(expected=self._expected_topics())
+            self.sampler.publish(self.producer, samples)
+            self.producer.flush(10)
+            return samples
+        except Exception as exc:
+            log.warning("ykafka.pipeline.sample_failed", error=str(exc))
+            return []
+
+    def _expected_topics(self) -> dict[str, list[str]]:
+        """group -> topics its consumers reported (client events of the last day)."""
+        import pyarrow.compute as pc
+
+        now = dt.datetime.now(dt.UTC)
+        start = now - dt.timedelta(days=1)
+        table = self.store.read("clients", [f"date={d}" for d in days_between(start, now)],
+                                filter=(pc.field("role") == "consumer") & pc.field("group").is_valid(),
+                                columns=["group", "topics"])
+        out: dict[str, set[str]] = {}
+        for row in table.to_pylist():
+            for topic in (row["topics"] or "").split(","):
+                if topic.strip() and not topic.startswith("^"):
+                    out.setdefault(row["group"], set()).add(topic.strip())
+        return {g: sorted(t) for g, t in out.items()}
+
+    def evaluate(self, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+        """Run every rule over the store; deliver new and resolved alerts; returns what was delivered."""
+        now = now or dt.datetime.now(dt.UTC)
+        cfg = self.alert_cfg
+        current = latency_alerts(self.store, cfg, now) + error_rate_alerts(self.store, cfg, now) + lag_alerts(
+            self.store, cfg, now)
+        judged = [r["name"] for r in cfg.latency] + [r["name"] for r in cfg.error_rate]
+        if cfg.lag:
+            judged.append(cfg.lag.get("name", "consumer-lag"))
+        delivered = self.alerts.process(current, judged, now)
+        delivered += self.alerts.process(audit.loss_alerts(self.store, cfg, now), [], now)
+        return delivered
+
+    def close(self) -> None:
+        self.stop()
+        if self.sampler is not None:
+            self.sampler.close()
+        self.producer.flush(5)

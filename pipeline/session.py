@@ -1,0 +1,50 @@
+"""The SparkSession of the pipeline: local mode by default, any cluster through ``master``.
+
+Defaults are sized for a small machine (few shuffle partitions, no UI); a cluster run passes its own
+``--master`` and ``--conf`` values. The Python executable of the driver is used for the workers, so the
+venv that has confluent-kafka and pyarrow is the one Spark runs our data source in.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.source import KafkaDataSource
+
+DEFAULT_MASTER = "local[*]"
+
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.driver.memory": "1g",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.stopTimeout": "10s",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xss4m",
+}
+
+
+def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None,
+                  app_name: str = "ykafka-pipeline") -> Any:
+    """Get (or create) the SparkSession and register the ``ykafka-kafka`` streaming source."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
+    merged = dict(DEFAULT_CONF)
+    merged.update(conf or {})
+    for key, value in merged.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(KafkaDataSource)
+    return spark

@@ -1,0 +1,243 @@
+"""A streaming Kafka source for Spark on PySpark's Python Data Source API and confluent-kafka.
+
+No JVM Kafka connector jar: the driver plans offset ranges with a confluent-kafka consumer, each Kafka
+partition becomes one input partition per micro-batch, and executors read their range with their own
+consumer (no group, no commits). Offsets live in Spark's checkpoint (``{"topic": {"partition": next}}``),
+so a restarted query resumes exactly where its last committed micro-batch ended.
+
+Rows look like those of Spark's JVM ``kafka`` source: ``topic, partition, offset, timestamp (ms), key,
+value`` (binary). Options:
+
+* ``bootstrap`` (required), ``topics`` (comma-separated), ``startingOffsets`` = ``earliest`` | ``latest``;
+* ``maxOffsetsPerTrigger``: cap of records per micro-batch (split over partitions in proportion to backlog);
+* ``endOffsets`` = ``scan`` (default) | ``watermark``: with ``scan`` the driver fetches the last record batch
+  of each partition to learn its real end, because some brokers (Tansu) report a high watermark that is
+  the *base* offset of the last batch + 1; ``watermark`` trusts the broker (cheaper, right on Apache Kafka);
+* ``kafka.<librdkafka property>``: passed to every consumer (security settings and the like).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+SCHEMA = "topic string, partition int, offset bigint, timestamp bigint, key binary, value binary"
+NAME = "ykafka-kafka"
+
+Offsets = dict[str, dict[str, int]]
+
+
+class KafkaRange(InputPartition):
+    """One Kafka partition's offsets [start, end) in one micro-batch."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+def consumer_conf(options: Mapping[str, str], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": options["bootstrap"],
+        "group.id": options.get("groupId", "ykafka-pipeline-reader"),
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "socket.timeout.ms": 10_000,
+        "log_level": 3,
+    }
+    conf.update({k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")})
+    conf.update(extra or {})
+    return conf
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    """Plans offset ranges on the driver; reads them on executors."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = dict(options)
+        self.topics = [t.strip() for t in self.options.get("topics", "").split(",") if t.strip()]
+        if not self.topics or "bootstrap" not in self.options:
+            raise ValueError("ykafka-kafka source needs options 'bootstrap' and 'topics'")
+        self.timeout_s = float(self.options.get("timeoutMs", "10000")) / 1000.0
+        self.scan = self.options.get("endOffsets", "scan") == "scan"
+        self._consumer: Any = None
+
+    # --- driver side -----------------------------------------------------------------------------
+
+    def _driver_consumer(self) -> Any:
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+
+            self._consumer = Consumer(consumer_conf(self.options))
+        return self._consumer
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        consumer = self._driver_consumer()
+        found: list[tuple[str, int]] = []
+        for topic in self.topics:
+            meta = consumer.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
+            if meta is None or meta.error is not None:
+                continue  # not created yet: no data yet
+            found.extend((topic, p) for p in sorted(meta.partitions))
+        return found
+
+    def _watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
+        from confluent_kafka import TopicPartition
+
+        consumer = self._driver_consumer()
+        marks: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, partition in self._partitions():
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout_s)
+            marks[(topic, partition)] = (max(0, low), max(0, high))
+        if self.scan:
+            self._scan_ends(marks)
+        return marks
+
+    def _scan_ends(self, marks: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """Learn each partition's real end by reading its last record batch (see module docstring)."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        todo = {tp: high for tp, (low, high) in marks.items() if high > low}
+        if not todo:
+            return
+        consumer = self._driver_consumer()
+        consumer.assign([TopicPartition(t, p, high - 1) for (t, p), high in todo.items()])
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while todo and time.monotonic() < deadline:
+                for msg in consumer.consume(10_000, 0.2):
+                    tp = (msg.topic(), msg.partition())
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF and tp in todo:
+                            todo.pop(tp)
+                        continue
+                    low, high = marks[tp]
+                    if msg.offset() + 1 > high:
+                        marks[tp] = (low, msg.offset() + 1)
+        finally:
+            consumer.unassign()
+
+    def initialOffset(self) -> dict:
+        marks = self._watermarks()
+        latest = self.options.get("startingOffsets", "earliest") == "latest"
+        offsets: Offsets = {}
+        for (topic, partition), (low, high) in marks.items():
+            offsets.setdefault(topic, {})[str(partition)] = high if latest else low
+        return offsets
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        cap = self.options.get("maxOffsetsPerTrigger")
+        return ReadMaxRows(int(cap)) if cap else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        marks = self._watermarks()
+        end: Offsets = {topic: dict(parts) for topic, parts in (start or {}).items()}
+        backlog: dict[tuple[str, int], tuple[int, int]] = {}
+        for (topic, partition), (low, high) in marks.items():
+            begin = int((start or {}).get(topic, {}).get(str(partition), low))
+            begin = max(begin, low)  # retention may have removed what we had not read yet
+            backlog[(topic, partition)] = (begin, high)
+        cap = getattr(limit, "maxRows", None)
+        total = sum(max(0, high - begin) for begin, high in backlog.values())
+        for (topic, partition), (begin, high) in backlog.items():
+            stop = high
+            if cap is not None and total > cap:
+                share = max(1, (high - begin) * int(cap) // max(1, total))
+                stop = min(high, begin + share)
+            end.setdefault(topic, {})[str(partition)] = max(begin, stop)
+        return end
+
+    def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
+        ranges: list[KafkaRange] = []
+        for topic, parts in end.items():
+            for pid, stop in parts.items():
+                begin = int(start.get(topic, {}).get(pid, 0)) if start else 0
+                if int(stop) > begin:
+                    ranges.append(KafkaRange(topic, int(pid), begin, int(stop)))
+        return ranges
+
+    def commit(self, end: dict) -> None:
+        """Offsets are in Spark's checkpoint; nothing to store in Kafka."""
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # --- executor side ---------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, KafkaRange)
+        yield from read_range(self.options, partition)
+
+
+def read_range(options: Mapping[str, str], part: KafkaRange, batch: int = 20_000) -> Iterator[Any]:
+    """Yield Arrow record batches of the records in ``[part.start, part.end)`` of one partition."""
+    import pyarrow as pa
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(consumer_conf(options, {"fetch.max.bytes": 52_428_800}))
+    consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+    timeout_s = float(options.get("timeoutMs", "10000")) / 1000.0
+    deadline = time.monotonic() + max(30.0, timeout_s * 3)
+    position = part.start
+    try:
+        while position < part.end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {part.topic}[{part.partition}] {position}..{part.end} timed out")
+            offsets: list[int] = []
+            stamps: list[int] = []
+            keys: list[bytes | None] = []
+            values: list[bytes | None] = []
+            eof = False
+            for msg in consumer.consume(batch, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        eof = True
+                        continue
+                    raise RuntimeError(f"Kafka read error on {part.topic}[{part.partition}]: {err}")
+                offset = int(msg.offset() or 0)
+                if offset >= part.end:
+                    position = part.end
+                    continue
+                offsets.append(offset)
+                stamps.append(msg.timestamp()[1])
+                keys.append(msg.key())
+                values.append(msg.value())
+                position = offset + 1
+            if offsets:
+                deadline = time.monotonic() + max(30.0, timeout_s * 3)
+                n = len(offsets)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([part.topic] * n, pa.string()), pa.array([part.partition] * n, pa.int32()),
+                     pa.array(offsets, pa.int64()), pa.array(stamps, pa.int64()),
+                     pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
+                    names=["topic", "partition", "offset", "timestamp", "key", "value"])
+            elif eof:
+                break  # the range ends in a gap (compaction / aborted transactions): nothing more to read
+    finally:
+        consumer.close()
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("ykafka-kafka").option("bootstrap", ...).option("topics", ...)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(self.options)
