@@ -1,0 +1,303 @@
+"""Command-line tools of the observability pipeline, attached to the ``ykafka`` console script.
+
+* ``ykafka trace KEY``             — a message's lifecycle from the trace store (pyarrow, no Spark start-up);
+* ``ykafka pipeline run|inventory|aggregates`` — the PySpark jobs;
+* ``ykafka admin groups list|cleanup`` — idle consumer groups, deleted with ``--apply``.
+
+Store and cluster default from the environment: ``YKAFKA_PIPELINE_STORE`` (else ``.ykafka/pipeline``),
+``YKAFKA_PIPELINE_BOOTSTRAP`` (else ``YKAFKA_BOOTSTRAP_DC_A`` that ``ykafka dev up`` writes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+DEFAULT_STORE = ".ykafka/pipeline"
+_KIND_STYLE = {"produced": "cyan", "acked": "green", "failed": "bold red", "spilled": "yellow",
+               "replayed": "yellow", "consumed": "blue", "processed": "bold green", "retried": "magenta",
+               "dead-lettered": "bold red"}
+
+
+def _store_default() -> str:
+    return os.environ.get("YKAFKA_PIPELINE_STORE", DEFAULT_STORE)
+
+
+def _bootstrap(value: str | None) -> str:
+    found = value or os.environ.get("YKAFKA_PIPELINE_BOOTSTRAP") or os.environ.get("YKAFKA_BOOTSTRAP_DC_A")
+    if not found:
+        raise click.UsageError("no cluster: pass --bootstrap or set YKAFKA_PIPELINE_BOOTSTRAP")
+    return found
+
+
+def _duration(text: str) -> dt.timedelta:
+    from pipeline.store import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+# --- ykafka trace -------------------------------------------------------------------------------------
+
+@click.command("trace")
+@click.argument("key", required=False)
+@click.option("--id", "msg_id", default=None, help="look up by message id (ykafka-id) instead of key")
+@click.option("--topic", default=None, help="only this topic (prunes the store to its directories)")
+@click.option("--since", default="1h", show_default=True, help="how far back, e.g. 30m, 6h, 2d")
+@click.option("--until", default=None, help="end of the range, ISO time (default now)")
+@click.option("--store", default=_store_default, show_default=DEFAULT_STORE,
+              help="pipeline store (env YKAFKA_PIPELINE_STORE)")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table")
+def trace(key: str | None, msg_id: str | None, topic: str | None, since: str, until: str | None, store: str,
+          as_json: bool) -> None:
+    """Show what happened to the message(s) with KEY: every lifecycle step, in order."""
+    from pipeline.store import Store
+    from pipeline.trace_store import lookup, timelines
+
+    if not key and not msg_id:
+        raise click.UsageError("give a KEY or --id")
+    end = dt.datetime.fromisoformat(until).replace(tzinfo=dt.UTC) if until else None
+    rows = lookup(Store(store), key, msg_id=msg_id, topic=topic, since=_duration(since), until=end)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+        return
+    if not rows:
+        console.print(f"no trace events for {'key ' + repr(key) if key else 'id ' + repr(msg_id)} "
+                      f"in the last {since}" + (f" on {topic}" if topic else ""))
+        sys.exit(1)
+    for mid, steps in timelines(rows).items():
+        first = steps[0]["ts"] or 0
+        table = Table(title=f"message {mid}  key={steps[0].get('key')!r}  topic={steps[0].get('topic')}",
+                      title_justify="left")
+        for column in ("time (UTC)", "+ms", "step", "where", "group", "client", "latency ms", "attempt", "detail"):
+            table.add_column(column)
+        for step in steps:
+            kind = step.get("kind") or ""
+            where = "" if step.get("partition") is None else f"p{step['partition']}"
+            if step.get("offset") is not None:
+                where += f"@{step['offset']}"
+            if step.get("cluster"):
+                where = f"{step['cluster']} {where}".strip()
+            detail = " ".join(x for x in (step.get("error"), step.get("detail")) if x)
+            table.add_row(_when(step.get("ts")), str((step.get("ts") or 0) - first),
+                          f"[{_KIND_STYLE.get(kind, 'white')}]{kind}[/]", where, step.get("group") or "",
+                          f"{step.get('client_id') or ''} {step.get('ip') or ''}".strip(),
+                          "" if step.get("latency_ms") is None else f"{step['latency_ms']:g}",
+                          "" if step.get("attempt") is None else str(step["attempt"]), detail)
+        console.print(table)
+
+
+# --- ykafka pipeline ------------------------------------------------------------------------------
+
+@click.group("pipeline")
+def pipeline() -> None:
+    """The PySpark pipeline over __ykafka_trace / __ykafka_metrics / __ykafka_clients."""
+
+
+@pipeline.command("run")
+@click.option("--once", is_flag=True, help="process what is available, evaluate alerts, build the inventory, exit")
+@click.option("--master", default=None, help="Spark master (default local[*]); e.g. local[2], spark://host:7077")
+@click.option("--bootstrap", default=None, help="cluster holding the observability topics")
+@click.option("--store", default=_store_default, show_default=DEFAULT_STORE)
+@click.option("--alerts", "alerts_path", default=None, help="alert rules (default configs/alerts.yaml)")
+@click.option("--duration", type=float, default=None, help="continuous mode: stop after this many seconds")
+@click.option("--trigger-s", type=float, default=2.0, show_default=True, help="micro-batch period")
+@click.option("--sample-interval-s", type=float, default=10.0, show_default=True, help="lag sampling period")
+@click.option("--no-sampler", is_flag=True, help="do not sample group offsets from the broker")
+@click.option("--ephemeral", multiple=True, help="group patterns deleted when their last client closes")
+@click.option("--conf", "spark_conf", multiple=True, help="extra Spark setting key=value")
+def pipeline_run(once: bool, master: str | None, bootstrap: str | None, store: str, alerts_path: str | None,
+                 duration: float | None, trigger_s: float, sample_interval_s: float, no_sampler: bool,
+                 ephemeral: Sequence[str], spark_conf: Sequence[str]) -> None:
+    """Run the trace-store, aggregate, alert, audit, inventory and group-lifecycle jobs."""
+    from rich.live import Live
+
+    from pipeline.runner import Pipeline, PipelineConfig
+
+    conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
+    cfg = PipelineConfig(bootstrap=_bootstrap(bootstrap), store=store, master=master, alerts_path=alerts_path,
+                         trigger_s=trigger_s, sample_interval_s=sample_interval_s, sample_lag=not no_sampler,
+                         ephemeral_patterns=tuple(ephemeral), spark_conf=conf)
+    progress: dict[str, dict[str, Any]] = {}
+
+    def render() -> Table:
+        table = Table("job", "batches", "rows", "last batch", "last rows", "last s", title="ykafka pipeline")
+        for name, stats in pl.stats.items():
+            last = progress.get(name, {})
+            table.add_row(name, str(stats.batches), str(stats.rows), str(last.get("batch", "")),
+                          str(last.get("rows", "")), str(last.get("seconds", "")))
+        table.add_row("alerts", "", str(len(pl.alerts.sent)), "", "", "")
+        return table
+
+    with console.status("starting Spark ..."):
+        pl = Pipeline(cfg)
+    with Live(render(), console=console, refresh_per_second=2, transient=False) as live:
+        def on_progress(name: str, info: dict[str, Any]) -> None:
+            progress[name] = info
+            live.update(render())
+
+        pl.progress = on_progress
+        try:
+            if once:
+                result = pl.run_once()
+            else:
+                pl.run(duration)
+                result = {}
+        finally:
+            live.update(render())
+            pl.close()
+    for alert in pl.alerts.sent:
+        console.print(f"[bold]{alert['level']}[/] {alert['rule']} {alert['topic'] or ''} "
+                      f"{alert['group'] or ''} {'' if alert['partition'] is None else 'p' + str(alert['partition'])}"
+                      f": {alert['reason']} ({alert['status']})")
+    if once:
+        console.print(f"done in {result['seconds']}s; inventory: {len(result['inventory'])} clients")
+
+
+@pipeline.command("inventory")
+@click.option("--store", default=_store_default, show_default=DEFAULT_STORE)
+@click.option("--master", default=None)
+@click.option("--since", default="7d", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--cached", is_flag=True, help="print the last inventory the pipeline wrote (no Spark)")
+def pipeline_inventory(store: str, master: str | None, since: str, as_json: bool, cached: bool) -> None:
+    """Clients by cluster, versions, group and last time seen (for upgrade planning)."""
+    from pipeline import inventory
+    from pipeline.store import Store
+
+    st = Store(store)
+    if cached:
+        rows = inventory.read(st)
+    else:
+        from pipeline.session import spark_session
+
+        rows = inventory.build(spark_session(master), st, _duration(since))
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+        return
+    table = Table("cluster", "app", "client", "role", "group", "ykafka", "librdkafka", "state", "last seen")
+    for row in rows:
+        table.add_row(*(str(row.get(c) or "") for c in ("cluster", "app", "client_id", "role", "group",
+                                                       "ykafka_version", "librdkafka_version", "state")),
+                      _when(row.get("last_seen")))
+    console.print(table)
+    summary = Table("cluster", "ykafka", "librdkafka", "clients", "live", "apps", title="by version")
+    for cell in inventory.summary(rows):
+        summary.add_row(str(cell["cluster"]), str(cell["ykafka_version"]), str(cell["librdkafka_version"]),
+                        str(cell["clients"]), str(cell["live"]), ", ".join(cell["apps"]))
+    console.print(summary)
+
+
+@pipeline.command("aggregates")
+@click.option("--store", default=_store_default, show_default=DEFAULT_STORE)
+@click.option("--since", default="15m", show_default=True)
+@click.option("--topic", default=None)
+@click.option("--group", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def pipeline_aggregates(store: str, since: str, topic: str | None, group: str | None, as_json: bool) -> None:
+    """Latency percentiles, counts and lag per window, topic and group (read from the store)."""
+    from pipeline.aggregates import read_aggregates
+
+    rows = read_aggregates(store, _duration(since), topic=topic, group=group)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+        return
+    table = Table("window", "metric", "topic", "group", "count", "p50", "p95", "p99", "max", "value")
+    for row in rows:
+        table.add_row(_when(row["window_start"]), row["name"], row.get("topic") or "", row.get("group") or "",
+                      str(row["count"]), *(("" if row[k] is None else f"{row[k]:g}") for k in ("p50", "p95", "p99",
+                                                                                            "max", "value")))
+    console.print(table)
+
+
+# --- ykafka admin groups ----------------------------------------------------------------------------
+
+@click.group("groups")
+def groups() -> None:
+    """Consumer-group lifecycle: find idle groups, delete them after review."""
+
+
+def _candidates(bootstrap: str | None, store: str | None, idle: str) -> tuple[Any, list[dict[str, Any]]]:
+    from pipeline import groups as lifecycle
+    from pipeline.lag_sampler import LagSampler
+    from pipeline.store import Store
+
+    sampler = LagSampler(_bootstrap(bootstrap))
+    st = Store(store) if store and os.path.isdir(store) else None
+    return sampler, lifecycle.candidates(sampler, st, _duration(idle))
+
+
+@groups.command("list")
+@click.option("--bootstrap", default=None)
+@click.option("--store", default=_store_default, show_default=DEFAULT_STORE,
+              help="pipeline store holding the offset history")
+@click.option("--idle", default="7d", show_default=True, help="no member and no commit for this long")
+@click.option("--json", "as_json", is_flag=True)
+def groups_list(bootstrap: str | None, store: str, idle: str, as_json: bool) -> None:
+    """List cleanup candidates."""
+    sampler, found = _candidates(bootstrap, store, idle)
+    sampler.close()
+    _print_candidates(found, as_json)
+
+
+@groups.command("cleanup")
+@click.option("--bootstrap", default=None)
+@click.option("--store", default=_store_default, show_default=DEFAULT_STORE)
+@click.option("--idle", default="7d", show_default=True, help="no member and no commit for this long")
+@click.option("--apply", "apply_", is_flag=True, help="delete the candidates (default: only list them)")
+@click.option("--json", "as_json", is_flag=True)
+def groups_cleanup(bootstrap: str | None, store: str, idle: str, apply_: bool, as_json: bool) -> None:
+    """List idle groups; with --apply delete them through the AdminClient (DeleteGroups)."""
+    from pipeline.groups import delete_groups
+
+    sampler, found = _candidates(bootstrap, store, idle)
+    try:
+        _print_candidates(found, as_json)
+        if not apply_:
+            if not as_json:
+                console.print(f"{len(found)} candidate(s); re-run with --apply to delete them")
+            return
+        result = delete_groups(sampler.admin, [c["group"] for c in found])
+        for name, error in sorted(result.items()):
+            if as_json:
+                click.echo(json.dumps({"deleted": name, "error": error}))
+            else:
+                console.print(f"{'deleted' if error is None else '[red]failed[/]'} {name}"
+                              + (f": {error}" if error else ""))
+        if any(result.values()):
+            sys.exit(1)
+    finally:
+        sampler.close()
+
+
+def _print_candidates(found: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for row in found:
+            click.echo(json.dumps({"candidate": row["group"], **row}, default=str))
+        return
+    table = Table("group", "state", "members", "idle s", "basis", "committed")
+    for row in found:
+        table.add_row(row["group"], row["state"], str(row["members"]), str(row["idle_s"]), row["basis"],
+                      ", ".join(f"{k}={v}" for k, v in row["committed"].items()))
+    console.print(table)
