@@ -161,8 +161,9 @@ def test_rate_limit_throttles_and_bounds_the_wait(sdk_stack: SdkStack) -> None:
             stream.until(lambda: False, batch=1, timeout=30)
         assert producer.in_force(topic)["producer.rate.limit.msgs"] == 0.2
         sdk_stack.push(f"topic:{topic}", {"producer.rate.limit.msgs": "0"})
-        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.rate.limit.msgs") == 0.0, batch=1,
-                     timeout=30)
+        wait_until(lambda: producer.applied_config(topic)["producer.rate.limit.msgs"] == 0.0,
+                   message="limit lifted")
+        stream.send(20)  # unthrottled again
         assert producer.flush(15) == 0
     result = check_stream(read_topic(sdk_stack.clusters["dc-a"], topic, stream.sent), stream.sent)
     assert result["lost"] == 0 and result["duplicated"] == 0
@@ -231,3 +232,26 @@ def test_client_report_shows_route_and_release_keys(sdk_stack: SdkStack) -> None
         assert found["role"] == "producer"
         assert found["extra"]["routes"][topic] == "dc-a"
         assert f"ykafka.topic.{topic}" in found["config_release_keys"]
+
+
+def test_idempotence_socket_buffer_compression_and_byte_limit_live(sdk_stack: SdkStack) -> None:
+    topic = _topic("misc")
+    with Producer(sdk_stack.client_config()) as producer:
+        stream = Stream(producer, topic)
+        stream.send(10)
+        sdk_stack.push(f"topic:{topic}", {"producer.idempotence": "false", "producer.compression": "zstd",
+                                          "producer.socket.send.buffer.bytes": "262144"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.compression") == "zstd")
+        live = [c["settings"] for c in producer.clients() if not c["retiring"]]
+        assert live == [{"acks": "all", "enable.idempotence": "false", "linger.ms": 5, "batch.size": 1_000_000,
+                         "compression.type": "zstd", "socket.send.buffer.bytes": 262144}]
+        sdk_stack.push(f"topic:{topic}", {"producer.rate.limit.bytes": "500"})
+        stream.until(lambda: (producer.in_force(topic) or {}).get("producer.rate.limit.bytes") == 500.0, batch=1)
+        stream.send(100)  # ~5 bytes each: about the 500-byte burst
+        start = time.monotonic()
+        stream.send(200)  # ~1,000 more bytes at 500 B/s
+        assert time.monotonic() - start >= 1.5
+        assert producer.flush(15) == 0
+    assert not stream.failed
+    result = check_stream(read_topic(sdk_stack.clusters["dc-a"], topic, stream.sent), stream.sent)
+    assert result["lost"] == 0 and result["duplicated"] == 0 and result["disorder"] == 0
