@@ -42,6 +42,7 @@ log = structlog.get_logger(__name__)
 _TRACE_KEYS = ("trace.enabled", "trace.sample.rate", "topic.grade")
 _ORIGINAL_TOPIC = "ykafka-original-topic"
 _ATTEMPT = "ykafka-attempt"
+_ORIGINAL_TIMESTAMP = "ykafka-original-timestamp"
 _SCALE = 1 << 32
 
 
@@ -343,8 +344,12 @@ class Tracer:
             topic = original
         attempt = _header(headers, _ATTEMPT)
         ts_type, ts_value = msg.timestamp()
+        msg_ts = ts_value if ts_type else None
+        original_ts = _header(headers, _ORIGINAL_TIMESTAMP)
+        if original_ts and original_ts.isdigit():
+            msg_ts = int(original_ts)  # a retry copy is audited in its original message's bucket
         return self.emit(kind, topic=topic, key=msg.key(), msg_id=msg_id, partition=msg.partition(),
-                         offset=msg.offset(), msg_ts=ts_value if ts_type else None, latency_ms=latency_ms,
+                         offset=msg.offset(), msg_ts=msg_ts, latency_ms=latency_ms,
                          group=group, attempt=int(attempt) if attempt and attempt.isdigit() else None,
                          error=error, cluster=cluster, detail=detail)
 

@@ -1,0 +1,88 @@
+"""Fixtures of the observability tests: a private Tansu broker, one SparkSession per test session, helpers.
+
+The broker is private because the pipeline reads the shared ``__ykafka_*`` topics whole: other tests'
+clients must not leak events into what these tests count. Spark starts once per session (it takes
+10-20 s on a loaded 2-core machine) in ``local[2]``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError
+
+from tests.dr_fixtures import Broker
+from ykafka import events
+
+
+@pytest.fixture(scope="session")
+def obs_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    broker = Broker("obs", tmp_path_factory.mktemp("obs-broker")).start()
+    try:
+        yield broker
+    finally:
+        broker.kill()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pipeline.session import spark_session
+
+    session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2"}, app_name="ykafka-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def consumer(bootstrap: str, group: str | None = None, **extra: Any) -> Consumer:
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group or unique("g"),
+                            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                            "enable.auto.commit": False, "log_level": 3}
+    conf.update(extra)
+    return Consumer(conf)
+
+
+def read_events(bootstrap: str, topic: str, expected: int, match: Callable[[dict[str, Any]], bool] = lambda e: True,
+                timeout: float = 20.0) -> list[dict[str, Any]]:
+    """Decoded events of ``topic`` that ``match``, reading until ``expected`` of them arrived (or timeout)."""
+    from confluent_kafka import TopicPartition
+
+    c = consumer(bootstrap)
+    found: list[dict[str, Any]] = []
+    try:
+        meta = wait_for(lambda: c.list_topics(topic, timeout=5).topics.get(topic), timeout)
+        c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+        deadline = time.monotonic() + timeout
+        while len(found) < expected and time.monotonic() < deadline:
+            for msg in c.consume(1000, 0.5):
+                if msg.error() is None:
+                    found.extend(e for _kind, e in events.iter_events(iter([msg.value()])) if match(e))
+                elif msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise AssertionError(str(msg.error()))
+    finally:
+        c.close()
+    return found
+
+
+def store_dir(tmp_path: Path) -> str:
+    return str(tmp_path / "store")
