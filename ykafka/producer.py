@@ -351,6 +351,8 @@ class Producer:
                     elif now - client.drained_at >= _RETIRED_GRACE_S:
                         self._retiring.remove(client)
                         client.rd.flush(0)
+                        for topic in [t for t, c in self._home.items() if c is client]:
+                            del self._home[topic]  # drained: nothing to wait for; frees the librdkafka handle
                         log.info("ykafka.producer.client_closed", cluster=client.cluster)
                 elif client.drained_at is not None:
                     client.drained_at = None  # a late send arrived during the grace period
