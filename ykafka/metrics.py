@@ -289,6 +289,8 @@ class Metrics:
             if self._client_wake.wait(timeout):
                 self._client_wake.clear()
                 next_client = 0.0
+            if self._stop.is_set():
+                return  # close() sends the last interval and client event itself
             now = time.monotonic()
             try:
                 if now >= next_timers:

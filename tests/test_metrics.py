@@ -1,0 +1,91 @@
+"""Metrics: librdkafka statistics of real clients -> metric events; timings; Prometheus; client events."""
+
+from __future__ import annotations
+
+import confluent_kafka
+import requests
+from confluent_kafka import Producer, TopicPartition
+
+from tests.pipeline_fixtures import consumer, read_events, unique, wait_for
+from ykafka import events
+from ykafka.events import MetricName
+from ykafka.metrics import Metrics, client_event_from_report, local_versions
+from ykafka.tracing import EventSink
+
+pytest_plugins = ["tests.pipeline_fixtures"]
+
+
+def test_timer_summaries_and_counters_are_exact() -> None:
+    metrics = Metrics(None, "c-1", "consumer", group="g1", interval_s=3600)
+    for ms in range(1, 101):
+        metrics.observe(MetricName.PROCESS_LATENCY, float(ms), topic="orders", group="g1")
+    metrics.count(MetricName.CONSUME_ERRORS, 3, topic="orders", group="g1")
+    out = {e["name"]: e for e in metrics.flush_timers()}
+    timing = out[MetricName.PROCESS_LATENCY]
+    assert (timing["count"], timing["sum"], timing["max"], timing["p50"], timing["p95"], timing["p99"]) == (
+        100, 5050.0, 100.0, 50.0, 95.0, 99.0)
+    assert (timing["topic"], timing["group"], timing["source"]) == ("orders", "g1", "timer")
+    assert out[MetricName.CONSUME_ERRORS]["value"] == 3.0
+    assert metrics.flush_timers() == []  # the interval was reset
+    metrics.close(final_state=None)
+
+
+def test_producer_statistics_give_send_latency_and_exact_message_counts(obs_broker) -> None:
+    topic = unique("stats")
+    metrics = Metrics(None, "p-1", "producer", cluster="dc-a", interval_s=0.2)
+    seen: list[dict] = []
+    original = metrics.ingest
+    metrics.ingest = lambda stats: seen.extend(original(stats)) or []  # type: ignore[method-assign]
+    producer = Producer({"bootstrap.servers": obs_broker.bootstrap, "linger.ms": 0, **metrics.rdkafka_settings()})
+    for i in range(20):
+        producer.produce(topic, f"v{i}".encode())
+    producer.flush(10)
+    wait_for(lambda: producer.poll(0.1) is not None and sum(
+        e["count"] for e in seen if e["name"] == MetricName.SEND_MSGS and e["topic"] == topic) >= 20, timeout=15)
+    sent = [e for e in seen if e["name"] == MetricName.SEND_MSGS and e["topic"] == topic]
+    assert sum(e["count"] for e in sent) == 20  # deltas of librdkafka's cumulative counters
+    latency = [e for e in seen if e["name"] == MetricName.SEND_LATENCY and e["count"]]
+    assert latency and all(e["p99"] >= e["p50"] >= 0 and e["broker"] for e in latency)
+    metrics.close(final_state=None)
+
+
+def test_consumer_lag_from_statistics_and_prometheus_endpoint(obs_broker) -> None:
+    topic = unique("lag")
+    producer = Producer({"bootstrap.servers": obs_broker.bootstrap, "linger.ms": 0})
+    for i in range(10):  # one record per batch: Tansu's high watermark is exact then
+        producer.produce(topic, f"v{i}".encode(), partition=0)
+        producer.flush(10)
+    metrics = Metrics(None, "c-lag", "consumer", cluster="dc-a", group="g-lag", interval_s=0.2, prometheus_port=0)
+    c = consumer(obs_broker.bootstrap, "g-lag", **metrics.rdkafka_settings())
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    wait_for(lambda: got.extend(m for m in c.consume(10, 0.2) if m.error() is None) or len(got) >= 4, timeout=20)
+    c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+    wait_for(lambda: c.poll(0.1) is None and metrics.last_lag.get((topic, 0), (0, -1, 0))[1] == 4, timeout=15)
+    lag, committed, end = metrics.last_lag[(topic, 0)]
+    assert (lag, committed, end) == (6, 4, 10)
+    assert metrics.prometheus is not None
+    body = requests.get(f"http://127.0.0.1:{metrics.prometheus.port}/metrics", timeout=5).text
+    line = next(x for x in body.splitlines() if x.startswith("ykafka_consumer_lag{") and f'topic="{topic}"' in x)
+    assert 'group="g-lag"' in line and line.endswith(" 6.0")
+    c.close()
+    metrics.close(final_state=None)
+
+
+def test_client_events_reach_the_clients_topic_with_versions(obs_broker) -> None:
+    sink = EventSink({"bootstrap.servers": obs_broker.bootstrap})
+    metrics = Metrics(sink, "c-inv", "consumer", interval_s=3600)
+    client_id = unique("client")
+    report = {"client_id": client_id, "app_id": "billing", "ip": "10.0.0.7", "hostname": "h1", "pid": 4242,
+              "versions": local_versions(), "role": "consumer", "topics": ["a", "b"], "group": "g-inv",
+              "cluster": "dc-a", "state": "running", "extra": {"ephemeral": True}}
+    metrics.watch_client(lambda: report, interval_s=3600)
+    wait_for(lambda: sink.stats()["client"]["enqueued"] >= 1, timeout=10)
+    metrics.close()  # a last event with state=closed
+    found = read_events(obs_broker.bootstrap, events.CLIENTS_TOPIC, 2, lambda e: e["client_id"] == client_id)
+    assert [e["state"] for e in found] == ["running", "closed"]
+    event = found[0]
+    assert (event["app"], event["topics"], event["group"], event["ephemeral"], event["pid"]) == (
+        "billing", "a,b", "g-inv", True, 4242)
+    assert event["librdkafka_version"] == confluent_kafka.libversion()[0]
+    assert client_event_from_report(report)["ykafka_version"] == event["ykafka_version"]
