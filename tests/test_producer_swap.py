@@ -29,10 +29,28 @@ class Load:
         self.delivered = 0
         self.failed: list[Any] = []
         self.errors: list[BaseException] = []
+        self.serving = 0  # > 0 while inside poll() / flush(): callbacks must fire only then
+        self.outside_poll = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def poll(self, timeout: float) -> int:
+        self.serving += 1
+        try:
+            return self.producer.poll(timeout)
+        finally:
+            self.serving -= 1
+
+    def flush(self, timeout: float) -> int:
+        self.serving += 1
+        try:
+            return self.producer.flush(timeout)
+        finally:
+            self.serving -= 1
+
     def _cb(self, err: Any, msg: Any) -> None:
+        if not self.serving:
+            self.outside_poll += 1
         if err is None:
             self.delivered += 1
         else:
@@ -50,10 +68,10 @@ class Load:
                         self.producer.produce(self.topic, value, f"k{k}".encode(), on_delivery=self._cb)
                         break
                     except BufferError:
-                        self.producer.poll(0.05)
+                        self.poll(0.05)
                 seq[k] += 1
                 self.sent += 1
-                self.producer.poll(0)
+                self.poll(0)
                 ahead = self.sent / self.rate - (time.monotonic() - start)
                 if ahead > 0:
                     time.sleep(ahead)
@@ -99,11 +117,12 @@ def test_20_live_rebuilds_under_load_lose_nothing_and_keep_key_order(sdk_stack: 
             wait_until(lambda: load.sent > 200 + 100, message="load after the last change")
         finally:
             load.stop()
-        assert producer.flush(30) == 0
+        assert load.flush(30) == 0
         assert producer.swaps >= 20
         live = [c for c in producer.clients() if not c["retiring"]]
         assert len(live) == 1 and live[0]["settings"]["batch.size"] == 200_019
     assert load.failed == [] and load.delivered == load.sent
+    assert load.outside_poll == 0  # every delivery callback fired from poll() / flush(), none from produce()
     result = check_stream(read_topic(sdk_stack.clusters["dc-a"], topic, load.sent, timeout=60), load.sent)
     assert result == {"received": load.sent, "unique": load.sent, "lost": 0, "duplicated": 0, "disorder": 0}
 
@@ -122,9 +141,9 @@ def test_route_cluster_switch_under_load_moves_the_stream_without_loss(sdk_stack
             wait_until(lambda: load.sent > at_switch + 500, message="load running on dc-b")
         finally:
             load.stop()
-        assert producer.flush(30) == 0
+        assert load.flush(30) == 0
         assert producer.route(topic) == "dc-b"
-    assert load.failed == [] and load.delivered == load.sent
+    assert load.failed == [] and load.delivered == load.sent and load.outside_poll == 0
     on_a = read_topic(sdk_stack.clusters["dc-a"], topic, 1, timeout=30)
     on_b = read_topic(sdk_stack.clusters["dc-b"], topic, load.sent - len(on_a), timeout=30)
     assert len(on_a) >= 500 and len(on_b) >= 500
