@@ -149,3 +149,40 @@ def test_access_key_signature(tmp_path: Path) -> None:
             signed.close()
     finally:
         svc.stop()
+
+
+class FlakyFetch(ApolloClient):
+    """Fails the first fetch after a notification, as a network blip would."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fail_next = False
+        self.failed = 0
+
+    def fetch(self, namespace: str, timeout_s: float | None = None) -> NamespaceConfig:
+        if self.fail_next:
+            self.fail_next = False
+            self.failed += 1
+            raise ApolloError("injected failure")
+        return super().fetch(namespace, timeout_s)
+
+
+def test_notification_id_advances_only_after_a_successful_fetch(config_service: ConfigService) -> None:
+    ns = _ns()
+    config_service.publish(ns, {"producer.acks": "1"})
+    updates = Updates()
+    client = FlakyFetch(config_service.url, "ykafka", "default", "127.0.0.1", None, updates)
+    try:
+        client.subscribe(ns)
+        client.start()
+        wait_until(lambda: client._ns[ns].notification_id > 0, message="first notification id")
+        before = client._ns[ns].notification_id
+        client.fail_next = True
+        config_service.publish(ns, {"producer.acks": "0"})
+        wait_until(lambda: client.failed == 1, message="the injected failure")
+        # the id was not advanced, so the next poll reports the namespace again and the fetch is retried
+        wait_until(lambda: (updates.latest(ns) or NamespaceConfig(ns, {}, None)).configurations.get(
+            "producer.acks") == "0", timeout=10, message="change applied after the retry")
+        assert client._ns[ns].notification_id > before
+    finally:
+        client.close()

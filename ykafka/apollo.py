@@ -331,16 +331,21 @@ class ApolloClient:
                 backoff = min(backoff * 2, 60.0)
                 continue
             self.polls += 1
+            failed = False
             for ns, notification_id in changed:
                 try:
                     self.fetch(ns)
                 except ApolloError as exc:
                     self.last_error = str(exc)
+                    failed = True
                     log.warning("ykafka.configcenter.fetch_failed", namespace=ns, error=str(exc))
                     continue  # id not advanced: the next poll reports it again
                 with self._lock:
                     if ns in self._ns:
                         self._ns[ns].notification_id = notification_id
+            if failed:  # the next poll answers at once; do not hammer a failing service
+                self._wake.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
 
     def _long_poll(self, ids: dict[str, int]) -> list[tuple[str, int]]:
         notifications = json.dumps([{"namespaceName": ns, "notificationId": nid} for ns, nid in ids.items()],
