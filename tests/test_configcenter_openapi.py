@@ -323,3 +323,25 @@ def test_oversized_body_is_413(cc: CCServer, api: OpenApi) -> None:
                          timeout=10)
     apollo_error(resp, 413)
     assert api.ok(api.call("GET", f"{api.ns_path(app, 'ykafka.global')}/items"))["total"] == 0
+
+
+def test_hostile_values_are_400_never_500(cc: CCServer, api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.setup(app, "ykafka.global", {"existing": "1"})
+    path = cc.url + "/openapi/v1" + api.ns_path(app, "ykafka.global")
+    headers = {"Authorization": api.http.headers["Authorization"], "Content-Type": "application/json"}
+    lone_surrogate = b'{"key": "k", "value": "\\ud800", "dataChangeCreatedBy": "ops"}'
+    apollo_error(requests.post(path + "/items", data=lone_surrogate, headers=headers, timeout=5), 400)
+    apollo_error(requests.post(path + "/releases", data=b'{"releaseTitle": "\\udfff", "releasedBy": "ops"}',
+                               headers=headers, timeout=5), 400)
+    apollo_error(requests.post(path + "/items", data=json.dumps({"key": "k", "value": "v", "type": 10**20,
+                                                                 "dataChangeCreatedBy": "ops"}),
+                               headers=headers, timeout=5), 400)
+    huge = "99999999999999999999999"
+    apollo_error(api.call("GET", f"/envs/DEV/releases/{huge}"), 400)
+    apollo_error(api.call("PUT", f"/envs/DEV/releases/{huge}/rollback", operator="ops"), 400)
+    apollo_error(api.call("GET", f"{api.ns_path(app, 'ykafka.global')}/items", page=huge), 400)
+    resp = cc.poll(app, [{"namespaceName": "ykafka.global", "notificationId": int(huge)}])
+    assert resp.status_code == 304
+    items = api.ok(api.call("GET", f"{api.ns_path(app, 'ykafka.global')}/items"))["content"]
+    assert [(i["key"], i["value"]) for i in items] == [("existing", "1")]

@@ -6,6 +6,7 @@ written against Apollo parse it, so validation errors (FastAPI's 422) and routin
 
 from __future__ import annotations
 
+import traceback
 from datetime import datetime
 from typing import Any
 
@@ -100,5 +101,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("configcenter.unhandled", path=request.url.path)
-        return error_response(500, f"{type(exc).__name__}: {exc}", "java.lang.RuntimeException")
+        # A plain, bounded traceback: rendering locals of a failed request can be slow and huge.
+        trace = "".join(traceback.format_exception(exc, limit=-4))[-4000:]
+        log.error("configcenter.unhandled", path=request.url.path, error=repr(exc)[:500], traceback=trace)
+        return error_response(500, f"{type(exc).__name__}: {exc}"[:500], "java.lang.RuntimeException")

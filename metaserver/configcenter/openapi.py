@@ -12,9 +12,9 @@ import binascii
 import re
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -41,8 +41,30 @@ INVALID_NAME = "Only digits, alphabets and symbol - _ . (except single .) are al
 # ----------------------------------------------------------------------------------------------
 # request bodies (lenient like Jackson: unknown fields ignored, numbers accepted as strings)
 # ----------------------------------------------------------------------------------------------
+def _reject_surrogates(value: Any) -> Any:
+    """JSON may carry lone UTF-16 surrogates (`"\\ud800"`) that no UTF-8 store can hold: refuse them."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("string is not valid unicode (lone surrogate)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _reject_surrogates(k)
+            _reject_surrogates(v)
+    elif isinstance(value, list):
+        for v in value:
+            _reject_surrogates(v)
+    return value
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", coerce_numbers_to_str=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return _reject_surrogates(data)
 
 
 class OpenAppIn(_Body):
@@ -81,7 +103,7 @@ class OpenClusterIn(_Body):
 class OpenItemIn(_Body):
     key: str | None = None
     value: str | None = None
-    type: int | None = None
+    type: int | None = Field(None, ge=0, le=3)  # Apollo's ItemType: string, number, boolean, json
     comment: str | None = None
     dataChangeCreatedBy: str | None = None
     dataChangeLastModifiedBy: str | None = None
@@ -189,6 +211,9 @@ async def _read(request: Request, fn: Any) -> Any:
 
 router = APIRouter(prefix="/openapi/v1")
 NS = "/envs/{env}/apps/{app_id}/clusters/{cluster}/namespaces/{namespace}"
+MAX_ID = 2**63 - 1
+Page = Query(0, ge=0, le=1_000_000)
+ReleaseId = Path(ge=1, le=MAX_ID)
 BRANCH = NS + "/branches/{branch}"
 
 
@@ -445,8 +470,8 @@ async def _delete_item(request: Request, token: TokenView, app_id: str, cluster:
 
 
 @router.get(NS + "/items")
-async def find_items(request: Request, env: str, app_id: str, cluster: str, namespace: str, page: int = 0,
-                     size: int = 50, _: TokenView = Depends(consumer)) -> dict[str, Any]:
+async def find_items(request: Request, env: str, app_id: str, cluster: str, namespace: str, page: int = Page,
+                     size: int = Query(50, ge=0, le=2000), _: TokenView = Depends(consumer)) -> dict[str, Any]:
     return await _list_items(request, app_id, cluster, namespace, page, size)
 
 
@@ -533,8 +558,9 @@ async def latest_release(request: Request, env: str, app_id: str, cluster: str, 
 
 
 @router.get(NS + "/releases/active")
-async def active_releases(request: Request, env: str, app_id: str, cluster: str, namespace: str, page: int = 0,
-                          size: int = 5, _: TokenView = Depends(consumer)) -> list[dict[str, Any]]:
+async def active_releases(request: Request, env: str, app_id: str, cluster: str, namespace: str, page: int = Page,
+                          size: int = Query(5, ge=0, le=2000),
+                          _: TokenView = Depends(consumer)) -> list[dict[str, Any]]:
     if page < 0 or size < 0:
         raise BadRequest("page and size must not be negative")
 
@@ -550,7 +576,7 @@ async def active_releases(request: Request, env: str, app_id: str, cluster: str,
 
 
 @router.get("/envs/{env}/releases/{release_id}")
-async def get_release(request: Request, env: str, release_id: int,
+async def get_release(request: Request, env: str, release_id: int = ReleaseId,
                       _: TokenView = Depends(consumer)) -> dict[str, Any]:
     def q(s: Session) -> dict[str, Any]:
         rel = s.get(m.Release, release_id)
@@ -563,8 +589,9 @@ async def get_release(request: Request, env: str, release_id: int,
 
 
 @router.put("/envs/{env}/releases/{release_id}/rollback")
-async def rollback(request: Request, env: str, release_id: int, operator: str | None = None,
-                   toReleaseId: int | None = None, token: TokenView = Depends(consumer)) -> Response:
+async def rollback(request: Request, env: str, release_id: int = ReleaseId, operator: str | None = None,
+                   toReleaseId: int | None = Query(None, ge=-1, le=MAX_ID),
+                   token: TokenView = Depends(consumer)) -> Response:
     """ReleaseController.rollback: abandon this release (or every release after `toReleaseId`)."""
     who = _operator(operator)
 
