@@ -90,7 +90,7 @@ def read_aggregates(store: Store | str, since: dt.timedelta = dt.timedelta(minut
         is_lag = item.get("name") == MetricName.LAG
         item.update({
             "count": count,
-            "mean": round(row["sum_sum"] / count, 3) if count and not is_lag else None,
+            "mean": round((row["sum_sum"] or 0.0) / count, 3) if count and pcount and not is_lag else None,
             "max": row["max_max"],
             "p50": round(row["p50w_sum"] / pcount, 3) if pcount else None,
             "p95": round(row["p95w_sum"] / pcount, 3) if pcount else None,
