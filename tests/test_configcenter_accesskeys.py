@@ -89,3 +89,38 @@ def test_invalid_app_id_in_a_config_path_is_400(cc: CCServer) -> None:
     resp = requests.get(f"{cc.url}/configs/bad!app/default/{NS}", timeout=5)
     assert resp.status_code == 400
     assert resp.json()["message"] == "InvalidAppId"
+
+
+def test_access_keys_through_the_open_api(cc: CCServer, api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.setup(app, NS, {"k": "v"})
+    base = f"/apps/{app}/envs/DEV/accesskeys"
+    created = api.ok(api.call("POST", base, operator="ops"))
+    assert (created["appId"], created["enabled"], created["mode"]) == (app, False, 0)
+    assert len(created["secret"]) == 32
+    path = f"/configs/{app}/default/{NS}"
+    assert requests.get(cc.url + path, timeout=5).status_code == 200  # created disabled, as Apollo
+
+    # observer mode: bad signatures are only logged
+    api.ok(api.call("PUT", f"{base}/{created['id']}/activation", mode="1", operator="ops"))
+    assert requests.get(cc.url + path, timeout=5).status_code == 200
+    # filter mode: enforced at once
+    api.ok(api.call("PUT", f"{base}/{created['id']}/activation", operator="ops"))
+    assert requests.get(cc.url + path, timeout=5).status_code == 401
+    signed = requests.get(cc.url + path, headers=build_headers(app, path, created["secret"]), timeout=5)
+    assert signed.status_code == 200
+    listed = api.ok(api.call("GET", base))
+    assert [(k["id"], k["enabled"]) for k in listed] == [(created["id"], True)]
+
+    refused = api.call("DELETE", f"{base}/{created['id']}", operator="ops")
+    assert refused.status_code == 400
+    assert refused.json()["message"] == "AccessKey should disable first"
+    api.ok(api.call("PUT", f"{base}/{created['id']}/deactivation", operator="ops"))
+    assert requests.get(cc.url + path, timeout=5).status_code == 200
+    assert api.call("DELETE", f"{base}/{created['id']}", operator="ops").status_code == 200
+    assert api.ok(api.call("GET", base)) == []
+    for _ in range(5):
+        api.ok(api.call("POST", base, operator="ops"))
+    over = api.call("POST", base, operator="ops")
+    assert over.status_code == 400
+    assert over.json()["message"] == "AccessKeys count limit exceeded"

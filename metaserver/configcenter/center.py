@@ -41,7 +41,7 @@ class ConfigCenter:
         for (app_id, ns), state in states.items():
             self.model.set_namespace(app_id, ns, state)
         self.model.set_app_namespaces(app_namespaces)
-        self.model.set_credentials(*await run_in_threadpool(self.store.load_credentials))
+        self.model.set_credentials(await run_in_threadpool(self.store.load_credentials))
         self._refresher = asyncio.create_task(self._refresh_credentials())
         log.info("configcenter.started", db=self.store.db_path, namespaces=len(states),
                  longpoll_timeout=self.longpoll_timeout)
@@ -58,7 +58,7 @@ class ConfigCenter:
         while True:
             await asyncio.sleep(CREDENTIAL_REFRESH_S)
             try:
-                self.model.set_credentials(*await run_in_threadpool(self.store.load_credentials))
+                self.model.set_credentials(await run_in_threadpool(self.store.load_credentials))
             except Exception:  # a locked or briefly unavailable DB must not kill the refresher
                 log.warning("configcenter.credential_refresh_failed", exc_info=True)
 
@@ -71,7 +71,7 @@ class ConfigCenter:
             if change.app_namespace_views is not None:
                 self.model.set_app_namespaces(change.app_namespace_views)
             if change.credentials is not None:
-                self.model.set_credentials(*change.credentials)
+                self.model.set_credentials(change.credentials)
             for message, notification_id in change.messages:
                 self.registry.publish(message, notification_id)
             return change.result

@@ -230,19 +230,25 @@ class AccessKeyMiddleware:
             await _reject(send, 400, "InvalidAppId")
             return
         center: ConfigCenter = scope["app"].state.center
-        secrets = center.model.secrets.get(app_id.lower())
-        if secrets:
+        creds = center.model.credentials
+        enforced = creds.secrets.get(app_id.lower())
+        observed = None if enforced else creds.observed.get(app_id.lower())
+        if enforced or observed:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
             timestamp = headers.get("timestamp")
-            if not signature.check_timestamp(timestamp):
-                log.warning("configcenter.accesskey_stale", app_id=app_id, timestamp=timestamp)
-                await _reject(send, 401, "RequestTimeTooSkewed")
-                return
             path_with_query = raw_path + ("?" + query if query else "")
-            if not signature.check_authorization(headers.get("authorization"), timestamp, path_with_query, secrets):
-                log.warning("configcenter.accesskey_invalid", app_id=app_id)
-                await _reject(send, 401, "Unauthorized")
-                return
+            if not signature.check_timestamp(timestamp):
+                log.warning("configcenter.accesskey_stale", app_id=app_id, timestamp=timestamp,
+                            enforced=bool(enforced))
+                if enforced:
+                    await _reject(send, 401, "RequestTimeTooSkewed")
+                    return
+            elif not signature.check_authorization(headers.get("authorization"), timestamp, path_with_query,
+                                                   enforced or observed or ()):
+                log.warning("configcenter.accesskey_invalid", app_id=app_id, enforced=bool(enforced))
+                if enforced:
+                    await _reject(send, 401, "Unauthorized")
+                    return
         await self.app(scope, receive, send)
 
 

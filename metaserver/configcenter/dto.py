@@ -76,3 +76,8 @@ def gray_rule_dto(rule: m.GrayReleaseRule) -> dict[str, Any]:
                        "clientLabelList": list(i.get("clientLabelList") or [])} for i in items],
         **_audit(rule),
     }
+
+
+def access_key_dto(key: m.AccessKey) -> dict[str, Any]:
+    return {"id": key.id, "appId": key.app_id, "secret": key.secret, "mode": key.mode, "enabled": key.enabled,
+            **_audit(key)}

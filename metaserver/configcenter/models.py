@@ -190,11 +190,15 @@ class ConsumerApp(Base):
 
 
 class AccessKey(Audited, Base):
-    """An app's config-service access-key secret; enabled secrets make signatures mandatory."""
+    """An app's config-service access-key secret.
+
+    Enabled with mode 0 ("filter") it makes signatures mandatory; mode 1 ("observer") only logs bad ones.
+    """
 
     __tablename__ = "access_keys"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     app_id: Mapped[str] = mapped_column(ident(64), index=True)
     secret: Mapped[str] = mapped_column(String(128))
+    mode: Mapped[int] = mapped_column(Integer, default=0)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)

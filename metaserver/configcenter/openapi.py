@@ -139,11 +139,11 @@ async def consumer(request: Request) -> TokenView:
     raw = (request.headers.get("authorization") or "").strip()
     token = raw[7:].strip() if raw.lower().startswith("bearer ") else raw
     center = _center(request)
-    view = center.model.tokens.get(token) if token else None
+    view = center.model.credentials.tokens.get(token) if token else None
     if view is None and token:
         # A token created by the CLI a moment ago: refresh once instead of waiting for the rescan.
-        center.model.set_credentials(*await run_in_threadpool(center.store.load_credentials))
-        view = center.model.tokens.get(token)
+        center.model.set_credentials(await run_in_threadpool(center.store.load_credentials))
+        view = center.model.credentials.tokens.get(token)
     if view is None:
         raise Unauthorized("Unauthorized")
     return view
@@ -765,3 +765,64 @@ async def delete_branch_item(request: Request, env: str, app_id: str, cluster: s
     await _read(request, lambda s: _center(request).store.branch(s, app_id, cluster, namespace, branch))
     return await _delete_item(request, token, app_id, branch, namespace, key, operator)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# access keys (config-service signatures)
+# ----------------------------------------------------------------------------------------------
+ACCESS_KEYS = "/apps/{app_id}/envs/{env}/accesskeys"
+KeyId = Path(ge=1, le=MAX_ID)
+
+
+@router.post(ACCESS_KEYS)
+async def create_access_key(request: Request, app_id: str, env: str, operator: str | None = None,
+                            token: TokenView = Depends(consumer)) -> dict[str, Any]:
+    """A new secret, disabled until activated, as in Apollo."""
+    _allow(token, app_id)
+    who = _operator(operator)
+    center = _center(request)
+    result: dict[str, Any] = await center.write(center.store.create_access_key, app_id, who)
+    return result
+
+
+@router.get(ACCESS_KEYS)
+async def find_access_keys(request: Request, app_id: str, env: str,
+                           token: TokenView = Depends(consumer)) -> list[dict[str, Any]]:
+    _allow(token, app_id)
+
+    def q(s: Session) -> list[dict[str, Any]]:
+        Store.app(s, app_id)
+        rows = s.scalars(select(m.AccessKey).where(m.AccessKey.app_id == app_id).order_by(m.AccessKey.id))
+        return [dto.access_key_dto(k) for k in rows]
+
+    result: list[dict[str, Any]] = await _read(request, q)
+    return result
+
+
+@router.put(ACCESS_KEYS + "/{key_id}/activation")
+async def enable_access_key(request: Request, app_id: str, env: str, key_id: int = KeyId,
+                            mode: int = Query(0, ge=0, le=1), operator: str | None = None,
+                            token: TokenView = Depends(consumer)) -> Response:
+    """Enable a key: mode 0 enforces signatures, mode 1 only logs requests that would fail."""
+    _allow(token, app_id)
+    center = _center(request)
+    await center.write(center.store.update_access_key, app_id, key_id, True, mode, _operator(operator))
+    return _empty()
+
+
+@router.put(ACCESS_KEYS + "/{key_id}/deactivation")
+async def disable_access_key(request: Request, app_id: str, env: str, key_id: int = KeyId,
+                             operator: str | None = None, token: TokenView = Depends(consumer)) -> Response:
+    _allow(token, app_id)
+    center = _center(request)
+    await center.write(center.store.update_access_key, app_id, key_id, False, 0, _operator(operator))
+    return _empty()
+
+
+@router.delete(ACCESS_KEYS + "/{key_id}")
+async def delete_access_key(request: Request, app_id: str, env: str, key_id: int = KeyId,
+                            operator: str | None = None, token: TokenView = Depends(consumer)) -> Response:
+    _allow(token, app_id)
+    center = _center(request)
+    await center.write(center.store.delete_access_key, app_id, key_id, _operator(operator))
+    return _empty()

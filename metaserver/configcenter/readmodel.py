@@ -103,6 +103,15 @@ class TokenView:
         return self.all_apps or app_id.lower() in self.app_ids
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """Open API tokens and access-key secrets (lower-cased app id -> secrets) the service checks."""
+
+    tokens: dict[str, TokenView] = field(default_factory=dict)
+    secrets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # enforced (mode 0, "filter")
+    observed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # checked and logged only (mode 1)
+
+
 class ReadModel:
     """Snapshots of released configuration, gray rules, notification ids, tokens and access keys."""
 
@@ -110,8 +119,7 @@ class ReadModel:
         self.namespaces: dict[tuple[str, str], NamespaceState] = {}
         self.app_namespaces: dict[tuple[str, str], AppNamespaceView] = {}
         self.public_namespaces: dict[str, AppNamespaceView] = {}
-        self.secrets: dict[str, tuple[str, ...]] = {}
-        self.tokens: dict[str, TokenView] = {}
+        self.credentials = Credentials()
 
     # --- updates (event loop only) -------------------------------------------------------------
     def set_namespace(self, app_id: str, namespace: str, state: NamespaceState) -> None:
@@ -126,8 +134,8 @@ class ReadModel:
                 public[v.name.lower()] = v
         self.app_namespaces, self.public_namespaces = by_key, public
 
-    def set_credentials(self, secrets: dict[str, tuple[str, ...]], tokens: dict[str, TokenView]) -> None:
-        self.secrets, self.tokens = secrets, tokens
+    def set_credentials(self, credentials: Credentials) -> None:
+        self.credentials = credentials
 
     # --- namespace names ------------------------------------------------------------------------
     def normalize_namespace(self, app_id: str, namespace: str) -> str:

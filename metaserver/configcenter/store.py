@@ -30,6 +30,7 @@ from metaserver.configcenter.readmodel import (
     CLUSTER_DEFAULT,
     NAMESPACE_APPLICATION,
     AppNamespaceView,
+    Credentials,
     GrayRuleView,
     NamespaceState,
     ReleaseView,
@@ -53,6 +54,11 @@ MASTER_ROLLBACK_MERGE_TO_GRAY = 6
 ABANDON_GRAY_RELEASE = 7
 GRAY_RELEASE_DELETED_AFTER_MERGE = 8
 
+# Apollo's access-key modes and per-app limit.
+ACCESS_KEY_FILTER = 0
+ACCESS_KEY_OBSERVER = 1
+ACCESS_KEY_LIMIT = 5
+
 # Apollo's NamespaceBranchStatus.
 BRANCH_DELETED = 0
 BRANCH_ACTIVE = 1
@@ -75,7 +81,7 @@ class Change:
     credentials_changed: bool = False
     states: dict[tuple[str, str], NamespaceState] = field(default_factory=dict)
     app_namespace_views: list[AppNamespaceView] | None = None
-    credentials: tuple[dict[str, tuple[str, ...]], dict[str, TokenView]] | None = None
+    credentials: Credentials | None = None
 
 
 def _engine(db_path: str) -> Engine:
@@ -141,19 +147,20 @@ class Store:
         rows = s.scalars(select(m.AppNamespace)).all()
         return [AppNamespaceView(r.app_id, r.name, r.format, r.is_public) for r in rows]
 
-    def load_credentials(self, s: Session | None = None) -> tuple[dict[str, tuple[str, ...]], dict[str, TokenView]]:
+    def load_credentials(self, s: Session | None = None) -> Credentials:
         if s is None:
             with self._sessions() as fresh:
                 return self.load_credentials(fresh)
-        secrets_by_app: dict[str, list[str]] = {}
+        by_mode: dict[int, dict[str, list[str]]] = {ACCESS_KEY_FILTER: {}, ACCESS_KEY_OBSERVER: {}}
         for key in s.scalars(select(m.AccessKey).where(m.AccessKey.enabled.is_(True))):
-            secrets_by_app.setdefault(key.app_id.lower(), []).append(key.secret)
+            by_mode.setdefault(key.mode, {}).setdefault(key.app_id.lower(), []).append(key.secret)
         grants: dict[int, set[str]] = {}
         for grant in s.scalars(select(m.ConsumerApp)):
             grants.setdefault(grant.token_id, set()).add(grant.app_id.lower())
         tokens = {t.token: TokenView(t.token, t.all_apps, frozenset(grants.get(t.id, ())))
                   for t in s.scalars(select(m.ConsumerToken))}
-        return {k: tuple(v) for k, v in secrets_by_app.items()}, tokens
+        return Credentials(tokens, {k: tuple(v) for k, v in by_mode[ACCESS_KEY_FILTER].items()},
+                           {k: tuple(v) for k, v in by_mode[ACCESS_KEY_OBSERVER].items()})
 
     def load_state(self, s: Session, app_id: str, namespace: str) -> NamespaceState:
         state = NamespaceState()
@@ -214,15 +221,55 @@ class Store:
         return str(self.write(op).result)
 
     def add_access_key(self, app_id: str, secret: str | None = None, operator: str = "apollo") -> str:
-        """Add an enabled access-key secret to an app (32 hex chars, like Apollo's); returns it."""
+        """Add an enabled, enforced access-key secret to an app (32 hex chars, like Apollo's); returns it."""
         value = secret or secrets.token_hex(16)
+        self.write(lambda s, change: self._new_access_key(s, change, app_id, value, True, operator))
+        return value
 
-        def op(s: Session, change: Change) -> str:
-            s.add(m.AccessKey(app_id=app_id, secret=value, enabled=True, created_by=operator, modified_by=operator))
+    @staticmethod
+    def _new_access_key(s: Session, change: Change, app_id: str, secret: str, enabled: bool,
+                        operator: str) -> dict[str, Any]:
+        count = s.scalar(select(func.count(m.AccessKey.id)).where(m.AccessKey.app_id == app_id)) or 0
+        if count >= ACCESS_KEY_LIMIT:
+            raise BadRequest("AccessKeys count limit exceeded")
+        key = m.AccessKey(app_id=app_id, secret=secret, mode=ACCESS_KEY_FILTER, enabled=enabled, created_by=operator,
+                          modified_by=operator)
+        s.add(key)
+        s.flush()
+        change.credentials_changed = True
+        return dto.access_key_dto(key)
+
+    def create_access_key(self, app_id: str, operator: str) -> Change:
+        """Open API: a new secret, disabled until activated (as Apollo)."""
+
+        def op(s: Session, change: Change) -> dict[str, Any]:
+            app = self.app(s, app_id)
+            return self._new_access_key(s, change, app.app_id, secrets.token_hex(16), False, operator)
+
+        return self.write(op)
+
+    def update_access_key(self, app_id: str, key_id: int, enabled: bool, mode: int, operator: str) -> Change:
+        def op(s: Session, change: Change) -> None:
+            key = s.scalar(select(m.AccessKey).where(m.AccessKey.app_id == app_id, m.AccessKey.id == key_id))
+            if key is None:
+                raise BadRequest("accessKey not exist.")
+            key.enabled, key.mode, key.modified_by = enabled, mode, operator
             change.credentials_changed = True
-            return value
 
-        return str(self.write(op).result)
+        return self.write(op)
+
+    def delete_access_key(self, app_id: str, key_id: int, operator: str) -> Change:
+        def op(s: Session, change: Change) -> None:
+            key = s.scalar(select(m.AccessKey).where(m.AccessKey.app_id == app_id, m.AccessKey.id == key_id))
+            if key is None:
+                raise BadRequest("accessKey not exist.")
+            if key.enabled:
+                raise BadRequest("AccessKey should disable first")
+            s.delete(key)
+            change.credentials_changed = True
+            log.info("configcenter.accesskey_deleted", app_id=app_id, id=key_id, operator=operator)
+
+        return self.write(op)
 
     # ------------------------------------------------------------------------------------------
     # lookups shared by writes and reads
