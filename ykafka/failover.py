@@ -419,6 +419,8 @@ class DisasterRecovery:
         self._forced: dict[str, str] = {}  # primary -> "primary" | "standby" (in-process admin switch)
         self._store = OutageStore(options.spill_dir / "failback")
         self._closed = threading.Event()
+        self.on_link_available: Callable[[str], None] | None = None  # the owner rebuilds its clients
+        self.on_client_error: Callable[[KafkaError], None] | None = None  # owner's error_cb feeds this
         for outage in self._store.load_all():
             self._outages[(outage.primary, outage.topic)] = outage
         for sub in sorted(p.name for p in options.spill_dir.iterdir() if p.is_dir() and p.name != "failback"):
@@ -454,6 +456,7 @@ class DisasterRecovery:
                                async_max_pending=self.options.spill_async_max_pending)
             link = ClusterLink(cluster, lambda: self._client_factory(cluster, self._direct_conf(cluster)), health,
                                queue, self._reroute, lambda topic: self._route(topic).spill)
+            link.on_available = self._link_available
             self._links[cluster] = link
 
             def replay_client() -> Producer:
@@ -467,6 +470,18 @@ class DisasterRecovery:
             if queue.depth:
                 self._replayers[cluster].kick()
             return link
+
+    def suspect_all(self, reason: str) -> None:
+        """A client error that names no cluster: probe every cluster now."""
+        for name in list(self.health.status()):
+            self.health.cluster(name).suspect(reason)
+
+    def _link_available(self, cluster: str) -> None:
+        if self.on_link_available is not None:
+            try:
+                self.on_link_available(cluster)
+            except Exception:
+                log.exception("failover.link_available_hook_failed", cluster=cluster)
 
     # --- routing ----------------------------------------------------------------------------------
 
@@ -499,11 +514,16 @@ class DisasterRecovery:
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 on_delivery: Callable[[Any, Any], Any] | None = None, timestamp: int = 0, headers: Any = None,
-                spill_wait: bool | None = None) -> None:
-        """Send one message: to the topic's active cluster, or durably into its spill queue."""
+                spill_wait: bool | None = None, client: Producer | None = None,
+                client_cluster: str | None = None) -> None:
+        """Send one message: to the topic's active cluster, or durably into its spill queue.
+
+        ``client`` / ``client_cluster``: the caller's own librdkafka producer for that cluster, used when
+        the message goes there directly (the ykafka Producer passes its hot-configured client)."""
         msg = Outgoing(topic, value, key, -1 if partition is None else partition, int(timestamp or 0), headers,
                        on_delivery)
-        self.link(self.target(topic)).send(msg, spill_wait)
+        cluster = self.target(topic)
+        self.link(cluster).send(msg, spill_wait, client if client_cluster == cluster else None)
 
     def _reroute(self, failed_cluster: str, msg: Outgoing, err: KafkaError) -> None:
         """A message came back from ``failed_cluster`` undelivered: send it where the route now says,
@@ -719,3 +739,94 @@ class DisasterRecovery:
             if link.queue is not None:
                 link.queue.close()
         self.health.close()
+
+
+# --- wiring into ykafka.Producer -------------------------------------------------------------------------
+
+def options_from(local: Mapping[str, Any], cache_dir: Path, **overrides: Any) -> DrOptions:
+    """DrOptions from ``ykafka.spill.*`` local options."""
+    from ykafka.spill import spill_dir
+
+    return DrOptions(spill_dir=spill_dir(local, cache_dir),
+                     spill_max_bytes=int(local.get("ykafka.spill.max.bytes", 1 << 30)),
+                     spill_commit=str(local.get("ykafka.spill.commit", "sync")),
+                     spill_fsync=bool(local.get("ykafka.spill.fsync", False)),
+                     spill_async_max_pending=int(local.get("ykafka.spill.async.max.pending", 100_000)),
+                     **overrides)
+
+
+def attach(producer: Any, **overrides: Any) -> DisasterRecovery:
+    """Route every send of a :class:`ykafka.Producer` through a DisasterRecovery engine (its send hook).
+
+    Direct sends still use the Producer's own hot-configured client for the cluster; the engine adds
+    spill, replay, standby routing and the failback sync, with its own clients for the standby and for
+    replay. The spill directory is ``<ykafka.spill.dir>/<client id>`` so two producers never share one.
+    """
+    from ykafka import catalog
+
+    rt = producer.runtime
+    local = rt.conf.options
+    opts = options_from(local, rt.conf.cache_dir, **overrides)
+    opts.spill_dir = opts.spill_dir / re.sub(r"[^A-Za-z0-9._-]", "_", str(local.get("ykafka.client.id")
+                                                                        or f"{rt.app_id}"))
+    opts.spill_dir.mkdir(parents=True, exist_ok=True)
+    specs: dict[str, tuple[int, RouteSpec]] = {}
+
+    def route(topic: str) -> RouteSpec:
+        cached = specs.get(topic)
+        version = rt.version
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        primary = rt.route(topic=topic)
+        spec = RouteSpec.from_effective(primary, rt.effective(topic=topic, cluster=primary))
+        specs[topic] = (version, spec)
+        return spec
+
+    def rdkafka_config(cluster: str) -> dict[str, Any]:
+        props = catalog.rdkafka_properties(rt.effective(cluster=cluster), "producer.")
+        conf = rt.rdkafka_config(cluster, props)
+        for name in ("on_delivery", "delivery.report.callback", "dr_cb", "dr_msg_cb", "error_cb", "stats_cb"):
+            conf.pop(name, None)
+        conf["partitioner"] = "murmur2_random"  # the Producer's keyed partitioning (Java-compatible)
+        return conf
+
+    engine = DisasterRecovery(
+        rdkafka_config, route, opts,
+        spill_after_ms=lambda cluster: int(rt.effective(cluster=cluster)["spill.after.ms"]),
+        health_policy=lambda cluster: HealthPolicy.from_effective(rt.effective(cluster=cluster)))
+    default_dr = getattr(producer, "_default_dr", None)
+
+    def send_hook(_producer: Any, client: Any, topic: str, value: Any, key: Any, partition: int,
+                  on_delivery: Any, timestamp: int, headers: Any) -> bool:
+        engine.produce(topic, value, key, partition, on_delivery or default_dr, timestamp, headers,
+                       client=client.rd, client_cluster=client.cluster)
+        return True
+
+    def rebuild(cluster: str) -> None:
+        reason = "cluster recovered: fresh client (idempotence state)"
+        retire = getattr(producer, "retire_clients", None)
+        if retire is not None:
+            retire(cluster, reason)
+            return
+        with producer._lock:  # until the Producer exposes retire_clients: its own retire, per client
+            for client in list(producer._clients.values()):
+                if client.cluster == cluster:
+                    producer._retire(client, reason)
+
+    def on_error(err: Any) -> None:  # the Producer's error_cb is shared by its clients: wake every probe
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            engine.suspect_all(err.name())
+
+    engine.on_link_available = rebuild
+    engine.on_client_error = on_error
+    if not getattr(producer, "feeds_client_errors", False):  # chain into the Producer's error_cb
+        user_error_cb = producer._user_error_cb
+
+        def chained(err: Any) -> None:
+            on_error(err)
+            if user_error_cb is not None:
+                user_error_cb(err)
+
+        producer._user_error_cb = chained
+    producer.set_hooks(send=send_hook)
+    return engine

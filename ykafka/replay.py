@@ -41,6 +41,8 @@ RESEND_CODES = frozenset({
     KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.NETWORK_EXCEPTION,
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_PRODUCER_ID,
     KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError._NODE_UPDATE, KafkaError._DESTROY,
+    # the cluster came back without our producer's idempotence state: a fresh client sends it again
+    KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED,
 })
 
 
@@ -93,7 +95,9 @@ class ClusterLink:
         self._lock = threading.RLock()
         self._poll_lock = threading.Lock()
         self._local = threading.local()
-        self._client: Producer | None = client_factory()
+        self._client: Producer | None = None  # built on first direct send without a caller-owned client
+        self._external: list[Producer] = []  # caller-owned clients this link sent through
+        self.on_available: Callable[[str], None] | None = None
         self._order = itertools.count()  # produce order of direct sends
         self._undelivered: list[tuple[int, Outgoing, KafkaError]] = []
         self._retired: list[Producer] = []
@@ -115,16 +119,21 @@ class ClusterLink:
             return False
         return not self.available or self.queue.holds(topic, key)
 
-    def send(self, msg: Outgoing, spill_wait: bool | None = None) -> None:
+    def send(self, msg: Outgoing, spill_wait: bool | None = None, client: Producer | None = None) -> None:
         """Hand one message to the cluster (or to its spill queue while it cannot take it).
 
-        Messages a retired client still holds are older than this one: they are re-routed first, so a
-        key's spilled records stay in the order they were produced."""
+        ``client`` is a librdkafka producer owned by the caller (the ykafka Producer's client for this
+        cluster, with its hot-config settings); without it the link uses its own. Messages a retired
+        client still holds are older than this one: they are re-routed first, so a key's spilled records
+        stay in the order they were produced."""
         if self._retired:
             self._drain_retired()
         with self._lock:  # decide and produce atomically with respect to mark_unavailable's purge
             if not self.must_spill(msg.topic, msg.key):
-                client = self.client()
+                if client is None:
+                    client = self.client()
+                elif client not in self._external:
+                    self._external.append(client)
                 order = next(self._order)
 
                 def delivered(err: KafkaError | None, m: Message) -> None:
@@ -167,7 +176,7 @@ class ClusterLink:
             # lot in produce order once it holds nothing (see poll).
             self.counts["rerouted"] += 1
             self._undelivered.append((order, msg, err))
-            if client is self._client:
+            if client is self._client or client in self._external:
                 self.mark_unavailable(f"{err.name()}: {err.str()}")
             return
         self.counts["failed"] += 1
@@ -190,8 +199,9 @@ class ClusterLink:
                 return
             self.available = False
             self._down_since = time.monotonic()
-            client, self._client = self._client, None
-            if client is not None:
+            clients = ([self._client] if self._client is not None else []) + self._external
+            self._client, self._external = None, []
+            for client in clients:
                 with contextlib.suppress(KafkaException):
                     client.purge(in_queue=True, in_flight=True, blocking=False)
                 self._retired.append(client)
@@ -202,6 +212,8 @@ class ClusterLink:
         with self._lock:
             if self.available:
                 return
+            if self.on_available is not None:  # before any direct send: the owner rebuilds its clients
+                self.on_available(self.cluster)  # (fresh idempotence state for a restarted cluster)
             self.available = True
         log.info("cluster.link_up", cluster=self.cluster)
 
@@ -250,7 +262,7 @@ class ClusterLink:
     def outstanding(self) -> int:
         """Messages handed to librdkafka and not yet reported (live and retired clients)."""
         with self._lock:
-            clients = ([self._client] if self._client is not None else []) + list(self._retired)
+            clients = ([self._client] if self._client is not None else []) + self._external + self._retired
         return sum(len(c) for c in clients)
 
     def flush(self, timeout: float) -> int:
