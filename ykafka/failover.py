@@ -778,7 +778,11 @@ def attach(producer: Any, **overrides: Any) -> DisasterRecovery:
         if cached is not None and cached[0] == version:
             return cached[1]
         primary = rt.route(topic=topic)
-        spec = RouteSpec.from_effective(primary, rt.effective(topic=topic, cluster=primary))
+        effective = dict(rt.effective(topic=topic, cluster=primary))
+        if not effective.get("route.standby"):  # hot config first, then the cluster registry's standby
+            with contextlib.suppress(Exception):
+                effective["route.standby"] = rt.cluster(primary).standby
+        spec = RouteSpec.from_effective(primary, effective)
         specs[topic] = (version, spec)
         return spec
 
