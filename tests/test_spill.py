@@ -110,3 +110,26 @@ def test_options_registered_and_default_dir(tmp_path: Path) -> None:
     assert spill_dir(cfg.options, cfg.cache_dir) == tmp_path / "spill"
     with pytest.raises(ConfigError, match="ykafka.spill.commit"):
         config.load({"bootstrap.servers": "x:1", "ykafka.spill.commit": "maybe"}, "producer")
+
+
+def test_engine_raises_spill_full_to_the_caller_while_the_cluster_is_down(tmp_path: Path) -> None:
+    from tests.dr_fixtures import free_port, make_engine
+    from ykafka.failover import RouteSpec
+    from ykafka.health import ClusterState
+
+    engine = make_engine({"solo": f"127.0.0.1:{free_port()}"}, RouteSpec("solo"), tmp_path,
+                         spill_max_bytes=5_000)
+    try:
+        engine.health.cluster("solo").force(ClusterState.DOWN, "test: nothing listens")
+        accepted = 0
+        with pytest.raises(SpillFullError, match="ykafka.spill.max.bytes"):
+            for i in range(1000):
+                engine.produce("t", b"x" * 100, key=str(i).encode())
+                accepted += 1
+        status = engine.status()
+        assert status["spill"]["solo"]["depth"] == accepted > 0
+        assert status["links"]["solo"]["direct"] == 0  # nothing went to librdkafka while DOWN
+    finally:
+        engine.close()
+    with SpillQueue(tmp_path, "solo") as queue:  # all accepted ones are on disk
+        assert queue.depth == accepted

@@ -35,6 +35,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ykafka.catalog import Scope, ScopeKind
+from ykafka.errors import ClosedError, SpillFullError
 from ykafka.health import ClusterState, HealthMonitor, HealthPolicy
 from ykafka.replay import ClusterLink, Outgoing, Replayer, replay_config
 from ykafka.spill import SpillQueue
@@ -531,11 +532,17 @@ class DisasterRecovery:
         spec = self._route(msg.topic)
         cluster = self.target(msg.topic)
         link = self.link(cluster)
-        if cluster != failed_cluster:
-            link.send(msg, spill_wait=False)  # the standby (it spills there if it must)
-        elif spec.spill and link.queue is not None:
-            link.spill(msg, wait=False)
-        elif msg.on_delivery is not None:
+        try:
+            if cluster != failed_cluster:
+                link.send(msg, spill_wait=False)  # the standby (it spills there if it must)
+                return
+            if spec.spill and link.queue is not None:
+                link.spill(msg, wait=False)
+                return
+        except (SpillFullError, ClosedError) as exc:  # no caller to raise to: report it, loudly
+            log.error("spill.rejected", topic=msg.topic, cluster=cluster, error=str(exc))
+            err = KafkaError(KafkaError._QUEUE_FULL, f"undeliverable and not spilled: {exc}")
+        if msg.on_delivery is not None:
             msg.on_delivery(err, None)
 
     # --- outages ----------------------------------------------------------------------------------
