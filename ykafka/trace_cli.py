@@ -29,6 +29,12 @@ _KIND_STYLE = {"produced": "cyan", "acked": "green", "failed": "bold red", "spil
                "dead-lettered": "bold red"}
 
 
+def _console() -> Console:
+    """The terminal's width on a terminal; wide when piped, so timelines are not cut."""
+    found = Console()
+    return found if found.is_terminal else Console(width=200)
+
+
 def _store_default() -> str:
     return os.environ.get("YKAFKA_PIPELINE_STORE", DEFAULT_STORE)
 
@@ -84,6 +90,7 @@ def trace(key: str | None, msg_id: str | None, topic: str | None, since: str, un
         console.print(f"no trace events for {'key ' + repr(key) if key else 'id ' + repr(msg_id)} "
                       f"in the last {since}" + (f" on {topic}" if topic else ""))
         sys.exit(1)
+    out = _console()
     for mid, steps in timelines(rows).items():
         first = steps[0]["ts"] or 0
         table = Table(title=f"message {mid}  key={steps[0].get('key')!r}  topic={steps[0].get('topic')}",
@@ -103,7 +110,7 @@ def trace(key: str | None, msg_id: str | None, topic: str | None, since: str, un
                           f"{step.get('client_id') or ''} {step.get('ip') or ''}".strip(),
                           "" if step.get("latency_ms") is None else f"{step['latency_ms']:g}",
                           "" if step.get("attempt") is None else str(step["attempt"]), detail)
-        console.print(table)
+        out.print(table)
 
 
 # --- ykafka pipeline ------------------------------------------------------------------------------

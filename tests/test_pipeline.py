@@ -1,0 +1,259 @@
+"""End to end on a real Tansu broker and Spark local[2]: known messages -> pipeline -> trace, alerts, inventory,
+group lifecycle.
+
+One scenario, one SparkSession: producing and consuming with tracing (one message retried then processed,
+one dead-lettered), a consumer made to stall while its topic grows, an idle group, an ephemeral group whose
+last client closes, acknowledged-but-never-consumed messages in an old bucket, and slow handlers. The
+pipeline runs once; then the ``ykafka trace`` command must show each chosen key's exact lifecycle, and the
+alerts, inventory and group cleanup must say what happened, with evidence.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pipeline.runner import Pipeline, PipelineConfig
+from pipeline.store import Store
+from tests.pipeline_fixtures import consumer, unique, wait_for
+from ykafka import __version__, events
+from ykafka.metrics import Metrics, local_versions
+from ykafka.trace_cli import groups as groups_cli
+from ykafka.trace_cli import trace as trace_cli
+from ykafka.tracing import EventSink, Tracer, new_message_id
+
+pytest_plugins = ["tests.pipeline_fixtures"]
+
+ALL = {"trace.enabled": True, "trace.sample.rate": 1.0}
+
+
+def create_topics(bootstrap: str, *names: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+        future.result(10)
+
+
+def consume(c: Consumer, n: int, timeout: float = 30.0) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+    assert len(got) == n, f"consumed {len(got)} of {n}"
+    return got
+
+
+def report(client_id: str, role: str, topics: list[str], group: str | None = None, state: str = "running",
+           ephemeral: bool = False) -> dict[str, Any]:
+    return {"client_id": client_id, "app_id": "shop", "ip": "10.9.8.7", "hostname": "test-host", "pid": 123,
+            "versions": local_versions(), "role": role, "topics": topics, "group": group, "cluster": "dc-obs",
+            "state": state, "extra": {"ephemeral": ephemeral}}
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
+    bs = obs_broker.bootstrap
+    orders, stalled, audited = unique("orders"), unique("stalled"), unique("audited")
+    retry, dlq = f"{orders}.retry", f"{orders}.dlq"
+    g_main, g_stall, g_idle, g_eph = unique("g-main"), unique("g-stall"), unique("g-idle"), unique("g-eph")
+    create_topics(bs, orders, stalled, retry, dlq)
+    sink = EventSink({"bootstrap.servers": bs, "linger.ms": 20})
+    tr_prod = Tracer.for_client("prod-1", "10.0.0.1", None, app="shop", cluster="dc-obs", sink=sink)
+    tr_cons = Tracer.for_client("cons-1", "10.0.0.2", None, app="shop", cluster="dc-obs", sink=sink)
+    m_cons = Metrics(sink, "cons-1", "consumer", app="shop", cluster="dc-obs", group=g_main, interval_s=3600,
+                     own_sink=False)
+
+    # --- produce 6 traced messages -------------------------------------------------------------------
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    ids = {f"k{i}": new_message_id() for i in range(6)}
+
+    def acked(err: Any, msg: Any, mid: str) -> None:  # delivery reports carry no headers: the id rides along
+        assert err is None
+        tr_prod.emit("acked", topic=msg.topic(), key=msg.key(), msg_id=mid, partition=msg.partition(),
+                     offset=msg.offset(), msg_ts=msg.timestamp()[1], latency_ms=msg.latency() * 1000)
+
+    for key, mid in ids.items():
+        assert Tracer.sampled(mid, Tracer.rate(ALL))
+        tr_prod.emit("produced", topic=orders, key=key, msg_id=mid)
+        producer.produce(orders, b"v-" + key.encode(), key.encode(), headers=[("ykafka-id", mid.encode())],
+                         on_delivery=lambda err, msg, mid=mid: acked(err, msg, mid))
+    producer.flush(10)
+
+    # --- consume with a handler: k3 fails once (retried), k4 always fails (dead-lettered) --------------
+    c_main = consumer(bs, g_main)
+    c_main.subscribe([orders, retry])
+
+    def handle(msg: Any) -> None:
+        tr_cons.trace_message("consumed", msg, ALL, group=g_main, latency_ms=1.0)
+        m_cons.observe("process.latency_ms", 2500.0, topic=orders, group=g_main)  # slow handler
+        key = msg.key().decode()
+        attempt = int(dict(msg.headers()).get("ykafka-attempt", b"0"))
+        if key == "k4" or (key == "k3" and attempt == 0):
+            if key == "k4" and attempt >= 1:
+                tr_cons.trace_message("dead-lettered", msg, ALL, group=g_main, error="ValueError: bad", detail=dlq)
+                producer.produce(dlq, msg.value(), msg.key(), headers=msg.headers())
+                return
+            tr_cons.trace_message("retried", msg, ALL, group=g_main, error="ValueError: bad", detail=retry)
+            headers = [h for h in msg.headers() if h[0] == "ykafka-id"] + [
+                ("ykafka-original-topic", orders.encode()), ("ykafka-attempt", str(attempt + 1).encode()),
+                ("ykafka-original-timestamp", str(msg.timestamp()[1]).encode())]
+            producer.produce(retry, msg.value(), msg.key(), headers=headers)
+            producer.flush(10)
+            return
+        tr_cons.trace_message("processed", msg, ALL, group=g_main, latency_ms=2500.0)
+
+    for msg in consume(c_main, 6):  # the originals
+        handle(msg)
+    for msg in consume(c_main, 2):  # the retry copies of k3 and k4
+        handle(msg)
+    c_main.commit(asynchronous=False)
+    c_main.close()
+    producer.flush(10)
+
+    # --- acknowledged long ago but one never reached its group: a loss in an old bucket ------------------
+    old_ms = events.now_ms() - 30 * 60_000
+    for i in range(3):
+        tr_prod.emit("acked", topic=audited, key=f"a{i}", msg_id=f"audit-{orders}-{i}", partition=0, offset=i,
+                     msg_ts=old_ms)
+        if i != 1:
+            tr_cons.emit("consumed", topic=audited, key=f"a{i}", msg_id=f"audit-{orders}-{i}", group="g-audit",
+                         msg_ts=old_ms)
+
+    # --- clients report themselves --------------------------------------------------------------------
+    m_cons.client_event(report("prod-1", "producer", [orders]))
+    m_cons.client_event(report("cons-1", "consumer", [orders], g_main))
+
+    # --- an idle group and an ephemeral group whose only client closes ----------------------------------
+    for group in (g_idle, g_eph):
+        c = consumer(bs, group)
+        c.subscribe([orders])
+        consume(c, 1)
+        c.commit(asynchronous=False)
+        c.close()
+    m_cons.client_event(report("eph-1", "consumer", [orders], g_eph, state="closed", ephemeral=True))
+    assert sink.flush(10) == 0
+
+    # --- a consumer that stalls: alive in its group, committed offset frozen, topic growing ---------------
+    for i in range(3):
+        producer.produce(stalled, f"s{i}".encode(), partition=0)
+        producer.flush(10)  # one record per batch: Tansu's watermark is exact then
+    c_stall = consumer(bs, g_stall)
+    c_stall.subscribe([stalled])
+    consume(c_stall, 2)
+    c_stall.commit(offsets=[TopicPartition(stalled, 0, 2)], asynchronous=False)
+
+    store = Store(str(tmp_path / "store"))
+    pipeline = Pipeline(PipelineConfig(
+        bootstrap=bs, store=store.root, cluster="dc-obs", alert_overrides={
+            "window_s": 600,
+            "latency": [{"name": "process-latency-p95", "metric": "process.latency_ms", "stat": "p95",
+                         "threshold_ms": 1000, "level": "WARN"}],
+            "lag": {"name": "consumer-lag", "window": 5, "min_samples": 3, "lookback_s": 900,
+                    "groups": [g_stall]},
+            "audit": {"name": "completeness", "bucket_s": 600, "grace_s": 60, "lookback_s": 7200},
+            "sinks": {"kafka": True}}), spark=spark)
+    for i in range(3):  # the sampler sees the lag grow while the commit stays at 2
+        producer.produce(stalled, f"more{i}".encode(), partition=0)
+        producer.flush(10)
+        assert any(s["group"] == g_stall for s in pipeline.sample_lag())
+        time.sleep(0.5)
+    m_cons.flush_timers()
+    assert sink.flush(10) == 0
+
+    result = pipeline.run_once()
+
+    # --- the trace command shows each key's exact lifecycle -------------------------------------------
+    runner = CliRunner()
+
+    def timeline(key: str) -> list[tuple[Any, ...]]:
+        out = runner.invoke(trace_cli, [key, "--topic", orders, "--store", store.root, "--json"])
+        assert out.exit_code == 0, out.output
+        rows = [json.loads(line) for line in out.output.splitlines()]
+        assert {r["msg_id"] for r in rows} == {ids[key]}
+        return [(r["kind"], r["group"], r["detail"], r["attempt"]) for r in rows]
+
+    assert timeline("k0") == [("produced", None, None, None), ("acked", None, None, None),
+                              ("consumed", g_main, None, None), ("processed", g_main, None, None)]
+    assert timeline("k3") == [("produced", None, None, None), ("acked", None, None, None),
+                              ("consumed", g_main, None, None), ("retried", g_main, retry, None),
+                              ("consumed", g_main, retry, 1), ("processed", g_main, retry, 1)]
+    assert timeline("k4") == [("produced", None, None, None), ("acked", None, None, None),
+                              ("consumed", g_main, None, None), ("retried", g_main, retry, None),
+                              ("consumed", g_main, retry, 1), ("dead-lettered", g_main, dlq, 1)]
+    shown = runner.invoke(trace_cli, ["k4", "--store", store.root], terminal_width=200)
+    assert shown.exit_code == 0 and "dead-lettered" in shown.output and ids["k4"] in shown.output
+    assert runner.invoke(trace_cli, ["nope", "--store", store.root]).exit_code == 1
+
+    # --- alerts, with reasons and evidence --------------------------------------------------------------
+    by_rule = {(a["rule"], a["topic"]): a for a in result["alerts"]}
+    lag = by_rule[("consumer-lag", stalled)]
+    assert (lag["level"], lag["group"], lag["partition"], lag["status"]) == ("ERR", g_stall, 0, "firing")
+    window = json.loads(lag["evidence"])["window"]
+    assert [w[1] for w in window] == [2] * len(window) and len(window) >= 3  # committed offset frozen at 2
+    assert [w[3] for w in window] == sorted(w[3] for w in window) and window[-1][3] > window[0][3]
+    assert "while the committed offset stayed at 2" in lag["reason"]
+    slow = by_rule[("process-latency-p95", orders)]
+    assert slow["group"] == g_main and json.loads(slow["evidence"])["value"] == 2500.0
+    loss = by_rule[("completeness", audited)]
+    evidence = json.loads(loss["evidence"])
+    assert (loss["level"], loss["group"], evidence["acked"], evidence["received"]) == ("LOSS", "g-audit", 3, 2)
+    assert evidence["missing_examples"] == [{"msg_id": f"audit-{orders}-1", "key": "a1"}]
+    assert "bucket" in loss["reason"] and evidence["bucket_start"] == old_ms // 600_000 * 600_000
+    assert not any(a["topic"] == orders and a["rule"] == "completeness" for a in result["alerts"])
+    on_topic = [e for e in wait_for(lambda: _alerts(bs, stalled)) if e["rule"] == "consumer-lag"]
+    assert on_topic[0]["id"] == lag["id"]
+
+    # --- inventory lists the test clients with their versions -----------------------------------------
+    inventory = {r["client_id"]: r for r in result["inventory"]}
+    assert {"prod-1", "cons-1", "eph-1"} <= set(inventory)
+    assert (inventory["cons-1"]["librdkafka_version"], inventory["cons-1"]["ykafka_version"],
+            inventory["cons-1"]["group"], inventory["cons-1"]["cluster"]) == (
+        confluent_kafka.libversion()[0], __version__, g_main, "dc-obs")
+
+    # --- group lifecycle: ephemeral deleted in real time, idle found and removed on --apply ----------
+    assert result["ephemeral"] == {g_eph: None}
+    listed = runner.invoke(groups_cli, ["list", "--bootstrap", bs, "--store", store.root, "--idle", "1s", "--json"])
+    candidates = {json.loads(line)["candidate"] for line in listed.output.splitlines()}
+    assert {g_idle, g_main} <= candidates and g_stall not in candidates and g_eph not in candidates
+    cleaned = runner.invoke(groups_cli, ["cleanup", "--bootstrap", bs, "--store", store.root, "--idle", "1s",
+                                         "--apply", "--json"])
+    assert cleaned.exit_code == 0, cleaned.output
+    deleted = {json.loads(line)["deleted"] for line in cleaned.output.splitlines() if '"deleted"' in line}
+    assert {g_idle, g_main} <= deleted
+    assert pipeline.sampler is not None
+    remaining = {g.group for g in pipeline.sampler.groups()}
+    assert g_stall in remaining and not {g_idle, g_main, g_eph} & remaining
+    c_stall.close()
+
+    # --- exactly once across runs: a second run adds only what is new ---------------------------------
+    before = store.read("trace").num_rows
+    tr_prod.emit("produced", topic=orders, key="k-late", msg_id="late-1")
+    assert sink.flush(10) == 0
+    pipeline.run_once(evaluate=False, build_inventory=False)
+    assert store.read("trace").num_rows == before + 1
+    assert [r["kind"] for r in _lookup(store, "k-late", orders)] == ["produced"]
+    pipeline.close()
+    m_cons.close(final_state=None)
+    sink.close()
+
+
+def _alerts(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    from tests.pipeline_fixtures import read_events
+
+    return read_events(bootstrap, events.ALERTS_TOPIC, 1, lambda e: e["topic"] == topic, timeout=5)
+
+
+def _lookup(store: Store, key: str, topic: str) -> list[dict[str, Any]]:
+    from pipeline.trace_store import lookup
+
+    return lookup(store, key, topic=topic, since=dt.timedelta(hours=2))
