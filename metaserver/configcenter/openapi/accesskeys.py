@@ -1,0 +1,86 @@
+"""Open API: access keys that make config-service calls of an app signed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from metaserver.configcenter import dto
+from metaserver.configcenter import models as m
+from metaserver.configcenter.openapi.common import (
+    MAX_ID,
+    allow,
+    center_of,
+    consumer,
+    empty,
+    operator_of,
+    read,
+)
+from metaserver.configcenter.readmodel import TokenView
+from metaserver.configcenter.store import Store
+
+router = APIRouter(prefix="/openapi/v1")
+
+
+# ----------------------------------------------------------------------------------------------
+# access keys (config-service signatures)
+# ----------------------------------------------------------------------------------------------
+ACCESS_KEYS = "/apps/{app_id}/envs/{env}/accesskeys"
+KeyId = Path(ge=1, le=MAX_ID)
+
+
+@router.post(ACCESS_KEYS)
+async def create_access_key(request: Request, app_id: str, env: str, operator: str | None = None,
+                            token: TokenView = Depends(consumer)) -> dict[str, Any]:
+    """A new secret, disabled until activated, as in Apollo."""
+    allow(token, app_id)
+    who = operator_of(operator)
+    center = center_of(request)
+    result: dict[str, Any] = await center.write(center.store.create_access_key, app_id, who)
+    return result
+
+
+@router.get(ACCESS_KEYS)
+async def find_access_keys(request: Request, app_id: str, env: str,
+                           token: TokenView = Depends(consumer)) -> list[dict[str, Any]]:
+    allow(token, app_id)
+
+    def q(s: Session) -> list[dict[str, Any]]:
+        Store.app(s, app_id)
+        rows = s.scalars(select(m.AccessKey).where(m.AccessKey.app_id == app_id).order_by(m.AccessKey.id))
+        return [dto.access_key_dto(k) for k in rows]
+
+    result: list[dict[str, Any]] = await read(request, q)
+    return result
+
+
+@router.put(ACCESS_KEYS + "/{key_id}/activation")
+async def enable_access_key(request: Request, app_id: str, env: str, key_id: int = KeyId,
+                            mode: int = Query(0, ge=0, le=1), operator: str | None = None,
+                            token: TokenView = Depends(consumer)) -> Response:
+    """Enable a key: mode 0 enforces signatures, mode 1 only logs requests that would fail."""
+    allow(token, app_id)
+    center = center_of(request)
+    await center.write(center.store.update_access_key, app_id, key_id, True, mode, operator_of(operator))
+    return empty()
+
+
+@router.put(ACCESS_KEYS + "/{key_id}/deactivation")
+async def disable_access_key(request: Request, app_id: str, env: str, key_id: int = KeyId,
+                             operator: str | None = None, token: TokenView = Depends(consumer)) -> Response:
+    allow(token, app_id)
+    center = center_of(request)
+    await center.write(center.store.update_access_key, app_id, key_id, False, 0, operator_of(operator))
+    return empty()
+
+
+@router.delete(ACCESS_KEYS + "/{key_id}")
+async def delete_access_key(request: Request, app_id: str, env: str, key_id: int = KeyId,
+                            operator: str | None = None, token: TokenView = Depends(consumer)) -> Response:
+    allow(token, app_id)
+    center = center_of(request)
+    await center.write(center.store.delete_access_key, app_id, key_id, operator_of(operator))
+    return empty()

@@ -1,0 +1,290 @@
+"""SQLite storage of the config center: engine, short transactions, snapshots and shared lookups.
+
+Every write is one short transaction run off the event loop (the app serializes them). After it commits,
+the affected (app, namespace) snapshots are rebuilt for the read model and the release messages it
+produced are returned, so the caller can swap the snapshots in first and wake long polls second.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from metaserver.configcenter import models as m
+from metaserver.configcenter.errors import BadRequest, NotFound
+from metaserver.configcenter.readmodel import (
+    AppNamespaceView,
+    Credentials,
+    GrayRuleView,
+    NamespaceState,
+    ReleaseView,
+    RuleItem,
+    TokenView,
+    message_key,
+)
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+# Apollo's access-key modes and per-app limit.
+ACCESS_KEY_FILTER = 0
+ACCESS_KEY_OBSERVER = 1
+ACCESS_KEY_LIMIT = 5
+
+# Apollo's NamespaceBranchStatus.
+BRANCH_DELETED = 0
+BRANCH_ACTIVE = 1
+BRANCH_MERGED = 2
+
+
+def unique_key() -> str:
+    """UniqueKeyGenerator's shape: `yyyyMMddHHmmss-<16 hex>`; used for release keys and branch names."""
+    return datetime.now().strftime("%Y%m%d%H%M%S") + "-" + secrets.token_hex(8)
+
+
+@dataclass
+class Change:
+    """What a committed write changed: its result, fresh snapshots, and the messages to publish."""
+
+    result: Any = None
+    touched: set[tuple[str, str]] = field(default_factory=set)
+    messages: list[tuple[str, int]] = field(default_factory=list)
+    app_namespaces_changed: bool = False
+    credentials_changed: bool = False
+    states: dict[tuple[str, str], NamespaceState] = field(default_factory=dict)
+    app_namespace_views: list[AppNamespaceView] | None = None
+    credentials: Credentials | None = None
+
+
+def _engine(db_path: str) -> Engine:
+    path = Path(db_path)
+    if db_path != ":memory:":
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(f"sqlite:///{db_path}", connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    return engine
+
+
+class StoreBase:
+    """Engine, transactions, read-model snapshots and the lookups every write shares."""
+
+    """The config center's database: schema, snapshot loading, and every write operation."""
+
+    def __init__(self, db_path: str) -> None:
+        self.db_path = db_path
+        self.engine = _engine(db_path)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        m.Base.metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------------------------------
+    # plumbing
+    # ------------------------------------------------------------------------------------------
+    def read(self, fn: Callable[[Session], T]) -> T:
+        with self._sessions() as s:
+            return fn(s)
+
+    def write(self, fn: Callable[[Session, Change], Any]) -> Change:
+        change = Change()
+        with self._sessions() as s:
+            with s.begin():
+                change.result = fn(s, change)
+            for app_id, ns in change.touched:
+                change.states[(app_id, ns)] = self.load_state(s, app_id, ns)
+            if change.app_namespaces_changed:
+                change.app_namespace_views = self.load_app_namespaces(s)
+            if change.credentials_changed:
+                change.credentials = self.load_credentials(s)
+        return change
+
+    # ------------------------------------------------------------------------------------------
+    # snapshots for the read model
+    # ------------------------------------------------------------------------------------------
+    def load_all(self) -> tuple[dict[tuple[str, str], NamespaceState], list[AppNamespaceView]]:
+        with self._sessions() as s:
+            pairs = s.execute(select(m.Namespace.app_id, m.Namespace.namespace_name).distinct()).all()
+            states = {(a, n): self.load_state(s, a, n) for a, n in pairs}
+            return states, self.load_app_namespaces(s)
+
+    def load_app_namespaces(self, s: Session) -> list[AppNamespaceView]:
+        rows = s.scalars(select(m.AppNamespace)).all()
+        return [AppNamespaceView(r.app_id, r.name, r.format, r.is_public) for r in rows]
+
+    def load_credentials(self, s: Session | None = None) -> Credentials:
+        if s is None:
+            with self._sessions() as fresh:
+                return self.load_credentials(fresh)
+        by_mode: dict[int, dict[str, list[str]]] = {ACCESS_KEY_FILTER: {}, ACCESS_KEY_OBSERVER: {}}
+        for key in s.scalars(select(m.AccessKey).where(m.AccessKey.enabled.is_(True))):
+            by_mode.setdefault(key.mode, {}).setdefault(key.app_id.lower(), []).append(key.secret)
+        grants: dict[int, set[str]] = {}
+        for grant in s.scalars(select(m.ConsumerApp)):
+            grants.setdefault(grant.token_id, set()).add(grant.app_id.lower())
+        tokens = {t.token: TokenView(t.token, t.all_apps, frozenset(grants.get(t.id, ())))
+                  for t in s.scalars(select(m.ConsumerToken))}
+        return Credentials(tokens, {k: tuple(v) for k, v in by_mode[ACCESS_KEY_FILTER].items()},
+                           {k: tuple(v) for k, v in by_mode[ACCESS_KEY_OBSERVER].items()})
+
+    def load_state(self, s: Session, app_id: str, namespace: str) -> NamespaceState:
+        state = NamespaceState()
+        clusters = {c.name.lower() for c in s.scalars(select(m.Cluster).where(m.Cluster.app_id == app_id))}
+        latest_ids = select(func.max(m.Release.id)).where(
+            m.Release.app_id == app_id, m.Release.namespace_name == namespace, m.Release.is_abandoned.is_(False),
+        ).group_by(m.Release.cluster_name)
+        for rel in s.scalars(select(m.Release).where(m.Release.id.in_(latest_ids))):
+            if rel.cluster_name.lower() in clusters:
+                state.latest[rel.cluster_name.lower()] = _release_view(rel)
+        gray: dict[str, list[GrayRuleView]] = {}
+        rules = s.scalars(select(m.GrayReleaseRule).where(
+            m.GrayReleaseRule.app_id == app_id, m.GrayReleaseRule.namespace_name == namespace,
+            m.GrayReleaseRule.branch_status == BRANCH_ACTIVE)).all()
+        for rule in rules:
+            items = tuple(RuleItem.from_json(i) for i in json.loads(rule.rules or "[]"))
+            gray.setdefault(rule.cluster_name.lower(), []).append(
+                GrayRuleView(rule.branch_name, rule.release_id, True, items))
+            if rule.release_id:
+                gray_rel = s.get(m.Release, rule.release_id)
+                if gray_rel is not None and not gray_rel.is_abandoned:
+                    state.releases[gray_rel.id] = _release_view(gray_rel)
+        state.gray = {k: tuple(v) for k, v in gray.items()}
+        prefix = app_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        suffix = namespace.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        msgs = s.execute(select(m.ReleaseMessage.message, func.max(m.ReleaseMessage.id))
+                         .where(m.ReleaseMessage.message.like(f"{prefix}+%+{suffix}", escape="\\"))
+                         .group_by(m.ReleaseMessage.message)).all()
+        for msg, msg_id in msgs:
+            a, cluster, n = msg.split("+", 2)
+            if a.lower() == app_id.lower() and n.lower() == namespace.lower():
+                state.notifications[cluster.lower()] = max(msg_id, state.notifications.get(cluster.lower(), -1))
+        return state
+
+    # ------------------------------------------------------------------------------------------
+    # lookups shared by writes and reads
+    # ------------------------------------------------------------------------------------------
+    @staticmethod
+    def app(s: Session, app_id: str) -> m.App:
+        app = s.scalar(select(m.App).where(m.App.app_id == app_id))
+        if app is None:
+            raise NotFound("app not found for appId:%s", app_id)
+        return app
+
+    @staticmethod
+    def cluster(s: Session, app_id: str, name: str) -> m.Cluster:
+        StoreBase.app(s, app_id)
+        cluster = s.scalar(select(m.Cluster).where(m.Cluster.app_id == app_id, m.Cluster.name == name))
+        if cluster is None:
+            raise NotFound("cluster not found for appId:%s clusterName:%s", app_id, name)
+        return cluster
+
+    @staticmethod
+    def namespace(s: Session, app_id: str, cluster: str, namespace: str) -> m.Namespace:
+        StoreBase.cluster(s, app_id, cluster)
+        ns = s.scalar(select(m.Namespace).where(m.Namespace.app_id == app_id, m.Namespace.cluster_name == cluster,
+                                                m.Namespace.namespace_name == namespace))
+        if ns is None:
+            raise NotFound("namespace not found for appId:%s clusterName:%s namespaceName:%s",
+                           app_id, cluster, namespace)
+        return ns
+
+    @staticmethod
+    def app_namespace(s: Session, app_id: str, name: str) -> m.AppNamespace | None:
+        own = s.scalar(select(m.AppNamespace).where(m.AppNamespace.app_id == app_id, m.AppNamespace.name == name))
+        if own is not None:
+            return own
+        return s.scalar(select(m.AppNamespace).where(m.AppNamespace.name == name, m.AppNamespace.is_public.is_(True)))
+
+    @staticmethod
+    def items(s: Session, ns: m.Namespace) -> list[m.Item]:
+        return list(s.scalars(select(m.Item).where(m.Item.namespace_id == ns.id)
+                              .order_by(m.Item.line_num, m.Item.id)))
+
+    @staticmethod
+    def item_map(s: Session, ns: m.Namespace) -> dict[str, str]:
+        return {i.key: i.value for i in StoreBase.items(s, ns) if i.key}
+
+    @staticmethod
+    def latest_release(s: Session, app_id: str, cluster: str, namespace: str) -> m.Release | None:
+        return s.scalar(select(m.Release).where(
+            m.Release.app_id == app_id, m.Release.cluster_name == cluster, m.Release.namespace_name == namespace,
+            m.Release.is_abandoned.is_(False)).order_by(m.Release.id.desc()).limit(1))
+
+    @staticmethod
+    def parent_namespace(s: Session, ns: m.Namespace) -> m.Namespace | None:
+        """The main-cluster namespace of a branch namespace, None for a main namespace."""
+        cluster = s.scalar(select(m.Cluster).where(m.Cluster.app_id == ns.app_id,
+                                                   m.Cluster.name == ns.cluster_name))
+        if cluster is None or not cluster.parent_cluster_id:
+            return None
+        parent = s.get(m.Cluster, cluster.parent_cluster_id)
+        if parent is None:
+            return None
+        return s.scalar(select(m.Namespace).where(m.Namespace.app_id == ns.app_id,
+                                                  m.Namespace.cluster_name == parent.name,
+                                                  m.Namespace.namespace_name == ns.namespace_name))
+
+    @staticmethod
+    def child_namespace(s: Session, app_id: str, cluster: str, namespace: str) -> m.Namespace | None:
+        """The gray branch of a main namespace, if one exists."""
+        parent = s.scalar(select(m.Cluster).where(m.Cluster.app_id == app_id, m.Cluster.name == cluster))
+        if parent is None:
+            return None
+        children = [c.name for c in s.scalars(select(m.Cluster).where(m.Cluster.parent_cluster_id == parent.id))]
+        if not children:
+            return None
+        return s.scalar(select(m.Namespace).where(m.Namespace.app_id == app_id,
+                                                  m.Namespace.cluster_name.in_(children),
+                                                  m.Namespace.namespace_name == namespace))
+
+    def branch(self, s: Session, app_id: str, cluster: str, namespace: str, branch: str) -> tuple[m.Namespace,
+                                                                                                  m.Namespace]:
+        """Apollo's checkBranch: the parent namespace and the branch namespace, or 400."""
+        try:
+            parent = self.namespace(s, app_id, cluster, namespace)
+        except NotFound:
+            raise BadRequest("namespace not exist for appId:%s clusterName:%s namespaceName:%s",
+                             app_id, cluster, namespace) from None
+        child = self.child_namespace(s, app_id, cluster, namespace)
+        if child is None or child.cluster_name.lower() != branch.lower():
+            raise BadRequest("Namespace's branch not exist. AppId = %s, ClusterName = %s, NamespaceName = %s, "
+                             "BranchName = %s", app_id, cluster, namespace, branch)
+        return parent, child
+
+    # ------------------------------------------------------------------------------------------
+    # release machinery
+    # ------------------------------------------------------------------------------------------
+    @staticmethod
+    def send_message(s: Session, change: Change, app_id: str, cluster: str, namespace: str) -> None:
+        """Record a release message (new, monotonically increasing id) and note it for publishing."""
+        msg = message_key(app_id, cluster, namespace)
+        row = m.ReleaseMessage(message=msg)
+        s.add(row)
+        s.flush()
+        s.execute(delete(m.ReleaseMessage).where(m.ReleaseMessage.message == msg, m.ReleaseMessage.id < row.id))
+        change.messages.append((msg, row.id))
+        change.touched.add((app_id, namespace))
+
+
+def _release_view(rel: m.Release) -> ReleaseView:
+    return ReleaseView(rel.id, rel.release_key, rel.app_id, rel.cluster_name, rel.namespace_name,
+                       json.loads(rel.configurations))
