@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import requests
 
 if TYPE_CHECKING:
     from tests.cc_fixtures import CCServer, OpenApi
@@ -25,7 +26,10 @@ def test_apollo_config_client_fetches_watches_and_signs(cc: CCServer, api: OpenA
     api.setup(app, "ykafka.global", {"producer.acks": "all"})
     api.setup(app, "ykafka.topic.orders", {}, publish=False)  # subscribed before its first release
     secret = cc.cli("accesskey", "add", "--app-id", app)
-    time.sleep(1.2)  # the server rescans access keys every second
+    deadline = time.monotonic() + 5  # the server rescans access keys every second
+    while requests.get(f"{cc.url}/configs/{app}/default/ykafka.global", timeout=5).status_code != 401:
+        assert time.monotonic() < deadline, "access key never enforced"
+        time.sleep(0.1)
 
     client = apollo_config.ApolloClient(app, cc.url, namespaces=["ykafka.global", "ykafka.topic.orders"],
                                         access_key_secret=secret, cache_dir=str(tmp_path), poll_timeout=10,
