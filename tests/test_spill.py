@@ -133,3 +133,15 @@ def test_engine_raises_spill_full_to_the_caller_while_the_cluster_is_down(tmp_pa
         engine.close()
     with SpillQueue(tmp_path, "solo") as queue:  # all accepted ones are on disk
         assert queue.depth == accepted
+
+
+def test_spill_slots_are_exclusive_and_reused_after_release(tmp_path: Path) -> None:
+    from ykafka.spill import SpillSlot
+
+    first, second = SpillSlot(tmp_path), SpillSlot(tmp_path)
+    assert (first.path.name, second.path.name) == ("0", "1")
+    first.release()  # the process that held slot 0 died: the next one takes over its queue
+    third = SpillSlot(tmp_path)
+    assert third.path == first.path
+    second.release()
+    third.release()

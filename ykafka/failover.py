@@ -38,7 +38,7 @@ from ykafka.catalog import Scope, ScopeKind
 from ykafka.errors import ClosedError, SpillFullError
 from ykafka.health import ClusterState, HealthMonitor, HealthPolicy
 from ykafka.replay import ClusterLink, Outgoing, Replayer, replay_config
-from ykafka.spill import SpillQueue
+from ykafka.spill import SpillQueue, SpillSlot
 
 log = structlog.get_logger(__name__)
 
@@ -422,6 +422,7 @@ class DisasterRecovery:
         self._closed = threading.Event()
         self.on_link_available: Callable[[str], None] | None = None  # the owner rebuilds its clients
         self.on_client_error: Callable[[KafkaError], None] | None = None  # owner's error_cb feeds this
+        self.on_close: list[Callable[[], None]] = []
         for outage in self._store.load_all():
             self._outages[(outage.primary, outage.topic)] = outage
         for sub in sorted(p.name for p in options.spill_dir.iterdir() if p.is_dir() and p.name != "failback"):
@@ -746,6 +747,8 @@ class DisasterRecovery:
             if link.queue is not None:
                 link.queue.close()
         self.health.close()
+        for hook in self.on_close:
+            hook()
 
 
 # --- wiring into ykafka.Producer -------------------------------------------------------------------------
@@ -774,9 +777,13 @@ def attach(producer: Any, **overrides: Any) -> DisasterRecovery:
     rt = producer.runtime
     local = rt.conf.options
     opts = options_from(local, rt.conf.cache_dir, **overrides)
-    opts.spill_dir = opts.spill_dir / re.sub(r"[^A-Za-z0-9._-]", "_", str(local.get("ykafka.client.id")
-                                                                        or f"{rt.app_id}"))
-    opts.spill_dir.mkdir(parents=True, exist_ok=True)
+    slot: SpillSlot | None = None
+    if local.get("ykafka.client.id"):  # a stable identity: its own directory
+        opts.spill_dir = opts.spill_dir / re.sub(r"[^A-Za-z0-9._-]", "_", str(local["ykafka.client.id"]))
+        opts.spill_dir.mkdir(parents=True, exist_ok=True)
+    else:  # the first free slot of the app: a restarted process finds what its predecessor left
+        slot = SpillSlot(opts.spill_dir / re.sub(r"[^A-Za-z0-9._-]", "_", rt.app_id))
+        opts.spill_dir = slot.path
     specs: dict[str, tuple[int, RouteSpec]] = {}
 
     def route(topic: str) -> RouteSpec:
@@ -830,6 +837,8 @@ def attach(producer: Any, **overrides: Any) -> DisasterRecovery:
 
     engine.on_link_available = rebuild
     engine.on_client_error = on_error
+    if slot is not None:
+        engine.on_close.append(slot.release)
     if not getattr(producer, "feeds_client_errors", False):  # chain into the Producer's error_cb
         user_error_cb = producer._user_error_cb
 

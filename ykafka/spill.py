@@ -508,6 +508,35 @@ class SpillQueue:
         self.close()
 
 
+class SpillSlot:
+    """An exclusively held sub-directory ``<base>/<n>`` of a spill directory.
+
+    A client without a stable client id takes the first slot no live process holds, so the next run of a
+    crashed process finds (and replays) what the crash left in slot 0, and two producers of one app never
+    share a queue.
+    """
+
+    def __init__(self, base: Path, max_slots: int = 256) -> None:
+        base.mkdir(parents=True, exist_ok=True)
+        for n in range(max_slots):
+            path = base / str(n)
+            path.mkdir(exist_ok=True)
+            fh = open(path / "slot.lock", "a+")  # noqa: SIM115 - held until release()
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                continue
+            self.path, self._fh = path, fh
+            return
+        raise ConfigError(f"all {max_slots} spill slots under {base} are in use")
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+
+
 def spill_dir(options: Mapping[str, Any], cache_dir: Path) -> Path:
     """The spill directory from local options: ``ykafka.spill.dir``, else ``<cache dir>/spill``."""
     raw = options.get("ykafka.spill.dir")
