@@ -227,3 +227,14 @@ def test_meta_service_discovery_and_stats(cc: CCServer) -> None:
     stats = requests.get(cc.url + "/stats", timeout=5).json()
     assert stats["longPolls"] == 0
     assert stats["namespaces"] > 0
+
+
+def test_a_poll_may_list_hundreds_of_namespaces(cc: CCServer, api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.setup(app, "ykafka.global", {"k": "v"})
+    watching = [{"namespaceName": f"ykafka.topic.some-fairly-long-topic-name-{i}", "notificationId": -1}
+                for i in range(400)] + [{"namespaceName": "ykafka.global", "notificationId": -1}]
+    resp = cc.poll(app, watching)
+    assert len(resp.request.url or "") > 40_000
+    assert resp.status_code == 200
+    assert [n["namespaceName"] for n in resp.json()] == ["ykafka.global"]

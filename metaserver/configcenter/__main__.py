@@ -85,7 +85,8 @@ def _serve(args: argparse.Namespace) -> int:
                 asyncio.get_running_loop().call_soon_threadsafe(center.registry.expire_all)
 
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                            backlog=8192, timeout_keep_alive=75, timeout_graceful_shutdown=5)
+                            backlog=8192, timeout_keep_alive=75, timeout_graceful_shutdown=5,
+                            h11_max_incomplete_event_size=256 * 1024)  # long polls list many namespaces
     log.info("configcenter.serving", host=args.host, port=args.port, db=args.db)
     Server(config).run()
     return 0
