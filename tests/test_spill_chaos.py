@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.dr_fixtures import (
     Broker,
     TailReader,
@@ -147,14 +149,16 @@ def test_frozen_broker_times_out_into_spill_and_everything_arrives(one_broker: B
     assert _post_ordered([(m.partition() or 0, m.offset() or 0, m.key(), m.value()) for m in records])
 
 
-def test_client_sigkilled_while_spilling_loses_nothing(one_broker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("via", ["engine", "producer"])
+def test_client_sigkilled_while_spilling_loses_nothing(one_broker: Broker, tmp_path: Path, via: str) -> None:
     """The producer process dies (SIGKILL) while it spills; the next run on the same spill dir replays."""
     topic = unique("spill-sigkill")
     create_topic(one_broker.bootstrap, topic, 3)
     spill = tmp_path / "spill"
     child = [sys.executable, "-m", "tests.dr_child", one_broker.bootstrap, str(spill), topic]
+    tail = [via] if via == "producer" else []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*child, "produce"], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([*child, "produce", *tail], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
                             env=env, cwd=Path(__file__).resolve().parent.parent)
     assert proc.stdout is not None and proc.stdin is not None
     accepted: list[int] = []
@@ -178,14 +182,14 @@ def test_client_sigkilled_while_spilling_loses_nothing(one_broker: Broker, tmp_p
         proc.wait(30)
     assert killed and proc.returncode == -signal.SIGKILL
     one_broker.start()
-    recover = subprocess.run([*child, "recover"], capture_output=True, text=True, env=env, timeout=120,
+    recover = subprocess.run([*child, "recover", *tail], capture_output=True, text=True, env=env, timeout=120,
                              cwd=Path(__file__).resolve().parent.parent)
     assert recover.returncode == 0, recover.stderr[-2000:]
     replayed = int(recover.stdout.split("REPLAYED ")[1].split()[0])
     records = read_all(one_broker.bootstrap, topic)
     phase1 = set(range(100))  # acknowledged before the broker was killed (and lost with its memory)
     counts = tally([i for i in accepted if i not in phase1], [int(m.value() or b"0") for m in records])
-    print("client SIGKILL:", counts, "accepted:", len(accepted), "replayed after restart:", replayed)
+    print(f"client SIGKILL ({via}):", counts, "accepted:", len(accepted), "replayed after restart:", replayed)
     assert counts["lost"] == 0
     assert counts["sent"] >= 300 and replayed >= counts["sent"]
     assert _post_ordered([(m.partition() or 0, m.offset() or 0, m.key(), m.value()) for m in records])
