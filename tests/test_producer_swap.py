@@ -160,3 +160,41 @@ def test_route_cluster_switch_under_load_moves_the_stream_without_loss(sdk_stack
         key, _, seq = rec.value.rpartition(":")
         first_b[key] = min(first_b.get(key, 1 << 30), int(seq))
     assert all(last_a[k] + 1 == first_b[k] for k in first_b), (last_a, first_b)
+
+
+def test_change_arriving_while_held_messages_are_released_keeps_them_on_one_client(sdk_stack: SdkStack) -> None:
+    topic = f"midrelease-{uuid.uuid4().hex[:8]}"
+    ns = f"ykafka.topic.{topic}"
+    conf = {"bootstrap.servers": sdk_stack.clusters["dc-a"], "producer.linger.ms": 200,
+            "ykafka.cache.dir": str(sdk_stack.home / "clients" / uuid.uuid4().hex)}
+    sends: list[tuple[str, int]] = []
+    changed = threading.Event()
+
+    def hook(producer: Producer, client: Any, topic_: str, value: bytes, *rest: Any) -> bool:
+        sends.append((value.decode(), id(client)))
+        if value == b"k:50" and not changed.is_set():  # the first held message: change config mid-release
+            changed.set()
+            producer.runtime.hot.apply(ns, {"producer.linger.ms": "7", "producer.compression": "lz4"}, "r2")
+        return False
+
+    with Producer(conf) as producer:
+        producer.set_hooks(send=hook)
+        for i in range(50):
+            producer.produce(topic, f"k:{i}".encode(), b"k")
+        producer.runtime.hot.apply(ns, {"producer.linger.ms": "7"}, "r1")  # rebuild: the topic is held
+        for i in range(50, 100):
+            producer.produce(topic, f"k:{i}".encode(), b"k")
+        assert len(producer) == 100 and producer.swaps == 1
+        assert producer.flush(15) == 0
+        assert changed.is_set()
+        released = [client for value, client in sends if 50 <= int(value.split(":")[1]) < 100]
+        assert len(released) == 50 and len(set(released)) == 1  # all on one client, despite the change
+        for i in range(100, 150):  # the change made mid-release: held again, then sent on the new client
+            producer.produce(topic, f"k:{i}".encode(), b"k")
+        assert producer.flush(15) == 0
+        assert producer.swaps == 2
+        assert producer.applied_config(topic)["producer.compression"] == "lz4"
+        assert len({client for value, client in sends if int(value.split(":")[1]) >= 100}) == 1
+    records = read_topic(sdk_stack.clusters["dc-a"], topic, 150)
+    assert check_stream(records, 150) == {"received": 150, "unique": 150, "lost": 0, "duplicated": 0,
+                                          "disorder": 0}

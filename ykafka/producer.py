@@ -260,9 +260,10 @@ class Producer:
             if client is None:
                 client = self._new_client(key, cluster, props)
             home = self._home.get(topic)
-            if home is not None and home is not client and topic not in self._held:
-                # the topic moves to another client: its messages already on the old one must be delivered
-                # before any new one goes out, so it is held until the old client drained
+            if home is not None and home is not client and self._held.get(topic) is None:
+                # the topic moves to another client (or moves again while its held messages were being
+                # released): what it already sent on the old one must be delivered before anything goes to
+                # the new one, so it is held (its pending messages stay queued, in order) until that drained
                 if home.retiring_since is None:
                     self._retire(home, reason=f"topic {topic} moves to {cluster}")
                 if home.drained_at is None:
@@ -370,40 +371,61 @@ class Producer:
             self._rebind_poll()
 
     def _release(self, old: _Client | None) -> None:
-        """Send, in order, the pending messages of topics that waited for ``old`` (None: retry leftovers)."""
+        """Send, in order, the pending messages of topics that waited for ``old`` (None: retry leftovers).
+
+        Each topic's messages go to ONE client for the whole release (resolved once), so a config change
+        arriving mid-release cannot split them over two clients; the next ``_prepare`` sees that move and
+        holds the topic again.
+        """
         topics = {t for t, waiting in self._held.items() if waiting is old or waiting is None}
         if not topics:
             return
         for topic in topics:
+            if old is not None and self._held[topic] is old:
+                self._home.pop(topic, None)  # all it sent on ``old`` is delivered (or given up on)
             self._held[topic] = None
-            self._home.pop(topic, None)
             self._states.pop(topic, None)
         keep: deque[tuple[str, Any, Any, int, DeliveryCallback | None, int, Any]] = deque()
         blocked: set[str] = set()
+        targets: dict[str, _Client] = {}
         while self._pending:
             item = self._pending.popleft()
             topic = item[0]
             if topic not in topics or topic in blocked:
                 keep.append(item)
                 continue
+            client = targets.get(topic)
+            if client is None:
+                try:
+                    state = self._prepare(topic)
+                except Exception as exc:
+                    log.warning("ykafka.producer.release_failed", topic=topic, error=repr(exc))
+                    blocked.add(topic)
+                    keep.append(item)
+                    continue
+                if self._held.get(topic) is not None:  # held again: it moved while partly released
+                    blocked.add(topic)
+                    keep.append(item)
+                    continue
+                client = targets[topic] = state.client
             try:
-                st = self._prepare(topic)
-                self._send(st.client, *item)
+                self._send(client, *item)
             except BufferError:
                 blocked.add(topic)
                 keep.append(item)
-            except Exception as exc:  # deliver the failure the way librdkafka would: through the callback
+            except Exception as exc:
                 log.warning("ykafka.producer.release_failed", topic=topic, error=repr(exc))
                 blocked.add(topic)
                 keep.append(item)
         self._pending = keep
-        for topic in topics - blocked:
-            del self._held[topic]
+        released = sorted(topics - blocked)
+        for topic in released:
+            if self._held.get(topic, False) is None:
+                del self._held[topic]
             self._states.pop(topic, None)
-        released = len(topics - blocked)
         self._retire_idle()
         if released:
-            log.info("ykafka.producer.topics_released", topics=sorted(topics - blocked), pending=len(self._pending))
+            log.info("ykafka.producer.topics_released", topics=released, pending=len(self._pending))
             self._runtime.report_now()
 
     def _retire_idle(self) -> None:
