@@ -92,9 +92,18 @@ class ApolloOpenApi:
     # --- items and releases ------------------------------------------------------------------
 
     def items(self, namespace: str, cluster: str | None = None) -> dict[str, str]:
-        data = self._call("GET", self._ns_path(namespace, cluster) + "/items", ok_missing=True)
-        rows = (data.get("content") if isinstance(data, dict) else data) or []
-        return {str(row["key"]): str(row.get("value", "")) for row in rows if row.get("key")}
+        """All items, following Apollo's pages (50 a page by default) when the server pages them."""
+        items: dict[str, str] = {}
+        page, size = 0, 500
+        while True:
+            data = self._call("GET", self._ns_path(namespace, cluster) + "/items", ok_missing=True,
+                              params={"page": page, "size": size})
+            rows = (data.get("content") if isinstance(data, dict) else data) or []
+            items.update({str(row["key"]): str(row.get("value", "")) for row in rows if row.get("key")})
+            total = data.get("total") if isinstance(data, dict) else None
+            if not isinstance(data, dict) or not rows or total is None or len(items) >= int(total):
+                return items
+            page += 1
 
     def set_item(self, namespace: str, key: str, value: str, cluster: str | None = None) -> None:
         body = {"key": key, "value": value, "dataChangeLastModifiedBy": self.operator,

@@ -197,3 +197,18 @@ def test_config_center_down_keeps_last_auth_switch(ms_factory: Any, tmp_path: An
         server.admin().push_config("global", {"auth.enabled": "true"})
     assert err.value.status == 502 and "config center" in err.value.message
     assert "keeping last auth switch" in server.proc.log.read_text()
+
+
+def test_openapi_adapter_reads_every_page_of_items(ms: MetaServer) -> None:
+    from metaserver.apollo import ApolloOpenApi
+
+    assert ms.configcenter_url is not None
+    api = ApolloOpenApi(ms.configcenter_url, OPENAPI_TOKEN, app_id=ms.apollo_app_id)
+    topic = _topic()
+    ms.admin().push_config(f"topic:{topic}", {"producer.acks": "1"})  # creates app + namespace
+    namespace = f"ykafka.topic.{topic}"
+    for i in range(620):
+        api.set_item(namespace, f"extra.{i:04d}", str(i))
+    items = api.items(namespace)
+    assert len(items) == 621
+    assert items["extra.0619"] == "619" and items["producer.acks"] == "1"
