@@ -447,6 +447,9 @@ class DisasterRecovery:
         return conf
 
     def link(self, cluster: str) -> ClusterLink:
+        found = self._links.get(cluster)
+        if found is not None:
+            return found
         with self._lock:
             link = self._links.get(cluster)
             if link is not None:
@@ -502,11 +505,19 @@ class DisasterRecovery:
     def target(self, topic: str) -> str:
         """The cluster that takes the next write of ``topic``."""
         spec = self._route(topic)
-        cluster = spec.standby if self._wants_standby(spec) and spec.standby else spec.primary
+        if spec.standby is None:
+            cluster = spec.primary
+            if not self._outages:  # the common case: one cluster, nothing to sync back
+                previous = self._routes.get(topic)
+                if previous is None or previous[0] is not spec:
+                    self._routes[topic] = (spec, cluster)
+                return cluster
+        else:
+            cluster = spec.standby if self._wants_standby(spec) else spec.primary
         previous = self._routes.get(topic)
-        if previous is None or previous[1] != cluster:
+        if previous is None or previous[1] != cluster or previous[0] is not spec:
             self._routes[topic] = (spec, cluster)
-            if previous is not None:
+            if previous is not None and previous[1] != cluster:
                 log.warning("route.switch", topic=topic, source=previous[1], target=cluster)
         if cluster != spec.primary:
             self._begin_outage(spec, topic)

@@ -124,6 +124,9 @@ class ClusterHealth:
     def record_success(self, probe: bool = False) -> None:
         """A probe answered, or a delivery was acknowledged. Only a probe brings a DOWN cluster back: an
         acknowledgement may be old news served after the cluster died."""
+        if not probe and not self._failures and not self._suspect and self.state is ClusterState.UP:
+            self.last_success = time.monotonic()  # the hot path: every acknowledgement, nothing to reset
+            return
         with self._lock:
             if self.state is ClusterState.DOWN and not probe:
                 return

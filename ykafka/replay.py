@@ -20,8 +20,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -51,8 +50,7 @@ def is_resendable(err: KafkaError) -> bool:
     return err.code() in RESEND_CODES or bool(err.retriable()) or bool(err.fatal())
 
 
-@dataclass(frozen=True)
-class Outgoing:
+class Outgoing(NamedTuple):
     """A message on its way to a cluster, as the user gave it (kept to send it again after a failure)."""
 
     topic: str
@@ -63,21 +61,12 @@ class Outgoing:
     headers: Any
     on_delivery: DeliveryCallback | None
 
-    @classmethod
-    def from_record(cls, record: SpillRecord, on_delivery: DeliveryCallback | None) -> Outgoing:
-        return cls(record.topic, record.value, record.key, record.partition, record.timestamp,
-                   list(record.headers) if record.headers else None, on_delivery)
-
 
 def _produce(client: Producer, msg: Outgoing, callback: Callable[[KafkaError | None, Message], None]) -> None:
-    kwargs: dict[str, Any] = {"value": msg.value, "key": msg.key, "on_delivery": callback}
-    if msg.partition is not None and msg.partition >= 0:
-        kwargs["partition"] = msg.partition
-    if msg.timestamp:
-        kwargs["timestamp"] = msg.timestamp
-    if msg.headers:
-        kwargs["headers"] = msg.headers
-    client.produce(msg.topic, **kwargs)
+    # positional, as confluent-kafka's C signature takes them: topic, value, key, partition, callback,
+    # on_delivery, timestamp, headers (-1 / 0 / None mean "not given")
+    client.produce(msg.topic, msg.value, msg.key, msg.partition if msg.partition is not None else -1, callback,
+                   None, msg.timestamp or 0, msg.headers or None)
 
 
 class ClusterLink:
@@ -97,6 +86,7 @@ class ClusterLink:
         self._local = threading.local()
         self._client: Producer | None = None  # built on first direct send without a caller-owned client
         self._external: list[Producer] = []  # caller-owned clients this link sent through
+        self._last_external: Producer | None = None
         self.on_available: Callable[[str], None] | None = None
         self._order = itertools.count()  # produce order of direct sends
         self._undelivered: list[tuple[int, Outgoing, KafkaError]] = []
@@ -115,9 +105,9 @@ class ClusterLink:
 
     def must_spill(self, topic: str, key: Any) -> bool:
         """Sends of this topic / key go to the spill: the cluster is down, or the key has older spilled records."""
-        if self.queue is None or not self._spill_enabled(topic):
+        if self.queue is None or (self.available and not self.queue.holds(topic, key)):
             return False
-        return not self.available or self.queue.holds(topic, key)
+        return self._spill_enabled(topic)
 
     def send(self, msg: Outgoing, spill_wait: bool | None = None, client: Producer | None = None) -> None:
         """Hand one message to the cluster (or to its spill queue while it cannot take it).
@@ -132,8 +122,10 @@ class ClusterLink:
             if not self.must_spill(msg.topic, msg.key):
                 if client is None:
                     client = self.client()
-                elif client not in self._external:
-                    self._external.append(client)
+                elif client is not self._last_external:
+                    self._last_external = client
+                    if client not in self._external:
+                        self._external.append(client)
                 order = next(self._order)
 
                 def delivered(err: KafkaError | None, m: Message) -> None:
@@ -200,7 +192,7 @@ class ClusterLink:
             self.available = False
             self._down_since = time.monotonic()
             clients = ([self._client] if self._client is not None else []) + self._external
-            self._client, self._external = None, []
+            self._client, self._external, self._last_external = None, [], None
             for client in clients:
                 with contextlib.suppress(KafkaException):
                     client.purge(in_queue=True, in_flight=True, blocking=False)
