@@ -126,6 +126,27 @@ def failover_changes(to: str, cluster: str | None = None, topic: str | None = No
     return changes
 
 
+def admin_failover(admin: Any, to: str, cluster: str | None = None, topic: str | None = None,
+                   mode: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """``ykafka admin failover``: push :func:`failover_changes` through the MetaServer admin API
+    (``admin`` is a :class:`ykafka.admin.client.AdminClient`); every producer of the scope follows."""
+    changes = failover_changes(to, cluster=cluster, topic=topic, mode=mode)
+    scope = changes[0][0]
+    return dict(admin.push_config(str(scope), {name: value for _, name, value in changes}, dry_run=dry_run,
+                                  comment=f"failover: writes to {to}"))
+
+
+def watch_clusters(rdkafka_config: Callable[[str], Mapping[str, Any]], clusters: list[str],
+                   policy: Callable[[str], HealthPolicy] | None = None) -> HealthMonitor:
+    """Health of ``clusters`` for a process without a producer (a consumer): its transitions reach every
+    :class:`ClusterStateListener`. Close the returned monitor when done."""
+    monitor = HealthMonitor(lambda cluster: connection_only(rdkafka_config(cluster)), policy)
+    monitor.add_listener(_broadcast)
+    for cluster in clusters:
+        monitor.cluster(cluster)
+    return monitor
+
+
 # --- outages and the failback sync --------------------------------------------------------------------
 
 @dataclass
