@@ -12,7 +12,7 @@ from typing import Any
 
 from ykafka import events
 
-ENVELOPE = "struct<v:int,type:string,f:array<string>,r:array<array<string>>>"
+ENVELOPE = "struct<v:int,type:string,f:array<string>,c:map<string,string>,r:array<array<string>>>"
 
 
 def event_columns(kind: str) -> list[Any]:
@@ -20,11 +20,12 @@ def event_columns(kind: str) -> list[Any]:
 
     cols = []
     for i, (name, typ) in enumerate(events.FIELDS[kind]):
-        item = F.col("_row").getItem(i)
+        # short rows: trailing fields come from the envelope's constants ("c"); get() is null past the end
+        item = F.coalesce(F.get(F.col("_row"), i), F.col("_c").getItem(name))
         if typ == "boolean":
             cols.append((F.lower(item) == F.lit("true")).alias(name))
         else:
-            cols.append(item.cast(typ).alias(name))
+            cols.append(item.try_cast(typ).alias(name))  # a malformed value becomes null, not a failed batch
     return cols
 
 
@@ -38,7 +39,7 @@ def decode(raw: Any, kind: str, keep_source: bool = False) -> Any:
         F.from_json(F.col("value").cast("string"), ENVELOPE).alias("_b"))
     exploded = parsed.where(F.col("_b.type") == F.lit(kind)).select(
         *([F.col("_src_topic"), F.col("_src_partition"), F.col("_src_offset")] if keep_source else []),
-        F.explode(F.col("_b.r")).alias("_row"))
+        F.col("_b.c").alias("_c"), F.explode(F.col("_b.r")).alias("_row"))
     extra = [F.col("_src_topic"), F.col("_src_partition"), F.col("_src_offset")] if keep_source else []
     return exploded.select(*extra, *event_columns(kind))
 

@@ -75,18 +75,16 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
 
     # --- produce 6 traced messages -------------------------------------------------------------------
     producer = Producer({"bootstrap.servers": bs, "linger.ms": 0})
-    ids = {f"k{i}": new_message_id() for i in range(6)}
-
-    def acked(err: Any, msg: Any, mid: str) -> None:  # delivery reports carry no headers: the id rides along
-        assert err is None
-        tr_prod.emit("acked", topic=msg.topic(), key=msg.key(), msg_id=mid, partition=msg.partition(),
-                     offset=msg.offset(), msg_ts=msg.timestamp()[1], latency_ms=msg.latency() * 1000)
-
-    for key, mid in ids.items():
-        assert Tracer.sampled(mid, Tracer.rate(ALL))
-        tr_prod.emit("produced", topic=orders, key=key, msg_id=mid)
-        producer.produce(orders, b"v-" + key.encode(), key.encode(), headers=[("ykafka-id", mid.encode())],
-                         on_delivery=lambda err, msg, mid=mid: acked(err, msg, mid))
+    ids: dict[str, str] = {}
+    for i in range(6):  # what the Producer's trace hooks do per message
+        key = f"k{i}"
+        mid = tr_prod.sample(Tracer.rate(ALL), new_message_id())
+        assert mid is not None
+        ids[key] = mid
+        tr_prod.produced(orders, key, mid)
+        producer.produce(orders, b"v-" + key.encode(), key.encode(),
+                         headers=[("ykafka-id", mid.encode()), ("ykafka-trace", mid.encode())],
+                         on_delivery=tr_prod.wrap_delivery(None, orders, key, mid))
     producer.flush(10)
 
     # --- consume with a handler: k3 fails once (retried), k4 always fails (dead-lettered) --------------
@@ -104,7 +102,7 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
                 producer.produce(dlq, msg.value(), msg.key(), headers=msg.headers())
                 return
             tr_cons.trace_message("retried", msg, ALL, group=g_main, error="ValueError: bad", detail=retry)
-            headers = [h for h in msg.headers() if h[0] == "ykafka-id"] + [
+            headers = [h for h in msg.headers() if h[0] in ("ykafka-id", "ykafka-trace")] + [
                 ("ykafka-original-topic", orders.encode()), ("ykafka-attempt", str(attempt + 1).encode()),
                 ("ykafka-original-timestamp", str(msg.timestamp()[1]).encode())]
             producer.produce(retry, msg.value(), msg.key(), headers=headers)

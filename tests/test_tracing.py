@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 
 from tests.pipeline_fixtures import consumer, read_events, unique, wait_for
 from ykafka import events
-from ykafka.tracing import EventSink, Tracer, new_message_id
+from ykafka.tracing import EventSink, Tracer
 
 pytest_plugins = ["tests.pipeline_fixtures"]
 
@@ -25,19 +25,20 @@ def test_rate_follows_switches_and_grade_defaults() -> None:
     assert tracer.emit("produced", topic="t") is False
 
 
-def test_sampling_is_decided_once_per_message_id() -> None:
-    ids = [new_message_id() for _ in range(20_000)]
-    assert len(set(ids)) == 20_000
-    first = [Tracer.sampled(i, 0.05) for i in ids]
-    again = [Tracer.sampled(i.encode(), 0.05) for i in ids]
-    assert first == again  # same answer for str / bytes ids, every time, in any process
-    share = sum(first) / len(ids)
-    assert 0.04 < share < 0.06
-    # a higher rate keeps every message a lower rate kept (lifecycles survive a rate increase)
-    assert all(Tracer.sampled(i, 0.2) for i, kept in zip(ids, first, strict=True) if kept)
-    assert all(Tracer.sampled(i, 1.0) for i in ids[:100])
-    assert not any(Tracer.sampled(i, 0.0) for i in ids[:100])
-    assert not Tracer.sampled(None, 0.5)
+def test_sampling_is_decided_once_where_the_message_is_produced(obs_broker) -> None:
+    tracer = Tracer.for_client("c-s", "127.0.0.1", {"bootstrap.servers": obs_broker.bootstrap})
+    decisions = [tracer.sample(0.05) for _ in range(20_000)]
+    ids = [d for d in decisions if d]
+    assert 0.04 < len(ids) / 20_000 < 0.06 and len(set(ids)) == len(ids)
+    assert tracer.sample(1.0, "given-id") == "given-id"  # the Producer's ykafka-id becomes the trace id
+    assert tracer.sample(0.0) is None and Tracer.disabled().sample(1.0) is None
+    # hash sampling (messages of producers without tracing): same answer for the same id, str or bytes
+    keys = [f"t/0/{i}" for i in range(20_000)]
+    first = [Tracer.sampled(k, 0.05) for k in keys]
+    assert first == [Tracer.sampled(k.encode(), 0.05) for k in keys]
+    assert 0.04 < sum(first) / len(keys) < 0.06
+    assert all(Tracer.sampled(k, 0.2) for k, kept in zip(keys, first, strict=True) if kept)
+    tracer.close()
 
 
 def test_events_reach_the_trace_topic_in_order_with_all_fields(obs_broker) -> None:
@@ -58,27 +59,66 @@ def test_events_reach_the_trace_topic_in_order_with_all_fields(obs_broker) -> No
     tracer.close()
 
 
-def test_consumer_side_trace_uses_original_topic_and_attempt(obs_broker) -> None:
+def test_consumer_traces_what_the_producer_sampled_under_the_original_topic(obs_broker) -> None:
     topic = unique("pay")
     retry_topic = f"{topic}.retry.g1"
     p = Producer({"bootstrap.servers": obs_broker.bootstrap})
-    p.produce(retry_topic, b"v", b"key-9", headers=[("ykafka-id", b"abc123"), ("ykafka-original-topic", topic.encode()),
+    common = [("ykafka-original-topic", topic.encode()), ("ykafka-original-partition", b"0"),
+              ("ykafka-original-offset", b"17")]
+    p.produce(retry_topic, b"v", b"key-9", headers=[("ykafka-id", b"abc123"), ("ykafka-trace", b"abc123"), *common,
                                                     ("ykafka-attempt", b"2"),
-                                                    ("ykafka-original-timestamp", b"1700000000000")])
+                                                    ("ykafka-original-timestamp", b"1700000000000")],
+              partition=0)
+    p.produce(retry_topic, b"v", b"not-sampled", headers=[("ykafka-id", b"zzz"), *common], partition=0)  # not sampled
+    p.produce(retry_topic, b"v", b"foreign", headers=common, partition=0)  # a producer without tracing
     p.flush(10)
     c = consumer(obs_broker.bootstrap)
     c.subscribe([retry_topic])
-    msg = wait_for(lambda: (m := c.poll(0.5)) is not None and m.error() is None and m, timeout=30)
+    msgs: list = []
+    wait_for(lambda: msgs.extend(m for m in c.consume(10, 0.5) if m.error() is None) or len(msgs) == 3, timeout=30)
     c.close()
     tracer = Tracer.for_client("c-2", "127.0.0.1", {"bootstrap.servers": obs_broker.bootstrap})
-    assert tracer.trace_message("consumed", msg, {"topic.grade": "P0"}, group="g1", latency_ms=3.0)
-    assert not tracer.trace_message("consumed", msg, {"topic.grade": "P2"}, group="g1")  # not sampled
+    assert tracer.trace_message("consumed", msgs[0], {"topic.grade": "P0"}, group="g1", latency_ms=3.0)
+    assert not tracer.trace_message("consumed", msgs[0], {"topic.grade": "P2"}, group="g1")  # trace off here
+    assert not tracer.trace_message("consumed", msgs[1], rate=1.0, group="g1")
+    assert tracer.trace_id(msgs[2], 1.0) == f"{topic}/0/17"  # original coordinates: the same in every group
     tracer.flush(10)
     found = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 1, lambda e: e["msg_id"] == "abc123")
     assert len(found) == 1
     event = found[0]
     assert (event["kind"], event["topic"], event["detail"], event["attempt"], event["group"], event["key"],
-            event["msg_ts"]) == ("consumed", topic, retry_topic, 2, "g1", "key-9", 1_700_000_000_000)
+            event["msg_ts"], event["client_id"]) == ("consumed", topic, retry_topic, 2, "g1", "key-9",
+                                                     1_700_000_000_000, "c-2")
+    tracer.close()
+
+
+def test_producer_fast_paths_emit_produced_acked_and_failed(obs_broker) -> None:
+    tracer = Tracer.for_client("c-4", "127.0.0.1", {"bootstrap.servers": obs_broker.bootstrap}, cluster="dc-x")
+    topic = unique("fast")
+    p = Producer({"bootstrap.servers": obs_broker.bootstrap, "linger.ms": 0})
+    seen: list = []
+    mid = tracer.sample(1.0)
+    assert mid and tracer.produced(topic, b"k1", mid)
+    p.produce(topic, b"v", b"k1", headers=[("ykafka-trace", mid)],
+              on_delivery=tracer.wrap_delivery(lambda err, msg: seen.append(err), topic, b"k1", mid))
+    p.flush(10)
+    assert seen == [None]
+    tracer.flush(10)
+    found = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 2, lambda e: e["msg_id"] == mid)
+    assert [(e["kind"], e["key"], e["cluster"]) for e in found] == [("produced", "k1", "dc-x"), ("acked", "k1", "dc-x")]
+    assert found[1]["offset"] == 0 and found[1]["latency_ms"] >= 0 and found[1]["msg_ts"] > 0
+    fail_id = unique("failed-id")
+    failed = tracer.wrap_delivery(None, topic, "k3", fail_id)
+
+    class _Failed:
+        def latency(self) -> float:
+            return 0.5
+
+    failed("Broker: Message size too large", _Failed())
+    tracer.flush(10)
+    gone = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 1, lambda e: e["msg_id"] == fail_id)
+    assert [(e["kind"], e["error"], e["latency_ms"]) for e in gone] == [("failed", "Broker: Message size too large",
+                                                                         500.0)]
     tracer.close()
 
 

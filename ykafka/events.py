@@ -10,8 +10,9 @@ Wire format (schema version 1). A Kafka message carries a *batch* of events of o
 
 ``f`` names the row fields in the order of the schema below; rows are positional arrays, so encoding
 a batch is one C-level ``json.dumps`` call (about 1 µs per event) and the pipeline parses it in the JVM
-with ``from_json`` (no Python per event). A reader that honours ``f`` (:func:`decode`) also accepts
-batches whose fields are a prefix of this order, which is how later versions may append fields.
+with ``from_json`` (no Python per event). Rows may stop early: the fields they leave out come from the
+optional envelope object ``"c"`` (values constant for the batch, such as the emitting client's id, app
+and IP, sent once instead of in every row), else they are null.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ KIND_ORDER: dict[str, int] = {kind.value: i for i, kind in enumerate(TraceKind)}
 TRACE_FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "bigint"),  # when the step happened, epoch ms
     ("kind", "string"),  # a TraceKind value
-    ("msg_id", "string"),  # the ykafka-id header
+    ("msg_id", "string"),  # the correlation id: the ykafka-trace header (= ykafka-id when the producer stamps one)
     ("topic", "string"),  # the business topic (the original topic for retry / DLQ copies)
     ("key", "string"),  # the message key, utf-8 (undecodable bytes replaced)
     ("partition", "int"),
@@ -64,11 +65,12 @@ TRACE_FIELDS: tuple[tuple[str, str], ...] = (
     ("group", "string"),  # consumer group of consumer-side steps
     ("attempt", "int"),  # handler attempt number (retried / dead-lettered)
     ("error", "string"),
+    ("detail", "string"),  # free text, e.g. the retry / DLQ topic
     ("cluster", "string"),
+    # constant per emitting client: usually sent once per batch in the envelope's "c" (see module docstring)
     ("client_id", "string"),
     ("app", "string"),
     ("ip", "string"),
-    ("detail", "string"),  # free text, e.g. the retry / DLQ topic
 )
 
 METRIC_FIELDS: tuple[tuple[str, str], ...] = (
@@ -172,10 +174,13 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def encode_rows(kind: str, rows: Sequence[Sequence[Any]]) -> bytes:
-    """One Kafka message value holding ``rows`` (positional, in :data:`FIELDS` order)."""
-    return json.dumps({"v": SCHEMA_VERSION, "type": kind, "f": NAMES[kind], "r": rows},
-                      separators=(",", ":"), default=str).encode()
+def encode_rows(kind: str, rows: Sequence[Sequence[Any]], constants: Mapping[str, Any] | None = None) -> bytes:
+    """One Kafka message value holding ``rows`` (positional, in :data:`FIELDS` order, possibly cut short:
+    the missing trailing fields come from ``constants``)."""
+    doc: dict[str, Any] = {"v": SCHEMA_VERSION, "type": kind, "f": NAMES[kind], "r": rows}
+    if constants:
+        doc["c"] = {k: v for k, v in constants.items() if v is not None}
+    return json.dumps(doc, separators=(",", ":"), default=str).encode()
 
 
 def row(kind: str, event: Mapping[str, Any]) -> list[Any]:
@@ -194,7 +199,14 @@ def decode(value: bytes | str) -> tuple[str, list[dict[str, Any]]]:
     if not isinstance(doc, dict) or "r" not in doc or "f" not in doc:
         raise ValueError("not a ykafka event batch")
     names = doc["f"]
-    return str(doc.get("type", "")), [dict(zip(names, r, strict=False)) for r in doc["r"]]
+    constants = doc.get("c") or {}
+    out = []
+    for r in doc["r"]:
+        event = dict.fromkeys(names)
+        event.update(constants)
+        event.update((k, v) for k, v in zip(names, r, strict=False) if v is not None or k not in constants)
+        out.append(event)
+    return str(doc.get("type", "")), out
 
 
 def iter_events(values: Iterator[bytes]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -1,22 +1,28 @@
 """Message trace: lifecycle events of sampled messages, shipped off the hot path to ``__ykafka_trace``.
 
-The hot path only decides and enqueues: :meth:`Tracer.emit` appends one tuple to a bounded in-memory
-queue (a few hundred nanoseconds). A background thread drains the queue in batches into a dedicated
-librdkafka producer that writes :mod:`ykafka.events` batches. When the queue is full, or the trace
-cluster is unreachable long enough for the trace producer's own queue to fill or its messages to time
-out, events are *dropped and counted* (:meth:`EventSink.stats`): business sends never wait for tracing.
+The hot path only decides and enqueues: an emit appends one tuple to a bounded in-memory queue (a few
+hundred nanoseconds). A background thread drains the queues in batches into a dedicated librdkafka
+producer that writes :mod:`ykafka.events` batches. When a queue is full, or the trace cluster is
+unreachable long enough for the trace producer's own queue to fill or its messages to time out, events
+are *dropped and counted* (:meth:`EventSink.stats`): business sends never wait for tracing.
 
-Sampling is decided by a hash of the message id (the ``ykafka-id`` header), so every lifecycle event of
-a sampled message is kept, in every process that sees it (producer and consumers alike), without any
-shared state; that is also what makes the pipeline's completeness audit exact on the sampled subset.
+Sampling is decided once per message, where it is produced (:meth:`Tracer.sample`: one ``random()`` for
+an unsampled message, no id, no header), and travels with it: a sampled message carries the header
+``ykafka-trace`` whose value is its correlation id (the ``ykafka-id`` the Producer stamps, when it does).
+Every consumer of every group then traces exactly the messages that carry it, so all lifecycle events of
+a sampled message are kept and the pipeline's completeness audit is exact on the sampled subset.
+Messages from producers without tracing (no ``ykafka-trace`` nor ``ykafka-id``) are sampled by a hash of
+their original coordinates ``topic/partition/offset``, which every group computes alike.
 
 Hook API for the Producer / Consumer::
 
     tracer = Tracer.for_client(client_id, ip, {"bootstrap.servers": ...}, app=app_id, cluster="dc-a")
-    rate = tracer.rate(effective)                  # per topic, once per config version (0.0 = off)
-    if rate and tracer.sampled(msg_id, rate):      # per message
-        tracer.emit("produced", topic=t, key=k, msg_id=msg_id)
-    tracer.trace_message("consumed", msg, effective, group="g1", latency_ms=...)   # consumer side
+    rate = tracer.rate(effective)                   # per topic, once per config version (0.0 = off)
+    mid = tracer.sample(rate, msg_id)               # per message: None = not traced (msg_id optional)
+    if mid:                                          # add ("ykafka-trace", mid) to the headers, then
+        tracer.produced(topic, key, mid)
+        on_delivery = tracer.wrap_delivery(on_delivery, topic, key, mid)   # emits acked / failed
+    tracer.trace_message("consumed", msg, rate=rate, group="g1", latency_ms=...)   # consumer side
     tracer.close()
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import random
 import threading
 import time
 import zlib
@@ -40,7 +47,10 @@ from ykafka.config import register_option
 log = structlog.get_logger(__name__)
 
 _TRACE_KEYS = ("trace.enabled", "trace.sample.rate", "topic.grade")
+TRACE_HEADER = "ykafka-trace"
 _ORIGINAL_TOPIC = "ykafka-original-topic"
+_ORIGINAL_PARTITION = "ykafka-original-partition"
+_ORIGINAL_OFFSET = "ykafka-original-offset"
 _ATTEMPT = "ykafka-attempt"
 _ORIGINAL_TIMESTAMP = "ykafka-original-timestamp"
 _SCALE = 1 << 32
@@ -86,9 +96,11 @@ SINK_PRODUCER_DEFAULTS: dict[str, Any] = {
 
 
 class EventSink:
-    """Bounded queues of event rows per type, drained by one thread into one librdkafka producer.
+    """Bounded queues of event rows, drained by one thread into one librdkafka producer.
 
-    ``put`` never blocks and never raises for capacity: it returns False and counts the drop.
+    A *channel* is one queue of one event type with its batch constants (e.g. the emitting client's id);
+    several tracers / metrics of a process can share a sink through their own channels. ``put`` never
+    blocks and never raises for capacity: it returns False and counts the drop.
     """
 
     def __init__(self, producer_conf: Mapping[str, Any], queue_max: int = 100_000, batch_max: int = 1000,
@@ -101,7 +113,8 @@ class EventSink:
         conf.setdefault("client.id", name)
         self._producer = _RdProducer(conf)
         self._topics = dict(events.TOPICS if topics is None else topics)
-        self._queues: dict[str, deque[Any]] = {kind: deque() for kind in self._topics}
+        self._channels: list[tuple[str, dict[str, Any], deque[Any]]] = []
+        self._default: dict[str, deque[Any]] = {}
         self._max = queue_max
         self._batch_max = batch_max
         self._interval_s = interval_s
@@ -109,18 +122,42 @@ class EventSink:
         self.dropped_full: dict[str, int] = dict.fromkeys(self._topics, 0)
         self.dropped_undeliverable: dict[str, int] = dict.fromkeys(self._topics, 0)
         self.delivered: dict[str, int] = dict.fromkeys(self._topics, 0)
-        self._in_flight = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
+        for kind in self._topics:
+            self._default[kind] = self._add_channel(kind, {})
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+
+    def _add_channel(self, kind: str, constants: Mapping[str, Any]) -> deque[Any]:
+        if kind not in self._topics:
+            raise ValueError(f"unknown event type {kind!r}")
+        queue: deque[Any] = deque()
+        with self._lock:
+            self._channels = [*self._channels, (kind, dict(constants), queue)]
+        return queue
+
+    def channel(self, kind: str, constants: Mapping[str, Any] | None = None) -> Callable[[Any], bool]:
+        """A ``put(row)`` function of a new queue whose rows share ``constants`` (trailing fields)."""
+        queue = self._add_channel(kind, constants or {})
+        limit, stop, dropped = self._max, self._stop, self.dropped_full
+        append = queue.append
+
+        def put(row: Any) -> bool:
+            if len(queue) >= limit or stop.is_set():
+                dropped[kind] += 1
+                return False
+            append(row)
+            return True
+
+        return put
 
     # --- hot path --------------------------------------------------------------------------------
 
     def put(self, kind: str, row: Any) -> bool:
-        """Enqueue one positional row of event type ``kind``; False (and counted) when full or closed."""
-        queue = self._queues[kind]
+        """Enqueue one full positional row of event type ``kind``; False (and counted) when full or closed."""
+        queue = self._default[kind]
         if len(queue) >= self._max or self._stop.is_set():
             self.dropped_full[kind] += 1
             return False
@@ -142,7 +179,7 @@ class EventSink:
 
     def _drain(self) -> int:
         sent = 0
-        for kind, queue in self._queues.items():
+        for kind, constants, queue in self._channels:
             topic = self._topics[kind]
             while queue:
                 batch = []
@@ -152,9 +189,9 @@ class EventSink:
                         batch.append(popleft())
                 if not batch:
                     break
-                self.enqueued[kind] += len(batch)
-                value = events.encode_rows(kind, batch)
                 count = len(batch)
+                self.enqueued[kind] += count
+                value = events.encode_rows(kind, batch, constants)
                 try:
                     self._producer.produce(topic, value, on_delivery=self._on_delivery(kind, count))
                 except BufferError:
@@ -165,15 +202,11 @@ class EventSink:
                     self.dropped_undeliverable[kind] += count
                     log.warning("ykafka.events.produce_failed", topic=topic, error=str(exc))
                     continue
-                with self._lock:
-                    self._in_flight += 1
                 sent += count
         return sent
 
     def _on_delivery(self, kind: str, count: int) -> Callable[[Any, Any], None]:
         def done(err: Any, _msg: Any) -> None:
-            with self._lock:
-                self._in_flight -= 1
             if err is None:
                 self.delivered[kind] += count
             else:
@@ -186,7 +219,7 @@ class EventSink:
     def flush(self, timeout: float = 10.0) -> int:
         """Wait until queued events are delivered (or dropped); returns batches still in flight."""
         deadline = time.monotonic() + timeout
-        while any(self._queues.values()) and time.monotonic() < deadline and self._thread.is_alive():
+        while any(q for _k, _c, q in self._channels) and time.monotonic() < deadline and self._thread.is_alive():
             self._wake.set()
             time.sleep(0.01)
         left = self._producer.flush(max(0.0, deadline - time.monotonic()))
@@ -207,7 +240,7 @@ class EventSink:
         return {kind: {"enqueued": self.enqueued[kind], "delivered": self.delivered[kind],
                        "dropped_full": self.dropped_full[kind],
                        "dropped_undeliverable": self.dropped_undeliverable[kind],
-                       "queued": len(self._queues[kind])} for kind in self._topics}
+                       "queued": sum(len(q) for k, _c, q in self._channels if k == kind)} for kind in self._topics}
 
 
 def sink_conf(rdkafka: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -258,7 +291,9 @@ class Tracer:
         self.ip = ip
         self.cluster = cluster
         self._own_sink = own_sink
-        self._put = sink.put if sink is not None else None
+        self._put: Callable[[Any], bool] | None = None
+        if sink is not None:
+            self._put = sink.channel("trace", {"client_id": client_id, "app": app, "ip": ip})
 
     @classmethod
     def for_client(cls, client_id: str, ip: str, producer_conf: Mapping[str, Any] | None, *, app: str = "",
@@ -289,9 +324,18 @@ class Tracer:
         """Whether messages of a topic with this effective config may be traced at all."""
         return self._put is not None and self.rate(effective) > 0.0
 
+    def sample(self, rate: float, msg_id: str | None = None) -> str | None:
+        """Producer side, once per message: the correlation id to trace it under, or None (not traced).
+
+        Cheap when it says no (one ``random()``); put the returned id in the ``ykafka-trace`` header.
+        """
+        if rate <= 0.0 or self._put is None or (rate < 1.0 and _random() >= rate):
+            return None
+        return msg_id or new_message_id()
+
     @staticmethod
     def sampled(msg_id: str | bytes | None, rate: float) -> bool:
-        """Deterministic per message id: the same answer in every process for the same id and rate."""
+        """Deterministic per id: the same answer in every process for the same id and rate."""
         if rate >= 1.0:
             return True
         if rate <= 0.0 or not msg_id:
@@ -299,10 +343,41 @@ class Tracer:
         raw = msg_id if type(msg_id) is bytes else str(msg_id).encode()
         return zlib.crc32(raw) < rate * _SCALE
 
-    def should_trace(self, effective: Mapping[str, Any], msg_id: str | bytes | None) -> bool:
-        return self._put is not None and self.sampled(msg_id, self.rate(effective))
-
     # --- emitting --------------------------------------------------------------------------------
+
+    def produced(self, topic: str, key: Any, msg_id: str, cluster: str | None = None) -> bool:
+        """The message was handed to the producer (fast path of :meth:`emit`)."""
+        put = self._put
+        if put is None:
+            return False
+        if key is not None and type(key) is not str:
+            key = _text(key)
+        return put((int(_time() * 1000), "produced", msg_id, topic, key, None, None, None, None, None, None, None,
+                    None, cluster or self.cluster))
+
+    def wrap_delivery(self, callback: Callable[[Any, Any], None] | None, topic: str, key: Any, msg_id: str,
+                      cluster: str | None = None) -> Callable[[Any, Any], None]:
+        """A delivery callback that emits ``acked`` (partition, offset, latency) or ``failed``, then calls
+        ``callback``; use it for the sampled messages only."""
+        put = self._put
+        if key is not None and type(key) is not str:
+            key = _text(key)
+        where = cluster or self.cluster
+
+        def delivered(err: Any, msg: Any) -> None:
+            if put is not None:
+                latency = msg.latency()
+                latency_ms = None if latency is None else round(latency * 1000, 3)
+                if err is None:
+                    put((int(_time() * 1000), "acked", msg_id, topic, key, msg.partition(), msg.offset(),
+                         msg.timestamp()[1], latency_ms, None, None, None, None, where))
+                else:
+                    put((int(_time() * 1000), "failed", msg_id, topic, key, None, None, None, latency_ms, None,
+                         None, str(err), None, where))
+            if callback is not None:
+                callback(err, msg)
+
+        return delivered
 
     def emit(self, kind: str, *, topic: str, key: Any = None, msg_id: Any = None, partition: int | None = None,
              offset: int | None = None, msg_ts: int | None = None, latency_ms: float | None = None,
@@ -316,27 +391,45 @@ class Tracer:
             key = _text(key)
         if type(msg_id) is not str and msg_id is not None:
             msg_id = _text(msg_id)
-        return put("trace", (
-            ts or int(time.time() * 1000), kind, msg_id, topic, key, partition, offset, msg_ts, latency_ms,
-            group, attempt, None if error is None else str(error), cluster or self.cluster, self.client_id,
-            self.app, self.ip, detail))
+        return put((
+            ts or int(_time() * 1000), kind, msg_id, topic, key, partition, offset, msg_ts, latency_ms, group,
+            attempt, None if error is None else str(error), detail, cluster or self.cluster))
+
+    def trace_id(self, msg: Any, rate: float) -> str | None:
+        """Consumer side: the correlation id of a consumed message if it is to be traced, else None.
+
+        Traced: a message carrying ``ykafka-trace`` (sampled where it was produced); a message from a
+        producer without tracing (neither ``ykafka-trace`` nor ``ykafka-id``) whose original coordinates
+        hash into ``rate``. A ykafka message the producer chose not to sample is not traced.
+        """
+        if rate <= 0.0 or self._put is None:
+            return None
+        headers = msg.headers()
+        found = _header(headers, TRACE_HEADER)
+        if found:
+            return found
+        if _header(headers, events.MESSAGE_ID_HEADER):
+            return None
+        topic = _header(headers, _ORIGINAL_TOPIC) or msg.topic()
+        partition = _header(headers, _ORIGINAL_PARTITION) or msg.partition()
+        offset = _header(headers, _ORIGINAL_OFFSET) or msg.offset()
+        coordinates = f"{topic}/{partition}/{offset}"
+        return coordinates if self.sampled(coordinates, rate) else None
 
     def trace_message(self, kind: str, msg: Any, effective: Mapping[str, Any] | None = None, *,
                       rate: float | None = None, group: str | None = None, latency_ms: float | None = None,
                       error: Any = None, detail: str | None = None, cluster: str | None = None) -> bool:
-        """Consumer side: trace a confluent-kafka ``Message`` if its id is sampled.
+        """Consumer side: trace a confluent-kafka ``Message`` if :meth:`trace_id` says so.
 
         Retry copies are traced under their original topic (``ykafka-original-topic``) with the retry
-        topic in ``detail``, so a key's timeline is one story across retry and DLQ topics.
+        topic in ``detail``, and audited in their original message's time bucket.
         """
         if self._put is None:
             return False
-        headers = msg.headers()
-        msg_id = _header(headers, events.MESSAGE_ID_HEADER)
-        if rate is None:
-            rate = self.rate(effective or {})
-        if not self.sampled(msg_id, rate):
+        msg_id = self.trace_id(msg, self.rate(effective or {}) if rate is None else rate)
+        if msg_id is None:
             return False
+        headers = msg.headers()
         topic = msg.topic()
         original = _header(headers, _ORIGINAL_TOPIC)
         if original and original != topic:
@@ -347,11 +440,11 @@ class Tracer:
         msg_ts = ts_value if ts_type else None
         original_ts = _header(headers, _ORIGINAL_TIMESTAMP)
         if original_ts and original_ts.isdigit():
-            msg_ts = int(original_ts)  # a retry copy is audited in its original message's bucket
+            msg_ts = int(original_ts)
         return self.emit(kind, topic=topic, key=msg.key(), msg_id=msg_id, partition=msg.partition(),
-                         offset=msg.offset(), msg_ts=msg_ts, latency_ms=latency_ms,
-                         group=group, attempt=int(attempt) if attempt and attempt.isdigit() else None,
-                         error=error, cluster=cluster, detail=detail)
+                         offset=msg.offset(), msg_ts=msg_ts, latency_ms=latency_ms, group=group,
+                         attempt=int(attempt) if attempt and attempt.isdigit() else None, error=error,
+                         cluster=cluster, detail=detail)
 
     # --- life cycle ------------------------------------------------------------------------------
 
@@ -367,3 +460,7 @@ class Tracer:
         if self.sink is not None and self._own_sink:
             self.sink.close(timeout)
         self._put = None
+
+
+_random = random.random
+_time = time.time
