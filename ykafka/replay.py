@@ -162,7 +162,10 @@ class ClusterLink:
                 msg.on_delivery(None, m)
             return
         self.health.on_error(err)
-        if is_resendable(err):
+        # a purge we did not do is the application's own: report it, as librdkafka would
+        user_purge = err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT) \
+            and client not in self._retired
+        if not user_purge and is_resendable(err):
             # Reports of queued and in-flight messages do not come back in produce order: collect them,
             # take the client out of service (the rest of its messages come back purged), and re-route the
             # lot in produce order once it holds nothing (see poll).
