@@ -149,17 +149,15 @@ def test_frozen_broker_times_out_into_spill_and_everything_arrives(one_broker: B
     assert _post_ordered([(m.partition() or 0, m.offset() or 0, m.key(), m.value()) for m in records])
 
 
-@pytest.mark.parametrize("via", ["engine", "producer"])
-def test_client_sigkilled_while_spilling_loses_nothing(one_broker: Broker, tmp_path: Path, via: str) -> None:
-    """The producer process dies (SIGKILL) while it spills; the next run on the same spill dir replays."""
-    topic = unique("spill-sigkill")
-    create_topic(one_broker.bootstrap, topic, 3)
-    spill = tmp_path / "spill"
-    child = [sys.executable, "-m", "tests.dr_child", one_broker.bootstrap, str(spill), topic]
-    tail = [via] if via == "producer" else []
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _spill_then_sigkill(broker: Broker, child: list[str], tail: list[str]) -> list[int]:
+    """Run the child producer, take the broker away, SIGKILL the child mid-spill; returns the ids whose
+    ``produce`` returned (0..99 were acknowledged before the broker went away)."""
     proc = subprocess.Popen([*child, "produce", *tail], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
-                            env=env, cwd=Path(__file__).resolve().parent.parent)
+                            env=ENV, cwd=ROOT)
     assert proc.stdout is not None and proc.stdin is not None
     accepted: list[int] = []
     killed = False
@@ -170,7 +168,7 @@ def test_client_sigkilled_while_spilling_loses_nothing(one_broker: Broker, tmp_p
             if word == "A":
                 accepted.append(int(arg))
             elif word == "READY":  # phase 1 acknowledged: take the cluster away, then let it go on
-                one_broker.kill()
+                broker.kill()
                 proc.stdin.write("GO\n")
                 proc.stdin.flush()
             elif word == "SPILLING":
@@ -181,15 +179,60 @@ def test_client_sigkilled_while_spilling_loses_nothing(one_broker: Broker, tmp_p
     finally:
         proc.wait(30)
     assert killed and proc.returncode == -signal.SIGKILL
-    one_broker.start()
-    recover = subprocess.run([*child, "recover", *tail], capture_output=True, text=True, env=env, timeout=120,
-                             cwd=Path(__file__).resolve().parent.parent)
+    return accepted
+
+
+def _recover(child: list[str], tail: list[str]) -> int:
+    recover = subprocess.run([*child, "recover", *tail], capture_output=True, text=True, env=ENV, timeout=120,
+                             cwd=ROOT)
     assert recover.returncode == 0, recover.stderr[-2000:]
-    replayed = int(recover.stdout.split("REPLAYED ")[1].split()[0])
+    return int(recover.stdout.split("REPLAYED ")[1].split()[0])
+
+
+@pytest.mark.parametrize("via", ["engine", "producer"])
+def test_client_sigkilled_while_spilling_loses_nothing(one_broker: Broker, tmp_path: Path, via: str) -> None:
+    """The producer process dies (SIGKILL) while it spills; the next run on the same spill dir replays."""
+    topic = unique("spill-sigkill")
+    create_topic(one_broker.bootstrap, topic, 3)
+    child = [sys.executable, "-m", "tests.dr_child", one_broker.bootstrap, str(tmp_path / "spill"), topic]
+    tail = [via] if via == "producer" else []
+    accepted = _spill_then_sigkill(one_broker, child, tail)
+    one_broker.start()
+    replayed = _recover(child, tail)
     records = read_all(one_broker.bootstrap, topic)
     phase1 = set(range(100))  # acknowledged before the broker was killed (and lost with its memory)
     counts = tally([i for i in accepted if i not in phase1], [int(m.value() or b"0") for m in records])
     print(f"client SIGKILL ({via}):", counts, "accepted:", len(accepted), "replayed after restart:", replayed)
     assert counts["lost"] == 0
     assert counts["sent"] >= 300 and replayed >= counts["sent"]
+    assert _post_ordered([(m.partition() or 0, m.offset() or 0, m.key(), m.value()) for m in records])
+
+
+def test_replay_killed_mid_way_resumes_on_the_next_start(one_broker: Broker, tmp_path: Path) -> None:
+    """A crash during replay (records in flight, none acknowledged yet) loses nothing: the next start
+    replays from the oldest record still on disk (at-least-once: duplicates allowed)."""
+    topic = unique("replay-sigkill")
+    create_topic(one_broker.bootstrap, topic, 3)
+    child = [sys.executable, "-m", "tests.dr_child", one_broker.bootstrap, str(tmp_path / "spill"), topic]
+    accepted = _spill_then_sigkill(one_broker, child, [])
+    one_broker.start()
+    one_broker.freeze()  # the replay sends, nothing is acknowledged
+    proc = subprocess.Popen([*child, "recover"], stdout=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if "spill.replay_start" in line:
+                time.sleep(1.0)
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+    one_broker.thaw()
+    replayed = _recover(child, [])
+    records = read_all(one_broker.bootstrap, topic)
+    counts = tally([i for i in accepted if i >= 100], [int(m.value() or b"0") for m in records])
+    print("replay SIGKILL:", counts, "replayed by the second recovery:", replayed)
+    assert counts["lost"] == 0
+    assert replayed >= counts["sent"] >= 300
     assert _post_ordered([(m.partition() or 0, m.offset() or 0, m.key(), m.value()) for m in records])
