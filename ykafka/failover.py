@@ -442,7 +442,6 @@ class DisasterRecovery:
         self._store = OutageStore(options.spill_dir / "failback")
         self._closed = threading.Event()
         self.on_link_available: Callable[[str], None] | None = None  # the owner rebuilds its clients
-        self.on_client_error: Callable[[KafkaError], None] | None = None  # owner's error_cb feeds this
         self.on_close: list[Callable[[], None]] = []
         for outage in self._store.load_all():
             self._outages[(outage.primary, outage.topic)] = outage
@@ -501,6 +500,11 @@ class DisasterRecovery:
         """A client error that names no cluster: probe every cluster now."""
         for name in list(self.health.status()):
             self.health.cluster(name).suspect(reason)
+
+    def client_error(self, err: KafkaError) -> None:
+        """Feed an ``error_cb`` error of a client the engine does not own (it may not say which cluster)."""
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            self.suspect_all(err.name())
 
     def _link_available(self, cluster: str) -> None:
         if self.on_link_available is not None:
@@ -863,19 +867,14 @@ def attach(producer: Any, **overrides: Any) -> DisasterRecovery:
                 if client.cluster == cluster:
                     producer._retire(client, reason)
 
-    def on_error(err: Any) -> None:  # the Producer's error_cb is shared by its clients: wake every probe
-        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
-            engine.suspect_all(err.name())
-
     engine.on_link_available = rebuild
-    engine.on_client_error = on_error
     if slot is not None:
         engine.on_close.append(slot.release)
     if not getattr(producer, "feeds_client_errors", False):  # chain into the Producer's error_cb
         user_error_cb = producer._user_error_cb
 
-        def chained(err: Any) -> None:
-            on_error(err)
+        def chained(err: Any) -> None:  # the Producer's error_cb is shared by its clients: probe them all
+            engine.client_error(err)
             if user_error_cb is not None:
                 user_error_cb(err)
 

@@ -224,6 +224,9 @@ class HealthMonitor:
         self._lock = threading.Lock()
 
     def cluster(self, name: str) -> ClusterHealth:
+        found = self._clusters.get(name)
+        if found is not None:
+            return found
         with self._lock:
             health = self._clusters.get(name)
             if health is None:
