@@ -35,6 +35,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ykafka.catalog import Scope, ScopeKind
+from ykafka.config import register_option
 from ykafka.errors import ClosedError, SpillFullError
 from ykafka.health import ClusterState, HealthMonitor, HealthPolicy
 from ykafka.replay import ClusterLink, Outgoing, Replayer, replay_config
@@ -720,11 +721,19 @@ class DisasterRecovery:
             time.sleep(timeout)
         return served
 
-    def flush(self, timeout: float = 30.0) -> int:
-        """Wait until every message is acknowledged or durably spilled; return how many are neither."""
+    def pending(self) -> int:
+        """Messages in the engine's own clients (standby, retired) or awaiting their spill commit; the
+        caller's own clients are not counted (their owner counts them)."""
+        links = list(self._links.values())
+        return sum(link.outstanding(external=False) + (link.queue.uncommitted if link.queue is not None else 0)
+                   for link in links)
+
+    def flush(self, timeout: float = 30.0, external: bool = False) -> int:
+        """Wait until every message is acknowledged or durably spilled; return how many are neither.
+        ``external``: also wait for caller-owned clients (polled here when ``autopoll`` is off)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            outstanding = sum(link.outstanding() for link in list(self._links.values()))
+            outstanding = sum(link.outstanding(external) for link in list(self._links.values()))
             if outstanding == 0:
                 break
             if not self.options.autopoll:
@@ -734,13 +743,13 @@ class DisasterRecovery:
         for link in list(self._links.values()):
             if link.queue is not None:
                 link.queue.wait_committed(max(0.0, deadline - time.monotonic()))
-        return sum(link.outstanding() for link in list(self._links.values()))
+        return sum(link.outstanding(external) for link in list(self._links.values()))
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Wait until spills are replayed and failback syncs finished (tests, samples, shutdown)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            busy = (self.flush(0.5) or any(link.queue is not None and link.queue.depth
+            busy = (self.flush(0.5, external=True) or any(link.queue is not None and link.queue.depth
                                            for link in list(self._links.values()))
                     or self._syncs or any(o.ended is not None for o in self._outages.values()))
             if not busy:
@@ -788,6 +797,19 @@ class DisasterRecovery:
 
 
 # --- wiring into ykafka.Producer -------------------------------------------------------------------------
+
+def _bool_option(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise ValueError("expected a boolean (true / false)")
+    return value in ("true", "1", "yes", "on")
+
+
+register_option("ykafka.dr.enabled", _bool_option, True,
+                "route sends through the disaster-recovery engine (spill, replay, dual-DC failover)", None)
+
 
 def options_from(local: Mapping[str, Any], cache_dir: Path, **overrides: Any) -> DrOptions:
     """DrOptions from ``ykafka.spill.*`` local options."""

@@ -254,10 +254,13 @@ class ClusterLink:
             time.sleep(timeout)
         return served
 
-    def outstanding(self) -> int:
-        """Messages handed to librdkafka and not yet reported (live and retired clients)."""
+    def outstanding(self, external: bool = True) -> int:
+        """Messages handed to librdkafka and not yet reported (live and retired clients; ``external``:
+        also the caller-owned clients, which only their owner polls)."""
         with self._lock:
-            clients = ([self._client] if self._client is not None else []) + self._external + self._retired
+            clients = ([self._client] if self._client is not None else []) + self._retired
+            if external:
+                clients += self._external
         return sum(len(c) for c in clients)
 
     def flush(self, timeout: float) -> int:

@@ -467,6 +467,11 @@ class SpillQueue:
     def bytes(self) -> int:
         return self._bytes
 
+    @property
+    def uncommitted(self) -> int:
+        """Records accepted and not yet on disk (async appends waiting for the writer)."""
+        return max(0, self._next_seq - 1 - self._committed)
+
     def __len__(self) -> int:
         return self._depth
 
