@@ -6,6 +6,7 @@ configuration that arrives through the MetaServer grant and Apollo namespaces.
 
 from __future__ import annotations
 
+from ykafka.consumer import Consumer
 from ykafka.errors import (
     AclDenied,
     AuthError,
@@ -34,6 +35,7 @@ __all__ = [
     "BufferFullError",
     "ClosedError",
     "ConfigError",
+    "Consumer",
     "InvalidConfigValue",
     "KafkaError",
     "KafkaTimeoutError",

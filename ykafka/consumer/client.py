@@ -1,0 +1,375 @@
+"""``ykafka.Consumer``: a drop-in ``confluent_kafka.Consumer`` that operators steer live, plus ``run(handler)``.
+
+Users who keep their own loop call ``subscribe`` / ``poll`` / ``commit`` as with confluent-kafka. Users who
+only want to write a handler call ``run(handler)``: one librdkafka consumer feeds a worker pool with
+ordering, at-least-once commits, back-pressure and retry / DLQ (:mod:`ykafka.consumer.engine`).
+
+Either way the client authenticates through the shared :class:`~ykafka.runtime.Runtime`, refuses topics and
+groups outside its ACL before anything is sent, reads from the cluster ``route.cluster`` names, and
+applies hot-config changes (resolved for the group, and for the topic when it subscribes to one) live.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+import structlog
+from confluent_kafka import Message, TopicPartition
+
+from ykafka import catalog
+from ykafka import config as config_mod
+from ykafka.consumer import session as S
+from ykafka.consumer.engine import Engine, retry_policy
+from ykafka.consumer.retry import RetryRouter, shared_properties
+from ykafka.consumer.settings import Settings
+from ykafka.consumer.shutdown import stop_on_signals
+from ykafka.errors import ClosedError, ConfigError, InvalidConfigValue, from_kafka_error
+from ykafka.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+USER = "user"  # pause reason of Consumer.pause()
+
+
+class Consumer:
+    """Drop-in replacement of ``confluent_kafka.Consumer`` with live hot config and a handler framework."""
+
+    def __init__(self, config: Mapping[str, Any], runtime: Runtime | None = None) -> None:
+        conf = config_mod.load(config, "consumer")
+        group = conf.rdkafka.get("group.id")
+        self.group: str | None = str(group) if group else None
+        self._own_runtime = runtime is None
+        self.runtime = runtime or Runtime(conf, group=self.group)
+        self.runtime.start()
+        self._closed = False
+        try:
+            if self.group:
+                self.runtime.check_acl("group", self.group)
+            self.settings = Settings.from_options(conf.options)
+            self._topics: list[str] = []
+            self.cluster = self.runtime.route(group=self.group)
+            self.effective = self._resolve(self.cluster)
+            self._session = S.Session(self._props(self.cluster, self.effective), facade=self)
+            self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None)
+            self._lock = threading.Lock()
+            self._stopped = threading.Event()
+            self._stopped.set()
+            listen = getattr(self.runtime, "add_version_listener", None)
+            if listen is not None:
+                listen(self._on_version)
+            else:
+                self.runtime.add_listener(lambda _change: self._on_version(self.runtime.version))
+            self.runtime.set_report_provider(self._report)
+        except BaseException:
+            if self._own_runtime:
+                self.runtime.close()
+            raise
+
+    # -- configuration ----------------------------------------------------------------------------------
+
+    def _scope_topic(self) -> str | None:
+        """Topic scope of resolution: the topic when the consumer reads exactly one, else group scope only."""
+        plain = [t for t in self._topics if not t.startswith("^")]
+        return plain[0] if len(plain) == 1 and len(self._topics) == 1 else None
+
+    def _resolve(self, cluster: str) -> dict[str, Any]:
+        return self.runtime.effective(topic=self._scope_topic(), group=self.group, cluster=cluster)
+
+    def _props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
+        return self.runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "consumer."))
+
+    def _route(self, topics: Sequence[str]) -> str:
+        clusters = {self.runtime.route(topic=t, group=self.group) for t in topics if not t.startswith("^")}
+        if not clusters:
+            return self.runtime.route(group=self.group)
+        if len(clusters) > 1:
+            raise ConfigError(f"topics {list(topics)} are routed to different clusters {sorted(clusters)}; "
+                              "use one consumer per cluster")
+        return clusters.pop()
+
+    def _on_version(self, _version: int) -> None:
+        """Hot config or grant moved: re-resolve and hand what changed to the engine (cheap, any thread)."""
+        if self._closed:
+            return
+        try:
+            cluster = self._route(self._topics)
+            effective = self._resolve(cluster)
+        except Exception as exc:  # keep the previous values in force
+            log.warning("hot config not applied", error=str(exc))
+            return
+        changes = {k: v for k, v in effective.items()
+                   if k.startswith("consumer.") and self.effective.get(k) != v}
+        self.effective = effective
+        if cluster != self.cluster:
+            self._switch(cluster, effective)
+        if changes:
+            self.apply(changes)
+
+    def _switch(self, cluster: str, effective: Mapping[str, Any]) -> None:
+        log.info("consumer route changed", previous=self.cluster, cluster=cluster)
+        self.cluster = cluster
+        props = self._props(cluster, effective)
+        if self.engine.running:
+            props["enable.auto.commit"] = False
+        self.engine.switch_cluster(props, self._router_factory(cluster))
+
+    def apply(self, changes: Mapping[str, Any]) -> dict[str, InvalidConfigValue]:
+        """Apply hot-config values now (the entry point the runtime's change events use)."""
+        rejected = self.engine.apply(changes)
+        for name, exc in rejected.items():
+            self.runtime.record_error({"type": "config_rejected", "key": name, "value": str(exc.value),
+                                       "reason": exc.reason})
+        return rejected
+
+    def _router_factory(self, cluster: str) -> Callable[[], RetryRouter] | None:
+        if not self.group:
+            return None
+        group = self.group
+
+        def build() -> RetryRouter:
+            connection = shared_properties(self.runtime.rdkafka_config(cluster))
+            return RetryRouter(group, connection, retry_policy(self.engine.effective))
+
+        return build
+
+    def _report(self) -> dict[str, Any]:
+        engine = self.engine
+        return {"topics": list(self._topics), "group": self.group, "cluster": self.cluster,
+                "state": "running" if engine.running else ("closed" if self._closed else "idle"),
+                "consumer": {"workers": engine.pool.alive if engine.pool else 0,
+                             "ordering": engine.dispatcher.ordering if engine.dispatcher else None,
+                             "processed": engine.processed, "failed": engine.failed,
+                             "paused": self._session.operator_paused, "left": self._session.left}}
+
+    # -- framework mode ---------------------------------------------------------------------------------
+
+    def run(self, handler: Callable[[Message], Any], topics: Sequence[str] | None = None) -> None:
+        """Process messages with ``handler`` on the worker pool until stopped (SIGTERM / SIGINT or :meth:`stop`).
+
+        The handler receives one ``confluent_kafka.Message``; returning means done, raising sends the message
+        to the retry topics / DLQ. Offsets are committed once every earlier message is done.
+        """
+        self._prepare_run(topics)
+        self._stopped.clear()
+        try:
+            with stop_on_signals(self.engine.stop):
+                self.engine.run(handler)
+        finally:
+            self._stopped.set()
+
+    def run_async(self, handler: Callable[[Message], Coroutine[Any, Any, Any]],
+                  topics: Sequence[str] | None = None) -> None:
+        """:meth:`run` for an ``async def`` handler (coroutines run on one event loop thread)."""
+        self._prepare_run(topics)
+        self._stopped.clear()
+        try:
+            with stop_on_signals(self.engine.stop):
+                self.engine.run_async(handler)
+        finally:
+            self._stopped.set()
+
+    def _prepare_run(self, topics: Sequence[str] | None) -> None:
+        self._check_open()
+        if not self.group:
+            raise ConfigError("run() needs a group.id")
+        if topics is not None:
+            self.subscribe(list(topics))
+        if not self._topics:
+            raise ConfigError("run() needs topics: call subscribe(topics) first or pass topics=")
+        factory = self._router_factory(self.cluster)
+        self.engine.router = factory() if factory is not None else None
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish in-flight work, commit, leave the group and return."""
+        self.engine.stop()
+
+    # -- drop-in API ------------------------------------------------------------------------------------
+
+    def subscribe(self, topics: Sequence[str], on_assign: S.RebalanceCallback | None = None,
+                  on_revoke: S.RebalanceCallback | None = None, on_lost: S.RebalanceCallback | None = None) -> None:
+        self._check_open()
+        topics = list(topics)
+        for topic in topics:
+            # A regex cannot be checked topic by topic: it needs a consume grant on every topic.
+            self.runtime.check_acl("consume", "*" if topic.startswith("^") else topic)
+        cluster = self._route(topics)
+        for topic in topics:
+            if not topic.startswith("^"):
+                self.runtime.subscribe(topic=topic, group=self.group, cluster=cluster)
+        self._topics = topics
+        if cluster != self.cluster:
+            self.cluster = cluster
+            self._session.props = self._props(cluster, self._resolve(cluster))
+        self._on_version(self.runtime.version)  # the topic scope may change the effective values
+        self._session.subscribe(topics, on_assign, on_revoke, on_lost)
+
+    def unsubscribe(self) -> None:
+        self._topics = []
+        self._session.unsubscribe()
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self._check_open()
+        for tp in partitions:
+            self.runtime.check_acl("consume", tp.topic)
+        self._session.assign(partitions)
+
+    def unassign(self) -> None:
+        self._session.unassign()
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.runtime.check_acl("consume", tp.topic)
+        self._raw().incremental_assign(partitions)
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self._raw().incremental_unassign(partitions)
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._raw().assignment()
+
+    def poll(self, timeout: float | None = None) -> Message | None:
+        self._maintain()
+        if self._session.left:
+            time.sleep(min(timeout if timeout is not None and timeout >= 0 else 0.1, 0.1))
+            return None
+        wait = self.engine.bucket.wait_time()
+        if wait:
+            time.sleep(min(wait, timeout) if timeout is not None and timeout >= 0 else wait)
+            if self.engine.bucket.wait_time():
+                return None
+        msg = self._raw().poll(-1 if timeout is None else timeout)
+        if msg is not None and msg.error() is None:
+            self.engine.bucket.take(1)
+        return msg
+
+    def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
+        self._maintain()
+        if self._session.left:
+            time.sleep(min(timeout if timeout is not None and timeout >= 0 else 0.1, 0.1))
+            return []
+        allowed = self.engine.bucket.allowance(num_messages)
+        if allowed < 1:
+            time.sleep(min(self.engine.bucket.wait_time(), timeout if timeout is not None and timeout >= 0 else 1))
+            allowed = self.engine.bucket.allowance(num_messages)
+            if allowed < 1:
+                return []
+        msgs = self._raw().consume(allowed, -1 if timeout is None else timeout)
+        self.engine.bucket.take(len(msgs))
+        return msgs
+
+    def commit(self, message: Message | None = None, offsets: list[TopicPartition] | None = None,
+               asynchronous: bool = True) -> list[TopicPartition] | None:
+        kwargs: dict[str, Any] = {"asynchronous": asynchronous}
+        if message is not None:
+            kwargs["message"] = message
+        if offsets is not None:
+            kwargs["offsets"] = offsets
+        try:
+            result: list[TopicPartition] | None = self._raw().commit(**kwargs)
+        except Exception as exc:
+            raise _mapped(exc) from exc
+        return result
+
+    def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        return self._raw().committed(partitions, **_timeout(timeout))
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return self._raw().position(partitions)
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self._session.pause([(tp.topic, tp.partition) for tp in partitions], USER)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self._session.resume([(tp.topic, tp.partition) for tp in partitions], USER)
+
+    def seek(self, partition: TopicPartition) -> None:
+        self._raw().seek(partition)
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float | None = None,
+                              cached: bool = False) -> tuple[int, int]:
+        return self._raw().get_watermark_offsets(partition, cached=cached, **_timeout(timeout))
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        return self._raw().offsets_for_times(partitions, **_timeout(timeout))
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return self._raw().list_topics(topic, timeout)
+
+    def memberid(self) -> str | None:
+        return self._raw().memberid()
+
+    def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
+        if message is not None:
+            self._raw().store_offsets(message=message)
+        else:
+            self._raw().store_offsets(offsets=offsets or [])
+
+    def consumer_group_metadata(self) -> Any:
+        return self._raw().consumer_group_metadata()
+
+    def close(self) -> None:
+        """Leave the group (committing per the mode's rules) and release the runtime."""
+        if self._closed:
+            return
+        if self.engine.running:
+            self.engine.stop()
+            self._stopped.wait()
+        self._closed = True
+        try:
+            self._session.close()
+        finally:
+            if self._own_runtime:
+                self.runtime.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything not wrapped (e.g. set_sasl_credentials) goes straight to the librdkafka consumer.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._raw(), name)
+
+    # -- observability ----------------------------------------------------------------------------------
+
+    @property
+    def client_config(self) -> dict[str, Any]:
+        """The librdkafka settings of the current handle (changes after a rebuild)."""
+        return dict(self._session.client_config)
+
+    @property
+    def generation(self) -> int:
+        """How many librdkafka handles this consumer has built (rebuilds and rejoins add one)."""
+        return self._session.generation
+
+    # -- internals --------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the consumer is closed")
+
+    def _raw(self) -> Any:
+        self._check_open()
+        return self._session.require()
+
+    def _maintain(self) -> None:
+        """Drop-in mode: apply pending live changes on the polling thread."""
+        self._check_open()
+        if self.engine.has_pending():
+            self.engine.apply_pending()
+
+
+def _timeout(timeout: float | None) -> dict[str, float]:
+    return {} if timeout is None else {"timeout": timeout}
+
+
+def _mapped(exc: Exception) -> Exception:
+    from confluent_kafka import KafkaException
+
+    return from_kafka_error(exc) if isinstance(exc, KafkaException) else exc

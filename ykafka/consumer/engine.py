@@ -1,0 +1,480 @@
+"""The framework fetch loop: one librdkafka consumer feeding a resizable worker pool.
+
+One thread polls, applies live changes, cuts batches into per-partition runs and dispatches them under
+the ordering mode; workers run the handler. Offsets are committed up to the lowest unfinished one
+(:mod:`ykafka.consumer.offsets`); a revoke waits for the revoked partitions' in-flight work, commits and
+only then lets them go. Partitions whose in-flight window is full are paused at the fetcher, so memory
+stays bounded. Failed messages go to retry topics / the DLQ (:mod:`ykafka.consumer.retry`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError as CKError
+from confluent_kafka import KafkaException, Message, TopicPartition
+
+from ykafka import catalog
+from ykafka.consumer import session as S
+from ykafka.consumer.offsets import PartitionTracker, Task
+from ykafka.consumer.ordering import Dispatcher, Ordering
+from ykafka.consumer.pool import WorkerPool
+from ykafka.consumer.retry import RetryPolicy, RetryRouter
+from ykafka.consumer.settings import Settings
+from ykafka.consumer.throttle import TokenBucket
+from ykafka.errors import InvalidConfigValue
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[Message], Any]
+AsyncHandler = Callable[[Message], Coroutine[Any, Any, Any]]
+
+#: Hot keys the framework reacts to, and the librdkafka-level ones that need a rebuilt handle.
+REBUILD_KEYS = ("consumer.assignment.strategy", "consumer.fetch.max.bytes", "consumer.max.partition.fetch.bytes",
+                "consumer.fetch.wait.max.ms", "consumer.socket.receive.buffer.bytes")
+_IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKError._UNKNOWN_PARTITION,
+                   CKError._UNKNOWN_TOPIC)
+
+
+def retry_policy(effective: Mapping[str, Any]) -> RetryPolicy:
+    return RetryPolicy(
+        backoff_ms=tuple(effective.get("consumer.retry.backoff.ms", catalog.KEYS["consumer.retry.backoff.ms"].default)),
+        max_attempts=int(effective.get("consumer.retry.max.attempts", 3)),
+        dlq_enabled=bool(effective.get("consumer.dlq.enabled", True)),
+    )
+
+
+class Engine:
+    """Runs a handler over a :class:`~ykafka.consumer.session.Session` until stopped."""
+
+    def __init__(self, session: S.Session, group: str, effective: Mapping[str, Any], settings: Settings,
+                 router: RetryRouter | None) -> None:
+        self.session = session
+        self.group = group
+        self.effective: dict[str, Any] = dict(effective)
+        self.settings = settings
+        self.router = router
+        self.trackers: dict[S.TP, PartitionTracker] = {}
+        self.pool: WorkerPool | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.bucket = TokenBucket(float(self.effective.get("consumer.rate.limit.msgs", 0.0)))
+        self.processed = 0  # messages the handler returned from (approximate under concurrency)
+        self.failed = 0
+        self._handler: Handler | None = None
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._pending: dict[str, Any] = {}
+        self._pending_lock = threading.Lock()
+        self._holds: dict[S.TP, tuple[int, int]] = {}  # retry partition -> (offset, not-before ms)
+        self._ordering_change: tuple[Ordering, float] | None = None  # (new mode, drain deadline)
+        self._retry_levels = 0
+        self._retry_topics: list[str] = []
+        self._next_commit = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- control ----------------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._running.is_set()
+
+    def stop(self) -> None:
+        """Ask ``run`` to stop: no more fetching, in-flight work finishes, offsets commit, group left."""
+        self._stop.set()
+
+    def apply(self, changes: Mapping[str, Any]) -> dict[str, InvalidConfigValue]:
+        """Validate and apply hot-config changes; returns the rejected ones (previous values stay)."""
+        accepted: dict[str, Any] = {}
+        rejected: dict[str, InvalidConfigValue] = {}
+        for name, value in changes.items():
+            try:
+                accepted[name] = catalog.parse(name, value)
+            except InvalidConfigValue as exc:
+                rejected[name] = exc
+                log.warning("hot config rejected", key=name, value=value, reason=exc.reason)
+        if not accepted:
+            return rejected
+        self.effective.update(accepted)
+        if "consumer.workers" in accepted and self.pool is not None:
+            self.pool.resize(accepted["consumer.workers"])
+        if "consumer.rate.limit.msgs" in accepted:
+            self.bucket.set_rate(accepted["consumer.rate.limit.msgs"])
+        if self.router is not None and accepted.keys() & {"consumer.retry.backoff.ms", "consumer.retry.max.attempts",
+                                                          "consumer.dlq.enabled"}:
+            self.router.policy = retry_policy(self.effective)
+        with self._pending_lock:
+            self._pending.update(accepted)
+        return rejected
+
+    def switch_cluster(self, props: Mapping[str, Any], router_factory: Callable[[], RetryRouter] | None) -> None:
+        """Move to another cluster (``route.cluster`` changed): finish and commit here, rejoin there."""
+        with self._pending_lock:
+            self._pending["__switch__"] = (dict(props), router_factory)
+
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    def apply_pending(self) -> None:
+        """Apply queued live changes; must run on the thread that polls the consumer."""
+        self._apply_pending()
+
+    # -- run --------------------------------------------------------------------------------------------
+
+    def run(self, handler: Handler) -> None:
+        """Blocking: fetch, dispatch and commit until :meth:`stop`."""
+        if self._running.is_set():
+            raise RuntimeError("this consumer is already running")
+        self._handler = handler
+        self._stop.clear()
+        self._running.set()
+        self.pool = WorkerPool(self._run_task, int(self.effective.get("consumer.workers", 4)))
+        self.dispatcher = Dispatcher(self.pool, self.effective.get("consumer.ordering", "partition"))
+        self.session.hooks = self
+        try:
+            self._setup_retry_topics()  # adds the retry topics to the subscription
+            session = self.session
+            session.props["enable.auto.commit"] = False  # commits follow completion, never the fetch position
+            if session.consumer is not None and session.client_config.get("enable.auto.commit") is not False:
+                session.rebuild({})
+            elif not session.left:
+                session.open()
+            self._main_loop()
+        finally:
+            try:
+                self.session.close()  # revoke hook: drain in-flight, commit
+                self._drain_all(self.settings.revoke_timeout_ms / 1000)
+                if self.router is not None:
+                    self.router.flush()
+            finally:
+                self.pool.close()
+                self.session.hooks = None
+                self._running.clear()
+                log.info("consumer stopped", processed=self.processed, failed=self.failed)
+
+    def run_async(self, handler: Callable[[Message], Coroutine[Any, Any, Any]]) -> None:
+        """Like :meth:`run` for an ``async def`` handler; at most ``consumer.workers`` run at once."""
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="ykafka-async-handlers", daemon=True)
+        thread.start()
+        self._loop = loop
+
+        def bridge(msg: Message) -> Any:
+            return asyncio.run_coroutine_threadsafe(handler(msg), loop).result()
+
+        try:
+            self.run(bridge)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+            loop.close()
+
+    def _setup_retry_topics(self) -> None:
+        if self.router is None or not self.settings.retry_topics:
+            return
+        levels = int(self.effective.get("consumer.retry.max.attempts", 3))
+        self._retry_levels = 0
+        self._subscribe_retry_levels(max(levels, 1))
+
+    def _subscribe_retry_levels(self, levels: int) -> None:
+        assert self.router is not None
+        sources = [t for t in self._source_topics() if not t.startswith("^")]
+        patterns = [t for t in self._source_topics() if t.startswith("^")]
+        self.router.ensure_topics(sources, levels)
+        retry = self.router.retry_topics(sources, levels)
+        if patterns:
+            retry.append(self.router.retry_pattern())
+        self._retry_levels = levels
+        topics = [*self._source_topics(), *retry]
+        self._retry_topics = retry
+        self.session.resubscribe(topics)
+
+    def _source_topics(self) -> list[str]:
+        retry = set(self._retry_topics)
+        return [t for t in self.session.topics if t not in retry]
+
+    def _main_loop(self) -> None:
+        session = self.session
+        settings = self.settings
+        router = self.router
+        poll_timeout = settings.poll_timeout_ms / 1000
+        batch = settings.batch_size
+        bucket = self.bucket
+        while not self._stop.is_set():
+            if self._pending:
+                self._apply_pending()
+            consumer = session.consumer
+            if consumer is None:  # left the group
+                if router is not None:
+                    router.poll(0)
+                self._stop.wait(poll_timeout)
+                continue
+            if router is not None:
+                router.poll(0)
+            now = time.monotonic()
+            if self._holds:
+                self._release_holds()
+            self._backpressure()
+            if now >= self._next_commit:
+                self._commit(list(self.trackers.values()), sync=False)
+                self._next_commit = now + settings.commit_interval_ms / 1000
+            if self._ordering_change is not None and not self._try_switch_ordering(now):
+                self._stop.wait(0.01)
+                continue
+            wanted = bucket.allowance(batch)
+            if wanted < 1:
+                self._stop.wait(min(poll_timeout, bucket.wait_time()))
+                continue
+            first = consumer.poll(poll_timeout)
+            if first is None:
+                continue
+            msgs = consumer.consume(wanted - 1, 0) if wanted > 1 else []
+            msgs.insert(0, first)
+            bucket.take(len(msgs))
+            self._dispatch(msgs)
+
+    # -- dispatch ---------------------------------------------------------------------------------------
+
+    def _dispatch(self, msgs: list[Any]) -> None:
+        assert self.dispatcher is not None
+        chunk = self.dispatcher.chunk_size(len(msgs))
+        run: list[Any] = []
+        last_p = -1
+        last_t: Any = None
+        for m in msgs:
+            if m.error() is not None:
+                self._on_error(m)
+                continue
+            p = m.partition()
+            t = m.topic()
+            if p != last_p or t != last_t:
+                if run:
+                    self._dispatch_run(last_t, last_p, run, chunk)
+                run = [m]
+                last_p = p
+                last_t = t
+            else:
+                run.append(m)
+        if run:
+            self._dispatch_run(last_t, last_p, run, chunk)
+
+    def _dispatch_run(self, topic: str, partition: int, run: list[Any], chunk: int) -> None:
+        assert self.dispatcher is not None
+        tp = (topic, partition)
+        tracker = self.trackers.get(tp)
+        if tracker is None:
+            is_retry = self.router is not None and self.router.parse_retry_topic(topic) is not None
+            tracker = self.trackers[tp] = PartitionTracker(topic, partition, is_retry)
+        if not tracker.is_retry:
+            self.dispatcher.dispatch_run(tracker, run, chunk)
+            return
+        if tp in self._holds:
+            return  # fetched before the hold took effect; re-fetched after it
+        assert self.router is not None
+        now_ms = time.time() * 1000
+        due: list[Any] = []
+        for raw in run:
+            not_before = self.router.not_before(raw)
+            if not_before > now_ms:
+                self._hold(tp, raw.offset(), not_before)
+                break
+            due.append(raw)
+        if due:
+            self.dispatcher.dispatch_run(tracker, due, chunk, [self.router.view(raw) for raw in due])
+
+    def _hold(self, tp: S.TP, offset: int, not_before: int) -> None:
+        """Keep a retry copy back until due: pause its partition and rewind to it (no worker waits)."""
+        self._holds[tp] = (offset, not_before)
+        self.session.pause([tp], S.HOLD)
+        consumer = self.session.consumer
+        if consumer is not None:
+            consumer.seek(TopicPartition(tp[0], tp[1], offset))
+
+    def _release_holds(self) -> None:
+        now_ms = time.time() * 1000
+        consumer = self.session.consumer
+        for tp, (offset, not_before) in list(self._holds.items()):
+            if not_before > now_ms:
+                continue
+            del self._holds[tp]
+            if consumer is not None:
+                try:
+                    consumer.seek(TopicPartition(tp[0], tp[1], offset))
+                except KafkaException as exc:
+                    log.warning("seek of retry partition failed", topic=tp[0], partition=tp[1], error=str(exc))
+            self.session.resume([tp], S.HOLD)
+
+    def _on_error(self, msg: Any) -> None:
+        err = msg.error()
+        if err.code() in _IGNORED_ERRORS:
+            log.debug("consumer notice", error=err.str(), topic=msg.topic())
+        elif err.fatal():
+            log.error("fatal consumer error; stopping", error=err.str())
+            self._stop.set()
+        else:
+            log.warning("consumer error", error=err.str(), topic=msg.topic(), partition=msg.partition())
+
+    # -- workers ----------------------------------------------------------------------------------------
+
+    def _run_task(self, task: Task) -> None:
+        if not task.tracker.cancelled:
+            handler = self._handler
+            assert handler is not None
+            for msg in task.msgs:
+                try:
+                    handler(msg)
+                except Exception as exc:
+                    self._failed(task, msg, exc)
+            self.processed += len(task.msgs)
+        task.finished = True
+        if task.lane is not None:
+            assert self.dispatcher is not None
+            self.dispatcher.task_done(task)
+
+    def _failed(self, task: Task, msg: Any, exc: Exception) -> None:
+        self.failed += 1
+        if self.router is None:
+            log.error("handler failed; no retry topics configured, message counted as done",
+                      topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), error=repr(exc))
+            return
+        self.router.route(task, msg, exc)
+
+    # -- offsets ----------------------------------------------------------------------------------------
+
+    def _backpressure(self) -> None:
+        limit = self.settings.max_inflight_per_partition
+        session = self.session
+        for tp, tracker in self.trackers.items():
+            tracker.position()
+            inflight = tracker.inflight
+            if inflight >= limit:
+                if not session.paused_for(tp, S.BACKPRESSURE):
+                    session.pause([tp], S.BACKPRESSURE)
+            elif inflight <= limit // 2 and session.paused_for(tp, S.BACKPRESSURE):
+                session.resume([tp], S.BACKPRESSURE)
+
+    def _commit(self, trackers: Sequence[PartitionTracker], sync: bool) -> None:
+        """Commit what moved; a synchronous commit (revoke, shutdown) re-sends every position, because an
+        asynchronous commit still in flight is not guaranteed to land once the handle closes."""
+        consumer: Any = self.session.consumer
+        if consumer is None:
+            return
+        offsets: list[TopicPartition] = []
+        moved: list[tuple[PartitionTracker, int]] = []
+        for tracker in trackers:
+            pos = tracker.position() if sync else tracker.pending_commit()
+            if pos is not None:
+                offsets.append(TopicPartition(tracker.topic, tracker.partition, pos))
+                moved.append((tracker, pos))
+        if not offsets:
+            return
+        try:
+            consumer.commit(offsets=offsets, asynchronous=not sync)
+        except KafkaException as exc:
+            log.warning("offset commit failed; uncommitted messages will be redelivered", error=str(exc))
+            return
+        for tracker, pos in moved:
+            tracker.committed = pos
+
+    def _drain(self, trackers: Sequence[PartitionTracker], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.router is not None:
+                self.router.poll(0)
+            if all(tracker.idle() for tracker in trackers):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+    def _drain_all(self, timeout: float) -> None:
+        trackers = list(self.trackers.values())
+        if trackers and not self._drain(trackers, timeout):
+            log.warning("in-flight work did not finish before shutdown; it will be redelivered")
+
+    # -- rebalance hooks (called by the session on the polling thread) ----------------------------------
+
+    def assigned(self, partitions: list[TopicPartition]) -> None:
+        return None
+
+    def revoked(self, partitions: list[TopicPartition]) -> None:
+        trackers = [t for t in (self.trackers.get((tp.topic, tp.partition)) for tp in partitions) if t is not None]
+        if trackers and not self._drain(trackers, self.settings.revoke_timeout_ms / 1000):
+            log.warning("revoked partitions still had in-flight work; it will be redelivered",
+                        partitions=[f"{t.topic}[{t.partition}]" for t in trackers if not t.idle()])
+        self._commit(trackers, sync=True)
+        self._forget(partitions)
+
+    def lost(self, partitions: list[TopicPartition]) -> None:
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            tracker = self.trackers.pop(key, None)
+            if tracker is not None:
+                tracker.cancelled = True
+            self._holds.pop(key, None)
+
+    # -- live changes on the polling thread -------------------------------------------------------------
+
+    def _apply_pending(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        session = self.session
+        switch = pending.pop("__switch__", None)
+        if switch is not None:
+            self._switch(*switch)
+        if "consumer.leave" in pending:
+            if pending["consumer.leave"]:
+                session.leave()
+            else:
+                session.rejoin()
+        changed = [k for k in REBUILD_KEYS if k in pending]
+        if changed:
+            props = catalog.rdkafka_properties({k: pending[k] for k in changed}, "consumer.")
+            removed = [str(catalog.KEYS[k].rdkafka) for k in changed if catalog.KEYS[k].rdkafka not in props]
+            session.rebuild(props, removed)
+        if "consumer.paused" in pending:
+            session.set_operator_paused(bool(pending["consumer.paused"]))
+        if "consumer.ordering" in pending and self.dispatcher is not None:
+            new = pending["consumer.ordering"]
+            if new != self.dispatcher.ordering:
+                self._ordering_change = (new, time.monotonic() + self.settings.drain_timeout_ms / 1000)
+        if "consumer.retry.max.attempts" in pending and self.router is not None and self.settings.retry_topics:
+            levels = int(pending["consumer.retry.max.attempts"])
+            if levels > self._retry_levels:
+                self._subscribe_retry_levels(levels)
+
+    def _switch(self, props: dict[str, Any], router_factory: Callable[[], RetryRouter] | None) -> None:
+        session = self.session
+        had_handle = session.consumer is not None
+        session.close()  # revoke hook drains and commits on the old cluster
+        if self.router is not None:
+            self.router.flush()
+            self.router = router_factory() if router_factory is not None and self.running else None
+        session.props = props
+        if self.router is not None and self.settings.retry_topics:
+            self._subscribe_retry_levels(max(self._retry_levels, 1))
+        if had_handle and not session.left:
+            session.open()
+
+    def _try_switch_ordering(self, now: float) -> bool:
+        """Switch the ordering mode once in-flight work drained (or the drain deadline passed)."""
+        assert self._ordering_change is not None and self.dispatcher is not None
+        new, deadline = self._ordering_change
+        if self.router is not None:
+            self.router.poll(0)
+        drained = all(tracker.idle() for tracker in self.trackers.values())
+        if not drained and now < deadline:
+            return False
+        if not drained:
+            log.warning("ordering switched before in-flight work drained", ordering=new)
+        log.info("ordering changed", previous=self.dispatcher.ordering, ordering=new)
+        self.dispatcher.ordering = new
+        self._ordering_change = None
+        return True

@@ -1,0 +1,104 @@
+"""Contiguous-completion offset tracking: commit only up to the lowest offset not yet finished.
+
+Work is handed to workers in :class:`Task` units (a run of one partition's messages, or one key's
+messages of a run). Tasks of a partition enter its :class:`PartitionTracker` in offset order; the commit
+position is the first offset of the oldest task that is not complete, so a crash or rebalance
+re-delivers unfinished work and never skips it. Only the fetch thread touches a tracker; workers only
+flip flags on their task, which keeps the hot path free of locks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+
+class Ack:
+    """A retry / DLQ copy that the broker has not yet acknowledged; pins the commit until it is."""
+
+    __slots__ = ("acked",)
+
+    def __init__(self) -> None:
+        self.acked = False
+
+
+class Task:
+    """Messages of one partition that one worker processes in order.
+
+    ``msgs`` is what the handler receives (for retry topics: views carrying the original coordinates);
+    ``first`` / ``last`` are the offsets in the partition the messages were fetched from.
+    """
+
+    __slots__ = ("tracker", "msgs", "first", "last", "finished", "acks", "lane")
+
+    def __init__(self, tracker: PartitionTracker, msgs: list[Any], first: int, last: int) -> None:
+        self.tracker = tracker
+        self.msgs = msgs
+        self.first = first
+        self.last = last
+        self.finished = False
+        self.acks: list[Ack] | None = None
+        self.lane: Any = None
+
+    def add_ack(self) -> Ack:
+        ack = Ack()
+        if self.acks is None:
+            self.acks = [ack]
+        else:
+            self.acks.append(ack)
+        return ack
+
+    def complete(self) -> bool:
+        if not self.finished:
+            return False
+        acks = self.acks
+        return acks is None or all(ack.acked for ack in acks)
+
+
+class PartitionTracker:
+    """In-flight window of one partition: dispatched tasks in offset order and the commit position."""
+
+    __slots__ = ("topic", "partition", "tasks", "inflight", "next_offset", "committed", "cancelled", "lanes",
+                 "is_retry")
+
+    def __init__(self, topic: str, partition: int, is_retry: bool = False) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.tasks: deque[Task] = deque()
+        self.inflight = 0  # messages between the commit position and the last dispatched offset
+        self.next_offset: int | None = None  # last dispatched offset + 1
+        self.committed: int | None = None  # last position handed to commit()
+        self.cancelled = False  # partition revoked / lost: queued work of it is skipped
+        self.lanes: dict[Any, Any] = {}  # ordering lanes (per partition or per key) owned by the dispatcher
+        self.is_retry = is_retry
+
+    def add(self, msgs: list[Any], first: int, last: int) -> Task:
+        task = Task(self, msgs, first, last)
+        self.tasks.append(task)
+        self.inflight += len(msgs)
+        nxt = self.next_offset
+        if nxt is None or last >= nxt:
+            self.next_offset = last + 1
+        return task
+
+    def position(self) -> int | None:
+        """Offset to commit: first offset of the oldest incomplete task, else last dispatched + 1."""
+        tasks = self.tasks
+        while tasks and tasks[0].complete():
+            done = tasks.popleft()
+            self.inflight -= len(done.msgs)
+        if tasks:
+            return tasks[0].first
+        return self.next_offset
+
+    def idle(self) -> bool:
+        """No dispatched work of this partition is still unfinished or unacknowledged."""
+        self.position()
+        return not self.tasks
+
+    def pending_commit(self) -> int | None:
+        """The position if it moved since the last commit, else None."""
+        pos = self.position()
+        if pos is None or pos == self.committed:
+            return None
+        return pos

@@ -1,0 +1,123 @@
+"""Dispatch of fetched messages to the worker pool under an ordering mode.
+
+* ``none``: any worker, any order; a partition's run is cut into chunks so every worker gets work.
+* ``partition``: one task of a partition at a time (the seed-002 "single-thread executor per partition"),
+  but on the shared pool, so idle partitions hold no thread.
+* ``key``: messages with the same key never run concurrently and keep their order; different keys of
+  one partition run in parallel. Messages without a key carry no constraint.
+
+Serial execution uses *lanes*: a lane has at most one task on the pool; the rest wait in the lane and the
+worker that finishes one task queues the next one at the back of the pool (fair to other lanes).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, Literal
+
+from ykafka.consumer.offsets import PartitionTracker, Task
+from ykafka.consumer.pool import WorkerPool
+
+Ordering = Literal["none", "partition", "key"]
+ORDERINGS: tuple[Ordering, ...] = ("none", "partition", "key")
+_PARTITION_LANE = object()  # lane key of the single lane a partition has in "partition" mode
+
+
+class Lane:
+    __slots__ = ("key", "waiting", "active")
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+        self.waiting: deque[Task] = deque()
+        self.active = False
+
+
+class Dispatcher:
+    """Cuts fetched runs into tasks, registers them with their tracker and submits them to the pool."""
+
+    def __init__(self, pool: WorkerPool, ordering: Ordering, max_chunk: int = 256) -> None:
+        self.pool = pool
+        self.ordering: Ordering = ordering
+        self.max_chunk = max_chunk
+        self._lock = threading.Lock()
+
+    def chunk_size(self, batch_len: int) -> int:
+        """Chunk length for ``none`` / ``partition``: enough tasks for every worker, few enough to be cheap."""
+        per_worker = batch_len // (2 * self.pool.size) or 1
+        return min(per_worker, self.max_chunk)
+
+    def dispatch_run(self, tracker: PartitionTracker, msgs: list[Any], chunk: int,
+                     views: list[Any] | None = None) -> None:
+        """Dispatch one run of consecutive messages of a partition (``views`` replace them for the handler)."""
+        handed = views if views is not None else msgs
+        ordering = self.ordering
+        if ordering == "key":
+            self._dispatch_keys(tracker, msgs, handed)
+            return
+        n = len(msgs)
+        submit = self.pool.submit
+        for start in range(0, n, chunk):
+            end = min(start + chunk, n)
+            part = handed[start:end] if (start or end < n) else handed
+            task = tracker.add(part, msgs[start].offset(), msgs[end - 1].offset())
+            if ordering == "none":
+                submit(task)
+            else:
+                self._to_lane(tracker, _PARTITION_LANE, task)
+
+    def _dispatch_keys(self, tracker: PartitionTracker, msgs: list[Any], handed: list[Any]) -> None:
+        groups: dict[Any, tuple[list[Any], int, int]] = {}
+        free: list[tuple[Any, int]] = []
+        for raw, msg in zip(msgs, handed, strict=True):
+            key = raw.key()
+            offset = raw.offset()
+            if key is None:
+                free.append((msg, offset))
+                continue
+            group = groups.get(key)
+            if group is None:
+                groups[key] = ([msg], offset, offset)
+            else:
+                group[0].append(msg)
+                groups[key] = (group[0], group[1], offset)
+        # Tasks must enter the tracker in order of their first offset.
+        entries: list[tuple[int, Any, list[Any], int]] = [(first, key, items, last)
+                                                         for key, (items, first, last) in groups.items()]
+        entries.extend((offset, None, [msg], offset) for msg, offset in free)
+        if free:
+            entries.sort(key=lambda entry: entry[0])
+        for first, key, items, last in entries:
+            task = tracker.add(items, first, last)
+            if key is None:
+                self.pool.submit(task)
+            else:
+                self._to_lane(tracker, key, task)
+
+    def _to_lane(self, tracker: PartitionTracker, key: Any, task: Task) -> None:
+        with self._lock:
+            lane = tracker.lanes.get(key)
+            if lane is None:
+                lane = tracker.lanes[key] = Lane(key)
+            task.lane = lane
+            if lane.active:
+                lane.waiting.append(task)
+                return
+            lane.active = True
+        self.pool.submit(task)
+
+    def task_done(self, task: Task) -> None:
+        """Called by the worker after a laned task: start the lane's next task, or retire the lane."""
+        lane = task.lane
+        if not isinstance(lane, Lane):
+            return
+        with self._lock:
+            nxt: Task | None = lane.waiting.popleft() if lane.waiting else None
+            if nxt is None:
+                lane.active = False
+                key = lane.key
+                lanes = task.tracker.lanes
+                if key is not _PARTITION_LANE and lanes.get(key) is lane:
+                    del lanes[key]
+        if nxt is not None:
+            self.pool.submit(nxt)

@@ -1,0 +1,276 @@
+"""Lifecycle of the librdkafka consumer behind a ykafka Consumer: build, subscribe, rebuild, leave, pause.
+
+librdkafka cannot change fetch sizes or the assignment strategy of a live handle, so such changes close
+the handle (its revoke callback lets the framework finish and commit in-flight work) and build a new one
+that rejoins the group from the committed positions. Pausing has several independent reasons (operator,
+back-pressure, retry hold); a partition fetches again only when none remains. Everything here runs on
+the thread that polls the consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import structlog
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import TopicPartition
+
+log = structlog.get_logger(__name__)
+
+TP = tuple[str, int]
+RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
+OPERATOR = "operator"  # consumer.paused
+BACKPRESSURE = "backpressure"  # in-flight window full
+HOLD = "hold"  # retry copy not yet due
+
+
+class RebalanceHooks(Protocol):
+    """What the framework does around a rebalance (the drop-in client has none)."""
+
+    def assigned(self, partitions: list[TopicPartition]) -> None: ...
+
+    def revoked(self, partitions: list[TopicPartition]) -> None: ...
+
+    def lost(self, partitions: list[TopicPartition]) -> None: ...
+
+
+class Session:
+    """Owns the current ``confluent_kafka.Consumer`` and rebuilds it when its settings change."""
+
+    def __init__(self, props: Mapping[str, Any], facade: Any = None,
+                 factory: Callable[[dict[str, Any]], RawConsumer] = RawConsumer) -> None:
+        self.props: dict[str, Any] = dict(props)
+        self.facade = facade  # passed to user rebalance callbacks as their first argument
+        self.factory = factory
+        self.consumer: RawConsumer | None = None
+        self.generation = 0  # how many handles were built
+        self.client_config: dict[str, Any] = {}  # the settings of the current handle
+        self.hooks: RebalanceHooks | None = None
+        self.left = False  # consumer.leave in force: no handle, not in the group
+        self.operator_paused = False
+        self._topics: list[str] | None = None
+        self._manual: list[TopicPartition] | None = None
+        self._user: dict[str, RebalanceCallback | None] = {}
+        self._reasons: dict[TP, set[str]] = {}
+
+    # -- handle -----------------------------------------------------------------------------------------
+
+    @property
+    def cooperative(self) -> bool:
+        return str(self.client_config.get("partition.assignment.strategy", "")).startswith("cooperative")
+
+    def open(self) -> RawConsumer:
+        """Build the handle (if there is none) and restore the subscription or manual assignment."""
+        if self.consumer is None:
+            self.client_config = dict(self.props)
+            self.consumer = self.factory(self.client_config)
+            self.generation += 1
+            log.debug("consumer built", generation=self.generation,
+                      strategy=self.client_config.get("partition.assignment.strategy"))
+            self._restore()
+        return self.consumer
+
+    def require(self) -> RawConsumer:
+        """The live handle; builds it unless the consumer has left its group."""
+        if self.consumer is None:
+            if self.left:
+                from ykafka.errors import ClosedError
+
+                raise ClosedError("the consumer has left its group (consumer.leave=true)")
+            return self.open()
+        return self.consumer
+
+    def close(self) -> None:
+        """Close the handle: librdkafka revokes (our hooks commit) and leaves the group."""
+        consumer = self.consumer
+        if consumer is not None:
+            try:
+                consumer.close()  # the revoke callback runs in here and still sees the handle
+            finally:
+                self.consumer = None
+                self._reasons.clear()
+
+    # -- subscription -----------------------------------------------------------------------------------
+
+    def subscribe(self, topics: Sequence[str], on_assign: RebalanceCallback | None = None,
+                  on_revoke: RebalanceCallback | None = None, on_lost: RebalanceCallback | None = None) -> None:
+        self._topics = list(topics)
+        self._manual = None
+        self._user = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
+        if self.consumer is not None:
+            self._subscribe()
+
+    def resubscribe(self, topics: Sequence[str]) -> None:
+        """Change the topic list keeping the user's callbacks (the framework adds retry topics this way)."""
+        self._topics = list(topics)
+        if self.consumer is not None and not self.left:
+            self._subscribe()
+
+    @property
+    def topics(self) -> list[str]:
+        return list(self._topics or [])
+
+    def _subscribe(self) -> None:
+        if self._topics is None or self.consumer is None:
+            return
+        self.consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_lost)
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self._manual = list(partitions)
+        self._topics = None
+        self.require()
+        self._assign_manual()
+
+    def _assign_manual(self) -> None:
+        if self._manual is None or self.consumer is None:
+            return
+        partitions = self._manual
+        self.consumer.assign(partitions)
+        if self.operator_paused:
+            self.pause([(tp.topic, tp.partition) for tp in partitions], OPERATOR)
+
+    def unassign(self) -> None:
+        self._manual = None
+        self.require().unassign()
+        self._reasons.clear()
+
+    def unsubscribe(self) -> None:
+        self._topics = None
+        self.require().unsubscribe()
+
+    def _restore(self) -> None:
+        if self._topics is not None:
+            self._subscribe()
+        elif self._manual is not None:
+            self._assign_manual()
+
+    # -- live changes -----------------------------------------------------------------------------------
+
+    def rebuild(self, changes: Mapping[str, Any], removed: Sequence[str] = ()) -> bool:
+        """Apply librdkafka settings that need a new handle; committed positions carry over.
+
+        The new handle is built before the old one closes, so settings librdkafka refuses are rejected
+        (returns False) while the old handle keeps running.
+        """
+        props = {**self.props, **changes}
+        for name in removed:
+            props.pop(name, None)
+        if self.left or self.consumer is None:
+            self.props = props  # the next open() uses them
+            return True
+        try:
+            fresh = self.factory(dict(props))
+        except Exception as exc:
+            log.error("consumer settings refused by librdkafka; previous settings stay", changes=dict(changes),
+                      error=str(exc))
+            return False
+        log.info("rebuilding consumer", changes=dict(changes), removed=list(removed))
+        self.close()  # revoke: the framework finishes and commits in-flight work of the old handle
+        self.props = props
+        self.client_config = dict(props)
+        self.consumer = fresh
+        self.generation += 1
+        self._restore()
+        return True
+
+    def leave(self) -> None:
+        if self.left:
+            return
+        log.info("leaving consumer group")
+        self.close()
+        self.left = True
+
+    def rejoin(self) -> None:
+        if not self.left:
+            return
+        log.info("rejoining consumer group")
+        self.left = False
+        self.open()
+
+    def set_operator_paused(self, paused: bool) -> None:
+        self.operator_paused = paused
+        if self.consumer is None:
+            return
+        tps = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+        if paused:
+            self.pause(tps, OPERATOR)
+        else:
+            self.resume(tps, OPERATOR)
+        log.info("consumer paused" if paused else "consumer resumed", partitions=len(tps))
+
+    # -- pause reasons ----------------------------------------------------------------------------------
+
+    def pause(self, tps: Sequence[TP], reason: str) -> None:
+        newly = []
+        for tp in tps:
+            reasons = self._reasons.setdefault(tp, set())
+            if not reasons:
+                newly.append(TopicPartition(tp[0], tp[1]))
+            reasons.add(reason)
+        if newly and self.consumer is not None:
+            self.consumer.pause(newly)
+
+    def resume(self, tps: Sequence[TP], reason: str) -> None:
+        freed = []
+        for tp in tps:
+            reasons = self._reasons.get(tp)
+            if not reasons or reason not in reasons:
+                continue
+            reasons.discard(reason)
+            if not reasons:
+                del self._reasons[tp]
+                freed.append(TopicPartition(tp[0], tp[1]))
+        if freed and self.consumer is not None:
+            self.consumer.resume(freed)
+
+    def paused_for(self, tp: TP, reason: str) -> bool:
+        return reason in self._reasons.get(tp, ())
+
+    def paused_partitions(self) -> dict[TP, set[str]]:
+        return {tp: set(reasons) for tp, reasons in self._reasons.items()}
+
+    # -- rebalance callbacks ----------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
+        if self.cooperative:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+            self._reasons.clear()
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        if self.operator_paused:
+            self.pause(tps, OPERATOR)
+        log.info("partitions assigned", partitions=_names(partitions), generation=self.generation)
+        if self.hooks is not None:
+            self.hooks.assigned(partitions)
+        self._call_user("assign", partitions)
+
+    def _on_revoke(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
+        log.info("partitions revoked", partitions=_names(partitions), generation=self.generation)
+        if self.hooks is not None:
+            self.hooks.revoked(partitions)
+        for tp in partitions:
+            self._reasons.pop((tp.topic, tp.partition), None)
+        self._call_user("revoke", partitions)
+
+    def _on_lost(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions lost", partitions=_names(partitions), generation=self.generation)
+        if self.hooks is not None:
+            self.hooks.lost(partitions)
+        for tp in partitions:
+            self._reasons.pop((tp.topic, tp.partition), None)
+        if self._user.get("lost") is None:
+            self._call_user("revoke", partitions)  # confluent-kafka's behaviour without on_lost
+        else:
+            self._call_user("lost", partitions)
+
+    def _call_user(self, which: str, partitions: list[TopicPartition]) -> None:
+        callback = self._user.get(which)
+        if callback is not None:
+            callback(self.facade if self.facade is not None else self.consumer, partitions)
+
+
+def _names(partitions: list[TopicPartition]) -> list[str]:
+    return [f"{tp.topic}[{tp.partition}]" for tp in partitions]
