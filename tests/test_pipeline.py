@@ -81,7 +81,6 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
         mid = tr_prod.sample(Tracer.rate(ALL), new_message_id())
         assert mid is not None
         ids[key] = mid
-        tr_prod.produced(orders, key, mid)
         producer.produce(orders, b"v-" + key.encode(), key.encode(),
                          headers=[("ykafka-id", mid.encode()), ("ykafka-trace", mid.encode())],
                          on_delivery=tr_prod.wrap_delivery(None, orders, key, mid))

@@ -31,6 +31,9 @@ def test_sampling_is_decided_once_where_the_message_is_produced(obs_broker) -> N
     ids = [d for d in decisions if d]
     assert 0.04 < len(ids) / 20_000 < 0.06 and len(set(ids)) == len(ids)
     assert tracer.sample(1.0, "given-id") == "given-id"  # the Producer's ykafka-id becomes the trace id
+    assert tracer.sample(1.0) == ""  # everything traced: identified by coordinates once acked, no header
+    stamped = [f"id-{i}" for i in range(2000)]
+    assert [tracer.sample(0.3, i) for i in stamped] == [i if Tracer.sampled(i, 0.3) else None for i in stamped]
     assert tracer.sample(0.0) is None and Tracer.disabled().sample(1.0) is None
     # hash sampling (messages of producers without tracing): same answer for the same id, str or bytes
     keys = [f"t/0/{i}" for i in range(20_000)]
@@ -69,7 +72,9 @@ def test_consumer_traces_what_the_producer_sampled_under_the_original_topic(obs_
                                                     ("ykafka-attempt", b"2"),
                                                     ("ykafka-original-timestamp", b"1700000000000")],
               partition=0)
-    p.produce(retry_topic, b"v", b"not-sampled", headers=[("ykafka-id", b"zzz"), *common], partition=0)  # not sampled
+    unsampled = next(f"id-{i}" for i in range(100) if not Tracer.sampled(f"id-{i}", 0.5))
+    p.produce(retry_topic, b"v", b"not-sampled", headers=[("ykafka-id", unsampled.encode()), *common],
+              partition=0)
     p.produce(retry_topic, b"v", b"foreign", headers=common, partition=0)  # a producer without tracing
     p.flush(10)
     c = consumer(obs_broker.bootstrap)
@@ -80,7 +85,8 @@ def test_consumer_traces_what_the_producer_sampled_under_the_original_topic(obs_
     tracer = Tracer.for_client("c-2", "127.0.0.1", {"bootstrap.servers": obs_broker.bootstrap})
     assert tracer.trace_message("consumed", msgs[0], {"topic.grade": "P0"}, group="g1", latency_ms=3.0)
     assert not tracer.trace_message("consumed", msgs[0], {"topic.grade": "P2"}, group="g1")  # trace off here
-    assert not tracer.trace_message("consumed", msgs[1], rate=1.0, group="g1")
+    assert not tracer.trace_message("consumed", msgs[1], rate=0.5, group="g1")  # its ykafka-id hashes out
+    assert tracer.trace_id(msgs[1], 1.0) == unsampled
     assert tracer.trace_id(msgs[2], 1.0) == f"{topic}/0/17"  # original coordinates: the same in every group
     tracer.flush(10)
     found = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 1, lambda e: e["msg_id"] == "abc123")
@@ -98,15 +104,22 @@ def test_producer_fast_paths_emit_produced_acked_and_failed(obs_broker) -> None:
     p = Producer({"bootstrap.servers": obs_broker.bootstrap, "linger.ms": 0})
     seen: list = []
     mid = tracer.sample(1.0)
-    assert mid and tracer.produced(topic, b"k1", mid)
-    p.produce(topic, b"v", b"k1", headers=[("ykafka-trace", mid)],
+    assert mid == ""
+    p.produce(topic, b"v", b"k1", partition=0,
               on_delivery=tracer.wrap_delivery(lambda err, msg: seen.append(err), topic, b"k1", mid))
+    stamped = tracer.sample(0.5, "msg-7") or tracer.sample(1.0, "msg-7")
+    p.produce(topic, b"v", b"k2", partition=0, headers=[("ykafka-id", b"msg-7")],
+              on_delivery=tracer.wrap_delivery(lambda err, msg: seen.append(err), topic, b"k2", stamped))
     p.flush(10)
-    assert seen == [None]
+    assert seen == [None, None]
     tracer.flush(10)
-    found = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 2, lambda e: e["msg_id"] == mid)
+    coordinates = f"{topic}/0/0"
+    found = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 2, lambda e: e["msg_id"] == coordinates)
     assert [(e["kind"], e["key"], e["cluster"]) for e in found] == [("produced", "k1", "dc-x"), ("acked", "k1", "dc-x")]
     assert found[1]["offset"] == 0 and found[1]["latency_ms"] >= 0 and found[1]["msg_ts"] > 0
+    assert found[0]["ts"] <= found[1]["ts"]
+    by_id = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 2, lambda e: e["msg_id"] == "msg-7")
+    assert [(e["kind"], e["offset"]) for e in by_id] == [("produced", None), ("acked", 1)]
     fail_id = unique("failed-id")
     failed = tracer.wrap_delivery(None, topic, "k3", fail_id)
 
@@ -117,8 +130,8 @@ def test_producer_fast_paths_emit_produced_acked_and_failed(obs_broker) -> None:
     failed("Broker: Message size too large", _Failed())
     tracer.flush(10)
     gone = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 1, lambda e: e["msg_id"] == fail_id)
-    assert [(e["kind"], e["error"], e["latency_ms"]) for e in gone] == [("failed", "Broker: Message size too large",
-                                                                         500.0)]
+    assert [(e["kind"], e["error"], e["latency_ms"]) for e in gone] == [
+        ("produced", None, None), ("failed", "Broker: Message size too large", 500.0)]
     tracer.close()
 
 

@@ -6,29 +6,38 @@ producer that writes :mod:`ykafka.events` batches. When a queue is full, or the 
 unreachable long enough for the trace producer's own queue to fill or its messages to time out, events
 are *dropped and counted* (:meth:`EventSink.stats`): business sends never wait for tracing.
 
-Sampling is decided once per message, where it is produced (:meth:`Tracer.sample`: one ``random()`` for
-an unsampled message, no id, no header), and travels with it: a sampled message carries the header
-``ykafka-trace`` whose value is its correlation id (the ``ykafka-id`` the Producer stamps, when it does).
-Every consumer of every group then traces exactly the messages that carry it, so all lifecycle events of
-a sampled message are kept and the pipeline's completeness audit is exact on the sampled subset.
-Messages from producers without tracing (no ``ykafka-trace`` nor ``ykafka-id``) are sampled by a hash of
-their original coordinates ``topic/partition/offset``, which every group computes alike.
+Sampling is decided once per message, where it is produced (:meth:`Tracer.sample`), and every consumer
+of every group re-derives the same decision from the message itself, so all lifecycle events of a
+sampled message are kept and the pipeline's completeness audit is exact on the sampled subset:
+
+* a message with a ``ykafka-id`` (stamped by the Producer) is traced when a hash of that id falls under
+  the rate; the id is the correlation id;
+* otherwise the producer decides with one ``random()`` and marks a sampled message with the header
+  ``ykafka-trace: <new id>``; at rate 1.0 it adds nothing and the message is identified by its
+  coordinates ``topic/partition/offset`` once acknowledged;
+* a consumer traces messages carrying ``ykafka-trace``, and header-less messages whose *original*
+  coordinates hash under its rate (every group computes the same).
+
+An unsampled message costs one ``random()`` at the producer: no id, no header, no callback.
 
 Hook API for the Producer / Consumer::
 
     tracer = Tracer.for_client(client_id, ip, {"bootstrap.servers": ...}, app=app_id, cluster="dc-a")
     rate = tracer.rate(effective)                   # per topic, once per config version (0.0 = off)
-    mid = tracer.sample(rate, msg_id)               # per message: None = not traced (msg_id optional)
-    if mid:                                          # add ("ykafka-trace", mid) to the headers, then
-        tracer.produced(topic, key, mid)
-        on_delivery = tracer.wrap_delivery(on_delivery, topic, key, mid)   # emits acked / failed
+    mid = tracer.sample(rate, msg_id)               # per message; None = not traced; msg_id = its ykafka-id
+    if mid is not None:
+        if mid and msg_id is None:
+            headers.append(("ykafka-trace", mid))
+        on_delivery = tracer.wrap_delivery(on_delivery, topic, key, mid)   # emits produced + acked / failed
     tracer.trace_message("consumed", msg, rate=rate, group="g1", latency_ms=...)   # consumer side
+    tracer.emit("spilled", topic=..., msg_id=...)   # any other step
     tracer.close()
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import random
@@ -86,6 +95,7 @@ for _name, _parse, _default, _help in [
 SINK_PRODUCER_DEFAULTS: dict[str, Any] = {
     "acks": "1",
     "enable.idempotence": False,
+    "compression.type": "lz4",  # JSON batches shrink ~5x: less broker and network load from tracing
     "linger.ms": 200,
     "message.timeout.ms": 30_000,
     "queue.buffering.max.messages": 20_000,
@@ -325,13 +335,16 @@ class Tracer:
         return self._put is not None and self.rate(effective) > 0.0
 
     def sample(self, rate: float, msg_id: str | None = None) -> str | None:
-        """Producer side, once per message: the correlation id to trace it under, or None (not traced).
-
-        Cheap when it says no (one ``random()``); put the returned id in the ``ykafka-trace`` header.
-        """
-        if rate <= 0.0 or self._put is None or (rate < 1.0 and _random() >= rate):
+        """Producer side, once per message: None when not traced, else the correlation id to trace it
+        under: ``msg_id`` (its ``ykafka-id``, decided by hash), a new id to put in the ``ykafka-trace``
+        header, or ``""`` at rate 1.0 without ``msg_id`` (identified by its coordinates once acked)."""
+        if rate <= 0.0 or self._put is None:
             return None
-        return msg_id or new_message_id()
+        if msg_id is not None:
+            return msg_id if self.sampled(msg_id, rate) else None
+        if rate >= 1.0:
+            return ""
+        return new_message_id() if _random() < rate else None
 
     @staticmethod
     def sampled(msg_id: str | bytes | None, rate: float) -> bool:
@@ -346,7 +359,7 @@ class Tracer:
     # --- emitting --------------------------------------------------------------------------------
 
     def produced(self, topic: str, key: Any, msg_id: str, cluster: str | None = None) -> bool:
-        """The message was handed to the producer (fast path of :meth:`emit`)."""
+        """The message was handed to the producer, on paths without a :meth:`wrap_delivery` callback."""
         put = self._put
         if put is None:
             return False
@@ -357,27 +370,37 @@ class Tracer:
 
     def wrap_delivery(self, callback: Callable[[Any, Any], None] | None, topic: str, key: Any, msg_id: str,
                       cluster: str | None = None) -> Callable[[Any, Any], None]:
-        """A delivery callback that emits ``acked`` (partition, offset, latency) or ``failed``, then calls
-        ``callback``; use it for the sampled messages only."""
-        put = self._put
+        """A delivery callback for a sampled message: emits ``produced`` (at ack time - latency) and
+        ``acked`` (partition, offset, latency) or ``failed``, then calls ``callback``.
+
+        A ``partial``, not a closure: it lives until the broker answers, and fewer GC-tracked objects
+        per in-flight message keep the collector cheap."""
         if key is not None and type(key) is not str:
             key = _text(key)
-        where = cluster or self.cluster
+        return functools.partial(self._delivered, callback, topic, key, msg_id, cluster or self.cluster)
 
-        def delivered(err: Any, msg: Any) -> None:
-            if put is not None:
-                latency = msg.latency()
-                latency_ms = None if latency is None else round(latency * 1000, 3)
-                if err is None:
-                    put((int(_time() * 1000), "acked", msg_id, topic, key, msg.partition(), msg.offset(),
-                         msg.timestamp()[1], latency_ms, None, None, None, None, where))
-                else:
-                    put((int(_time() * 1000), "failed", msg_id, topic, key, None, None, None, latency_ms, None,
-                         None, str(err), None, where))
-            if callback is not None:
-                callback(err, msg)
-
-        return delivered
+    def _delivered(self, callback: Callable[[Any, Any], None] | None, topic: str, key: str | None, msg_id: str,
+                   where: str, err: Any, msg: Any) -> None:
+        put = self._put
+        if put is not None:
+            now = int(_time() * 1000)
+            latency = msg.latency()
+            latency_ms = None if latency is None else round(latency * 1000, 3)
+            sent = now if latency is None else now - int(latency * 1000)
+            if err is None:
+                partition, offset = msg.partition(), msg.offset()
+                if not msg_id:
+                    msg_id = f"{topic}/{partition}/{offset}"
+                put((sent, "produced", msg_id, topic, key, None, None, None, None, None, None, None, None, where))
+                put((now, "acked", msg_id, topic, key, partition, offset, msg.timestamp()[1], latency_ms, None,
+                     None, None, None, where))
+            else:
+                msg_id = msg_id or new_message_id()
+                put((sent, "produced", msg_id, topic, key, None, None, None, None, None, None, None, None, where))
+                put((now, "failed", msg_id, topic, key, None, None, None, latency_ms, None, None, str(err), None,
+                     where))
+        if callback is not None:
+            callback(err, msg)
 
     def emit(self, kind: str, *, topic: str, key: Any = None, msg_id: Any = None, partition: int | None = None,
              offset: int | None = None, msg_ts: int | None = None, latency_ms: float | None = None,
@@ -396,20 +419,17 @@ class Tracer:
             attempt, None if error is None else str(error), detail, cluster or self.cluster))
 
     def trace_id(self, msg: Any, rate: float) -> str | None:
-        """Consumer side: the correlation id of a consumed message if it is to be traced, else None.
-
-        Traced: a message carrying ``ykafka-trace`` (sampled where it was produced); a message from a
-        producer without tracing (neither ``ykafka-trace`` nor ``ykafka-id``) whose original coordinates
-        hash into ``rate``. A ykafka message the producer chose not to sample is not traced.
-        """
+        """Consumer side: the correlation id of a consumed message if it is to be traced, else None
+        (the same decision the producer made; see the module docstring)."""
         if rate <= 0.0 or self._put is None:
             return None
         headers = msg.headers()
         found = _header(headers, TRACE_HEADER)
         if found:
             return found
-        if _header(headers, events.MESSAGE_ID_HEADER):
-            return None
+        stamped = _header(headers, events.MESSAGE_ID_HEADER)
+        if stamped:
+            return stamped if self.sampled(stamped, rate) else None
         topic = _header(headers, _ORIGINAL_TOPIC) or msg.topic()
         partition = _header(headers, _ORIGINAL_PARTITION) or msg.partition()
         offset = _header(headers, _ORIGINAL_OFFSET) or msg.offset()
