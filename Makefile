@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,pipeline,postgres
+EXTRAS ?= dev,pipeline,postgres,prometheus
 PYTEST_ARGS ?=
 
 .PHONY: help prereqs venv install lint typecheck test test-fast demo dev dev-down dev-status bench clean

@@ -147,6 +147,11 @@ def _attach(group: click.Group, module: str, attr: str) -> None:
 
 
 _attach(main, "ykafka.admin.cli", "admin")
+_attach(main, "ykafka.trace_cli", "trace")
+_attach(main, "ykafka.trace_cli", "pipeline")
+if isinstance(main.commands.get("admin"), click.Group):
+    _attach(main.commands["admin"], "ykafka.admin.dlq", "dlq")  # type: ignore[arg-type]
+    _attach(main.commands["admin"], "ykafka.trace_cli", "groups")  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":  # pragma: no cover
