@@ -780,6 +780,8 @@ class DisasterRecovery:
 
     def close(self, timeout: float = 10.0) -> None:
         """Flush, stop replay and sync (their progress is on disk), close the spill queues."""
+        if self._closed.is_set():
+            return
         self.flush(timeout)
         self._closed.set()
         self._maint.join(5)
@@ -832,6 +834,9 @@ def attach(producer: Any, **overrides: Any) -> DisasterRecovery:
     """
     from ykafka import catalog
 
+    existing = getattr(producer, "disaster_recovery", None)
+    if existing is not None:  # the Producer attached itself (ykafka.dr.enabled): one engine per producer
+        return existing
     rt = producer.runtime
     local = rt.conf.options
     opts = options_from(local, rt.conf.cache_dir, **overrides)

@@ -537,9 +537,11 @@ class SpillSlot:
         raise ConfigError(f"all {max_slots} spill slots under {base} are in use")
 
     def release(self) -> None:
+        if self._fh.closed:
+            return
         with contextlib.suppress(OSError):
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
+        self._fh.close()
 
 
 def spill_dir(options: Mapping[str, Any], cache_dir: Path) -> Path:
