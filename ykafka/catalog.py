@@ -80,7 +80,8 @@ GLOBAL = Scope(ScopeKind.GLOBAL)
 Parser = Callable[[Any], Any]
 
 
-def _bool(value: Any) -> bool:
+def boolean(value: Any) -> bool:
+    """Parse true/false/1/0/yes/no/on/off (value parsers are shared with ykafka.config)."""
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -91,7 +92,7 @@ def _bool(value: Any) -> bool:
     raise ValueError("expected a boolean (true / false)")
 
 
-def _int(lo: int, hi: int) -> Parser:
+def int_range(lo: int, hi: int) -> Parser:
     def parse(value: Any) -> int:
         if isinstance(value, bool):
             raise ValueError("expected an integer")
@@ -106,7 +107,7 @@ def _int(lo: int, hi: int) -> Parser:
     return parse
 
 
-def _float(lo: float, hi: float) -> Parser:
+def float_range(lo: float, hi: float) -> Parser:
     def parse(value: Any) -> float:
         if isinstance(value, bool):
             raise ValueError("expected a number")
@@ -133,7 +134,7 @@ def _choice(*options: str, aliases: Mapping[str, str] | None = None) -> Parser:
 
 
 def _int_list(lo: int, hi: int, allow_empty: bool) -> Parser:
-    item = _int(lo, hi)
+    item = int_range(lo, hi)
 
     def parse(value: Any) -> tuple[int, ...]:
         if isinstance(value, list | tuple):
@@ -185,70 +186,70 @@ _KEYS: list[Key] = [
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
     Key("producer.acks", _choice("0", "1", "all", aliases={"-1": "all"}), Apply.REBUILD, "all",
         "broker acknowledgements required", _PRODUCER_SCOPES, "acks"),
-    Key("producer.idempotence", _bool, Apply.REBUILD, True, "idempotent producer (needs acks=all)",
+    Key("producer.idempotence", boolean, Apply.REBUILD, True, "idempotent producer (needs acks=all)",
         _PRODUCER_SCOPES, "enable.idempotence"),
     Key("producer.partitioner", _choice("murmur2", "consistent", "random", "round_robin", "sticky"),
         Apply.IN_PLACE, "murmur2", "partition choice for messages without an explicit partition",
         _PRODUCER_SCOPES),
     Key("producer.partitions.exclude", _int_list(0, 1_000_000, allow_empty=True), Apply.IN_PLACE, (),
         "partitions no message is sent to; keyed messages re-hash over the rest", _PRODUCER_SCOPES),
-    Key("producer.linger.ms", _int(0, 900_000), Apply.REBUILD, 5, "batching delay", _PRODUCER_SCOPES,
+    Key("producer.linger.ms", int_range(0, 900_000), Apply.REBUILD, 5, "batching delay", _PRODUCER_SCOPES,
         "linger.ms"),
-    Key("producer.batch.size", _int(1, 2_147_483_647), Apply.REBUILD, 1_000_000, "max batch bytes",
+    Key("producer.batch.size", int_range(1, 2_147_483_647), Apply.REBUILD, 1_000_000, "max batch bytes",
         _PRODUCER_SCOPES, "batch.size"),
     Key("producer.compression", _choice("none", "gzip", "snappy", "lz4", "zstd"), Apply.REBUILD, "none",
         "compression codec", _PRODUCER_SCOPES, "compression.type"),
-    Key("producer.socket.send.buffer.bytes", _int(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
+    Key("producer.socket.send.buffer.bytes", int_range(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
         _PRODUCER_SCOPES, "socket.send.buffer.bytes"),
-    Key("producer.rate.limit.msgs", _float(0, 1e9), Apply.IN_PLACE, 0.0,
+    Key("producer.rate.limit.msgs", float_range(0, 1e9), Apply.IN_PLACE, 0.0,
         "messages per second per process, 0 = unlimited", _PRODUCER_SCOPES),
-    Key("producer.rate.limit.bytes", _float(0, 1e12), Apply.IN_PLACE, 0.0,
+    Key("producer.rate.limit.bytes", float_range(0, 1e12), Apply.IN_PLACE, 0.0,
         "bytes per second per process, 0 = unlimited", _PRODUCER_SCOPES),
-    Key("consumer.socket.receive.buffer.bytes", _int(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
+    Key("consumer.socket.receive.buffer.bytes", int_range(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
         _CONSUMER_SCOPES, "socket.receive.buffer.bytes"),
     Key("consumer.assignment.strategy", _choice("range", "roundrobin", "cooperative-sticky"), Apply.REJOIN,
         "range", "partition assignment strategy", _CONSUMER_SCOPES, "partition.assignment.strategy"),
-    Key("consumer.fetch.max.bytes", _int(1, 2_147_483_135), Apply.REBUILD, 52_428_800,
+    Key("consumer.fetch.max.bytes", int_range(1, 2_147_483_135), Apply.REBUILD, 52_428_800,
         "max bytes per fetch response", _CONSUMER_SCOPES, "fetch.max.bytes"),
-    Key("consumer.max.partition.fetch.bytes", _int(1, 1_000_000_000), Apply.REBUILD, 1_048_576,
+    Key("consumer.max.partition.fetch.bytes", int_range(1, 1_000_000_000), Apply.REBUILD, 1_048_576,
         "max bytes per partition per fetch", _CONSUMER_SCOPES, "max.partition.fetch.bytes"),
-    Key("consumer.fetch.wait.max.ms", _int(0, 300_000), Apply.REBUILD, 500, "max broker wait per fetch",
+    Key("consumer.fetch.wait.max.ms", int_range(0, 300_000), Apply.REBUILD, 500, "max broker wait per fetch",
         _CONSUMER_SCOPES, "fetch.wait.max.ms"),
-    Key("consumer.rate.limit.msgs", _float(0, 1e9), Apply.IN_PLACE, 0.0,
+    Key("consumer.rate.limit.msgs", float_range(0, 1e9), Apply.IN_PLACE, 0.0,
         "messages per second per process, 0 = unlimited", _CONSUMER_SCOPES),
-    Key("consumer.workers", _int(1, 1024), Apply.IN_PLACE, 4, "worker pool size", _CONSUMER_SCOPES),
+    Key("consumer.workers", int_range(1, 1024), Apply.IN_PLACE, 4, "worker pool size", _CONSUMER_SCOPES),
     Key("consumer.ordering", _choice("none", "partition", "key"), Apply.IN_PLACE, "partition",
         "ordering guarantee of the worker pool", _CONSUMER_SCOPES),
-    Key("consumer.paused", _bool, Apply.IN_PLACE, False, "pause fetching, stay in the group",
+    Key("consumer.paused", boolean, Apply.IN_PLACE, False, "pause fetching, stay in the group",
         _CONSUMER_SCOPES),
-    Key("consumer.leave", _bool, Apply.IN_PLACE, False, "leave the group gracefully; rejoin when false",
+    Key("consumer.leave", boolean, Apply.IN_PLACE, False, "leave the group gracefully; rejoin when false",
         _CONSUMER_SCOPES),
     Key("consumer.retry.backoff.ms", _int_list(0, 86_400_000, allow_empty=False), Apply.IN_PLACE,
         (1000, 5000, 30000), "delay before each retry attempt", _CONSUMER_SCOPES),
-    Key("consumer.retry.max.attempts", _int(0, 100), Apply.IN_PLACE, 3, "retries before the DLQ",
+    Key("consumer.retry.max.attempts", int_range(0, 100), Apply.IN_PLACE, 3, "retries before the DLQ",
         _CONSUMER_SCOPES),
-    Key("consumer.dlq.enabled", _bool, Apply.IN_PLACE, True, "dead-letter after the last retry",
+    Key("consumer.dlq.enabled", boolean, Apply.IN_PLACE, True, "dead-letter after the last retry",
         _CONSUMER_SCOPES),
-    Key("trace.enabled", _bool, Apply.IN_PLACE, False, "emit trace events"),
-    Key("trace.sample.rate", _float(0.0, 1.0), Apply.IN_PLACE, 0.01, "fraction of messages traced"),
+    Key("trace.enabled", boolean, Apply.IN_PLACE, False, "emit trace events"),
+    Key("trace.sample.rate", float_range(0.0, 1.0), Apply.IN_PLACE, 0.01, "fraction of messages traced"),
     Key("topic.grade", _choice("P0", "P1", "P2"), Apply.IN_PLACE, "P2", "grade-level defaults",
         frozenset({ScopeKind.GLOBAL, ScopeKind.TOPIC})),
-    Key("auth.enabled", _bool, Apply.IN_PLACE, True, "MetaServer enforcement of app secrets",
+    Key("auth.enabled", boolean, Apply.IN_PLACE, True, "MetaServer enforcement of app secrets",
         frozenset({ScopeKind.GLOBAL})),
     # --- disaster recovery (spill / replay / dual-DC health) ---
-    Key("spill.enabled", _bool, Apply.IN_PLACE, True,
+    Key("spill.enabled", boolean, Apply.IN_PLACE, True,
         "spill undeliverable messages to the local disk queue (false: report them failed)", _PRODUCER_SCOPES),
-    Key("spill.after.ms", _int(100, 86_400_000), Apply.REBUILD, 10_000,
+    Key("spill.after.ms", int_range(100, 86_400_000), Apply.REBUILD, 10_000,
         "a message not delivered within this while its cluster is unreachable is spilled to disk "
         "(librdkafka message.timeout.ms of the cluster's producer)",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
-    Key("health.down.failures", _int(1, 1000), Apply.IN_PLACE, 3,
+    Key("health.down.failures", int_range(1, 1000), Apply.IN_PLACE, 3,
         "consecutive failed probes / transport errors that mark a cluster down",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
-    Key("health.down.after.ms", _int(0, 3_600_000), Apply.IN_PLACE, 2000,
+    Key("health.down.after.ms", int_range(0, 3_600_000), Apply.IN_PLACE, 2000,
         "a cluster failing continuously this long is marked down (0 = count only)",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
-    Key("health.probe.interval.ms", _int(50, 600_000), Apply.IN_PLACE, 500,
+    Key("health.probe.interval.ms", int_range(50, 600_000), Apply.IN_PLACE, 500,
         "metadata probe period while a cluster is suspect or down (10x while healthy)",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
     Key("route.active", _choice("primary", "standby"), Apply.SWITCH, "primary",

@@ -59,23 +59,8 @@ def _url(value: Any) -> str | None:
     return text.rstrip("/")
 
 
-def _ms(lo: int, hi: int) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        if isinstance(value, bool):
-            raise ValueError("expected an integer")
-        try:
-            number = int(str(value).strip())
-        except ValueError:
-            raise ValueError("expected an integer") from None
-        if not lo <= number <= hi:
-            raise ValueError(f"must be between {lo} and {hi}")
-        return number
-
-    return parse
-
-
-def _bool(value: Any) -> bool:
-    return bool(catalog.KEYS["trace.enabled"].parse(value))
+_ms = catalog.int_range
+_bool = catalog.boolean
 
 
 _OPTIONS: dict[str, Option] = {}
