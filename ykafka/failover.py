@@ -559,8 +559,8 @@ class DisasterRecovery:
 
         ``client`` / ``client_cluster``: the caller's own librdkafka producer for that cluster, used when
         the message goes there directly (the ykafka Producer passes its hot-configured client)."""
-        msg = Outgoing(topic, value, key, -1 if partition is None else partition, int(timestamp or 0), headers,
-                       on_delivery)
+        msg = tuple.__new__(Outgoing, (topic, value, key, -1 if partition is None else partition, timestamp or 0,
+                                       headers, on_delivery))
         cluster = self.target(topic)
         self.link(cluster).send(msg, spill_wait, client if client_cluster == cluster else None)
 

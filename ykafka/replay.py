@@ -16,6 +16,7 @@ from the oldest record still queued.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 import time
@@ -93,7 +94,9 @@ class ClusterLink:
         self._retired: list[Producer] = []
         self.available = health.state is ClusterState.UP
         self._down_since = 0.0
-        self.counts = {"direct": 0, "spilled": 0, "rerouted": 0, "failed": 0, "delivered": 0}
+        self.counts = {"spilled": 0, "rerouted": 0, "failed": 0}
+        self.direct = 0  # hot-path counters as plain attributes
+        self.delivered = 0
 
     # --- sending ----------------------------------------------------------------------------------
 
@@ -118,21 +121,20 @@ class ClusterLink:
         stay in the order they were produced."""
         if self._retired:
             self._drain_retired()
+        queue = self.queue
         with self._lock:  # decide and produce atomically with respect to mark_unavailable's purge
-            if not self.must_spill(msg.topic, msg.key):
+            if queue is None or (self.available and not queue.holds(msg[0], msg[2])) \
+                    or not self._spill_enabled(msg[0]):
                 if client is None:
                     client = self.client()
                 elif client is not self._last_external:
                     self._last_external = client
                     if client not in self._external:
                         self._external.append(client)
-                order = next(self._order)
-
-                def delivered(err: KafkaError | None, m: Message) -> None:
-                    self._on_delivery(msg, order, client, err, m)
-
-                _produce(client, msg, delivered)
-                self.counts["direct"] += 1
+                # the hot path, inlined: (topic, value, key, partition, callback, on_delivery, ts, headers)
+                client.produce(msg[0], msg[1], msg[2], msg[3], functools.partial(
+                    self._on_delivery, msg, next(self._order), client), None, msg[4], msg[5])
+                self.direct += 1
                 return
         if self._retired:
             self._drain_retired()
@@ -156,10 +158,10 @@ class ClusterLink:
     def _on_delivery(self, msg: Outgoing, order: int, client: Producer, err: KafkaError | None,
                      m: Message) -> None:
         if err is None:
-            self.counts["delivered"] += 1
+            self.delivered += 1
             self.health.record_success()
-            if msg.on_delivery is not None:
-                msg.on_delivery(None, m)
+            if msg[6] is not None:
+                msg[6](None, m)
             return
         self.health.on_error(err)
         # a purge we did not do is the application's own: report it, as librdkafka would
@@ -270,7 +272,8 @@ class ClusterLink:
         return self.outstanding()
 
     def status(self) -> dict[str, Any]:
-        return {"available": self.available, "outstanding": self.outstanding(), **self.counts}
+        return {"available": self.available, "outstanding": self.outstanding(), "direct": self.direct,
+                "delivered": self.delivered, **self.counts}
 
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
