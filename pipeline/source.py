@@ -48,6 +48,7 @@ def consumer_conf(options: Mapping[str, str], extra: Mapping[str, Any] | None = 
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
+        "fetch.wait.max.ms": 10,  # we read up to known offsets: never wait at the end of a partition
         "socket.timeout.ms": 10_000,
         "log_level": 3,
     }
@@ -111,7 +112,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         deadline = time.monotonic() + self.timeout_s
         try:
             while todo and time.monotonic() < deadline:
-                for msg in consumer.consume(10_000, 0.2):
+                for msg in consumer.consume(1000, 0.05):
                     tp = (msg.topic(), msg.partition())
                     err = msg.error()
                     if err is not None:
@@ -199,7 +200,8 @@ def read_range(options: Mapping[str, str], part: KafkaRange, batch: int = 20_000
             keys: list[bytes | None] = []
             values: list[bytes | None] = []
             eof = False
-            for msg in consumer.consume(batch, 0.5):
+            # consume() returns when it has num_messages or at the timeout: ask for exactly what is left
+            for msg in consumer.consume(max(1, min(batch, part.end - position)), 1.0):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:

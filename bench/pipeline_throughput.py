@@ -1,0 +1,140 @@
+"""Pipeline throughput on Spark ``local[2]``: events per second through the trace and aggregate jobs, and the
+time from an event to its alert.
+
+1. Warm-up: a few thousand events through both jobs (the first micro-batch of a Spark process pays JVM
+   code generation, JIT and Python worker start-up; reported as ``warmup_s``).
+2. Writes ``--events`` trace events (messages' produced / acked / consumed / processed steps) and a tenth as
+   many metric events to a private Tansu broker through the SDK's own EventSink, runs the trace-store and
+   metrics/aggregate queries (``availableNow``, continuing from the warm-up's checkpoints) and divides the
+   events by the wall time (planning, reading, parsing, writing, checkpoint commits).
+3. Starts the pipeline continuously (1 s triggers, alert evaluation every second), then writes one metric
+   event whose handler latency breaks a rule and measures until the alert is delivered.
+
+    python bench/pipeline_throughput.py [--events 200000] [--master local[2]]
+
+Last line: RESULT {"events", "events_s", "event_to_alert_s", ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.runner import Pipeline, PipelineConfig  # noqa: E402
+from pipeline.session import spark_session  # noqa: E402
+from tests.dr_fixtures import Broker  # noqa: E402
+from ykafka import events  # noqa: E402
+from ykafka.events import MetricName  # noqa: E402
+from ykafka.tracing import EventSink  # noqa: E402
+
+KINDS = ("produced", "acked", "consumed", "processed")
+
+
+def write_events(bootstrap: str, trace_events: int, prefix: str = "m") -> tuple[int, int]:
+    sink = EventSink({"bootstrap.servers": bootstrap, "linger.ms": 50}, queue_max=10_000_000)
+    put_trace = sink.channel("trace", {"client_id": "bench-1", "app": "bench", "ip": "10.0.0.1"})
+    now = events.now_ms() - 60_000
+    messages = trace_events // len(KINDS)
+    for i in range(messages):
+        mid = f"{prefix}{i:09d}"
+        topic = f"topic-{i % 8}"
+        for step, kind in enumerate(KINDS):
+            put_trace((now + i // 100 + step, kind, mid, topic, f"key-{i}", i % 4, i, now + i // 100,
+                       1.5 if step else None, "g1" if step >= 2 else None, None, None, None, "dc-a"))
+    metrics = trace_events // 10
+    for i in range(metrics):
+        sink.put("metric", events.row("metric", {
+            "ts": now + i % 60_000, "name": str(MetricName.CONSUME_LATENCY if i % 2 else MetricName.SEND_LATENCY),
+            "client_id": f"c{i % 50}", "topic": f"topic-{i % 8}", "group": "g1", "count": 100, "sum": 500.0,
+            "max": 20.0, "p50": 4.0, "p95": 9.0, "p99": 15.0, "source": "stats"}))
+    left = sink.flush(120)
+    stats = sink.stats()
+    sink.close()
+    if left or stats["trace"]["delivered"] != messages * len(KINDS) or stats["metric"]["delivered"] != metrics:
+        raise RuntimeError(f"events not all delivered: {stats}")
+    return messages * len(KINDS), metrics
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=200_000, help="trace events (plus 10%% metric events)")
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ykafka-bench-pipeline-"))
+    broker = Broker("bench-pipeline", work / "logs").start()
+    pipeline: Pipeline | None = None
+    try:
+        warm_n = sum(write_events(broker.bootstrap, 4000, prefix="w"))
+        started = time.monotonic()
+        spark = spark_session(args.master)
+        spark_start_s = time.monotonic() - started
+        cfg = PipelineConfig(
+            bootstrap=broker.bootstrap, store=str(work / "store"), master=args.master, sample_lag=False,
+            trigger_s=1.0, eval_interval_s=1.0,
+            alert_overrides={"window_s": 120, "latency": [
+                {"name": "slow-handler", "metric": "process.latency_ms", "stat": "p95", "threshold_ms": 1000}],
+                "error_rate": [], "lag": {}, "audit": {}, "sinks": {"kafka": True}})
+        pipeline = Pipeline(cfg, spark=spark)
+
+        def once() -> float:
+            assert pipeline is not None
+            started = time.monotonic()
+            for name, topic in (("trace", events.TRACE_TOPIC), ("metrics", events.METRICS_TOPIC)):
+                pipeline._start(name, topic, once=True).awaitTermination()
+            return time.monotonic() - started
+
+        warmup_s = once()  # first batch: JVM code generation and JIT, Python workers start
+        print(f"warm-up: {warm_n} events in {warmup_s:.1f}s", flush=True)
+        trace_n, metric_n = write_events(broker.bootstrap, args.events)
+        elapsed = once()
+        stored = pipeline.store.read("trace").num_rows
+        if stored != trace_n + 4000:
+            raise RuntimeError(f"trace store holds {stored} rows, expected {trace_n + 4000}")
+        print(f"{trace_n + metric_n} events in {elapsed:.1f}s; in micro-batch handlers: "
+              + ", ".join(f"{n} {q.seconds:.1f}s/{q.batches} batches" for n, q in pipeline.stats.items()), flush=True)
+
+        runner = threading.Thread(target=pipeline.run, daemon=True)
+        runner.start()
+        time.sleep(3)  # queries started and idle
+        sink = EventSink({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        sent_at = time.monotonic()
+        sink.put("metric", events.row("metric", {
+            "ts": events.now_ms(), "name": str(MetricName.PROCESS_LATENCY), "client_id": "slow-1",
+            "topic": "slow-topic", "group": "g-slow", "count": 10, "sum": 50_000.0, "max": 6000.0,
+            "p50": 5000.0, "p95": 5500.0, "p99": 6000.0, "source": "timer"}))
+        sink.flush(10)
+        alert: dict[str, Any] | None = None
+        deadline = time.monotonic() + 120
+        while alert is None and time.monotonic() < deadline:
+            alert = next((a for a in list(pipeline.alerts.sent) if a["topic"] == "slow-topic"), None)
+            time.sleep(0.1)
+        event_to_alert = time.monotonic() - sent_at
+        sink.close()
+        pipeline.stop()
+        runner.join(30)
+        if alert is None:
+            raise RuntimeError("no alert within 120 s")
+        print(f"alert after {event_to_alert:.1f}s: {alert['reason']}", flush=True)
+        result = {"events": trace_n + metric_n, "events_s": round((trace_n + metric_n) / elapsed),
+                  "event_to_alert_s": round(event_to_alert, 2), "trace_events": trace_n, "metric_events": metric_n,
+                  "batch_seconds": round(elapsed, 2), "spark_start_s": round(spark_start_s, 1),
+                  "warmup_s": round(warmup_s, 1),
+                  "master": args.master}
+    finally:
+        if pipeline is not None:
+            pipeline.close()
+        broker.kill()
+    print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
