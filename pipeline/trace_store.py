@@ -51,7 +51,8 @@ def lookup(store: Store, key: str | None = None, *, msg_id: str | None = None, t
         found = list(rows.values())
     else:
         found = table.to_pylist()
-    found.sort(key=lambda r: (r.get("ts") or 0, events.KIND_ORDER.get(r.get("kind") or "", 99)))
+    # same millisecond: earlier attempts first, then the usual order of steps
+    found.sort(key=lambda r: (r.get("ts") or 0, r.get("attempt") or 0, events.KIND_ORDER.get(r.get("kind") or "", 99)))
     return found[:limit]
 
 

@@ -108,7 +108,7 @@ def trace(key: str | None, msg_id: str | None, topic: str | None, since: str, un
             table.add_row(_when(step.get("ts")), str((step.get("ts") or 0) - first),
                           f"[{_KIND_STYLE.get(kind, 'white')}]{kind}[/]", where, step.get("group") or "",
                           f"{step.get('client_id') or ''} {step.get('ip') or ''}".strip(),
-                          "" if step.get("latency_ms") is None else f"{step['latency_ms']:g}",
+                          "" if step.get("latency_ms") is None else f"{step['latency_ms']:.2f}",
                           "" if step.get("attempt") is None else str(step["attempt"]), detail)
         out.print(table)
 
