@@ -254,3 +254,36 @@ def _lookup(store: Store, key: str, topic: str) -> list[dict[str, Any]]:
     from pipeline.trace_store import lookup
 
     return lookup(store, key, topic=topic, since=dt.timedelta(hours=2))
+
+
+def test_pipeline_commands_run_once_and_read_the_store(obs_broker, spark, tmp_path: Path) -> None:
+    """``ykafka pipeline run --once`` (reusing the session's Spark), then the store readers of the CLI."""
+    from ykafka.trace_cli import pipeline as pipeline_cli
+
+    bs = obs_broker.bootstrap
+    topic = unique("cli")
+    sink = EventSink({"bootstrap.servers": bs})
+    tracer = Tracer(sink, "cli-1", "cli-app", "10.1.1.1")
+    for i in range(3):
+        tracer.emit("acked", topic=topic, key=f"c{i}", msg_id=f"{topic}-{i}", partition=0, offset=i)
+    metrics = Metrics(sink, "cli-1", "consumer", app="cli-app", group="g-cli", interval_s=3600, own_sink=False)
+    for ms in (10.0, 20.0, 30.0, 40.0):
+        metrics.observe("consume.latency_ms", ms, topic=topic, group="g-cli")
+    metrics.flush_timers()
+    metrics.client_event(report("cli-1", "consumer", [topic], "g-cli"))
+    metrics.close(final_state=None)
+    assert sink.flush(10) == 0
+    sink.close()
+    store = str(tmp_path / "store")
+    runner = CliRunner()
+    ran = runner.invoke(pipeline_cli, ["run", "--once", "--no-sampler", "--bootstrap", bs, "--store", store])
+    assert ran.exit_code == 0, ran.output
+    assert "done in" in ran.output and "trace" in ran.output
+    out = runner.invoke(trace_cli, ["c1", "--topic", topic, "--store", store, "--json"])
+    assert [json.loads(line)["msg_id"] for line in out.output.splitlines()] == [f"{topic}-1"]
+    agg = runner.invoke(pipeline_cli, ["aggregates", "--store", store, "--topic", topic, "--json"])
+    rows = [json.loads(line) for line in agg.output.splitlines()]
+    assert [(r["name"], r["group"], r["count"], r["max"]) for r in rows] == [("consume.latency_ms", "g-cli", 4, 40.0)]
+    inv = runner.invoke(pipeline_cli, ["inventory", "--store", store, "--cached", "--json"])
+    clients = {json.loads(line)["client_id"]: json.loads(line) for line in inv.output.splitlines()}
+    assert clients["cli-1"]["group"] == "g-cli" and clients["cli-1"]["librdkafka_version"]
