@@ -138,6 +138,7 @@ class Recorder:
     active_keys: dict[Any, int] = field(default_factory=lambda: defaultdict(int))
     active_partitions: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     overlaps: list[str] = field(default_factory=list)
+    max_partition_active: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     threads: set[str] = field(default_factory=set)
     calls: list[tuple[float, Message]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -150,6 +151,7 @@ class Recorder:
             self.threads.add(threading.current_thread().name)
             self.active_keys[key] += 1
             self.active_partitions[part] += 1
+            self.max_partition_active[part] = max(self.max_partition_active[part], self.active_partitions[part])
             if key is not None and self.active_keys[key] > 1:
                 self.overlaps.append(f"key {key!r}")
         try:

@@ -228,6 +228,8 @@ class Consumer:
         self._raw().incremental_unassign(partitions)
 
     def assignment(self) -> list[TopicPartition]:
+        if self.engine.running:  # the engine thread owns the handle; answer from the rebalance callbacks
+            return [TopicPartition(t, p) for t, p in sorted(self._session.assigned)]
         return self._raw().assignment()
 
     def poll(self, timeout: float | None = None) -> Message | None:
@@ -299,6 +301,8 @@ class Consumer:
         return self._raw().list_topics(topic, timeout)
 
     def memberid(self) -> str | None:
+        if self.engine.running:
+            return self._session.member_id
         return self._raw().memberid()
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:

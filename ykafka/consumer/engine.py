@@ -49,6 +49,20 @@ def retry_policy(effective: Mapping[str, Any]) -> RetryPolicy:
     )
 
 
+def migration_strategy(new: str, current: str) -> str:
+    """The ``partition.assignment.strategy`` list to rejoin with when the strategy changes.
+
+    Between eager strategies the old one stays as a fallback (``roundrobin,range``): members that already
+    switched still agree with members that have not, and once every member prefers the new strategy the
+    coordinator selects it. librdkafka cannot mix eager and cooperative assignors, so a switch to or from
+    ``cooperative-sticky`` names the new one alone; the coordinator admits it once the old members left.
+    """
+    previous = current.split(",")[0].strip()
+    if not previous or previous == new or "cooperative" in new or "cooperative" in previous:
+        return new
+    return f"{new},{previous}"
+
+
 class Engine:
     """Runs a handler over a :class:`~ykafka.consumer.session.Session` until stopped."""
 
@@ -70,7 +84,7 @@ class Engine:
         self._running = threading.Event()
         self._pending: dict[str, Any] = {}
         self._pending_lock = threading.Lock()
-        self._holds: dict[S.TP, tuple[int, int]] = {}  # retry partition -> (offset, not-before ms)
+        self._holds: dict[S.TP, int] = {}  # retry partition -> not-before (epoch ms) of its held copy
         self._ordering_change: tuple[Ordering, float] | None = None  # (new mode, drain deadline)
         self._retry_levels = 0
         self._retry_topics: list[str] = []
@@ -265,15 +279,25 @@ class Engine:
     def _dispatch_run(self, topic: str, partition: int, run: list[Any], chunk: int) -> None:
         assert self.dispatcher is not None
         tp = (topic, partition)
+        if tp in self.session.rewound:
+            return  # fetched before a rewind took effect; it comes again from the rewound offset
         tracker = self.trackers.get(tp)
         if tracker is None:
             is_retry = self.router is not None and self.router.parse_retry_topic(topic) is not None
             tracker = self.trackers[tp] = PartitionTracker(topic, partition, is_retry)
+        limit = self.settings.max_inflight_per_partition
+        if tracker.inflight + len(run) > limit:
+            tracker.position()  # drop finished tasks from the window first
+            room = max(0, limit - tracker.inflight)
+            if room < len(run):
+                # Bounded memory: keep no more than the window allows; the rest is fetched again later.
+                self.session.rewind(tp, run[room].offset(), S.BACKPRESSURE)
+                run = run[:room]
+                if not run:
+                    return
         if not tracker.is_retry:
             self.dispatcher.dispatch_run(tracker, run, chunk)
             return
-        if tp in self._holds:
-            return  # fetched before the hold took effect; re-fetched after it
         assert self.router is not None
         now_ms = time.time() * 1000
         due: list[Any] = []
@@ -288,25 +312,15 @@ class Engine:
 
     def _hold(self, tp: S.TP, offset: int, not_before: int) -> None:
         """Keep a retry copy back until due: pause its partition and rewind to it (no worker waits)."""
-        self._holds[tp] = (offset, not_before)
-        self.session.pause([tp], S.HOLD)
-        consumer = self.session.consumer
-        if consumer is not None:
-            consumer.seek(TopicPartition(tp[0], tp[1], offset))
+        self._holds[tp] = not_before
+        self.session.rewind(tp, offset, S.HOLD)
 
     def _release_holds(self) -> None:
         now_ms = time.time() * 1000
-        consumer = self.session.consumer
-        for tp, (offset, not_before) in list(self._holds.items()):
-            if not_before > now_ms:
-                continue
-            del self._holds[tp]
-            if consumer is not None:
-                try:
-                    consumer.seek(TopicPartition(tp[0], tp[1], offset))
-                except KafkaException as exc:
-                    log.warning("seek of retry partition failed", topic=tp[0], partition=tp[1], error=str(exc))
-            self.session.resume([tp], S.HOLD)
+        for tp, not_before in list(self._holds.items()):
+            if not_before <= now_ms:
+                del self._holds[tp]
+                self.session.resume([tp], S.HOLD)
 
     def _on_error(self, msg: Any) -> None:
         err = msg.error()
@@ -437,6 +451,10 @@ class Engine:
         changed = [k for k in REBUILD_KEYS if k in pending]
         if changed:
             props = catalog.rdkafka_properties({k: pending[k] for k in changed}, "consumer.")
+            if "partition.assignment.strategy" in props:
+                props["partition.assignment.strategy"] = migration_strategy(
+                    str(props["partition.assignment.strategy"]),
+                    str(session.props.get("partition.assignment.strategy", "")))
             removed = [str(catalog.KEYS[k].rdkafka) for k in changed if catalog.KEYS[k].rdkafka not in props]
             session.rebuild(props, removed)
         if "consumer.paused" in pending:

@@ -53,6 +53,13 @@ class Session:
         self._manual: list[TopicPartition] | None = None
         self._user: dict[str, RebalanceCallback | None] = {}
         self._reasons: dict[TP, set[str]] = {}
+        # Kept by the rebalance callbacks so other threads can read them without calling into the handle
+        # (librdkafka calls from a second thread can block behind the polling thread for a long time).
+        self.member_id: str | None = None
+        self.assigned: set[TP] = set()
+        #: Paused partitions rewound to an offset: messages of them fetched before the seek are dropped
+        #: (they come again from that offset once the partition resumes).
+        self.rewound: dict[TP, int] = {}
 
     # -- handle -----------------------------------------------------------------------------------------
 
@@ -90,6 +97,9 @@ class Session:
             finally:
                 self.consumer = None
                 self._reasons.clear()
+                self.rewound.clear()
+                self.assigned = set()
+                self.member_id = None
 
     # -- subscription -----------------------------------------------------------------------------------
 
@@ -223,7 +233,27 @@ class Session:
                 del self._reasons[tp]
                 freed.append(TopicPartition(tp[0], tp[1]))
         if freed and self.consumer is not None:
+            for part in freed:
+                offset = self.rewound.pop((part.topic, part.partition), None)
+                if offset is not None:
+                    self._seek(part.topic, part.partition, offset)
             self.consumer.resume(freed)
+
+    def rewind(self, tp: TP, offset: int, reason: str) -> None:
+        """Pause ``tp`` and move its fetch position back to ``offset`` (re-fetched on resume)."""
+        self.pause([tp], reason)
+        current = self.rewound.get(tp)
+        if current is None or offset < current:
+            self.rewound[tp] = offset
+            self._seek(tp[0], tp[1], offset)
+
+    def _seek(self, topic: str, partition: int, offset: int) -> None:
+        if self.consumer is None:
+            return
+        try:
+            self.consumer.seek(TopicPartition(topic, partition, offset))
+        except Exception as exc:  # e.g. the partition was just revoked
+            log.warning("seek failed", topic=topic, partition=partition, offset=offset, error=str(exc))
 
     def paused_for(self, tp: TP, reason: str) -> bool:
         return reason in self._reasons.get(tp, ())
@@ -239,7 +269,10 @@ class Session:
         else:
             consumer.assign(partitions)
             self._reasons.clear()
+            self.rewound.clear()
         tps = [(tp.topic, tp.partition) for tp in partitions]
+        self.assigned = (self.assigned | set(tps)) if self.cooperative else set(tps)
+        self.member_id = consumer.memberid()
         if self.operator_paused:
             self.pause(tps, OPERATOR)
         log.info("partitions assigned", partitions=_names(partitions), generation=self.generation)
@@ -253,6 +286,8 @@ class Session:
             self.hooks.revoked(partitions)
         for tp in partitions:
             self._reasons.pop((tp.topic, tp.partition), None)
+            self.rewound.pop((tp.topic, tp.partition), None)
+        self.assigned = self.assigned - {(tp.topic, tp.partition) for tp in partitions}
         self._call_user("revoke", partitions)
 
     def _on_lost(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
@@ -261,6 +296,8 @@ class Session:
             self.hooks.lost(partitions)
         for tp in partitions:
             self._reasons.pop((tp.topic, tp.partition), None)
+            self.rewound.pop((tp.topic, tp.partition), None)
+        self.assigned = self.assigned - {(tp.topic, tp.partition) for tp in partitions}
         if self._user.get("lost") is None:
             self._call_user("revoke", partitions)  # confluent-kafka's behaviour without on_lost
         else:

@@ -1,0 +1,251 @@
+"""Pure-logic tests of the consumer building blocks (no broker): tracker, pool, lanes, throttle, retry naming."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from confluent_kafka import Message
+
+from ykafka.consumer import headers as H
+from ykafka.consumer.dedupe import Dedupe, message_id
+from ykafka.consumer.offsets import PartitionTracker
+from ykafka.consumer.ordering import Dispatcher
+from ykafka.consumer.pool import WorkerPool
+from ykafka.consumer.retry import RetryPolicy, RetryRouter, dlq_topic, retry_topic
+from ykafka.consumer.settings import Settings
+from ykafka.consumer.throttle import TokenBucket
+from ykafka.errors import ConfigError
+
+
+def msg(offset: int, key: bytes | None = None, partition: int = 0, topic: str = "t",
+        headers: list[tuple[str, bytes]] | None = None) -> Message:
+    return Message(topic=topic, partition=partition, offset=offset, key=key, value=str(offset).encode(),
+                   headers=headers, timestamp=(1, 1000 + offset))
+
+
+# --- offsets ------------------------------------------------------------------------------------------
+
+def test_commit_position_is_the_first_offset_of_the_oldest_unfinished_task() -> None:
+    tracker = PartitionTracker("t", 0)
+    a = tracker.add([msg(10), msg(11)], 10, 11)
+    b = tracker.add([msg(12)], 12, 12)
+    c = tracker.add([msg(13), msg(14)], 13, 14)
+    assert tracker.position() == 10
+    b.finished = True
+    c.finished = True
+    assert tracker.position() == 10  # 10 and 11 still unfinished: nothing past them may be committed
+    a.finished = True
+    assert tracker.position() == 15
+    assert tracker.inflight == 0 and tracker.idle()
+
+
+def test_key_tasks_with_interleaved_offsets_commit_below_the_lowest_unfinished() -> None:
+    tracker = PartitionTracker("t", 0)
+    k1 = tracker.add([msg(0), msg(2), msg(5)], 0, 5)
+    k2 = tracker.add([msg(1), msg(3)], 1, 3)
+    k3 = tracker.add([msg(4)], 4, 4)
+    assert tracker.next_offset == 6  # the max, not the last task's end
+    k1.finished = True
+    k3.finished = True
+    assert tracker.position() == 1
+    k2.finished = True
+    assert tracker.position() == 6
+
+
+def test_unacknowledged_retry_copy_pins_the_commit() -> None:
+    tracker = PartitionTracker("t", 0)
+    task = tracker.add([msg(7)], 7, 7)
+    ack = task.add_ack()
+    task.finished = True
+    assert tracker.position() == 7
+    assert tracker.pending_commit() == 7
+    tracker.committed = 7
+    assert tracker.pending_commit() is None
+    ack.acked = True
+    assert tracker.position() == 8
+
+
+# --- pool ---------------------------------------------------------------------------------------------
+
+def test_pool_resizes_live_without_losing_or_repeating_items() -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def run(item: int) -> None:
+        time.sleep(0.001)
+        with lock:
+            seen.append(item)
+
+    pool = WorkerPool(run, 2)
+    for i in range(300):
+        pool.submit(i)
+        if i == 50:
+            pool.resize(8)
+        if i == 150:
+            pool.resize(1)
+        if i == 250:
+            pool.resize(3)
+    deadline = time.monotonic() + 20
+    while len(seen) < 300 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(seen) == list(range(300))
+    deadline = time.monotonic() + 5
+    while pool.alive != 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pool.alive == 3 and pool.size == 3
+    pool.close()
+    assert pool.alive == 0
+
+
+def test_pool_rejects_zero_workers() -> None:
+    with pytest.raises(ValueError, match="at least one worker"):
+        WorkerPool(lambda item: None, 0)
+
+
+# --- ordering -----------------------------------------------------------------------------------------
+
+class _Runner:
+    """Runs tasks like the engine's workers do and records concurrency per key / partition."""
+
+    def __init__(self) -> None:
+        self.dispatcher: Dispatcher | None = None
+        self.active: dict[Any, int] = defaultdict(int)
+        self.max_active: dict[Any, int] = defaultdict(int)
+        self.order: dict[Any, list[int]] = defaultdict(list)
+        self.lock = threading.Lock()
+        self.done = 0
+
+    def __call__(self, task: Any) -> None:
+        for m in task.msgs:
+            ident = m.key() if self.dispatcher and self.dispatcher.ordering == "key" else m.partition()
+            with self.lock:
+                self.active[ident] += 1
+                self.max_active[ident] = max(self.max_active[ident], self.active[ident])
+                self.order[ident].append(m.offset())
+            time.sleep(0.0005)
+            with self.lock:
+                self.active[ident] -= 1
+                self.done += 1
+        task.finished = True
+        assert self.dispatcher is not None
+        self.dispatcher.task_done(task)
+
+
+@pytest.mark.parametrize("ordering", ["partition", "key"])
+def test_lanes_serialise_per_partition_or_key(ordering: str) -> None:
+    runner = _Runner()
+    pool = WorkerPool(runner, 8)
+    dispatcher = Dispatcher(pool, ordering)  # type: ignore[arg-type]
+    runner.dispatcher = dispatcher
+    trackers = {p: PartitionTracker("t", p) for p in range(2)}
+    offsets = {0: 0, 1: 0}
+    for _batch in range(10):
+        for p in range(2):
+            run = []
+            for _ in range(20):
+                o = offsets[p]
+                run.append(msg(o, key=f"k{o % 5}-{p}".encode(), partition=p))
+                offsets[p] += 1
+            dispatcher.dispatch_run(trackers[p], run, dispatcher.chunk_size(40))
+    deadline = time.monotonic() + 20
+    while runner.done < 400 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pool.close()
+    assert runner.done == 400
+    assert all(v == 1 for v in runner.max_active.values()), dict(runner.max_active)
+    for ident, seen in runner.order.items():
+        assert seen == sorted(seen), ident
+    for tracker in trackers.values():
+        assert tracker.position() == 200
+        assert not tracker.lanes or all(not lane.active for lane in tracker.lanes.values())
+    if ordering == "key":
+        assert trackers[0].lanes == {}  # idle key lanes are retired: memory stays bounded
+
+
+def test_none_ordering_chunks_a_run_so_every_worker_gets_work() -> None:
+    pool = WorkerPool(lambda task: None, 16)
+    dispatcher = Dispatcher(pool, "none")
+    assert dispatcher.chunk_size(320) == 10
+    assert dispatcher.chunk_size(5) == 1
+    assert dispatcher.chunk_size(1_000_000) == 256
+    pool.close()
+
+
+# --- throttle -----------------------------------------------------------------------------------------
+
+def test_token_bucket_limits_and_unlimited() -> None:
+    bucket = TokenBucket(0)
+    assert bucket.allowance(500) == 500 and bucket.wait_time() == 0
+    bucket.set_rate(100)
+    taken = 0
+    start = time.monotonic()
+    while time.monotonic() - start < 0.5:
+        n = bucket.allowance(1000)
+        bucket.take(n)
+        taken += n
+        time.sleep(0.005)
+    assert 35 <= taken <= 65, taken  # 100/s for 0.5 s, burst at most 10
+    bucket.take(20)
+    assert bucket.wait_time() > 0.1
+
+
+# --- retry naming and policy --------------------------------------------------------------------------
+
+def test_retry_topic_names_and_parsing() -> None:
+    assert retry_topic("g1", "orders", 2) == "g1.orders.retry.2"
+    assert dlq_topic("my group", "orders") == "my_group.orders.dlq"
+    router = RetryRouter.__new__(RetryRouter)
+    router.group = "g.1"
+    router._prefix = "g.1."
+    assert router.parse_retry_topic("g.1.orders.eu.retry.3") == ("orders.eu", 3)
+    assert router.parse_retry_topic("g.1.orders.dlq") is None
+    assert router.parse_retry_topic("other.orders.retry.1") is None
+    policy = RetryPolicy((100, 500), 4, True)
+    assert [policy.delay_ms(n) for n in (1, 2, 3, 4)] == [100, 500, 500, 500]
+
+
+def test_retry_view_restores_the_original_coordinates() -> None:
+    raw = msg(3, key=b"k", topic="g.t.retry.1", headers=[
+        (H.ORIGINAL_TOPIC, b"t"), (H.ORIGINAL_PARTITION, b"5"), (H.ORIGINAL_OFFSET, b"42"),
+        (H.ORIGINAL_TIMESTAMP, b"1234"), (H.ATTEMPT, b"1"), (H.NOT_BEFORE, b"99")])
+    view = RetryRouter.view(raw)
+    assert (view.topic(), view.partition(), view.offset(), view.timestamp()) == ("t", 5, 42, (1, 1234))
+    assert view.key() == b"k" and view.value() == b"3"
+    assert RetryRouter.not_before(raw) == 99
+    assert message_id(view) == "t/5/42"
+
+
+# --- dedupe and settings ------------------------------------------------------------------------------
+
+def test_dedupe_skips_ids_already_handled_but_not_failed_ones() -> None:
+    calls: list[int] = []
+
+    def handler(m: Message) -> None:
+        calls.append(m.offset())
+        if m.offset() == 2:
+            raise RuntimeError("fail")
+
+    dedupe = Dedupe(maxsize=10, ttl_s=60)
+    wrapped = dedupe(handler)
+    first = msg(1, headers=[(H.MESSAGE_ID, b"abc")])
+    wrapped(first)
+    wrapped(msg(9, headers=[(H.MESSAGE_ID, b"abc")]))  # same id, other offset: a duplicate
+    with pytest.raises(RuntimeError):
+        wrapped(msg(2))
+    with pytest.raises(RuntimeError):
+        wrapped(msg(2))  # a failure is not remembered
+    assert calls == [1, 2, 2]
+    assert dedupe.skipped == 1
+
+
+def test_settings_from_local_options() -> None:
+    from ykafka import config
+
+    conf = config.load({"bootstrap.servers": "x:1", "ykafka.consumer.max.inflight.per.partition": "50"}, "consumer")
+    assert Settings.from_options(conf.options).max_inflight_per_partition == 50
+    with pytest.raises(ConfigError, match="max.inflight"):
+        config.load({"bootstrap.servers": "x:1", "ykafka.consumer.max.inflight.per.partition": "0"}, "consumer")
