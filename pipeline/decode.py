@@ -41,7 +41,18 @@ def decode(raw: Any, kind: str, keep_source: bool = False) -> Any:
         *([F.col("_src_topic"), F.col("_src_partition"), F.col("_src_offset")] if keep_source else []),
         F.col("_b.c").alias("_c"), F.explode(F.col("_b.r")).alias("_row"))
     extra = [F.col("_src_topic"), F.col("_src_partition"), F.col("_src_offset")] if keep_source else []
-    return exploded.select(*extra, *event_columns(kind))
+    typed = exploded.select(*extra, *event_columns(kind))
+    if kind != "trace":
+        return typed
+    # acked / failed rows of the producer's delivery wrapper imply the produced step (events.sent_ts)
+    produced = typed.where(F.col("sent_ts").isNotNull()).select(*[
+        F.col("sent_ts").alias("ts") if name == "ts"
+        else F.lit(events.TraceKind.PRODUCED.value).alias("kind") if name == "kind"
+        else F.col(name) if name in events.PRODUCED_KEEPS or name.startswith("_src_")
+        else F.lit(None).cast(typ).alias(name)
+        for name, typ in [*((c, "bigint") for c in ("_src_topic", "_src_partition", "_src_offset") if keep_source),
+                          *events.FIELDS["trace"]]])
+    return typed.unionByName(produced)
 
 
 def with_time_partitions(df: Any, ts_col: str = "ts") -> Any:

@@ -129,6 +129,9 @@ def delete_ephemeral(sampler: LagSampler, store: Store, groups: Iterable[str], n
     deletable = []
     skipped: dict[str, str | None] = {}
     for info in sampler.groups(names):
+        if info.state == "DEAD":
+            skipped[info.group] = "kept: the broker does not know the group"
+            continue
         clients = live_clients(store, info.group, now, heartbeat)
         if info.alive or clients:
             skipped[info.group] = f"kept: state {info.state}, live clients {clients}"

@@ -218,7 +218,7 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
         confluent_kafka.libversion()[0], __version__, g_main, "dc-obs")
 
     # --- group lifecycle: ephemeral deleted in real time, idle found and removed on --apply ----------
-    assert result["ephemeral"] == {g_eph: None}
+    assert result["ephemeral"][g_eph] is None  # deleted (other tests' ephemeral clients may show up too)
     listed = runner.invoke(groups_cli, ["list", "--bootstrap", bs, "--store", store.root, "--idle", "1s", "--json"])
     candidates = {json.loads(line)["candidate"] for line in listed.output.splitlines()}
     assert {g_idle, g_main} <= candidates and g_stall not in candidates and g_eph not in candidates

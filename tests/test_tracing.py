@@ -57,7 +57,8 @@ def test_events_reach_the_trace_topic_in_order_with_all_fields(obs_broker) -> No
     assert found[7] | {"ts": 0} == {
         "ts": 0, "kind": "acked", "msg_id": "id-7", "topic": topic, "key": "k7", "partition": 1, "offset": 7,
         "msg_ts": 1_700_000_000_007, "latency_ms": 2.5, "group": None, "attempt": None, "error": None,
-        "cluster": "dc-a", "client_id": "client-1", "app": "orders-app", "ip": "10.1.2.3", "detail": None}
+        "cluster": "dc-a", "client_id": "client-1", "app": "orders-app", "ip": "10.1.2.3", "detail": None,
+        "sent_ts": None}
     assert tracer.stats()["delivered"] == 50 and tracer.stats()["dropped_full"] == 0
     tracer.close()
 

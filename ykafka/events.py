@@ -67,6 +67,9 @@ TRACE_FIELDS: tuple[tuple[str, str], ...] = (
     ("error", "string"),
     ("detail", "string"),  # free text, e.g. the retry / DLQ topic
     ("cluster", "string"),
+    # acked / failed rows written by the producer's delivery wrapper: when the message was handed to the
+    # producer. Readers derive the ``produced`` step from it (one row per message instead of two).
+    ("sent_ts", "bigint"),
     # constant per emitting client: usually sent once per batch in the envelope's "c" (see module docstring)
     ("client_id", "string"),
     ("app", "string"),
@@ -200,13 +203,28 @@ def decode(value: bytes | str) -> tuple[str, list[dict[str, Any]]]:
         raise ValueError("not a ykafka event batch")
     names = doc["f"]
     constants = doc.get("c") or {}
+    kind = str(doc.get("type", ""))
     out = []
     for r in doc["r"]:
         event = dict.fromkeys(names)
         event.update(constants)
         event.update((k, v) for k, v in zip(names, r, strict=False) if v is not None or k not in constants)
+        if kind == "trace" and event.get("sent_ts") is not None:
+            out.append(produced_from(event))
         out.append(event)
-    return str(doc.get("type", "")), out
+    return kind, out
+
+
+#: Fields a derived ``produced`` step keeps from its acked / failed row.
+PRODUCED_KEEPS = ("msg_id", "topic", "key", "cluster", "client_id", "app", "ip")
+
+
+def produced_from(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``produced`` step implied by an acked / failed row that carries ``sent_ts``."""
+    derived: dict[str, Any] = dict.fromkeys(event)
+    derived.update({k: event.get(k) for k in PRODUCED_KEEPS})
+    derived.update({"ts": event["sent_ts"], "kind": TraceKind.PRODUCED.value})
+    return derived
 
 
 def iter_events(values: Iterator[bytes]) -> Iterator[tuple[str, dict[str, Any]]]:

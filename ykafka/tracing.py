@@ -301,6 +301,7 @@ class Tracer:
         self.ip = ip
         self.cluster = cluster
         self._own_sink = own_sink
+        self._shared: dict[Any, Callable[[Any, Any], None]] = {}
         self._put: Callable[[Any], bool] | None = None
         if sink is not None:
             self._put = sink.channel("trace", {"client_id": client_id, "app": app, "ip": ip})
@@ -370,14 +371,25 @@ class Tracer:
 
     def wrap_delivery(self, callback: Callable[[Any, Any], None] | None, topic: str, key: Any, msg_id: str,
                       cluster: str | None = None) -> Callable[[Any, Any], None]:
-        """A delivery callback for a sampled message: emits ``produced`` (at ack time - latency) and
-        ``acked`` (partition, offset, latency) or ``failed``, then calls ``callback``.
+        """A delivery callback for a sampled message: emits ``acked`` (partition, offset, latency, and the
+        send time from which readers derive ``produced``) or ``failed``, then calls ``callback``.
 
-        A ``partial``, not a closure: it lives until the broker answers, and fewer GC-tracked objects
-        per in-flight message keep the collector cheap."""
+        With ``msg_id == ""`` (rate 1.0, no ``ykafka-id``) everything comes from the delivered message and
+        one shared callback per user callback is returned: no per-message object at all. Otherwise a
+        ``partial``, not a closure: it lives until the broker answers, and fewer GC-tracked objects per
+        in-flight message keep the collector cheap."""
+        where = cluster or self.cluster
+        if not msg_id:
+            cache_key = (callback, where)
+            shared = self._shared.get(cache_key)
+            if shared is None:
+                if len(self._shared) > 256:
+                    self._shared.clear()
+                shared = self._shared[cache_key] = functools.partial(self._delivered_any, callback, where)
+            return shared
         if key is not None and type(key) is not str:
             key = _text(key)
-        return functools.partial(self._delivered, callback, topic, key, msg_id, cluster or self.cluster)
+        return functools.partial(self._delivered, callback, topic, key, msg_id, where)
 
     def _delivered(self, callback: Callable[[Any, Any], None] | None, topic: str, key: str | None, msg_id: str,
                    where: str, err: Any, msg: Any) -> None:
@@ -385,20 +397,35 @@ class Tracer:
         if put is not None:
             now = int(_time() * 1000)
             latency = msg.latency()
-            latency_ms = None if latency is None else round(latency * 1000, 3)
+            latency_ms = None if latency is None else latency * 1000
             sent = now if latency is None else now - int(latency * 1000)
             if err is None:
-                partition, offset = msg.partition(), msg.offset()
-                if not msg_id:
-                    msg_id = f"{topic}/{partition}/{offset}"
-                put((sent, "produced", msg_id, topic, key, None, None, None, None, None, None, None, None, where))
-                put((now, "acked", msg_id, topic, key, partition, offset, msg.timestamp()[1], latency_ms, None,
-                     None, None, None, where))
+                put((now, "acked", msg_id, topic, key, msg.partition(), msg.offset(), msg.timestamp()[1],
+                     latency_ms, None, None, None, None, where, sent))
             else:
-                msg_id = msg_id or new_message_id()
-                put((sent, "produced", msg_id, topic, key, None, None, None, None, None, None, None, None, where))
                 put((now, "failed", msg_id, topic, key, None, None, None, latency_ms, None, None, str(err), None,
-                     where))
+                     where, sent))
+        if callback is not None:
+            callback(err, msg)
+
+    def _delivered_any(self, callback: Callable[[Any, Any], None] | None, where: str, err: Any, msg: Any) -> None:
+        """Rate 1.0 without message ids: the message is identified by its coordinates once acked."""
+        put = self._put
+        if put is not None:
+            now = int(_time() * 1000)
+            latency = msg.latency()
+            latency_ms = None if latency is None else latency * 1000
+            sent = now if latency is None else now - int(latency * 1000)
+            topic, key = msg.topic(), msg.key()
+            if key is not None:
+                key = key.decode("utf-8", "replace") if type(key) is bytes else _text(key)
+            if err is None:
+                partition, offset = msg.partition(), msg.offset()
+                put((now, "acked", f"{topic}/{partition}/{offset}", topic, key, partition, offset,
+                     msg.timestamp()[1], latency_ms, None, None, None, None, where, sent))
+            else:
+                put((now, "failed", new_message_id(), topic, key, None, None, None, latency_ms, None, None,
+                     str(err), None, where, sent))
         if callback is not None:
             callback(err, msg)
 
