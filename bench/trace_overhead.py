@@ -55,7 +55,7 @@ def run_raw(producer: Any, topic: str, messages: int, value: bytes) -> float:
     for _ in range(messages):
         while True:
             try:
-                produce(topic, value, on_delivery=on_delivery)
+                produce(topic, value, None, -1, on_delivery, None, 0, None)  # the ykafka Producer's call shape
                 break
             except BufferError:
                 poll(0.01)
@@ -91,7 +91,7 @@ def run_traced(producer: Any, tracer: Tracer, topic: str, messages: int, value: 
                 callback = wrap(on_delivery, topic, None, mid)
         while True:
             try:
-                produce(topic, value, headers=headers, on_delivery=callback)
+                produce(topic, value, None, -1, callback, None, 0, headers)
                 break
             except BufferError:
                 poll(0.01)

@@ -44,6 +44,10 @@ def decode(raw: Any, kind: str, keep_source: bool = False) -> Any:
     typed = exploded.select(*extra, *event_columns(kind))
     if kind != "trace":
         return typed
+    # no msg_id: the message is identified by its coordinates (rate-1.0 acks of producers without ids)
+    typed = typed.withColumn("msg_id", F.coalesce(F.col("msg_id"), F.when(
+        F.col("partition").isNotNull() & F.col("offset").isNotNull(),
+        F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")))))
     # acked / failed rows of the producer's delivery wrapper imply the produced step (events.sent_ts)
     produced = typed.where(F.col("sent_ts").isNotNull()).select(*[
         F.col("sent_ts").alias("ts") if name == "ts"

@@ -19,9 +19,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
+
+try:  # orjson encodes a batch ~6x faster than json: less CPU taken from the application by tracing
+    import orjson
+
+    def _dumps(doc: Any) -> bytes:
+        return orjson.dumps(doc, default=str)
+except ImportError:  # pragma: no cover - orjson is optional
+    def _dumps(doc: Any) -> bytes:
+        return json.dumps(doc, separators=(",", ":"), default=str).encode()
+
+dumps: Callable[[Any], bytes] = _dumps
 
 SCHEMA_VERSION = 1
 
@@ -55,7 +66,7 @@ KIND_ORDER: dict[str, int] = {kind.value: i for i, kind in enumerate(TraceKind)}
 TRACE_FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "bigint"),  # when the step happened, epoch ms
     ("kind", "string"),  # a TraceKind value
-    ("msg_id", "string"),  # the correlation id: the ykafka-trace header (= ykafka-id when the producer stamps one)
+    ("msg_id", "string"),  # correlation id: ykafka-trace / ykafka-id header; null = "topic/partition/offset"
     ("topic", "string"),  # the business topic (the original topic for retry / DLQ copies)
     ("key", "string"),  # the message key, utf-8 (undecodable bytes replaced)
     ("partition", "int"),
@@ -183,7 +194,7 @@ def encode_rows(kind: str, rows: Sequence[Sequence[Any]], constants: Mapping[str
     doc: dict[str, Any] = {"v": SCHEMA_VERSION, "type": kind, "f": NAMES[kind], "r": rows}
     if constants:
         doc["c"] = {k: v for k, v in constants.items() if v is not None}
-    return json.dumps(doc, separators=(",", ":"), default=str).encode()
+    return dumps(doc)
 
 
 def row(kind: str, event: Mapping[str, Any]) -> list[Any]:
@@ -209,8 +220,11 @@ def decode(value: bytes | str) -> tuple[str, list[dict[str, Any]]]:
         event = dict.fromkeys(names)
         event.update(constants)
         event.update((k, v) for k, v in zip(names, r, strict=False) if v is not None or k not in constants)
-        if kind == "trace" and event.get("sent_ts") is not None:
-            out.append(produced_from(event))
+        if kind == "trace":
+            if event.get("msg_id") is None and event.get("partition") is not None and event.get("offset") is not None:
+                event["msg_id"] = f"{event.get('topic')}/{event['partition']}/{event['offset']}"
+            if event.get("sent_ts") is not None:
+                out.append(produced_from(event))
         out.append(event)
     return kind, out
 

@@ -134,6 +134,7 @@ class EventSink:
         self.delivered: dict[str, int] = dict.fromkeys(self._topics, 0)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._closed = [False]  # read by every put(): a list cell is cheaper than Event.is_set()
         self._wake = threading.Event()
         for kind in self._topics:
             self._default[kind] = self._add_channel(kind, {})
@@ -151,11 +152,11 @@ class EventSink:
     def channel(self, kind: str, constants: Mapping[str, Any] | None = None) -> Callable[[Any], bool]:
         """A ``put(row)`` function of a new queue whose rows share ``constants`` (trailing fields)."""
         queue = self._add_channel(kind, constants or {})
-        limit, stop, dropped = self._max, self._stop, self.dropped_full
+        limit, closed, dropped = self._max, self._closed, self.dropped_full
         append = queue.append
 
         def put(row: Any) -> bool:
-            if len(queue) >= limit or stop.is_set():
+            if len(queue) >= limit or closed[0]:
                 dropped[kind] += 1
                 return False
             append(row)
@@ -168,7 +169,7 @@ class EventSink:
     def put(self, kind: str, row: Any) -> bool:
         """Enqueue one full positional row of event type ``kind``; False (and counted) when full or closed."""
         queue = self._default[kind]
-        if len(queue) >= self._max or self._stop.is_set():
+        if len(queue) >= self._max or self._closed[0]:
             self.dropped_full[kind] += 1
             return False
         queue.append(row)
@@ -240,6 +241,7 @@ class EventSink:
         if self._stop.is_set():
             return
         self.flush(timeout)
+        self._closed[0] = True
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=max(1.0, timeout))
@@ -385,7 +387,7 @@ class Tracer:
             if shared is None:
                 if len(self._shared) > 256:
                     self._shared.clear()
-                shared = self._shared[cache_key] = functools.partial(self._delivered_any, callback, where)
+                shared = self._shared[cache_key] = self._by_coordinates(callback, where)
             return shared
         if key is not None and type(key) is not str:
             key = _text(key)
@@ -408,26 +410,38 @@ class Tracer:
         if callback is not None:
             callback(err, msg)
 
-    def _delivered_any(self, callback: Callable[[Any, Any], None] | None, where: str, err: Any, msg: Any) -> None:
-        """Rate 1.0 without message ids: the message is identified by its coordinates once acked."""
+    def _by_coordinates(self, callback: Callable[[Any, Any], None] | None,
+                        where: str) -> Callable[[Any, Any], None]:
+        """The shared delivery callback of rate 1.0 without message ids: the message is identified by its
+        coordinates once acked (readers fill a null ``msg_id`` with ``topic/partition/offset``, see
+        :func:`ykafka.events.decode`). A plain closure built once: the cheapest call per message."""
         put = self._put
-        if put is not None:
-            now = int(_time() * 1000)
-            latency = msg.latency()
-            latency_ms = None if latency is None else latency * 1000
-            sent = now if latency is None else now - int(latency * 1000)
-            topic, key = msg.topic(), msg.key()
+        if put is None:
+            return callback or _ignore
+        now_s, new_id = _time, new_message_id
+
+        def trace(err: Any, msg: Any) -> None:
+            now = int(now_s() * 1000)
+            latency = msg.latency() or 0.0
+            key = msg.key()
             if key is not None:
                 key = key.decode("utf-8", "replace") if type(key) is bytes else _text(key)
             if err is None:
-                partition, offset = msg.partition(), msg.offset()
-                put((now, "acked", f"{topic}/{partition}/{offset}", topic, key, partition, offset,
-                     msg.timestamp()[1], latency_ms, None, None, None, None, where, sent))
+                put((now, "acked", None, msg.topic(), key, msg.partition(), msg.offset(), msg.timestamp()[1],
+                     latency * 1000, None, None, None, None, where, now - int(latency * 1000)))
             else:
-                put((now, "failed", new_message_id(), topic, key, None, None, None, latency_ms, None, None,
-                     str(err), None, where, sent))
-        if callback is not None:
-            callback(err, msg)
+                put((now, "failed", new_id(), msg.topic(), key, None, None, None, latency * 1000, None, None,
+                     str(err), None, where, now - int(latency * 1000)))
+
+        if callback is None:
+            return trace
+        user = callback
+
+        def trace_then_call(err: Any, msg: Any) -> None:
+            trace(err, msg)
+            user(err, msg)
+
+        return trace_then_call
 
     def emit(self, kind: str, *, topic: str, key: Any = None, msg_id: Any = None, partition: int | None = None,
              offset: int | None = None, msg_ts: int | None = None, latency_ms: float | None = None,
@@ -511,3 +525,7 @@ class Tracer:
 
 _random = random.random
 _time = time.time
+
+
+def _ignore(err: Any, msg: Any) -> None:
+    """Delivery callback of a closed tracer without a user callback."""
