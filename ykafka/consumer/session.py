@@ -271,6 +271,9 @@ class Session:
             self._reasons.clear()
             self.rewound.clear()
         tps = [(tp.topic, tp.partition) for tp in partitions]
+        if partitions:
+            # librdkafka may keep a partition's pause flag across revoke / re-assign; start from "fetching".
+            consumer.resume(partitions)
         self.assigned = (self.assigned | set(tps)) if self.cooperative else set(tps)
         self.member_id = consumer.memberid()
         if self.operator_paused:
