@@ -1,0 +1,45 @@
+"""A framework consumer in its own process, for kill / signal tests.
+
+Usage: python -m tests.consumer_child BOOTSTRAP TOPIC GROUP OUT_FILE CACHE_DIR [DELAY_S] [WORKERS]
+
+Each handled message appends ``<value> <partition> <offset>`` to OUT_FILE with one ``write`` on an
+O_APPEND descriptor, so the record survives SIGKILL of this process. Exits 0 after a graceful stop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from confluent_kafka import Message
+
+from ykafka.consumer import Consumer
+
+
+def main(argv: list[str]) -> int:
+    bootstrap, topic, group, out_file, cache_dir = argv[:5]
+    delay = float(argv[5]) if len(argv) > 5 else 0.005
+    workers = int(argv[6]) if len(argv) > 6 else 4
+    fd = os.open(out_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def handler(msg: Message) -> None:
+        time.sleep(delay)
+        os.write(fd, f"{int(msg.value())} {msg.partition()} {msg.offset()}\n".encode())
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "ykafka.cache.dir": cache_dir,
+        "consumer.workers": workers, "consumer.ordering": "partition",
+        "ykafka.consumer.commit.interval.ms": 200, "ykafka.consumer.max.inflight.per.partition": 50,
+    })
+    try:
+        consumer.run(handler, topics=[topic])  # returns after SIGTERM / SIGINT: drained and committed
+    finally:
+        consumer.close()
+        os.close(fd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

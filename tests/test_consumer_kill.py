@@ -1,0 +1,114 @@
+"""Consumer processes killed with SIGKILL or stopped with SIGTERM: nothing lost, only the uncommitted tail repeats."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.consumer_fixtures import committed, create_topic, produce, unique, wait_until
+
+pytest_plugins = ["tests.consumer_fixtures"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Child:
+    def __init__(self, bootstrap: str, topic: str, group: str, out: Path, tmp_path: Path) -> None:
+        self.out = out
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.consumer_child", bootstrap, topic, group, str(out),
+             str(tmp_path / "cache"), "0.005", "4"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def records(path: Path) -> list[tuple[int, int, int]]:
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    return [tuple(int(x) for x in line.split()) for line in lines if line.count(" ") == 2]  # type: ignore[misc]
+
+
+@pytest.fixture
+def children():
+    started: list[Child] = []
+    yield started
+    for child in started:
+        child.stop()
+
+
+def test_sigkill_mid_batch_redelivers_only_the_uncommitted_tail(bootstrap: str, tmp_path: Path, children) -> None:
+    topic, group = unique("kill"), unique("g")
+    create_topic(bootstrap, topic, 4)
+    where = produce(bootstrap, topic, 1000, keys=40)
+    first_out, second_out = tmp_path / "first.txt", tmp_path / "second.txt"
+    first = Child(bootstrap, topic, group, first_out, tmp_path)
+    children.append(first)
+    wait_until(lambda: len(records(first_out)) >= 300, 60, message="first process under way")
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait(10)
+    at_kill = committed(bootstrap, group, topic, 4)
+    handled_first = records(first_out)
+    assert len(handled_first) < 1000  # killed mid-stream, with work in flight
+
+    second = Child(bootstrap, topic, group, second_out, tmp_path)
+    children.append(second)
+    wait_until(lambda: {r[0] for r in handled_first + records(second_out)} >= set(range(1000)), 90,
+               message="every message handled after the restart")
+    second.proc.send_signal(signal.SIGTERM)
+    assert second.proc.wait(30) == 0, second.proc.stderr.read().decode()[-2000:] if second.proc.stderr else ""
+
+    handled_second = records(second_out)
+    values_first = [r[0] for r in handled_first]
+    values_second = [r[0] for r in handled_second]
+    assert set(values_first) | set(values_second) == set(range(1000))  # nothing lost
+    assert not [v for v, n in Counter(values_first).items() if n > 1]
+    assert not [v for v, n in Counter(values_second).items() if n > 1]
+    for value in values_second:  # the restart began exactly at the committed positions
+        partition, offset = where[value]
+        assert offset >= max(at_kill[partition], 0), (value, partition, offset, at_kill)
+    for value, (partition, offset) in where.items():  # ...and redelivered the whole uncommitted tail
+        if offset >= max(at_kill[partition], 0):
+            assert value in values_second, (value, partition, offset)
+    repeated = set(values_first) & set(values_second)
+    assert all(where[v][1] >= at_kill[where[v][0]] for v in repeated)
+    ends = {p: 0 for p in range(4)}
+    for partition, offset in where.values():
+        ends[partition] = max(ends[partition], offset + 1)
+    found = committed(bootstrap, group, topic, 4)
+    assert {p: found[p] for p in ends if ends[p]} == {p: e for p, e in ends.items() if e}
+
+
+def test_sigterm_finishes_in_flight_commits_and_leaves(bootstrap: str, tmp_path: Path, children) -> None:
+    topic, group = unique("term"), unique("g")
+    create_topic(bootstrap, topic, 4)
+    where = produce(bootstrap, topic, 800, keys=40)
+    first_out, second_out = tmp_path / "first.txt", tmp_path / "second.txt"
+    first = Child(bootstrap, topic, group, first_out, tmp_path)
+    children.append(first)
+    wait_until(lambda: len(records(first_out)) >= 200, 60, message="first process under way")
+    first.proc.send_signal(signal.SIGTERM)
+    assert first.proc.wait(30) == 0
+    handled_first = [r[0] for r in records(first_out)]
+    at_stop = committed(bootstrap, group, topic, 4)
+    per_partition = Counter(where[v][0] for v in handled_first)
+    # graceful: every handled message is committed, and nothing beyond what was handled
+    for partition in range(4):
+        assert max(at_stop[partition], 0) == per_partition[partition]
+
+    second = Child(bootstrap, topic, group, second_out, tmp_path)
+    children.append(second)
+    wait_until(lambda: len(handled_first) + len(records(second_out)) >= 800, 90, message="the rest handled")
+    second.proc.send_signal(signal.SIGTERM)
+    assert second.proc.wait(30) == 0
+    everything = handled_first + [r[0] for r in records(second_out)]
+    assert sorted(everything) == list(range(800))  # exactly once across a graceful restart
