@@ -29,7 +29,13 @@ err_console = Console(stderr=True)
 
 
 def _client(ctx: click.Context) -> AdminClient:
-    client: AdminClient = ctx.obj["client"]
+    """The MetaServer client, built on first use so commands that need no MetaServer need no token."""
+    root = ctx.find_root().find_object(dict) or ctx.obj
+    if "client" not in root:
+        if not root.get("token"):
+            raise click.UsageError("an admin token is needed: pass --token or set YKAFKA_ADMIN_TOKEN")
+        root["client"] = AdminClient(root["url"], root["token"], operator=root.get("operator"))
+    client: AdminClient = root["client"]
     return client
 
 
@@ -67,15 +73,14 @@ def _emit_json(ctx: click.Context, data: Any) -> bool:
 @click.group()
 @click.option("--url", envvar="YKAFKA_METASERVER", default="http://127.0.0.1:7070", show_default=True,
               help="MetaServer URL (env YKAFKA_METASERVER)")
-@click.option("--token", envvar="YKAFKA_ADMIN_TOKEN", required=True, help="admin token (env YKAFKA_ADMIN_TOKEN)")
+@click.option("--token", envvar="YKAFKA_ADMIN_TOKEN", default=None, help="admin token (env YKAFKA_ADMIN_TOKEN)")
 @click.option("--operator", envvar="YKAFKA_OPERATOR", default=None, help="your name in the audit trail")
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of tables")
 @click.pass_context
-def admin(ctx: click.Context, url: str, token: str, operator: str | None, as_json: bool) -> None:
+def admin(ctx: click.Context, url: str, token: str | None, operator: str | None, as_json: bool) -> None:
     """Operate the MetaServer: apps, ACLs, clusters, hot config, clients, audit."""
     ctx.ensure_object(dict)
-    ctx.obj["client"] = AdminClient(url, token, operator=operator)
-    ctx.obj["json"] = as_json
+    ctx.obj.update(url=url, token=token, operator=operator, json=as_json)
 
 
 # --- apps ----------------------------------------------------------------------------------------
