@@ -23,6 +23,7 @@ installed (:meth:`Producer.set_hooks`). Without hooks the hot path inlines ``_se
 from __future__ import annotations
 
 import functools
+import random
 import threading
 import time
 from collections import deque
@@ -38,9 +39,11 @@ from ykafka.config import LocalConfig
 from ykafka.config import load as load_config
 from ykafka.errors import BufferFullError, ClosedError, ConfigError, from_kafka_error
 from ykafka.hotconfig import ConfigChange
+from ykafka.metrics import Observability
 from ykafka.partitioner import Picker, needs_python
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
+from ykafka.tracing import TRACE_HEADER, Tracer, new_message_id
 
 log = structlog.get_logger(__name__)
 
@@ -80,10 +83,12 @@ class _Client:
 class _TopicState:
     """Everything a send to one topic needs, resolved once per config version."""
 
-    __slots__ = ("topic", "client", "send", "cluster", "effective", "picker", "throttle", "slow", "expires")
+    __slots__ = ("topic", "client", "send", "cluster", "effective", "picker", "throttle", "slow", "expires",
+                 "trace")
 
     def __init__(self, topic: str, client: _Client, cluster: str, effective: dict[str, Any],
-                 picker: Picker | None, throttle: Throttle | None, slow: bool, expires: float) -> None:
+                 picker: Picker | None, throttle: Throttle | None, slow: bool, expires: float,
+                 trace: float = 0.0) -> None:
         self.topic = topic
         self.client = client
         self.send = client.rd.produce
@@ -93,6 +98,7 @@ class _TopicState:
         self.throttle = throttle
         self.slow = slow
         self.expires = expires
+        self.trace = trace  # sampling rate of message trace (0.0: off)
 
 
 def _freeze(props: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -105,6 +111,18 @@ def _freeze(props: Mapping[str, Any]) -> tuple[Any, ...]:
             value = repr(value)
         out.append((name, value))
     return tuple(out)
+
+
+_random = random.random
+
+
+def _with_header(headers: Any, name: str, value: str) -> list[tuple[str, Any]]:
+    """A new header list with ``name: value`` added (the caller's headers are not modified)."""
+    if not headers:
+        return [(name, value)]
+    items = list(headers.items()) if isinstance(headers, dict) else list(headers)
+    items.append((name, value))
+    return items
 
 
 def _nbytes(value: Any) -> int:
@@ -159,6 +177,7 @@ class Producer:
                               f"({', '.join(sorted(self._runtime.clusters()))})")
         self._runtime.add_version_listener(self._on_version)
         self._runtime.set_report_provider(self._report)
+        self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
 
     # --- the hot path ------------------------------------------------------------------------------
 
@@ -176,6 +195,8 @@ class Producer:
             on_delivery = callback
         if st is None or st.slow:
             return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers)
+        if st.trace:
+            on_delivery, headers = self._traced(st, key, on_delivery, headers)
         try:
             st.send(topic, value, key, partition, on_delivery, None, timestamp, headers)
         except BufferError:
@@ -193,6 +214,8 @@ class Producer:
         st = self._states.get(topic)
         if st is None or (st.expires and time.monotonic() > st.expires):
             st = self._prepare(topic)
+        if st.trace:
+            on_delivery, headers = self._traced(st, key, on_delivery, headers)
         if st.throttle is not None:
             st.throttle.acquire(_nbytes(value))
         if partition < 0 and st.picker is not None:
@@ -207,6 +230,22 @@ class Producer:
                     return
             st = self._states.get(topic) or self._prepare(topic)
         self._send(st.client, topic, value, key, partition, on_delivery, timestamp, headers)
+
+    def _traced(self, st: _TopicState, key: Any, on_delivery: DeliveryCallback | None,
+                headers: Any) -> tuple[DeliveryCallback | None, Any]:
+        """Message trace: sampled once per message; a sampled one gets its trace header and a delivery
+        callback that emits its produced / acked (or failed) steps (see :mod:`ykafka.tracing`)."""
+        rate = st.trace
+        if rate < 1.0 and _random() >= rate:
+            return on_delivery, headers
+        tracer = self._obs.tracer()
+        if not tracer.active:
+            return on_delivery, headers
+        mid = ""  # rate 1.0: identified by its coordinates once acked, no header needed
+        if rate < 1.0:
+            mid = new_message_id()
+            headers = _with_header(headers, TRACE_HEADER, mid)
+        return tracer.wrap_delivery(on_delivery or self._default_dr, st.topic, key, mid, st.cluster), headers
 
     def _send(self, client: _Client, topic: str, value: Any, key: Any, partition: int,
               on_delivery: DeliveryCallback | None, timestamp: int, headers: Any) -> None:
@@ -283,7 +322,8 @@ class Producer:
             throttle = self._throttles.for_topic(effective, rt.sources(topic=topic, cluster=cluster), self._max_wait_s)
             slow = (picker is not None or throttle is not None or topic in self._held
                     or self._send_hook is not None or self._delivery_hook is not None)
-            state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires)
+            state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires,
+                                Tracer.rate(effective))
             if rt.version == version and not self._closed:
                 self._states[topic] = state
             return state
@@ -292,6 +332,7 @@ class Producer:
         props = self._runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "producer."))
         props["partitioner"] = "murmur2_random"
         props["error_cb"] = self._error_cb
+        props.update(self._obs.rdkafka_settings())  # statistics -> __ykafka_metrics
         return props
 
     def _new_client(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any]) -> _Client:
@@ -536,6 +577,7 @@ class Producer:
             self._retiring.clear()
             self._home.clear()
             self._held.clear()
+        self._obs.close()
         self._runtime.close()
         if left:
             log.warning("ykafka.producer.closed_with_undelivered", messages=left)
