@@ -140,7 +140,12 @@ class Metrics:
         self._client_wake = threading.Event()
         self.last_lag: dict[tuple[str, int], tuple[int, int, int]] = {}  # (topic, partition) -> lag, committed, hwm
         self.stats_seen = 0
-        self.prometheus: _Prometheus | None = _Prometheus.get(prometheus_port) if prometheus_port is not None else None
+        self.prometheus: _Prometheus | None = None
+        if prometheus_port is not None:
+            try:
+                self.prometheus = _Prometheus.get(prometheus_port)
+            except OSError as exc:  # port taken: metrics still flow to Kafka
+                log.warning("ykafka.metrics.prometheus_unavailable", port=prometheus_port, error=str(exc))
         self._thread = threading.Thread(target=self._run, name=f"ykafka-metrics-{client_id}", daemon=True)
         self._thread.start()
 
@@ -200,6 +205,7 @@ class Metrics:
         ts = events.now_ms()
         out: list[dict[str, Any]] = []
         kind = stats.get("type", self.role)
+        instance = str(stats.get("name", ""))  # one Metrics may serve several librdkafka clients
         for broker_name, broker in (stats.get("brokers") or {}).items():
             if broker.get("nodeid", -1) < 0:
                 continue  # bootstrap placeholder entries
@@ -208,7 +214,7 @@ class Metrics:
             if kind == "producer" and (rtt.get("cnt") or queued.get("cnt")):
                 out.append(self._summary(ts, MetricName.SEND_LATENCY, queued, rtt, broker=name))
                 out.append(self._summary(ts, MetricName.SEND_RTT, rtt, None, broker=name))
-            errors = self._delta(("err", name), broker.get("txerrs", 0) + broker.get("req_timeouts", 0)
+            errors = self._delta(("err", instance, name), broker.get("txerrs", 0) + broker.get("req_timeouts", 0)
                                  + broker.get("rxerrs", 0))
             if errors:
                 metric = MetricName.SEND_ERRORS if kind == "producer" else MetricName.CONSUME_ERRORS
@@ -228,11 +234,11 @@ class Metrics:
                     if sample is not None:
                         out.append(sample)
             if kind == "producer":
-                delta = self._delta(("tx", topic), sent)
+                delta = self._delta(("tx", instance, topic), sent)
                 if delta:
                     out.append(self._event(ts, MetricName.SEND_MSGS, topic=topic, count=int(delta), value=delta))
             else:
-                delta = self._delta(("rx", topic), received)
+                delta = self._delta(("rx", instance, topic), received)
                 if delta:
                     out.append(self._event(ts, MetricName.CONSUME_MSGS, topic=topic, group=self.group,
                                            count=int(delta), value=delta))
@@ -282,7 +288,7 @@ class Metrics:
 
     def _run(self) -> None:
         next_timers = time.monotonic() + self.interval_s
-        next_client = time.monotonic()
+        next_client = time.monotonic() + self.client_interval_s  # the first report comes from watch_client()
         while not self._stop.is_set():
             now = time.monotonic()
             timeout = max(0.01, min(next_timers, next_client) - now)
@@ -425,3 +431,92 @@ def local_versions() -> dict[str, str]:
     ck = confluent_kafka.version()
     return {"ykafka": __version__, "confluent_kafka": ck if isinstance(ck, str) else ck[0],
             "librdkafka": confluent_kafka.libversion()[0]}
+
+
+def _flag(value: Any) -> bool:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("expected a boolean (true / false)")
+
+
+with contextlib.suppress(ValueError):
+    register_option("ykafka.metrics.enabled", _flag, True,
+                    "send librdkafka statistics, handler timings and client events to __ykafka_metrics / "
+                    "__ykafka_clients")
+
+
+class Observability:
+    """One client's tracer and metrics, sharing one :class:`EventSink` on the trace cluster.
+
+    Built by the Producer / Consumer from their :class:`~ykafka.runtime.Runtime`. The sink (one
+    librdkafka producer and one thread) is created on first need: at once when metrics are enabled
+    (``ykafka.metrics.enabled``, default true), else when a topic first asks for tracing. Failing to
+    build it (an unknown ``ykafka.trace.cluster``) disables observability with a warning, never the client.
+    """
+
+    def __init__(self, runtime: Any, role: str, group: str | None = None) -> None:
+        self.runtime = runtime
+        self.role = role
+        self.group = group
+        self._options: Mapping[str, Any] = runtime.conf.options
+        self._sink: EventSink | None = None
+        self._tracer: Any = None
+        self._failed = False
+        self._lock = threading.Lock()
+        self.metrics: Metrics | None = None
+        if self._options.get("ykafka.metrics.enabled", True):
+            sink = self.sink()
+            if sink is not None:
+                self.metrics = Metrics(
+                    sink, runtime.client_id, role, app=runtime.app_id, ip=runtime.ip, cluster=self.cluster,
+                    group=group, interval_s=float(self._options.get("ykafka.metrics.interval.ms", 10_000)) / 1000,
+                    prometheus_port=self._options.get("ykafka.prometheus.port"), own_sink=False,
+                    client_interval_s=float(self._options.get("ykafka.clients.interval.ms", 60_000)) / 1000)
+                self.metrics.watch_client(runtime.report_body)
+
+    @property
+    def cluster(self) -> str:
+        return str(self._options.get("ykafka.trace.cluster") or self.runtime.default_cluster)
+
+    def sink(self) -> EventSink | None:
+        if self._sink is None and not self._failed:
+            from ykafka.tracing import sink_conf
+
+            with self._lock:
+                if self._sink is None and not self._failed:
+                    try:
+                        conf = sink_conf(self.runtime.cluster(self.cluster).rdkafka(), self._options)
+                        self._sink = EventSink(conf, queue_max=int(self._options.get("ykafka.trace.queue.max",
+                                                                                     100_000)),
+                                               name=f"ykafka-events-{self.runtime.client_id}")
+                    except Exception as exc:
+                        self._failed = True
+                        log.warning("ykafka.observability.disabled", cluster=self.cluster, error=str(exc))
+        return self._sink
+
+    def tracer(self) -> Any:
+        """The client's :class:`~ykafka.tracing.Tracer` (a disabled one when no sink can be had)."""
+        if self._tracer is None:
+            from ykafka.tracing import Tracer
+
+            sink = self.sink()
+            self._tracer = (Tracer(sink, self.runtime.client_id, self.runtime.app_id, self.runtime.ip,
+                                   self.runtime.default_cluster, own_sink=False)
+                            if sink is not None else Tracer.disabled())
+        return self._tracer
+
+    def rdkafka_settings(self) -> dict[str, Any]:
+        """librdkafka statistics settings for the client's own Kafka clients ({} when metrics are off)."""
+        return self.metrics.rdkafka_settings() if self.metrics is not None else {}
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Last metrics interval and a last client event (``closed``), then send what is queued."""
+        if self.metrics is not None:
+            self.metrics.close(timeout)
+        if self._tracer is not None:
+            self._tracer.close(timeout)
+        if self._sink is not None:
+            self._sink.close(timeout)

@@ -321,6 +321,11 @@ class Tracer:
     def disabled(cls) -> Tracer:
         return cls(None, "")
 
+    @property
+    def active(self) -> bool:
+        """False for a disabled or closed tracer (every emit would be a no-op)."""
+        return self._put is not None
+
     # --- decisions -------------------------------------------------------------------------------
 
     @staticmethod

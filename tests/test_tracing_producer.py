@@ -1,0 +1,68 @@
+"""The ykafka Producer's observability hooks on a real broker: trace by grade / rate, statistics, client events."""
+
+from __future__ import annotations
+
+from confluent_kafka import TopicPartition
+
+from tests.pipeline_fixtures import consumer, read_events, unique, wait_for
+from ykafka import Producer, events
+from ykafka.events import MetricName
+
+pytest_plugins = ["tests.pipeline_fixtures"]
+
+
+def test_p0_topic_is_fully_traced_with_statistics_and_client_events(obs_broker) -> None:
+    bs = obs_broker.bootstrap
+    topic, client_id = unique("p0"), unique("producer")
+    acked: list = []
+    producer = Producer({"bootstrap.servers": bs, "ykafka.client.id": client_id, "topic.grade": "P0",
+                         "ykafka.metrics.interval.ms": 200, "linger.ms": 0})
+    for i in range(5):
+        producer.produce(topic, f"v{i}".encode(), f"k{i}".encode(), partition=0,
+                         on_delivery=lambda err, msg: acked.append((err, msg.offset())))
+    assert producer.flush(10) == 0
+    assert acked == [(None, i) for i in range(5)]  # the user's callbacks still run, in order
+    metrics = producer._obs.metrics
+    assert metrics is not None
+    seen = metrics.stats_seen
+    wait_for(lambda: producer.poll(0.1) >= 0 and metrics.stats_seen >= seen + 2, timeout=10)  # stats after the acks
+    producer.close()
+    steps = read_events(bs, events.TRACE_TOPIC, 10, lambda e: e["topic"] == topic)
+    assert sorted((e["msg_id"], e["kind"]) for e in steps) == sorted(
+        (f"{topic}/0/{i}", kind) for i in range(5) for kind in ("produced", "acked"))
+    assert {e["key"] for e in steps} == {f"k{i}" for i in range(5)}
+    assert all(e["client_id"] == client_id and e["cluster"] == "default" for e in steps)
+    clients = read_events(bs, events.CLIENTS_TOPIC, 3, lambda e: e["client_id"] == client_id, timeout=3)
+    clients.sort(key=lambda c: c["ts"])  # separate batches: they may sit in different partitions
+    assert [c["state"] for c in clients] == ["running", "closed"]  # at start and at close
+    assert clients[0]["role"] == "producer"
+    assert clients[0]["librdkafka_version"] and clients[0]["ykafka_version"]
+    sent = read_events(bs, events.METRICS_TOPIC, 5, lambda e: e["client_id"] == client_id
+                       and e["name"] == MetricName.SEND_MSGS and e["topic"] == topic, timeout=5)
+    assert sum(e["count"] for e in sent) == 5  # librdkafka's cumulative counters, as deltas
+
+
+def test_sampled_messages_carry_the_trace_header_and_only_they_are_traced(obs_broker) -> None:
+    bs = obs_broker.bootstrap
+    topic, quiet, client_id = unique("half"), unique("off"), unique("producer")
+    producer = Producer({"bootstrap.servers": bs, "ykafka.client.id": client_id, "trace.enabled": True,
+                         "trace.sample.rate": 0.5, "ykafka.metrics.enabled": False})
+    for i in range(40):
+        producer.produce(topic, b"v", f"k{i}".encode(), partition=0)
+    producer.flush(10)
+    producer.close()
+    off = Producer({"bootstrap.servers": bs, "ykafka.metrics.enabled": False})  # P2 default: trace off
+    off.produce(quiet, b"v", b"k", partition=0)
+    off.flush(10)
+    off.close()
+    c = consumer(bs)
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list = []
+    wait_for(lambda: got.extend(m for m in c.consume(100, 0.5) if m.error() is None) or len(got) >= 40, timeout=20)
+    c.close()
+    marked = {dict(m.headers() or [])["ykafka-trace"].decode() for m in got if m.headers()}
+    assert 5 <= len(marked) <= 35  # about half, decided once per message
+    steps = read_events(bs, events.TRACE_TOPIC, 2 * len(marked), lambda e: e["topic"] == topic)
+    assert {e["msg_id"] for e in steps} == marked
+    assert sorted(e["kind"] for e in steps) == ["acked"] * len(marked) + ["produced"] * len(marked)
+    assert read_events(bs, events.TRACE_TOPIC, 1, lambda e: e["topic"] == quiet, timeout=2) == []
