@@ -1,23 +1,22 @@
-"""Trace overhead on the producer: raw confluent-kafka vs the same loop with the Tracer hooks, same run.
+"""Trace overhead on the producer: raw confluent-kafka vs the ykafka Producer with trace off / 1 % / 100 %.
 
-The ykafka Producer does not call the Tracer yet, so this measures what its hooks will do per message on
-top of the raw loop (canonical ``produce(..., on_delivery=cb)`` + ``poll(0)``, ``flush`` at the end, time
-includes the flush):
+Same process run, same broker, same librdkafka settings (acks=all, idempotence, linger.ms=5), the
+canonical loop ``produce(..., on_delivery=cb)`` + ``poll(0)``, ``flush`` at the end (time includes it):
 
-* ``off``  — trace disabled for the topic: the per-topic rate is cached, one falsy check per message;
-* ``1%``   — a sampling decision per message (one ``random()``); for the sampled 1 %: an id in the
-             ``ykafka-trace`` header and a wrapped delivery callback emitting ``produced`` + ``acked``
-             (partition, offset, latency);
-* ``100%`` — every message: the wrapped callback and its two events (no header: at rate 1.0 a message
-             is identified by its coordinates), shipped by the background sink to ``__ykafka_trace`` on the
-             same broker while the benchmark runs.
+* ``raw``  — confluent-kafka;
+* ``off``  — ``ykafka.Producer`` (local mode) whose topic has trace off (``trace.enabled=false``);
+* ``1%``   — ``trace.sample.rate=0.01``: one ``random()`` per message; a sampled message gets an id in the
+             ``ykafka-trace`` header and a wrapped delivery callback emitting ``produced`` + ``acked``;
+* ``100%`` — every message traced (no header: identified by its coordinates once acked), events shipped by
+             the background sink to ``__ykafka_trace`` on the same broker while the benchmark runs.
 
-Rounds alternate the four modes; figures are medians. Starts a private Tansu broker on a free port
-(or uses ``--bootstrap``).
+Also measured, as ``hooks_*``: the raw loop plus the Tracer hooks alone (what tracing costs without the
+Producer's own overhead). Rounds alternate the modes; figures are medians. Starts a private Tansu broker
+on a free port (or uses ``--bootstrap``).
 
     python bench/trace_overhead.py [--messages 100000] [--size 100] [--rounds 3]
 
-Last line: RESULT {"raw_msgs_s", "off_ratio", "sampled_1pct_ratio", "full_ratio", ...}
+Last line: RESULT {"raw_msgs_s", "off_ratio", "sampled_1pct_ratio", "full_ratio", "hooks_...", ...}
 """
 
 from __future__ import annotations
@@ -37,6 +36,8 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer  # noqa: E402
 
 from tests.dr_fixtures import Broker  # noqa: E402
+from ykafka import Producer as YProducer  # noqa: E402
+from ykafka.logs import configure  # noqa: E402
 from ykafka.tracing import Tracer  # noqa: E402
 
 SETTINGS = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_000_000,
@@ -110,6 +111,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bootstrap", default=None, help="use this cluster instead of a private Tansu broker")
     args = parser.parse_args()
+    configure("warning")
     value = b"x" * args.size
     broker = None
     if args.bootstrap is None:
@@ -118,24 +120,38 @@ def main() -> None:
     try:
         producer = Producer({"bootstrap.servers": bootstrap, **SETTINGS})
         tracer = Tracer.for_client("bench", "127.0.0.1", {"bootstrap.servers": bootstrap}, app="bench")
+        common = {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000, "log_level": 3}
+        ykafka = {
+            "off": YProducer({**common, "trace.enabled": False}),
+            "1pct": YProducer({**common, "trace.enabled": True, "trace.sample.rate": 0.01}),
+            "full": YProducer({**common, "trace.enabled": True, "trace.sample.rate": 1.0}),
+        }
         modes = {
             "raw": lambda t: run_raw(producer, t, args.messages, value),
-            "off": lambda t: run_traced(producer, tracer, t, args.messages, value, {"trace.enabled": False}),
-            "1pct": lambda t: run_traced(producer, tracer, t, args.messages, value,
-                                         {"trace.enabled": True, "trace.sample.rate": 0.01}),
-            "full": lambda t: run_traced(producer, tracer, t, args.messages, value,
-                                         {"trace.enabled": True, "trace.sample.rate": 1.0}),
+            "off": lambda t: run_raw(ykafka["off"], t, args.messages, value),
+            "1pct": lambda t: run_raw(ykafka["1pct"], t, args.messages, value),
+            "full": lambda t: run_raw(ykafka["full"], t, args.messages, value),
+            "hooks_off": lambda t: run_traced(producer, tracer, t, args.messages, value, {"trace.enabled": False}),
+            "hooks_1pct": lambda t: run_traced(producer, tracer, t, args.messages, value,
+                                               {"trace.enabled": True, "trace.sample.rate": 0.01}),
+            "hooks_full": lambda t: run_traced(producer, tracer, t, args.messages, value,
+                                               {"trace.enabled": True, "trace.sample.rate": 1.0}),
         }
         run_raw(producer, "bench-trace-warmup", 5000, value)
+        for name, yp in ykafka.items():
+            run_raw(yp, f"bench-trace-warmup-{name}", 5000, value)
         figures: dict[str, list[float]] = {name: [] for name in modes}
         for round_ in range(args.rounds):
             for name, fn in modes.items():
                 rate = fn(f"bench-trace-{name}-{round_}")
                 figures[name].append(rate)
-                print(f"round {round_} {name:>4}: {rate:,.0f} msgs/s", flush=True)
+                print(f"round {round_} {name:>10}: {rate:,.0f} msgs/s", flush=True)
         tracer.flush(60)
         stats = tracer.stats()
         tracer.close()
+        traced = ykafka["full"]._obs.tracer().stats()
+        for yp in ykafka.values():
+            yp.close()
         med = {name: statistics.median(v) for name, v in figures.items()}
         result = {
             "raw_msgs_s": round(med["raw"]),
@@ -144,10 +160,14 @@ def main() -> None:
             "full_ratio": round(med["full"] / med["raw"], 3),
             "off_msgs_s": round(med["off"]), "sampled_1pct_msgs_s": round(med["1pct"]),
             "full_msgs_s": round(med["full"]),
-            "trace_events_delivered": stats["delivered"], "trace_events_dropped": stats["dropped_full"]
-            + stats["dropped_undeliverable"],
+            "hooks_off_ratio": round(med["hooks_off"] / med["raw"], 3),
+            "hooks_1pct_ratio": round(med["hooks_1pct"] / med["raw"], 3),
+            "hooks_full_ratio": round(med["hooks_full"] / med["raw"], 3),
+            "full_trace_events_delivered": traced.get("delivered", 0),
+            "trace_events_dropped": stats["dropped_full"] + stats["dropped_undeliverable"]
+            + traced.get("dropped_full", 0) + traced.get("dropped_undeliverable", 0),
             "messages": args.messages, "rounds": args.rounds, "size": args.size,
-            "measured": "raw confluent-kafka loop + Tracer hooks (ykafka Producer has no trace hooks yet)",
+            "measured": "ykafka.Producer (local mode) vs raw confluent-kafka; hooks_*: raw loop + Tracer hooks",
         }
     finally:
         if broker is not None:
