@@ -1,0 +1,92 @@
+"""Drop-in use (the user's own poll loop) and ``run_async``, on a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Message, TopicPartition
+
+from tests.consumer_fixtures import consumer_config, create_topic, produce, unique, wait_until
+from ykafka.consumer import Consumer, Dedupe
+
+pytest_plugins = ["tests.consumer_fixtures"]
+
+
+def test_own_poll_loop_with_commits_pause_and_live_rebuild(bootstrap: str, tmp_path: Path) -> None:
+    topic, group = unique("dropin"), unique("g")
+    create_topic(bootstrap, topic, 2)
+    where = produce(bootstrap, topic, 60, keys=6)
+    assigned: list[int] = []
+    consumer = Consumer(consumer_config(bootstrap, group, tmp_path))
+    try:
+        consumer.subscribe([topic], on_assign=lambda c, ps: assigned.extend(tp.partition for tp in ps))
+        seen: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < 30 and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                seen.append(int(msg.value()))
+                consumer.commit(message=msg, asynchronous=False)
+        assert sorted(assigned) == [0, 1]
+        paused = [TopicPartition(topic, p) for p in (0, 1)]
+        consumer.pause(paused)
+        drained = [m for m in consumer.consume(100, 1.0) if m.error() is None]
+        assert drained == []  # paused: nothing is fetched
+        consumer.resume(paused)
+        consumer.apply({"consumer.fetch.wait.max.ms": 20})  # applied on the next poll: a rebuilt handle
+        while len(seen) < 60 and time.monotonic() < deadline:
+            for msg in consumer.consume(10, 0.2):
+                if msg.error() is None:
+                    seen.append(int(msg.value()))
+                    consumer.commit(message=msg, asynchronous=False)
+        assert consumer.generation == 2 and consumer.client_config["fetch.wait.max.ms"] == 20
+        assert sorted(seen) == list(range(60))
+        committed = consumer.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=10)
+        ends = {p: 0 for p in (0, 1)}
+        for partition, offset in where.values():
+            ends[partition] = max(ends[partition], offset + 1)
+        assert {tp.partition: tp.offset for tp in committed} == ends
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert low == 0 and high >= 1
+        assert topic in consumer.list_topics(topic, timeout=10).topics
+    finally:
+        consumer.close()
+
+
+def test_run_async_handler_and_dedupe(bootstrap: str, tmp_path: Path) -> None:
+    topic, group = unique("async"), unique("g")
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, 40, keys=4)
+    produce(bootstrap, topic, 10, keys=4, start=0)  # ten duplicates: same ykafka-id as values 0..9
+    handled: list[int] = []
+    concurrent = {"now": 0, "max": 0}
+
+    dedupe = Dedupe(maxsize=1000, ttl_s=60)
+
+    @dedupe
+    def sync_view(msg: Message) -> None:
+        handled.append(int(msg.value()))
+
+    async def handler(msg: Message) -> None:
+        concurrent["now"] += 1
+        concurrent["max"] = max(concurrent["max"], concurrent["now"])
+        await asyncio.sleep(0.01)
+        concurrent["now"] -= 1
+        sync_view(msg)
+
+    consumer = Consumer(consumer_config(bootstrap, group, tmp_path, **{"consumer.workers": 4,
+                                                                        "consumer.ordering": "none"}))
+    thread = threading.Thread(target=consumer.run_async, args=(handler, [topic]), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: dedupe.skipped >= 10 and len(handled) >= 40, 60, message="40 handled, 10 skipped")
+    finally:
+        consumer.stop()
+        thread.join(30)
+        consumer.close()
+    assert sorted(handled) == list(range(40))  # the ten duplicates were skipped by id
+    assert concurrent["max"] > 1  # coroutines overlapped on the event loop
+    assert dedupe.skipped == 10
