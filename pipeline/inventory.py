@@ -31,9 +31,11 @@ def build(spark: Any, store: Store, since: dt.timedelta = dt.timedelta(days=7),
     latest = history.groupBy("client_id").agg(
         F.max_by(F.struct(*[F.col(c) for c in COLUMNS if c not in ("client_id", "first_seen", "last_seen")]),
                  F.col("ts")).alias("r"),
+        # a closing client may report no topics any more: keep the last topics it reported
+        F.max_by(F.col("topics"), F.when(F.coalesce(F.col("topics"), F.lit("")) != "", F.col("ts"))).alias("t"),
         F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"))
-    flat = latest.select("client_id", "r.*", "first_seen", "last_seen").select(*COLUMNS).orderBy(
-        "cluster", "app", "client_id")
+    flat = latest.select("client_id", "r.*", "t", "first_seen", "last_seen").withColumn(
+        "topics", F.coalesce(F.col("t"), F.col("topics"))).select(*COLUMNS).orderBy("cluster", "app", "client_id")
     table = flat.toArrow()
     store.replace(table, "inventory")
     return list(table.to_pylist())

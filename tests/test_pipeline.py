@@ -25,11 +25,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pipeline.runner import Pipeline, PipelineConfig
 from pipeline.store import Store
 from tests.pipeline_fixtures import consumer, unique, wait_for
+from ykafka import Producer as YProducer
 from ykafka import __version__, events
 from ykafka.metrics import Metrics, local_versions
 from ykafka.trace_cli import groups as groups_cli
 from ykafka.trace_cli import trace as trace_cli
-from ykafka.tracing import EventSink, Tracer, new_message_id
+from ykafka.tracing import EventSink, Tracer
 
 pytest_plugins = ["tests.pipeline_fixtures"]
 
@@ -73,18 +74,20 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
     m_cons = Metrics(sink, "cons-1", "consumer", app="shop", cluster="dc-obs", group=g_main, interval_s=3600,
                      own_sink=False)
 
-    # --- produce 6 traced messages -------------------------------------------------------------------
-    producer = Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    # --- produce 6 messages through the ykafka Producer of a P0 topic: every message traced -------------
+    yk = YProducer({"bootstrap.servers": bs, "topic.grade": "P0", "ykafka.client.id": "prod-1",
+                    "ykafka.trace.linger.ms": 20, "linger.ms": 0})
     ids: dict[str, str] = {}
-    for i in range(6):  # what the Producer's trace hooks do per message
-        key = f"k{i}"
-        mid = tr_prod.sample(Tracer.rate(ALL), new_message_id())
-        assert mid is not None
-        ids[key] = mid
-        producer.produce(orders, b"v-" + key.encode(), key.encode(),
-                         headers=[("ykafka-id", mid.encode()), ("ykafka-trace", mid.encode())],
-                         on_delivery=tr_prod.wrap_delivery(None, orders, key, mid))
-    producer.flush(10)
+
+    def delivered(err: Any, msg: Any) -> None:
+        assert err is None
+        ids[msg.key().decode()] = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"  # rate 1.0: coordinates
+
+    for i in range(6):
+        yk.produce(orders, f"v-k{i}".encode(), f"k{i}".encode(), partition=0, on_delivery=delivered)
+    assert yk.flush(10) == 0 and len(ids) == 6
+    assert yk.in_force(orders)["topic.grade"] == "P0"
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 0})  # the consumer's retry / DLQ producer
 
     # --- consume with a handler: k3 fails once (retried), k4 always fails (dead-lettered) --------------
     c_main = consumer(bs, g_main)
@@ -94,15 +97,17 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
         tr_cons.trace_message("consumed", msg, ALL, group=g_main, latency_ms=1.0)
         m_cons.observe("process.latency_ms", 2500.0, topic=orders, group=g_main)  # slow handler
         key = msg.key().decode()
-        attempt = int(dict(msg.headers()).get("ykafka-attempt", b"0"))
+        attempt = int(dict(msg.headers() or []).get("ykafka-attempt", b"0"))
         if key == "k4" or (key == "k3" and attempt == 0):
             if key == "k4" and attempt >= 1:
                 tr_cons.trace_message("dead-lettered", msg, ALL, group=g_main, error="ValueError: bad", detail=dlq)
-                producer.produce(dlq, msg.value(), msg.key(), headers=msg.headers())
+                producer.produce(dlq, msg.value(), msg.key(), headers=msg.headers() or [])
                 return
             tr_cons.trace_message("retried", msg, ALL, group=g_main, error="ValueError: bad", detail=retry)
-            headers = [h for h in msg.headers() if h[0] in ("ykafka-id", "ykafka-trace")] + [
-                ("ykafka-original-topic", orders.encode()), ("ykafka-attempt", str(attempt + 1).encode()),
+            headers = [h for h in msg.headers() or [] if h[0] in ("ykafka-id", "ykafka-trace")] + [
+                ("ykafka-original-topic", orders.encode()), ("ykafka-original-partition", b"0"),
+                ("ykafka-original-offset", str(msg.offset()).encode()),
+                ("ykafka-attempt", str(attempt + 1).encode()),
                 ("ykafka-original-timestamp", str(msg.timestamp()[1]).encode())]
             producer.produce(retry, msg.value(), msg.key(), headers=headers)
             producer.flush(10)
@@ -126,9 +131,9 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
             tr_cons.emit("consumed", topic=audited, key=f"a{i}", msg_id=f"audit-{orders}-{i}", group="g-audit",
                          msg_ts=old_ms)
 
-    # --- clients report themselves --------------------------------------------------------------------
-    m_cons.client_event(report("prod-1", "producer", [orders]))
+    # --- clients report themselves (the ykafka Producer does on its own, at start and at close) ---------
     m_cons.client_event(report("cons-1", "consumer", [orders], g_main))
+    yk.close()
 
     # --- an idle group and an ephemeral group whose only client closes ----------------------------------
     for group in (g_idle, g_eph):
@@ -213,6 +218,8 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
     # --- inventory lists the test clients with their versions -----------------------------------------
     inventory = {r["client_id"]: r for r in result["inventory"]}
     assert {"prod-1", "cons-1", "eph-1"} <= set(inventory)
+    assert (inventory["prod-1"]["role"], inventory["prod-1"]["state"], inventory["prod-1"]["topics"]) == (
+        "producer", "closed", orders)
     assert (inventory["cons-1"]["librdkafka_version"], inventory["cons-1"]["ykafka_version"],
             inventory["cons-1"]["group"], inventory["cons-1"]["cluster"]) == (
         confluent_kafka.libversion()[0], __version__, g_main, "dc-obs")
