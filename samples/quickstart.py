@@ -8,11 +8,13 @@ MetaServer's grant says which cluster the topic lives on, so no bootstrap server
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import uuid
 from collections import Counter
 
 from ykafka import Consumer, Producer
+from ykafka.logs import configure
 
 
 def main() -> None:
@@ -21,6 +23,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10, help="distinct keys")
     parser.add_argument("--topic", default=f"quickstart-{uuid.uuid4().hex[:6]}")
     args = parser.parse_args()
+    configure(os.environ.get("YKAFKA_LOG_LEVEL", "warning"))  # structlog to stderr; info shows the SDK at work
 
     delivered: Counter[str] = Counter()
 
