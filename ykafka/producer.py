@@ -195,7 +195,8 @@ class Producer:
             on_delivery = callback
         if st is None or st.slow:
             return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers)
-        if st.trace:
+        rate = st.trace
+        if rate and (rate >= 1.0 or _random() < rate):  # sampled: decided once, here
             on_delivery, headers = self._traced(st, key, on_delivery, headers)
         try:
             st.send(topic, value, key, partition, on_delivery, None, timestamp, headers)
@@ -214,7 +215,8 @@ class Producer:
         st = self._states.get(topic)
         if st is None or (st.expires and time.monotonic() > st.expires):
             st = self._prepare(topic)
-        if st.trace:
+        rate = st.trace
+        if rate and (rate >= 1.0 or _random() < rate):
             on_delivery, headers = self._traced(st, key, on_delivery, headers)
         if st.throttle is not None:
             st.throttle.acquire(_nbytes(value))
@@ -233,16 +235,13 @@ class Producer:
 
     def _traced(self, st: _TopicState, key: Any, on_delivery: DeliveryCallback | None,
                 headers: Any) -> tuple[DeliveryCallback | None, Any]:
-        """Message trace: sampled once per message; a sampled one gets its trace header and a delivery
-        callback that emits its produced / acked (or failed) steps (see :mod:`ykafka.tracing`)."""
-        rate = st.trace
-        if rate < 1.0 and _random() >= rate:
-            return on_delivery, headers
+        """Message trace of a message sampled by the caller (one ``random()`` against the topic's rate): it
+        gets its trace header and a delivery callback emitting its produced / acked (or failed) steps."""
         tracer = self._obs.tracer()
         if not tracer.active:
             return on_delivery, headers
         mid = ""  # rate 1.0: identified by its coordinates once acked, no header needed
-        if rate < 1.0:
+        if st.trace < 1.0:
             mid = new_message_id()
             headers = _with_header(headers, TRACE_HEADER, mid)
         return tracer.wrap_delivery(on_delivery or self._default_dr, st.topic, key, mid, st.cluster), headers
