@@ -45,6 +45,9 @@ class PipelineConfig:
     trigger_s: float = 2.0
     max_offsets_per_trigger: int | None = None
     end_offsets: str = "scan"
+    #: "python": the ykafka-kafka source (no jar); "jvm": Spark's own kafka source, when its jar
+    #: (spark-sql-kafka-0-10) is on the classpath (e.g. --conf spark.jars.packages=...)
+    source: str = "python"
     sample_lag: bool = True
     sample_interval_s: float = 10.0
     eval_interval_s: float = 5.0
@@ -133,9 +136,16 @@ class Pipeline:
     # --- queries ------------------------------------------------------------------------------------
 
     def _start(self, name: str, topic: str, once: bool) -> Any:
-        reader = (self.spark.readStream.format("ykafka-kafka").option("bootstrap", self.cfg.bootstrap)
-                  .option("topics", topic).option("startingOffsets", "earliest")
-                  .option("endOffsets", self.cfg.end_offsets))
+        if self.cfg.source == "jvm":
+            reader = (self.spark.readStream.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap)
+                      .option("subscribe", topic).option("startingOffsets", "earliest")
+                      .option("failOnDataLoss", "false"))
+        elif self.cfg.source == "python":
+            reader = (self.spark.readStream.format("ykafka-kafka").option("bootstrap", self.cfg.bootstrap)
+                      .option("topics", topic).option("startingOffsets", "earliest")
+                      .option("endOffsets", self.cfg.end_offsets))
+        else:
+            raise ValueError(f"source must be python or jvm, not {self.cfg.source!r}")
         for key, value in self.cfg.kafka_conf.items():
             reader = reader.option(f"kafka.{key}", str(value))
         if self.cfg.max_offsets_per_trigger:

@@ -66,3 +66,26 @@ def test_sampled_messages_carry_the_trace_header_and_only_they_are_traced(obs_br
     assert {e["msg_id"] for e in steps} == marked
     assert sorted(e["kind"] for e in steps) == ["acked"] * len(marked) + ["produced"] * len(marked)
     assert read_events(bs, events.TRACE_TOPIC, 1, lambda e: e["topic"] == quiet, timeout=2) == []
+
+
+def test_a_dead_trace_cluster_never_blocks_sends_and_close_is_bounded(obs_broker) -> None:
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+    topic = unique("blind")
+    delivered: list = []
+    producer = Producer({"bootstrap.servers": obs_broker.bootstrap, "ykafka.local.clusters": f"obs={dead}",
+                         "ykafka.trace.cluster": "obs", "topic.grade": "P0", "log_level": 0})
+    started = time.monotonic()
+    for i in range(200):
+        producer.produce(topic, b"v", f"k{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
+    assert producer.flush(10) == 0
+    assert delivered == [None] * 200  # every business message acknowledged; every trace step queued
+    tracer = producer._obs.tracer()
+    producer.close()
+    assert time.monotonic() - started < 8
+    stats = tracer.stats()
+    assert stats["delivered"] == 0 and stats["enqueued"] + stats["queued"] + stats["dropped_full"] == 200

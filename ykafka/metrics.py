@@ -396,11 +396,8 @@ class Metrics:
             body = dict(provider())
             body["state"] = final_state
             self.client_event(body)
-        if self.sink is not None:
-            if self._own_sink:
-                self.sink.close(timeout)
-            else:
-                self.sink.flush(timeout)
+        if self.sink is not None and self._own_sink:
+            self.sink.close(timeout)  # a shared sink is flushed and closed by its owner
 
 
 def client_event_from_report(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -512,8 +509,9 @@ class Observability:
         """librdkafka statistics settings for the client's own Kafka clients ({} when metrics are off)."""
         return self.metrics.rdkafka_settings() if self.metrics is not None else {}
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Last metrics interval and a last client event (``closed``), then send what is queued."""
+    def close(self, timeout: float = 1.0) -> None:
+        """Last metrics interval and a last client event (``closed``), then send what is queued within
+        ``timeout`` (short: closing a client must not wait long for a trace cluster that is down)."""
         if self.metrics is not None:
             self.metrics.close(timeout)
         if self._tracer is not None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import logging
 import os
 import random
 import threading
@@ -121,6 +122,9 @@ class EventSink:
         conf = dict(SINK_PRODUCER_DEFAULTS)
         conf.update({k: v for k, v in producer_conf.items() if not k.startswith("ykafka.")})
         conf.setdefault("client.id", name)
+        # librdkafka's own logs (e.g. "connection refused" while the trace cluster is down) go to Python
+        # logging, not straight to the application's stderr
+        conf.setdefault("logger", logging.getLogger("ykafka.events.rdkafka"))
         self._producer = _RdProducer(conf)
         self._topics = dict(events.TOPICS if topics is None else topics)
         self._channels: list[tuple[str, dict[str, Any], deque[Any]]] = []
@@ -240,12 +244,13 @@ class EventSink:
         """Send what is queued (bounded by ``timeout``), then stop; later puts are dropped and counted."""
         if self._stop.is_set():
             return
+        deadline = time.monotonic() + timeout
         self.flush(timeout)
         self._closed[0] = True
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=max(1.0, timeout))
-        self._producer.flush(1.0)
+        self._thread.join(timeout=max(0.1, deadline - time.monotonic()))
+        self._producer.flush(max(0.0, deadline - time.monotonic()))
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per event type: enqueued, delivered, dropped because full, dropped as undeliverable, queued."""
