@@ -65,7 +65,7 @@ def test_invalid_value_is_rejected_and_previous_stays(bootstrap: str, running, t
 
 def test_pause_stays_in_group_and_resume_continues(bootstrap: str, running, tmp_path: Path) -> None:
     consumer, recorder, job = _start(bootstrap, running, tmp_path, 800, delay=0.01, **{
-        "consumer.workers": 4, "ykafka.consumer.max.inflight.per.partition": 20})
+        "consumer.workers": 4, "ykafka.consumer.max.inflight.per.partition": 20, "ykafka.consumer.batch.size": 20})
     wait_until(lambda: recorder.count() >= 100, 60, message="first 100")
     member = consumer.memberid()
     consumer.apply({"consumer.paused": True})
@@ -83,7 +83,7 @@ def test_pause_stays_in_group_and_resume_continues(bootstrap: str, running, tmp_
 
 def test_leave_commits_and_rejoin_resumes_without_loss(bootstrap: str, running, tmp_path: Path) -> None:
     consumer, recorder, job = _start(bootstrap, running, tmp_path, 800, delay=0.01, **{
-        "consumer.workers": 4, "ykafka.consumer.max.inflight.per.partition": 20})
+        "consumer.workers": 4, "ykafka.consumer.max.inflight.per.partition": 20, "ykafka.consumer.batch.size": 20})
     wait_until(lambda: recorder.count() >= 100, 60, message="first 100")
     consumer.apply({"consumer.leave": True})
     wait_until(lambda: consumer._session.left and consumer._session.consumer is None, 20, message="left")
@@ -139,7 +139,8 @@ def test_assignment_strategy_change_rejoins_the_group_with_the_new_preference(bo
     wait_until(lambda: consumer.generation == 2, 30, message="rejoined")
     assert consumer.client_config["partition.assignment.strategy"] == "roundrobin,range"
     wait_until(lambda: recorder.count() >= 1000, 90, message="all handled after rejoin")
-    assert consumer.memberid() not in (None, first_member)  # a new group member
+    wait_until(lambda: consumer.memberid() is not None, 30, message="new member assigned")
+    assert consumer.memberid() != first_member  # a new group member
     assert len(consumer.assignment()) == 16  # the topic and its three retry topics, 4 partitions each
     job.stop()
     assert sorted(recorder.values) == list(range(1000))

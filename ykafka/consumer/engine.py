@@ -37,6 +37,7 @@ AsyncHandler = Callable[[Message], Coroutine[Any, Any, Any]]
 #: Hot keys the framework reacts to, and the librdkafka-level ones that need a rebuilt handle.
 REBUILD_KEYS = ("consumer.assignment.strategy", "consumer.fetch.max.bytes", "consumer.max.partition.fetch.bytes",
                 "consumer.fetch.wait.max.ms", "consumer.socket.receive.buffer.bytes")
+_BACKPRESSURE_GRACE_S = 0.05
 _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKError._UNKNOWN_PARTITION,
                    CKError._UNKNOWN_TOPIC)
 
@@ -89,6 +90,10 @@ class Engine:
         self._retry_levels = 0
         self._retry_topics: list[str] = []
         self._next_commit = 0.0
+        # Flow control: when the workers fall behind the fetch thread, it waits (releasing the GIL) for
+        # them instead of fetching more; a worker finishing a task wakes it.
+        self._waiting = False
+        self._wake = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- control ----------------------------------------------------------------------------------------
@@ -217,8 +222,11 @@ class Engine:
         router = self.router
         poll_timeout = settings.poll_timeout_ms / 1000
         batch = settings.batch_size
+        pool = self.pool
+        assert pool is not None
         bucket = self.bucket
         while not self._stop.is_set():
+            max_backlog = 2 * pool.size + 2
             if self._pending:
                 self._apply_pending()
             consumer = session.consumer
@@ -238,6 +246,8 @@ class Engine:
                 self._next_commit = now + settings.commit_interval_ms / 1000
             if self._ordering_change is not None and not self._try_switch_ordering(now):
                 self._stop.wait(0.01)
+                continue
+            if pool.backlog() > max_backlog and self._wait_for_workers(pool, max_backlog, poll_timeout):
                 continue
             wanted = bucket.allowance(batch)
             if wanted < 1:
@@ -285,16 +295,6 @@ class Engine:
         if tracker is None:
             is_retry = self.router is not None and self.router.parse_retry_topic(topic) is not None
             tracker = self.trackers[tp] = PartitionTracker(topic, partition, is_retry)
-        limit = self.settings.max_inflight_per_partition
-        if tracker.inflight + len(run) > limit:
-            tracker.position()  # drop finished tasks from the window first
-            room = max(0, limit - tracker.inflight)
-            if room < len(run):
-                # Bounded memory: keep no more than the window allows; the rest is fetched again later.
-                self.session.rewind(tp, run[room].offset(), S.BACKPRESSURE)
-                run = run[:room]
-                if not run:
-                    return
         if not tracker.is_retry:
             self.dispatcher.dispatch_run(tracker, run, chunk)
             return
@@ -345,9 +345,28 @@ class Engine:
                     self._failed(task, msg, exc)
             self.processed += len(task.msgs)
         task.finished = True
+        if self._waiting:
+            self._wake.set()
         if task.lane is not None:
             assert self.dispatcher is not None
             self.dispatcher.task_done(task)
+
+    def _wait_for_workers(self, pool: WorkerPool, max_backlog: int, timeout: float) -> bool:
+        """Runnable tasks pile up: block (the workers get the GIL) until half of them were taken.
+
+        Tasks waiting in an ordering lane are not runnable and do not count, so one slow key or partition
+        never stops the others (its own window pauses it instead). Returns True when housekeeping is due.
+        """
+        self._wake.clear()
+        self._waiting = True
+        try:
+            while pool.backlog() > max_backlog // 2:
+                if not self._wake.wait(timeout):
+                    return True
+                self._wake.clear()
+            return False
+        finally:
+            self._waiting = False
 
     def _failed(self, task: Task, msg: Any, exc: Exception) -> None:
         self.failed += 1
@@ -360,16 +379,45 @@ class Engine:
     # -- offsets ----------------------------------------------------------------------------------------
 
     def _backpressure(self) -> None:
+        """Pause partitions whose in-flight window is full; resume them once it is half drained.
+
+        A window that is full only because the workers are momentarily behind drains within moments, and
+        pausing costs a re-fetch (librdkafka drops what it prefetched), so full windows get a short grace
+        period with the GIL handed to the workers first. What one batch already holds is dispatched even
+        past the limit: a window overshoots by at most one batch.
+        """
         limit = self.settings.max_inflight_per_partition
         session = self.session
+        full: list[tuple[S.TP, PartitionTracker]] = []
         for tp, tracker in self.trackers.items():
             tracker.position()
             inflight = tracker.inflight
             if inflight >= limit:
                 if not session.paused_for(tp, S.BACKPRESSURE):
-                    session.pause([tp], S.BACKPRESSURE)
+                    full.append((tp, tracker))
             elif inflight <= limit // 2 and session.paused_for(tp, S.BACKPRESSURE):
                 session.resume([tp], S.BACKPRESSURE)
+        if not full:
+            return
+        deadline = time.monotonic() + _BACKPRESSURE_GRACE_S
+        while full:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._await_worker(left)
+            full = [(tp, tracker) for tp, tracker in full
+                    if tracker.position() is not None and tracker.inflight >= limit]
+        if full:
+            session.pause([tp for tp, _ in full], S.BACKPRESSURE)
+
+    def _await_worker(self, timeout: float) -> None:
+        """Sleep until a worker finishes a task (or ``timeout``), leaving the GIL to the workers."""
+        self._wake.clear()
+        self._waiting = True
+        try:
+            self._wake.wait(timeout)
+        finally:
+            self._waiting = False
 
     def _commit(self, trackers: Sequence[PartitionTracker], sync: bool) -> None:
         """Commit what moved; a synchronous commit (revoke, shutdown) re-sends every position, because an

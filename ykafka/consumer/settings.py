@@ -41,7 +41,7 @@ def _bool(value: Any) -> bool:
 _OPTIONS: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
     ("max_inflight_per_partition", "ykafka.consumer.max.inflight.per.partition", _int(1, 10_000_000), 1000,
      "messages of a partition dispatched but not committable before its fetching pauses (memory bound)"),
-    ("batch_size", "ykafka.consumer.batch.size", _int(1, 1_000_000), 2000,
+    ("batch_size", "ykafka.consumer.batch.size", _int(1, 1_000_000), 500,
      "most messages the fetch loop takes from librdkafka per turn"),
     ("commit_interval_ms", "ykafka.consumer.commit.interval.ms", _int(10, 3_600_000), 1000,
      "how often finished offsets are committed (asynchronously)"),
@@ -63,7 +63,7 @@ for _field, _name, _parse, _default, _help in _OPTIONS:
 @dataclass(frozen=True)
 class Settings:
     max_inflight_per_partition: int = 1000
-    batch_size: int = 2000
+    batch_size: int = 500
     commit_interval_ms: int = 1000
     revoke_timeout_ms: int = 30_000
     drain_timeout_ms: int = 30_000

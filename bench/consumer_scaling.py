@@ -1,0 +1,209 @@
+"""Consumer framework scaling: worker pool × ordering mode, and dispatch overhead against a raw loop.
+
+Starts its own Tansu broker on a free port (stopped by pid at the end), unless ``--bootstrap`` is given.
+
+* Scaling: a handler sleeping 5 ms on a 16-partition topic with 1,000 keys; workers 1 / 4 / 16 / 64 ×
+  ordering none / partition / key. ``msgs_s`` is measured between the 10 % and 90 % completion marks of
+  each run (ramp-up and tail excluded); ``ratio_to_ideal`` divides it by ``workers / 5 ms``, capped at
+  ``16 / 5 ms`` for ``partition`` ordering (one message of a partition at a time).
+* Overhead: a no-op handler through ``Consumer.run`` (default ordering ``partition``, 4 workers) against
+  the peer, a raw confluent-kafka ``consume(500)`` loop calling the same no-op, over the same messages.
+
+    python bench/consumer_scaling.py [--bootstrap HOST:PORT] [--seconds 2.5] [--noop-messages 400000]
+
+Last line: RESULT {"runs": [{"workers", "ordering", "msgs_s", "ratio_to_ideal"}, ...],
+"raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer as RawConsumer  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from ykafka.consumer import Consumer  # noqa: E402
+from ykafka.devstack import Stack, ephemeral_config  # noqa: E402
+from ykafka.logs import configure  # noqa: E402
+
+PARTITIONS = 16
+KEYS = 1000
+HANDLER_S = 0.005
+WORKERS = (1, 4, 16, 64)
+ORDERINGS = ("none", "partition", "key")
+
+
+def create(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]).values():
+        future.result(30)
+
+
+def fill(bootstrap: str, topic: str, count: int, size: int = 100) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "enable.idempotence": True})
+    pad = b"x" * max(0, size - 8)
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, key=str(i % KEYS).encode(), value=pad + i.to_bytes(8, "big"))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120):
+        raise RuntimeError("could not fill the topic")
+
+
+def consumer_conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+            "ykafka.cache.dir": tempfile.mkdtemp(prefix="ykafka-bench-"), "ykafka.consumer.retry.topics": False,
+            "ykafka.consumer.revoke.timeout.ms": 2000, **extra}
+
+
+def window_rate(stamps: list[float]) -> float:
+    """Completions per second between the 10 % and 90 % marks."""
+    stamps = sorted(stamps)
+    lo, hi = int(len(stamps) * 0.1), int(len(stamps) * 0.9) - 1
+    span = stamps[hi] - stamps[lo]
+    return (hi - lo) / span if span > 0 else float("nan")
+
+
+def scaling_run(bootstrap: str, topic: str, workers: int, ordering: str, seconds: float) -> dict[str, Any]:
+    ideal = min(workers, PARTITIONS) / HANDLER_S if ordering == "partition" else workers / HANDLER_S
+    target = max(200, int(ideal * seconds))
+    stamps: list[float] = []
+    done = threading.Event()
+    clock = time.monotonic
+
+    def handler(_msg: Any) -> None:
+        time.sleep(HANDLER_S)
+        stamps.append(clock())
+        if len(stamps) >= target:
+            done.set()
+
+    consumer = Consumer(consumer_conf(bootstrap, **{
+        "consumer.workers": workers, "consumer.ordering": ordering,
+        "ykafka.consumer.max.inflight.per.partition": max(32, 4 * workers)}))
+    thread = threading.Thread(target=consumer.run, args=(handler, [topic]), daemon=True)
+    thread.start()
+    done.wait(120 + seconds * 4)
+    consumer.stop()
+    thread.join(60)
+    consumer.close()
+    rate = window_rate(stamps[:target])
+    return {"workers": workers, "ordering": ordering, "msgs_s": round(rate, 1),
+            "ratio_to_ideal": round(rate / ideal, 3), "handled": len(stamps)}
+
+
+def raw_noop(bootstrap: str, topic: str, count: int) -> float:
+    consumer = RawConsumer({k: v for k, v in consumer_conf(bootstrap).items() if not k.startswith("ykafka.")})
+    consumer.subscribe([topic])
+    noop = _noop
+    got, start = 0, 0.0
+    try:
+        while got < count:
+            msgs = consumer.consume(500, 1.0)
+            if msgs and not start:
+                start = time.monotonic()
+            for msg in msgs:
+                if msg.error() is None:
+                    noop(msg)
+                    got += 1
+        return count / (time.monotonic() - start)
+    finally:
+        consumer.close()
+
+
+def _noop(_msg: Any) -> None:
+    return None
+
+
+def ykafka_noop(bootstrap: str, topic: str, count: int) -> float:
+    marks: dict[str, float] = {}
+    counter = iter(range(1, count + 1))
+    done = threading.Event()
+
+    def handler(_msg: Any) -> None:
+        n = next(counter, count)
+        if n == 1:
+            marks["start"] = time.monotonic()
+        elif n == count:
+            marks["end"] = time.monotonic()
+            done.set()
+
+    consumer = Consumer(consumer_conf(bootstrap))
+    thread = threading.Thread(target=consumer.run, args=(handler, [topic]), daemon=True)
+    thread.start()
+    done.wait(300)
+    consumer.stop()
+    thread.join(60)
+    consumer.close()
+    return (count - 1) / (marks["end"] - marks["start"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--seconds", type=float, default=2.5, help="target length of each scaling run")
+    parser.add_argument("--noop-messages", type=int, default=400_000)
+    parser.add_argument("--noop-repeats", type=int, default=3, help="best of N for each no-op figure")
+    args = parser.parse_args()
+    configure("warning")
+
+    stack: Stack | None = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        cfg = ephemeral_config(Path(tempfile.mkdtemp(prefix="ykafka-bench-stack-")))
+        stack = Stack(cfg)
+        name = next(iter(cfg.clusters))
+        stack.up([name], seed=False)
+        bootstrap = cfg.bootstrap(name)
+    try:
+        scale_topic, noop_topic = f"scale-{uuid.uuid4().hex[:6]}", f"noop-{uuid.uuid4().hex[:6]}"
+        create(bootstrap, scale_topic)
+        create(bootstrap, noop_topic)
+        biggest = int(max(WORKERS) / HANDLER_S * args.seconds * 1.5)
+        fill(bootstrap, scale_topic, biggest)
+        fill(bootstrap, noop_topic, args.noop_messages)
+        print(f"topics filled: {biggest} x 100 B on {scale_topic}, {args.noop_messages} on {noop_topic}",
+              flush=True)
+
+        runs = []
+        for workers in WORKERS:
+            for ordering in ORDERINGS:
+                run = scaling_run(bootstrap, scale_topic, workers, ordering, args.seconds)
+                runs.append(run)
+                print(f"workers={workers:>2} ordering={ordering:<9} {run['msgs_s']:>9.1f} msg/s  "
+                      f"ratio_to_ideal={run['ratio_to_ideal']:.3f}", flush=True)
+
+        raw, ours = [], []
+        for _ in range(args.noop_repeats):  # interleaved so machine load hits both alike
+            raw.append(raw_noop(bootstrap, noop_topic, args.noop_messages))
+            ours.append(ykafka_noop(bootstrap, noop_topic, args.noop_messages))
+            print(f"no-op: raw {raw[-1]:,.0f} msg/s, ykafka {ours[-1]:,.0f} msg/s", flush=True)
+        result = {
+            "runs": [{k: r[k] for k in ("workers", "ordering", "msgs_s", "ratio_to_ideal")} for r in runs],
+            "raw_noop_msgs_s": round(max(raw)), "ykafka_noop_msgs_s": round(max(ours)),
+            "noop_ratio": round(max(ours) / max(raw), 3),
+        }
+        print("RESULT " + json.dumps(result), flush=True)
+    finally:
+        if stack is not None:
+            stack.down()
+
+
+if __name__ == "__main__":
+    main()
