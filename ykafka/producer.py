@@ -34,7 +34,7 @@ import structlog
 from confluent_kafka import KafkaException
 from confluent_kafka import Producer as _RdProducer
 
-from ykafka import catalog
+from ykafka import catalog, failover  # failover registers the ykafka.spill.* / ykafka.dr.* options
 from ykafka.config import LocalConfig
 from ykafka.config import load as load_config
 from ykafka.errors import BufferFullError, ClosedError, ConfigError, from_kafka_error
@@ -168,6 +168,7 @@ class Producer:
         self._max_wait_s = self._conf.ms("ykafka.throttle.max.wait.ms")
         self._swap_timeout_s = self._conf.ms("ykafka.swap.timeout.ms")
         self._meta_ttl_s = self._conf.ms("ykafka.metadata.refresh.ms")
+        self._dr: failover.DisasterRecovery | None = None
         self._runtime = Runtime(self._conf)
         self._runtime.start()
         local_route = self._conf.catalog_defaults.get("route.cluster")
@@ -178,6 +179,8 @@ class Producer:
         self._runtime.add_version_listener(self._on_version)
         self._runtime.set_report_provider(self._report)
         self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
+        if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (DESIGN.md §4)
+            self._dr = failover.attach(self)  # installs the send hook; see ykafka/failover.py
 
     # --- the hot path ------------------------------------------------------------------------------
 
@@ -332,6 +335,8 @@ class Producer:
         props["partitioner"] = "murmur2_random"
         props["error_cb"] = self._error_cb
         props.update(self._obs.rdkafka_settings())  # statistics -> __ykafka_metrics
+        if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled
+            props["message.timeout.ms"] = max(effective["spill.after.ms"], effective["producer.linger.ms"] + 1000)
         return props
 
     def _new_client(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any]) -> _Client:
@@ -532,10 +537,14 @@ class Producer:
         for client in list(self._clients.values()):
             left = remaining()
             client.rd.flush(left if left >= 0 else -1)
+        if self._dr is not None:  # standby / re-routed messages delivered, spilled ones on disk
+            left = remaining()
+            self._dr.flush(left if left >= 0 else 3600.0)
         return len(self)
 
     def __len__(self) -> int:
-        return sum(len(c.rd) for c in self._all_clients()) + len(self._pending)
+        dr = self._dr.pending() if self._dr is not None else 0
+        return sum(len(c.rd) for c in self._all_clients()) + len(self._pending) + dr
 
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         """Purge messages as confluent-kafka does; held messages are released first so they report too."""
@@ -566,6 +575,8 @@ class Producer:
         if self._closed:
             return 0
         left = self.flush(timeout)
+        if self._dr is not None:
+            self._dr.close(1.0)  # what is still spilled stays on disk for the next start
         with self._lock:
             self._closed = True
             self._states.clear()
@@ -593,6 +604,19 @@ class Producer:
     @property
     def runtime(self) -> Runtime:
         return self._runtime
+
+    @property
+    def disaster_recovery(self) -> failover.DisasterRecovery | None:
+        """The spill / failover engine (routes, spill depth, replay and sync progress in ``status()``)."""
+        return self._dr
+
+    def retire_clients(self, cluster: str, reason: str) -> None:
+        """Retire every client of ``cluster`` (a restarted cluster may not know their idempotent producer
+        id); its topics move to fresh clients through the usual held swap."""
+        with self._lock:
+            for client in list(self._clients.values()):
+                if client.cluster == cluster:
+                    self._retire(client, reason)
 
     def route(self, topic: str) -> str:
         """The cluster ``topic`` is written to now."""
@@ -642,5 +666,6 @@ class Producer:
                 "cluster": self._runtime.default_cluster,
                 "state": "closed" if self._closed else ("swapping" if self._held or self._retiring else "running"),
                 "extra": {"routes": routes, "clients": [c.describe() for c in self._all_clients()],
-                          "held_topics": sorted(self._held), "pending": len(self._pending), "swaps": self._swaps},
+                          "held_topics": sorted(self._held), "pending": len(self._pending), "swaps": self._swaps,
+                          "dr": self._dr.status() if self._dr is not None else None},
             }
