@@ -14,6 +14,10 @@ Layout under the store root (any pyarrow filesystem URI or a local path)::
 Exactly once: a micro-batch's files are named after its batch id, so when Spark re-runs a batch after a
 failure (same offsets, same rows, from the checkpoint) it overwrites the same files instead of adding
 copies. Readers list only the partition directories a query's time range / topic needs.
+
+Spark parses and aggregates on the executors; each micro-batch's result is then collected to the driver
+as Arrow and written from there with pyarrow (which names the files). On a cluster, bound the size of a
+micro-batch with ``maxOffsetsPerTrigger`` (``ykafka pipeline run --max-offsets-per-trigger``).
 """
 
 from __future__ import annotations

@@ -132,11 +132,14 @@ def pipeline() -> None:
 @click.option("--no-sampler", is_flag=True, help="do not sample group offsets from the broker")
 @click.option("--ephemeral", multiple=True, help="group patterns deleted when their last client closes")
 @click.option("--conf", "spark_conf", multiple=True, help="extra Spark setting key=value")
+@click.option("--max-offsets-per-trigger", type=int, default=None,
+              help="cap of Kafka messages per micro-batch (each holds up to 1000 events)")
 @click.option("--source", type=click.Choice(["python", "jvm"]), default="python", show_default=True,
               help="python: the ykafka-kafka source (no jar); jvm: Spark's kafka source (its jar on the classpath)")
 def pipeline_run(once: bool, master: str | None, bootstrap: str | None, store: str, alerts_path: str | None,
                  duration: float | None, trigger_s: float, sample_interval_s: float, no_sampler: bool,
-                 ephemeral: Sequence[str], spark_conf: Sequence[str], source: str) -> None:
+                 ephemeral: Sequence[str], spark_conf: Sequence[str], max_offsets_per_trigger: int | None,
+                 source: str) -> None:
     """Run the trace-store, aggregate, alert, audit, inventory and group-lifecycle jobs."""
     from rich.live import Live
 
@@ -145,7 +148,8 @@ def pipeline_run(once: bool, master: str | None, bootstrap: str | None, store: s
     conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
     cfg = PipelineConfig(bootstrap=_bootstrap(bootstrap), store=store, master=master, alerts_path=alerts_path,
                          trigger_s=trigger_s, sample_interval_s=sample_interval_s, sample_lag=not no_sampler,
-                         ephemeral_patterns=tuple(ephemeral), spark_conf=conf, source=source)
+                         ephemeral_patterns=tuple(ephemeral), spark_conf=conf, source=source,
+                         max_offsets_per_trigger=max_offsets_per_trigger)
     progress: dict[str, dict[str, Any]] = {}
 
     def render() -> Table:
