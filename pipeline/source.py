@@ -147,13 +147,16 @@ class KafkaStreamReader(DataSourceStreamReader):
             begin = int((start or {}).get(topic, {}).get(str(partition), low))
             begin = max(begin, low)  # retention may have removed what we had not read yet
             backlog[(topic, partition)] = (begin, high)
-        cap = getattr(limit, "maxRows", None)
+        cap = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable has none
         total = sum(max(0, high - begin) for begin, high in backlog.values())
-        for (topic, partition), (begin, high) in backlog.items():
+        budget = int(cap) if cap is not None and total > cap else None
+        # largest backlogs first, each a share in proportion to its backlog, never above the limit in total
+        for (topic, partition), (begin, high) in sorted(backlog.items(), key=lambda kv: kv[1][0] - kv[1][1]):
             stop = high
-            if cap is not None and total > cap:
-                share = max(1, (high - begin) * int(cap) // max(1, total))
-                stop = min(high, begin + share)
+            if budget is not None:
+                share = min(high - begin, max(1, (high - begin) * int(cap) // max(1, total)), budget)
+                budget -= max(0, share)
+                stop = begin + max(0, share)
             end.setdefault(topic, {})[str(partition)] = max(begin, stop)
         return end
 

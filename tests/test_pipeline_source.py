@@ -1,0 +1,79 @@
+"""The ykafka-kafka streaming source's planning and reading on a real broker (driver / executor code, no Spark)."""
+
+from __future__ import annotations
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from pipeline.source import KafkaStreamReader, read_range
+from tests.pipeline_fixtures import unique
+
+pytest_plugins = ["tests.pipeline_fixtures"]
+
+
+def _topic(bootstrap: str, partitions: int) -> str:
+    name = unique("src")
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # keep it alive until the future resolves
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    return name
+
+
+def _read(options: dict[str, str], reader: KafkaStreamReader, start: dict, end: dict) -> list[tuple[int, int, bytes]]:
+    rows = []
+    for part in reader.partitions(start, end):
+        for batch in read_range(options, part):
+            for p, o, v in zip(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
+                               batch.column("value").to_pylist(), strict=True):
+                rows.append((p, o, v))
+    return sorted(rows)
+
+
+def test_ranges_cover_every_record_once_even_when_the_watermark_lags(obs_broker) -> None:
+    bs = obs_broker.bootstrap
+    topic = _topic(bs, 2)
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 200})
+    for i in range(5):  # one record batch of five: Tansu reports the high watermark as 1
+        producer.produce(topic, f"a{i}".encode(), partition=0)
+    producer.flush(10)
+    for i in range(3):
+        producer.produce(topic, f"b{i}".encode(), partition=1)
+        producer.flush(10)
+    options = {"bootstrap": bs, "topics": topic}
+    reader = KafkaStreamReader(options)
+    start = reader.initialOffset()
+    assert start == {topic: {"0": 0, "1": 0}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {topic: {"0": 5, "1": 3}}  # the scan found the real end of partition 0
+    rows = _read(options, reader, start, end)
+    assert rows == [(0, i, f"a{i}".encode()) for i in range(5)] + [(1, i, f"b{i}".encode()) for i in range(3)]
+    assert reader.latestOffset(end, ReadAllAvailable()) == end  # nothing new: same offsets, empty batch
+    assert reader.partitions(end, end) == []
+    reader.stop()
+
+
+def test_read_limit_splits_the_backlog_over_micro_batches_without_gaps(obs_broker) -> None:
+    bs = obs_broker.bootstrap
+    topic = _topic(bs, 2)
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    for i in range(12):
+        producer.produce(topic, f"v{i}".encode(), partition=i % 2)
+        producer.flush(10)
+    options = {"bootstrap": bs, "topics": topic, "maxOffsetsPerTrigger": "4"}
+    reader = KafkaStreamReader(options)
+    assert isinstance(reader.getDefaultReadLimit(), ReadMaxRows)
+    start = reader.initialOffset()
+    seen: list[tuple[int, int, bytes]] = []
+    batches = 0
+    while True:
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        if end == start:
+            break
+        batch = _read(options, reader, start, end)
+        assert 1 <= len(batch) <= 4
+        seen.extend(batch)
+        start = end
+        batches += 1
+    assert batches == 3
+    assert sorted(seen) == sorted((i % 2, i // 2, f"v{i}".encode()) for i in range(12))
+    reader.stop()
