@@ -149,12 +149,13 @@ class KafkaStreamReader(DataSourceStreamReader):
             backlog[(topic, partition)] = (begin, high)
         cap = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable has none
         total = sum(max(0, high - begin) for begin, high in backlog.values())
-        budget = int(cap) if cap is not None and total > cap else None
+        limit_rows = int(cap) if cap is not None else total
+        budget = limit_rows if total > limit_rows else None
         # largest backlogs first, each a share in proportion to its backlog, never above the limit in total
         for (topic, partition), (begin, high) in sorted(backlog.items(), key=lambda kv: kv[1][0] - kv[1][1]):
             stop = high
             if budget is not None:
-                share = min(high - begin, max(1, (high - begin) * int(cap) // max(1, total)), budget)
+                share = min(high - begin, max(1, (high - begin) * limit_rows // max(1, total)), budget)
                 budget -= max(0, share)
                 stop = begin + max(0, share)
             end.setdefault(topic, {})[str(partition)] = max(begin, stop)
