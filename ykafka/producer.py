@@ -178,9 +178,9 @@ class Producer:
                               f"({', '.join(sorted(self._runtime.clusters()))})")
         self._runtime.add_version_listener(self._on_version)
         self._runtime.set_report_provider(self._report)
-        self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
         if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (DESIGN.md §4)
             self._dr = failover.attach(self)  # installs the send hook; see ykafka/failover.py
+        self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
 
     # --- the hot path ------------------------------------------------------------------------------
 
