@@ -139,7 +139,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         cap = self.options.get("maxOffsetsPerTrigger")
         return ReadMaxRows(int(cap)) if cap else ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: Any) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """The end of the next micro-batch. PySpark 4.2+ passes the start and a read limit; 4.0 / 4.1 call
+        it without arguments, and then every partition is read up to its end (no limit)."""
         marks = self._watermarks()
         end: Offsets = {topic: dict(parts) for topic, parts in (start or {}).items()}
         backlog: dict[tuple[str, int], tuple[int, int]] = {}
