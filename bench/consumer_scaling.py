@@ -96,7 +96,7 @@ def scaling_run(bootstrap: str, topic: str, workers: int, ordering: str, seconds
 
     consumer = Consumer(consumer_conf(bootstrap, **{
         "consumer.workers": workers, "consumer.ordering": ordering,
-        "ykafka.consumer.max.inflight.per.partition": max(32, 4 * workers)}))
+        }))
     thread = threading.Thread(target=consumer.run, args=(handler, [topic]), daemon=True)
     thread.start()
     done.wait(120 + seconds * 4)

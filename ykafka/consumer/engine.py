@@ -22,7 +22,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 from ykafka import catalog
 from ykafka.consumer import session as S
 from ykafka.consumer.offsets import PartitionTracker, Task
-from ykafka.consumer.ordering import Dispatcher, Ordering
+from ykafka.consumer.ordering import FAST_HANDLER_S, Dispatcher, Ordering
 from ykafka.consumer.pool import WorkerPool
 from ykafka.consumer.retry import RetryPolicy, RetryRouter
 from ykafka.consumer.settings import Settings
@@ -37,7 +37,7 @@ AsyncHandler = Callable[[Message], Coroutine[Any, Any, Any]]
 #: Hot keys the framework reacts to, and the librdkafka-level ones that need a rebuilt handle.
 REBUILD_KEYS = ("consumer.assignment.strategy", "consumer.fetch.max.bytes", "consumer.max.partition.fetch.bytes",
                 "consumer.fetch.wait.max.ms", "consumer.socket.receive.buffer.bytes")
-_BACKPRESSURE_GRACE_S = 0.05
+_STUCK_AFTER_S = 0.1  # a full window whose head has not moved for this long pauses its partition
 _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKError._UNKNOWN_PARTITION,
                    CKError._UNKNOWN_TOPIC)
 
@@ -79,6 +79,8 @@ class Engine:
         self.dispatcher: Dispatcher | None = None
         self.bucket = TokenBucket(float(self.effective.get("consumer.rate.limit.msgs", 0.0)))
         self.processed = 0  # messages the handler returned from (approximate under concurrency)
+        self.msg_cost = 1e-3  # seconds per message, a moving average measured by the workers
+        self._inline: Callable[[Task], None] | None = None  # set per batch: run tasks on the fetch thread
         self.failed = 0
         self._handler: Handler | None = None
         self._stop = threading.Event()
@@ -158,6 +160,9 @@ class Engine:
             self._setup_retry_topics()  # adds the retry topics to the subscription
             session = self.session
             session.props["enable.auto.commit"] = False  # commits follow completion, never the fetch position
+            # The fetch loop holds back when the workers are behind, which fills librdkafka's prefetch
+            # queue; its default 1 s fetch back-off then stalls partitions long after the workers caught up.
+            session.props.setdefault("fetch.queue.backoff.ms", 20)
             if session.consumer is not None and session.client_config.get("enable.auto.commit") is not False:
                 session.rebuild({})
             elif not session.left:
@@ -224,9 +229,10 @@ class Engine:
         batch = settings.batch_size
         pool = self.pool
         assert pool is not None
+        busy = False  # the last batch came back full
+        max_pending = 2 * batch
         bucket = self.bucket
         while not self._stop.is_set():
-            max_backlog = 2 * pool.size + 2
             if self._pending:
                 self._apply_pending()
             consumer = session.consumer
@@ -247,17 +253,27 @@ class Engine:
             if self._ordering_change is not None and not self._try_switch_ordering(now):
                 self._stop.wait(0.01)
                 continue
-            if pool.backlog() > max_backlog and self._wait_for_workers(pool, max_backlog, poll_timeout):
+            if self._pending_messages() > max_pending and self._wait_for_workers(max_pending, poll_timeout):
                 continue
             wanted = bucket.allowance(batch)
             if wanted < 1:
                 self._stop.wait(min(poll_timeout, bucket.wait_time()))
                 continue
-            first = consumer.poll(poll_timeout)
-            if first is None:
-                continue
-            msgs = consumer.consume(wanted - 1, 0) if wanted > 1 else []
-            msgs.insert(0, first)
+            if busy:
+                # Under load one call fills the batch: every return from librdkafka has to win the GIL
+                # back from the workers, so fewer calls per message is what keeps the fetcher fed.
+                msgs = consumer.consume(wanted, poll_timeout)
+                if not msgs:
+                    busy = False
+                    continue
+            else:
+                # Light traffic: return as soon as one message is there (no waiting to fill a batch).
+                first = consumer.poll(poll_timeout)
+                if first is None:
+                    continue
+                msgs = consumer.consume(wanted - 1, 0) if wanted > 1 else []
+                msgs.insert(0, first)
+            busy = len(msgs) >= wanted
             bucket.take(len(msgs))
             self._dispatch(msgs)
 
@@ -265,7 +281,10 @@ class Engine:
 
     def _dispatch(self, msgs: list[Any]) -> None:
         assert self.dispatcher is not None
-        chunk = self.dispatcher.chunk_size(len(msgs))
+        chunk = self.dispatcher.chunk_size(len(msgs), self.msg_cost)
+        # A handler of a few microseconds is bound by the GIL: handing it to a worker only adds thread
+        # switches. When nothing else is pending (so order cannot be overtaken) it runs right here.
+        self._inline = self._run_task if self.msg_cost < FAST_HANDLER_S and self._all_idle() else None
         run: list[Any] = []
         last_p = -1
         last_t: Any = None
@@ -295,8 +314,19 @@ class Engine:
         if tracker is None:
             is_retry = self.router is not None and self.router.parse_retry_topic(topic) is not None
             tracker = self.trackers[tp] = PartitionTracker(topic, partition, is_retry)
+        cap = 2 * self.settings.max_inflight_per_partition
+        if tracker.inflight + len(run) > cap:
+            tracker.position()  # drop finished tasks from the window first
+            room = max(0, cap - tracker.inflight)
+            if room < len(run):
+                # Hard memory bound: the window never holds more than twice the limit; the rest of the
+                # batch is dropped and fetched again once the partition resumes.
+                self.session.rewind(tp, run[room].offset(), S.BACKPRESSURE)
+                run = run[:room]
+                if not run:
+                    return
         if not tracker.is_retry:
-            self.dispatcher.dispatch_run(tracker, run, chunk)
+            self.dispatcher.dispatch_run(tracker, run, chunk, inline=self._inline)
             return
         assert self.router is not None
         now_ms = time.time() * 1000
@@ -308,7 +338,8 @@ class Engine:
                 break
             due.append(raw)
         if due:
-            self.dispatcher.dispatch_run(tracker, due, chunk, [self.router.view(raw) for raw in due])
+            self.dispatcher.dispatch_run(tracker, due, chunk, [self.router.view(raw) for raw in due],
+                                         inline=self._inline)
 
     def _hold(self, tp: S.TP, offset: int, not_before: int) -> None:
         """Keep a retry copy back until due: pause its partition and rewind to it (no worker waits)."""
@@ -335,35 +366,57 @@ class Engine:
     # -- workers ----------------------------------------------------------------------------------------
 
     def _run_task(self, task: Task) -> None:
+        msgs = task.msgs
         if not task.tracker.cancelled:
             handler = self._handler
             assert handler is not None
-            for msg in task.msgs:
+            started = time.perf_counter()
+            for msg in msgs:
                 try:
                     handler(msg)
                 except Exception as exc:
                     self._failed(task, msg, exc)
-            self.processed += len(task.msgs)
+            # moving average of the handler's cost per message (steers chunking); races only blur it
+            self.msg_cost = 0.8 * self.msg_cost + 0.2 * (time.perf_counter() - started) / (len(msgs) or 1)
+            self.processed += len(msgs)
         task.finished = True
-        if self._waiting:
-            self._wake.set()
         if task.lane is not None:
             assert self.dispatcher is not None
             self.dispatcher.task_done(task)
+        if self._waiting:
+            self._wake.set()
+            time.sleep(0)  # hand the GIL to the waiting fetch thread now, not after the switch interval
 
-    def _wait_for_workers(self, pool: WorkerPool, max_backlog: int, timeout: float) -> bool:
-        """Runnable tasks pile up: block (the workers get the GIL) until half of them were taken.
+    def _all_idle(self) -> bool:
+        return all(tracker.idle() for tracker in self.trackers.values())
 
-        Tasks waiting in an ordering lane are not runnable and do not count, so one slow key or partition
-        never stops the others (its own window pauses it instead). Returns True when housekeeping is due.
+    def _pending_messages(self) -> int:
+        """Messages in the in-flight windows of partitions that are still fetching."""
+        paused = self.session.paused_for
+        total = 0
+        for tp, tracker in self.trackers.items():
+            if tracker.inflight and not paused(tp, S.BACKPRESSURE):
+                tracker.position()
+                total += tracker.inflight
+        return total
+
+    def _wait_for_workers(self, max_pending: int, timeout: float) -> bool:
+        """The workers are behind: block (the workers get the GIL) until half the pending work is done.
+
+        Partitions paused for back-pressure (a stuck key or message) do not count, so they never stop
+        the others. Returns True when the caller should run its housekeeping before fetching again.
         """
-        self._wake.clear()
+        deadline = time.monotonic() + timeout
         self._waiting = True
         try:
-            while pool.backlog() > max_backlog // 2:
-                if not self._wake.wait(timeout):
+            while self._pending_messages() > max_pending // 2:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     return True
                 self._wake.clear()
+                if self._pending_messages() <= max_pending // 2:
+                    break
+                self._wake.wait(left)
             return False
         finally:
             self._waiting = False
@@ -379,45 +432,29 @@ class Engine:
     # -- offsets ----------------------------------------------------------------------------------------
 
     def _backpressure(self) -> None:
-        """Pause partitions whose in-flight window is full; resume them once it is half drained.
+        """Pause partitions whose in-flight window is full and stuck; resume them once half drained.
 
-        A window that is full only because the workers are momentarily behind drains within moments, and
-        pausing costs a re-fetch (librdkafka drops what it prefetched), so full windows get a short grace
-        period with the GIL handed to the workers first. What one batch already holds is dispatched even
-        past the limit: a window overshoots by at most one batch.
+        Pausing costs a re-fetch (librdkafka drops what it prefetched for the partition), and a window
+        that is full only because the workers are momentarily behind drains on its own while the global
+        flow control holds the fetcher back. So a full window pauses its partition when its oldest
+        message has not finished for a while (a slow key or message); at twice the limit the dispatch
+        itself stops and rewinds the partition (the hard bound).
         """
         limit = self.settings.max_inflight_per_partition
         session = self.session
-        full: list[tuple[S.TP, PartitionTracker]] = []
+        now = time.monotonic()
         for tp, tracker in self.trackers.items():
-            tracker.position()
+            position = tracker.position()
+            if position != tracker.last_position:
+                tracker.last_position = position
+                tracker.moved_at = now
             inflight = tracker.inflight
             if inflight >= limit:
-                if not session.paused_for(tp, S.BACKPRESSURE):
-                    full.append((tp, tracker))
+                if not session.paused_for(tp, S.BACKPRESSURE) and (
+                        inflight >= 2 * limit or now - tracker.moved_at >= _STUCK_AFTER_S):
+                    session.pause([tp], S.BACKPRESSURE)
             elif inflight <= limit // 2 and session.paused_for(tp, S.BACKPRESSURE):
                 session.resume([tp], S.BACKPRESSURE)
-        if not full:
-            return
-        deadline = time.monotonic() + _BACKPRESSURE_GRACE_S
-        while full:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._await_worker(left)
-            full = [(tp, tracker) for tp, tracker in full
-                    if tracker.position() is not None and tracker.inflight >= limit]
-        if full:
-            session.pause([tp for tp, _ in full], S.BACKPRESSURE)
-
-    def _await_worker(self, timeout: float) -> None:
-        """Sleep until a worker finishes a task (or ``timeout``), leaving the GIL to the workers."""
-        self._wake.clear()
-        self._waiting = True
-        try:
-            self._wake.wait(timeout)
-        finally:
-            self._waiting = False
 
     def _commit(self, trackers: Sequence[PartitionTracker], sync: bool) -> None:
         """Commit what moved; a synchronous commit (revoke, shutdown) re-sends every position, because an

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Literal
 
 from ykafka.consumer.offsets import PartitionTracker, Task
@@ -21,6 +22,7 @@ from ykafka.consumer.pool import WorkerPool
 
 Ordering = Literal["none", "partition", "key"]
 ORDERINGS: tuple[Ordering, ...] = ("none", "partition", "key")
+FAST_HANDLER_S = 20e-6  # below this per message, a handler gains nothing from more threads
 _PARTITION_LANE = object()  # lane key of the single lane a partition has in "partition" mode
 
 
@@ -42,15 +44,28 @@ class Dispatcher:
         self.max_chunk = max_chunk
         self._lock = threading.Lock()
 
-    def chunk_size(self, batch_len: int) -> int:
-        """Chunk length for ``none`` / ``partition``: enough tasks for every worker, few enough to be cheap."""
+    def chunk_size(self, batch_len: int, msg_cost_s: float = 1.0) -> int:
+        """Chunk length for ``none`` / ``partition``: enough tasks for every worker, few enough to be cheap.
+
+        A handler that takes only microseconds is bound by the GIL, not by waiting, so spreading it over
+        workers buys nothing and costs thread hand-offs: such runs go out whole.
+        """
+        if msg_cost_s < FAST_HANDLER_S:
+            return max(batch_len, 1)
         per_worker = batch_len // (2 * self.pool.size) or 1
         return min(per_worker, self.max_chunk)
 
     def dispatch_run(self, tracker: PartitionTracker, msgs: list[Any], chunk: int,
-                     views: list[Any] | None = None) -> None:
-        """Dispatch one run of consecutive messages of a partition (``views`` replace them for the handler)."""
+                     views: list[Any] | None = None, inline: Callable[[Task], None] | None = None) -> None:
+        """Dispatch one run of consecutive messages of a partition (``views`` replace them for the handler).
+
+        ``inline`` runs the run as one task on the calling thread instead; the caller only does so when no
+        earlier work is pending, so offset order (hence every ordering guarantee) holds trivially.
+        """
         handed = views if views is not None else msgs
+        if inline is not None:
+            inline(tracker.add(handed, msgs[0].offset(), msgs[-1].offset()))
+            return
         ordering = self.ordering
         if ordering == "key":
             self._dispatch_keys(tracker, msgs, handed)
