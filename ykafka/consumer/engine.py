@@ -37,7 +37,6 @@ AsyncHandler = Callable[[Message], Coroutine[Any, Any, Any]]
 #: Hot keys the framework reacts to, and the librdkafka-level ones that need a rebuilt handle.
 REBUILD_KEYS = ("consumer.assignment.strategy", "consumer.fetch.max.bytes", "consumer.max.partition.fetch.bytes",
                 "consumer.fetch.wait.max.ms", "consumer.socket.receive.buffer.bytes")
-_STUCK_AFTER_S = 0.1  # a full window whose head has not moved for this long pauses its partition
 _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKError._UNKNOWN_PARTITION,
                    CKError._UNKNOWN_TOPIC)
 
@@ -230,9 +229,9 @@ class Engine:
         pool = self.pool
         assert pool is not None
         busy = False  # the last batch came back full
-        max_pending = 2 * batch
         bucket = self.bucket
         while not self._stop.is_set():
+            max_backlog = 2 * pool.size + 2
             if self._pending:
                 self._apply_pending()
             consumer = session.consumer
@@ -253,7 +252,7 @@ class Engine:
             if self._ordering_change is not None and not self._try_switch_ordering(now):
                 self._stop.wait(0.01)
                 continue
-            if self._pending_messages() > max_pending and self._wait_for_workers(max_pending, poll_timeout):
+            if pool.backlog() > max_backlog and self._wait_for_workers(pool, max_backlog, poll_timeout):
                 continue
             wanted = bucket.allowance(batch)
             if wanted < 1:
@@ -390,31 +389,22 @@ class Engine:
     def _all_idle(self) -> bool:
         return all(tracker.idle() for tracker in self.trackers.values())
 
-    def _pending_messages(self) -> int:
-        """Messages in the in-flight windows of partitions that are still fetching."""
-        paused = self.session.paused_for
-        total = 0
-        for tp, tracker in self.trackers.items():
-            if tracker.inflight and not paused(tp, S.BACKPRESSURE):
-                tracker.position()
-                total += tracker.inflight
-        return total
+    def _wait_for_workers(self, pool: WorkerPool, max_backlog: int, timeout: float) -> bool:
+        """Runnable tasks pile up: block (the workers get the GIL) until half of them were taken.
 
-    def _wait_for_workers(self, max_pending: int, timeout: float) -> bool:
-        """The workers are behind: block (the workers get the GIL) until half the pending work is done.
-
-        Partitions paused for back-pressure (a stuck key or message) do not count, so they never stop
-        the others. Returns True when the caller should run its housekeeping before fetching again.
+        Tasks waiting in an ordering lane are not runnable and do not count, so one slow key or partition
+        never holds the others back (its own window pauses it instead). Returns True when housekeeping is
+        due before the next fetch.
         """
         deadline = time.monotonic() + timeout
         self._waiting = True
         try:
-            while self._pending_messages() > max_pending // 2:
+            while pool.backlog() > max_backlog // 2:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return True
                 self._wake.clear()
-                if self._pending_messages() <= max_pending // 2:
+                if pool.backlog() <= max_backlog // 2:
                     break
                 self._wake.wait(left)
             return False
@@ -432,26 +422,19 @@ class Engine:
     # -- offsets ----------------------------------------------------------------------------------------
 
     def _backpressure(self) -> None:
-        """Pause partitions whose in-flight window is full and stuck; resume them once half drained.
+        """Pause partitions whose in-flight window is full; resume them once it is half drained.
 
-        Pausing costs a re-fetch (librdkafka drops what it prefetched for the partition), and a window
-        that is full only because the workers are momentarily behind drains on its own while the global
-        flow control holds the fetcher back. So a full window pauses its partition when its oldest
-        message has not finished for a while (a slow key or message); at twice the limit the dispatch
-        itself stops and rewinds the partition (the hard bound).
+        The window is what lies between a partition's commit position and its last dispatched offset. The
+        batch being dispatched may overshoot the limit; at twice the limit the dispatch itself stops and
+        rewinds the partition (see ``_dispatch_run``), so memory stays bounded.
         """
         limit = self.settings.max_inflight_per_partition
         session = self.session
-        now = time.monotonic()
         for tp, tracker in self.trackers.items():
-            position = tracker.position()
-            if position != tracker.last_position:
-                tracker.last_position = position
-                tracker.moved_at = now
+            tracker.position()
             inflight = tracker.inflight
             if inflight >= limit:
-                if not session.paused_for(tp, S.BACKPRESSURE) and (
-                        inflight >= 2 * limit or now - tracker.moved_at >= _STUCK_AFTER_S):
+                if not session.paused_for(tp, S.BACKPRESSURE):
                     session.pause([tp], S.BACKPRESSURE)
             elif inflight <= limit // 2 and session.paused_for(tp, S.BACKPRESSURE):
                 session.resume([tp], S.BACKPRESSURE)

@@ -59,7 +59,7 @@ class PartitionTracker:
     """In-flight window of one partition: dispatched tasks in offset order and the commit position."""
 
     __slots__ = ("topic", "partition", "tasks", "inflight", "next_offset", "committed", "cancelled", "lanes",
-                 "is_retry", "last_position", "moved_at")
+                 "is_retry")
 
     def __init__(self, topic: str, partition: int, is_retry: bool = False) -> None:
         self.topic = topic
@@ -71,8 +71,6 @@ class PartitionTracker:
         self.cancelled = False  # partition revoked / lost: queued work of it is skipped
         self.lanes: dict[Any, Any] = {}  # ordering lanes (per partition or per key) owned by the dispatcher
         self.is_retry = is_retry
-        self.last_position: int | None = None  # for back-pressure: is the window's head moving?
-        self.moved_at = 0.0
 
     def add(self, msgs: list[Any], first: int, last: int) -> Task:
         task = Task(self, msgs, first, last)
