@@ -171,3 +171,14 @@ def test_ordering_switches_after_drain(bootstrap: str, running, tmp_path: Path) 
     for _, m in after:
         by_key.setdefault(m.key(), []).append(int(m.value()))
     assert all(v == sorted(v) for v in by_key.values())  # key order holds from the switch on
+
+
+def test_paused_at_start_fetches_nothing_until_resumed(bootstrap: str, running, tmp_path: Path) -> None:
+    consumer, recorder, job = _start(bootstrap, running, tmp_path, 100, delay=0.0, **{"consumer.paused": True})
+    wait_until(lambda: len(consumer.assignment()) == 16, 30, message="assigned")
+    time.sleep(1.5)
+    assert recorder.count() == 0
+    consumer.apply({"consumer.paused": False})
+    wait_until(lambda: recorder.count() >= 100, 30, message="all handled once resumed")
+    job.stop()
+    assert sorted(recorder.values) == list(range(100))

@@ -249,3 +249,30 @@ def test_settings_from_local_options() -> None:
     assert Settings.from_options(conf.options).max_inflight_per_partition == 50
     with pytest.raises(ConfigError, match="max.inflight"):
         config.load({"bootstrap.servers": "x:1", "ykafka.consumer.max.inflight.per.partition": "0"}, "consumer")
+
+
+def test_revoke_gives_up_only_the_unstarted_tail() -> None:
+    tracker = PartitionTracker("t", 0)
+    a = tracker.add([msg(0)], 0, 0)
+    b = tracker.add([msg(1)], 1, 1)
+    c = tracker.add([msg(2)], 2, 2)
+    d = tracker.add([msg(3)], 3, 3)
+    a.started = a.finished = True
+    c.started = True  # running
+    assert tracker.skip_unstarted_tail() == 1  # only d: b is unstarted but before a started task
+    assert (b.skipped, d.skipped) == (False, True)
+    assert not tracker.settled()
+    b.started = b.finished = True
+    c.finished = True
+    assert tracker.settled()
+    assert tracker.position() == 3  # the skipped task is not done: the next owner starts there
+
+
+def test_revoke_never_skips_a_key_task_that_interleaves_with_work_that_runs() -> None:
+    tracker = PartitionTracker("t", 0)
+    k1 = tracker.add([msg(5), msg(9), msg(12)], 5, 12)
+    k2 = tracker.add([msg(7), msg(8)], 7, 8)  # starts below 12: must run, or 9 and 12 would be repeated
+    k3 = tracker.add([msg(15)], 15, 15)
+    k1.started = True
+    assert tracker.skip_unstarted_tail() == 1
+    assert (k2.skipped, k3.skipped) == (False, True)

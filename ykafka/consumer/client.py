@@ -54,6 +54,9 @@ class Consumer:
             self.effective = self._resolve(self.cluster)
             self._session = S.Session(self._props(self.cluster, self.effective), facade=self)
             self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None)
+            # Values in force at start-up (local config or a namespace) apply from the first join on.
+            self._session.operator_paused = bool(self.effective.get("consumer.paused"))
+            self._session.left = bool(self.effective.get("consumer.leave"))
             self._lock = threading.Lock()
             self._stopped = threading.Event()
             self._stopped.set()

@@ -366,6 +366,12 @@ class Engine:
 
     def _run_task(self, task: Task) -> None:
         msgs = task.msgs
+        task.started = True
+        if task.skipped:  # given up on revoke before it started: not done, the next owner handles it
+            if task.lane is not None:
+                assert self.dispatcher is not None
+                self.dispatcher.task_done(task)
+            return
         if not task.tracker.cancelled:
             handler = self._handler
             assert handler is not None
@@ -462,12 +468,16 @@ class Engine:
         for tracker, pos in moved:
             tracker.committed = pos
 
-    def _drain(self, trackers: Sequence[PartitionTracker], timeout: float) -> bool:
+    def _drain(self, trackers: Sequence[PartitionTracker], timeout: float, skip: bool = False) -> bool:
+        """Wait for the work of ``trackers`` (and its retry / DLQ acks); ``skip`` gives up unstarted tails."""
         deadline = time.monotonic() + timeout
+        if skip:
+            for tracker in trackers:
+                tracker.skip_unstarted_tail()
         while True:
             if self.router is not None:
                 self.router.poll(0)
-            if all(tracker.idle() for tracker in trackers):
+            if all(tracker.settled() for tracker in trackers):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -475,7 +485,7 @@ class Engine:
 
     def _drain_all(self, timeout: float) -> None:
         trackers = list(self.trackers.values())
-        if trackers and not self._drain(trackers, timeout):
+        if trackers and not self._drain(trackers, timeout, skip=True):
             log.warning("in-flight work did not finish before shutdown; it will be redelivered")
 
     # -- rebalance hooks (called by the session on the polling thread) ----------------------------------
@@ -485,9 +495,10 @@ class Engine:
 
     def revoked(self, partitions: list[TopicPartition]) -> None:
         trackers = [t for t in (self.trackers.get((tp.topic, tp.partition)) for tp in partitions) if t is not None]
-        if trackers and not self._drain(trackers, self.settings.revoke_timeout_ms / 1000):
+        # Work a worker already started finishes; queued work not yet started stays for the next owner.
+        if trackers and not self._drain(trackers, self.settings.revoke_timeout_ms / 1000, skip=True):
             log.warning("revoked partitions still had in-flight work; it will be redelivered",
-                        partitions=[f"{t.topic}[{t.partition}]" for t in trackers if not t.idle()])
+                        partitions=[f"{t.topic}[{t.partition}]" for t in trackers if not t.settled()])
         self._commit(trackers, sync=True)
         self._forget(partitions)
 

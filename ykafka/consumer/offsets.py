@@ -29,7 +29,7 @@ class Task:
     ``first`` / ``last`` are the offsets in the partition the messages were fetched from.
     """
 
-    __slots__ = ("tracker", "msgs", "first", "last", "finished", "acks", "lane")
+    __slots__ = ("tracker", "msgs", "first", "last", "finished", "acks", "lane", "started", "skipped")
 
     def __init__(self, tracker: PartitionTracker, msgs: list[Any], first: int, last: int) -> None:
         self.tracker = tracker
@@ -39,6 +39,8 @@ class Task:
         self.finished = False
         self.acks: list[Ack] | None = None
         self.lane: Any = None
+        self.started = False  # a worker took it
+        self.skipped = False  # given up before it started (partition revoked): redelivered, never done here
 
     def add_ack(self) -> Ack:
         ack = Ack()
@@ -95,6 +97,33 @@ class PartitionTracker:
         """No dispatched work of this partition is still unfinished or unacknowledged."""
         self.position()
         return not self.tasks
+
+    def skip_unstarted_tail(self) -> int:
+        """Give up the tasks at the end of the window that no worker started yet; returns how many.
+
+        A task is given up only if every task before it ends below its first offset (key tasks interleave),
+        so all that runs here stays below the commit position: nothing handled is handled again by the
+        next owner, and everything given up is past the position.
+        """
+        tasks = list(self.tasks)
+        prefix_last: list[int] = []
+        highest = -1
+        for task in tasks:
+            prefix_last.append(highest)
+            highest = max(highest, task.last)
+        skipped = 0
+        for index in range(len(tasks) - 1, -1, -1):
+            task = tasks[index]
+            if task.started or task.finished or task.first <= prefix_last[index]:
+                break
+            task.skipped = True
+            skipped += 1
+        return skipped
+
+    def settled(self) -> bool:
+        """Every task is complete or skipped: nothing more will happen to this window."""
+        self.position()
+        return all(task.skipped or task.complete() for task in self.tasks)
 
     def pending_commit(self) -> int | None:
         """The position if it moved since the last commit, else None."""
