@@ -217,6 +217,8 @@ def test_retry_view_restores_the_original_coordinates() -> None:
     assert view.key() == b"k" and view.value() == b"3"
     assert RetryRouter.not_before(raw) == 99
     assert message_id(view) == "t/5/42"
+    assert message_id(msg(1, headers=[(H.TRACE_ID, b"tr-1")])) == "tr-1"
+    assert message_id(msg(1, headers=[(H.TRACE_ID, b"tr-1"), (H.MESSAGE_ID, b"id-1")])) == "id-1"
 
 
 # --- dedupe and settings ------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 At-least-once delivery means a message can reach the handler again after a crash or rebalance. Wrapping
 the handler with :class:`Dedupe` skips messages whose id was handled successfully within the TTL, in
-this process. The id is the ``ykafka-id`` header the ykafka Producer stamps; without it, the message's
-original topic / partition / offset (retry copies carry the original ones).
+this process. The id is the ``ykafka-id`` header the ykafka Producer stamps (or, failing that, the
+``ykafka-trace`` id of a traced message); without either, the message's original topic / partition /
+offset (retry copies carry the original ones).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from ykafka.consumer import headers as H
 
 
 def message_id(msg: Any) -> str:
-    """The ``ykafka-id`` header, else ``topic/partition/offset``."""
-    found = H.get(msg.headers(), H.MESSAGE_ID)
+    """The ``ykafka-id`` header, else the trace id of a traced message, else ``topic/partition/offset``."""
+    hdrs = msg.headers()
+    found = H.get(hdrs, H.MESSAGE_ID) or H.get(hdrs, H.TRACE_ID)
     if found:
         return found.decode("utf-8", "replace")
     return f"{msg.topic()}/{msg.partition()}/{msg.offset()}"

@@ -6,6 +6,8 @@ from typing import Any
 
 #: Unique message id stamped by the ykafka Producer; the dedupe helper keys on it.
 MESSAGE_ID = "ykafka-id"
+#: Message id the ykafka Producer stamps on traced (sampled) messages (see ykafka.tracing).
+TRACE_ID = "ykafka-trace"
 #: How many times the handler has failed on this message (1 on the first retry copy).
 ATTEMPT = "ykafka-attempt"
 #: Epoch milliseconds before which a retry copy must not reach the handler.
