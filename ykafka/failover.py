@@ -38,7 +38,7 @@ from ykafka.catalog import Scope, ScopeKind
 from ykafka.config import register_option
 from ykafka.errors import ClosedError, SpillFullError
 from ykafka.health import ClusterState, HealthMonitor, HealthPolicy
-from ykafka.replay import ClusterLink, Outgoing, Replayer, replay_config
+from ykafka.replay import ClusterLink, DirectSender, Outgoing, Replayer, replay_config
 from ykafka.spill import SpillQueue, SpillSlot
 
 log = structlog.get_logger(__name__)
@@ -443,6 +443,8 @@ class DisasterRecovery:
         self._store = OutageStore(options.spill_dir / "failback")
         self._closed = threading.Event()
         self.on_link_available: Callable[[str], None] | None = None  # the owner rebuilds its clients
+        self.on_change: list[Callable[[], None]] = []  # routes / link states moved: drop cached direct sends
+        self.epoch = 0  # bumped with every change: a direct path computed before one is stale
         self.on_close: list[Callable[[], None]] = []
         for outage in self._store.load_all():
             self._outages[(outage.primary, outage.topic)] = outage
@@ -483,6 +485,7 @@ class DisasterRecovery:
             link = ClusterLink(cluster, lambda: self._client_factory(cluster, self._direct_conf(cluster)), health,
                                queue, self._reroute, lambda topic: self._route(topic).spill)
             link.on_available = self._link_available
+            link.on_change = self._changed
             self._links[cluster] = link
 
             def replay_client() -> Producer:
@@ -514,7 +517,24 @@ class DisasterRecovery:
             except Exception:
                 log.exception("failover.link_available_hook_failed", cluster=cluster)
 
+    def _changed(self) -> None:
+        self.epoch += 1
+        for listener in list(self.on_change):
+            try:
+                listener()
+            except Exception:
+                log.exception("failover.change_listener_failed")
+
     # --- routing ----------------------------------------------------------------------------------
+
+    def direct(self, topic: str, cluster: str, client: Producer) -> DirectSender | None:
+        """The healthy-cluster fast path: a :class:`DirectSender` when ``topic``'s writes go to ``cluster`` now
+        and may go straight through the caller's ``client`` (see :meth:`ClusterLink.direct_sender`), else
+        None. Valid until an :attr:`on_change` listener fires; a caller re-checks a None within seconds."""
+        if self.target(topic) != cluster or (self._route(topic).primary, topic) in self._outages:
+            return None
+        return self.link(cluster).direct_sender(topic, client)
+
 
     def _wants_standby(self, spec: RouteSpec) -> bool:
         if spec.standby is None:
@@ -660,6 +680,7 @@ class DisasterRecovery:
         link = self._links.get(cluster)
         if link is not None:
             link.on_state(state)
+        self._changed()  # a standby route may move with any cluster's health
         if state is ClusterState.UP:
             replayer = self._replayers.get(cluster)
             if replayer is not None:
@@ -713,6 +734,7 @@ class DisasterRecovery:
             raise ValueError("to must be primary, standby or None")
         log.warning("failover.switch", primary=primary, to=to)
         self._check_outages()
+        self._changed()
 
     def poll(self, timeout: float = 0.0) -> int:
         links = list(self._links.values())

@@ -41,6 +41,7 @@ from ykafka.errors import BufferFullError, ClosedError, ConfigError, from_kafka_
 from ykafka.hotconfig import ConfigChange
 from ykafka.metrics import Observability
 from ykafka.partitioner import Picker, needs_python
+from ykafka.replay import DirectSender, bind_report
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
 from ykafka.tracing import TRACE_HEADER, Tracer, new_message_id
@@ -55,6 +56,7 @@ DeliveryHook = Callable[[Any, Any, "DeliveryCallback | None"], bool]
 SendHook = Callable[..., bool]
 
 _RETIRED_GRACE_S = 1.0
+_DR_RECHECK_S = 1.0  # a topic sent through the DR engine re-checks the direct path this often
 _PENDING_MAX = 100_000
 
 
@@ -84,11 +86,11 @@ class _TopicState:
     """Everything a send to one topic needs, resolved once per config version."""
 
     __slots__ = ("topic", "client", "send", "cluster", "effective", "picker", "throttle", "slow", "expires",
-                 "trace")
+                 "trace", "direct")
 
     def __init__(self, topic: str, client: _Client, cluster: str, effective: dict[str, Any],
                  picker: Picker | None, throttle: Throttle | None, slow: bool, expires: float,
-                 trace: float = 0.0) -> None:
+                 trace: float = 0.0, direct: DirectSender | None = None) -> None:
         self.topic = topic
         self.client = client
         self.send = client.rd.produce
@@ -99,6 +101,7 @@ class _TopicState:
         self.slow = slow
         self.expires = expires
         self.trace = trace  # sampling rate of message trace (0.0: off)
+        self.direct = direct  # the disaster-recovery engine's healthy-cluster path (None: engine off)
 
 
 def _freeze(props: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -114,6 +117,7 @@ def _freeze(props: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 _random = random.random
+_next = next
 
 
 def _with_header(headers: Any, name: str, value: str) -> list[tuple[str, Any]]:
@@ -180,6 +184,7 @@ class Producer:
         self._runtime.set_report_provider(self._report)
         if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (DESIGN.md §4)
             self._dr = failover.attach(self)  # installs the send hook; see ykafka/failover.py
+            self._dr.on_change.append(self._states.clear)  # a link went down / up, a route moved
         self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
 
     # --- the hot path ------------------------------------------------------------------------------
@@ -201,6 +206,18 @@ class Producer:
         rate = st.trace
         if rate and (rate >= 1.0 or _random() < rate):  # sampled: decided once, here
             on_delivery, headers = self._traced(st, key, on_delivery, headers)
+        direct = st.direct
+        if direct is not None:  # disaster recovery on, cluster healthy: straight to the client; failures
+            if partition >= 0:  # come back to the engine through the callback (unpinned sends only)
+                return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers)
+            if on_delivery is None:
+                on_delivery = self._default_dr
+            if key is not None:  # its produce order rides along: a key's re-routed messages stay in order
+                on_delivery = bind_report((direct, on_delivery, _next(direct.order)))
+            elif on_delivery is direct.last_cb:
+                on_delivery = direct.last_shared
+            else:
+                on_delivery = direct.shared(on_delivery)
         try:
             st.send(topic, value, key, partition, on_delivery, None, timestamp, headers)
         except BufferError:
@@ -322,11 +339,20 @@ class Producer:
                 picker = Picker(strategy, count, exclude)
                 expires = time.monotonic() + (self._meta_ttl_s if count else 1.0)
             throttle = self._throttles.for_topic(effective, rt.sources(topic=topic, cluster=cluster), self._max_wait_s)
+            direct = None
+            dr_epoch = 0
+            if (self._dr is not None and self._delivery_hook is None and picker is None and throttle is None
+                    and topic not in self._held):
+                dr_epoch = self._dr.epoch
+                direct = self._dr.direct(topic, cluster, client.rd)
+                if direct is None:  # spilling, failed over, draining: through the engine; re-checked soon
+                    expires = min(expires or float("inf"), time.monotonic() + _DR_RECHECK_S)
             slow = (picker is not None or throttle is not None or topic in self._held
-                    or self._send_hook is not None or self._delivery_hook is not None)
+                    or (self._send_hook is not None and direct is None) or self._delivery_hook is not None)
             state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires,
-                                Tracer.rate(effective))
-            if rt.version == version and not self._closed:
+                                Tracer.rate(effective), direct)
+            if rt.version == version and not self._closed and (self._dr is None or self._dr.epoch == dr_epoch
+                                                                or direct is None):
                 self._states[topic] = state
             return state
 

@@ -70,6 +70,64 @@ def _produce(client: Producer, msg: Outgoing, callback: Callable[[KafkaError | N
                    None, msg.timestamp or 0, msg.headers or None)
 
 
+def _direct_report(sent: tuple[DirectSender, DeliveryCallback | None, int], err: KafkaError | None,
+                   m: Message) -> None:
+    """Delivery callback of a direct send, bound to ``(sender, user callback, order)``: one Python call."""
+    if err is None:
+        if sent[1] is not None:
+            sent[1](None, m)
+        return
+    sent[0].failed(sent[1], sent[2], err, m)
+
+
+bind_report = _direct_report.__get__  # C-level: a bound method is the cheapest per-message callable
+
+
+class DirectSender:
+    """The healthy-cluster fast path of a :class:`ClusterLink`: the caller produces into its own client
+    with :meth:`callback`'s result as the delivery callback, no :meth:`ClusterLink.send` per message.
+
+    A failure is turned back into an :class:`Outgoing` from the delivery report itself (topic, value,
+    key, timestamp, headers; partition -1, so only unpinned sends may use it) and handled exactly as the
+    link's own reports are. Keyed sends carry their produce order, so a key's re-routed messages keep
+    their order; sends without a key share one callback object per user callback (no allocation per
+    message) and, having no key, no order promise across an outage.
+    """
+
+    __slots__ = ("link", "client", "order", "last_cb", "last_shared", "_shared")
+
+    def __init__(self, link: ClusterLink, client: Producer) -> None:
+        self.link = link
+        self.client = client
+        self.order = link._order
+        self._shared: dict[Any, Callable[..., None]] = {}
+        self.last_cb: DeliveryCallback | None = None
+        self.last_shared: Callable[..., None] = self.shared(None)
+
+    def keyed(self, user_callback: DeliveryCallback | None) -> Callable[..., None]:
+        return bind_report((self, user_callback, next(self.order)))
+
+    def shared(self, user_callback: DeliveryCallback | None) -> Callable[..., None]:
+        """The callback for a send without a key; the last one is also kept in ``last_cb`` / ``last_shared``
+        for the caller's inline check."""
+        try:
+            found = self._shared.get(user_callback)
+        except TypeError:  # an unhashable callable: its own callback object
+            return self.keyed(user_callback)
+        if found is None:
+            found = bind_report((self, user_callback, -1))
+            if len(self._shared) < 256:  # a new lambda per send would grow it without bound
+                self._shared[user_callback] = found
+        self.last_cb, self.last_shared = user_callback, found
+        return found
+
+    def failed(self, user_callback: DeliveryCallback | None, order: int, err: KafkaError, m: Message) -> None:
+        ts_type, ts = m.timestamp()
+        msg = tuple.__new__(Outgoing, (m.topic(), m.value(), m.key(), -1, ts if ts_type else 0, m.headers(),
+                                       user_callback))
+        self.link._on_delivery(msg, order, self.client, err, m)
+
+
 class ClusterLink:
     """The seam between the producer and one cluster: direct send, spill, and re-route of failures."""
 
@@ -97,6 +155,7 @@ class ClusterLink:
         self.counts = {"spilled": 0, "rerouted": 0, "failed": 0}
         self.direct = 0  # hot-path counters as plain attributes
         self.delivered = 0
+        self.on_change: Callable[[], None] | None = None  # the owner drops cached direct routes
 
     # --- sending ----------------------------------------------------------------------------------
 
@@ -119,7 +178,7 @@ class ClusterLink:
         cluster, with its hot-config settings); without it the link uses its own. Messages a retired
         client still holds are older than this one: they are re-routed first, so a key's spilled records
         stay in the order they were produced."""
-        if self._retired:
+        if self._retired or self._undelivered:
             self._drain_retired()
         queue = self.queue
         with self._lock:  # decide and produce atomically with respect to mark_unavailable's purge
@@ -136,17 +195,34 @@ class ClusterLink:
                     self._on_delivery, msg, next(self._order), client), None, msg[4], msg[5])
                 self.direct += 1
                 return
-        if self._retired:
+        if self._retired or self._undelivered:
             self._drain_retired()
         self.spill(msg, wait=spill_wait)
 
+    def direct_sender(self, topic: str, client: Producer) -> DirectSender | None:
+        """What a caller needs to send ``topic`` straight through ``client`` instead of calling :meth:`send`
+        per message (see :class:`DirectSender`); None while the topic must go through :meth:`send`
+        (cluster unavailable, records waiting in the spill, a retired client draining). The owner drops
+        it when :attr:`on_change` fires."""
+        with self._lock:
+            if not self.available or self._retired or self._undelivered \
+                    or (self.queue is not None and self.queue.depth):
+                return None
+            if client not in self._external:
+                self._external.append(client)
+            return DirectSender(self, client)
+
     def _drain_retired(self, timeout: float = 10.0) -> None:
-        """Serve the delivery reports of retired (purged) clients until they hold nothing."""
+        """Serve the delivery reports of retired (purged) clients until they hold nothing and what they
+        gave back is re-routed: a new message must not reach the spill before older ones."""
         if getattr(self._local, "polling", False):
             return  # called from one of our own delivery callbacks: the outer poll is draining already
         deadline = time.monotonic() + timeout
-        while self._retired and time.monotonic() < deadline:
+        while (self._retired or self._undelivered) and time.monotonic() < deadline:
             self.poll(0.01, live=False)
+        # another thread's poll may have emptied both lists and still be re-routing its batch: wait for it
+        if self._poll_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._poll_lock.release()
 
     def spill(self, msg: Outgoing, wait: bool | None = None) -> int:
         assert self.queue is not None
@@ -196,6 +272,8 @@ class ClusterLink:
                 return
             self.available = False
             self._down_since = time.monotonic()
+            if self.on_change is not None:  # direct senders stop before the purge below
+                self.on_change()
             clients = ([self._client] if self._client is not None else []) + self._external
             self._client, self._external, self._last_external = None, [], None
             for client in clients:
@@ -212,6 +290,8 @@ class ClusterLink:
             if self.on_available is not None:  # before any direct send: the owner rebuilds its clients
                 self.on_available(self.cluster)  # (fresh idempotence state for a restarted cluster)
             self.available = True
+        if self.on_change is not None:
+            self.on_change()
         log.info("cluster.link_up", cluster=self.cluster)
 
     def maybe_recover(self) -> bool:
@@ -240,6 +320,10 @@ class ClusterLink:
                 client = self._client
                 retired = list(self._retired)
             for old in retired:
+                # a direct sender may have produced into it after the purge (it checks no lock): give
+                # such stragglers back now so they are re-routed with the rest, in produce order
+                with contextlib.suppress(KafkaException):
+                    old.purge(in_queue=True, in_flight=False, blocking=False)
                 served += old.poll(0)
                 if len(old) == 0:
                     with self._lock:
