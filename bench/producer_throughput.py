@@ -8,7 +8,7 @@ queue, ``flush`` at the end; the time includes the flush, so every message is ac
 a grant and its hot config subscribed (global + the topic's namespace). Rounds alternate raw / ykafka; the
 figures are medians.
 
-    python bench/producer_throughput.py [--messages 200000] [--size 100] [--rounds 3]
+    python bench/producer_throughput.py [--messages 200000] [--size 100] [--rounds 3] [--keys N]
 
 Last line: RESULT {"raw_msgs_s": ..., "ykafka_msgs_s": ..., "ratio": ...}
 """
@@ -20,7 +20,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Producer as RawProducer  # noqa: E402
 
+from bench._loop import produce_loop  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.devstack import Stack, ephemeral_config  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
@@ -37,28 +37,8 @@ RAW_SETTINGS = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batc
                 "compression.type": "none", "partitioner": "murmur2_random"}
 
 
-def run(producer: Any, topic: str, messages: int, value: bytes) -> float:
-    delivered = [0]
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is None:
-            delivered[0] += 1
-
-    produce, poll = producer.produce, producer.poll
-    start = time.perf_counter()
-    for _ in range(messages):
-        while True:
-            try:
-                produce(topic, value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                poll(0.01)
-        poll(0)
-    left = producer.flush(60)
-    elapsed = time.perf_counter() - start
-    if left or delivered[0] != messages:
-        raise RuntimeError(f"{topic}: {delivered[0]} of {messages} delivered, {left} left")
-    return messages / elapsed
+def run(producer: Any, topic: str, messages: int, value: bytes, keys: int = 0, positional: bool = False) -> float:
+    return produce_loop(producer, topic, messages, value, keys, positional=positional)
 
 
 def main() -> None:
@@ -66,6 +46,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--positional", action="store_true",
+                        help="call produce() positionally (confluent-kafka's fastest form) instead of by keyword")
+    parser.add_argument("--keys", type=int, default=0, help="keyed sends over this many keys (default: no key)")
     args = parser.parse_args()
     configure("warning")
     value = b"x" * args.size
@@ -86,13 +69,14 @@ def main() -> None:
         raw_rates: list[float] = []
         yk_rates: list[float] = []
         for _ in range(args.rounds):
-            raw_rates.append(run(raw, topic, args.messages, value))
-            yk_rates.append(run(yk, topic, args.messages, value))
+            raw_rates.append(run(raw, topic, args.messages, value, args.keys, args.positional))
+            yk_rates.append(run(yk, topic, args.messages, value, args.keys, args.positional))
             print(f"round: raw {raw_rates[-1]:,.0f} msg/s  ykafka {yk_rates[-1]:,.0f} msg/s", flush=True)
         yk.close()
         raw_s, yk_s = statistics.median(raw_rates), statistics.median(yk_rates)
         result = {"raw_msgs_s": round(raw_s), "ykafka_msgs_s": round(yk_s), "ratio": round(yk_s / raw_s, 3),
-                  "messages": args.messages, "size": args.size, "rounds": args.rounds}
+                  "messages": args.messages, "size": args.size, "rounds": args.rounds, "keys": args.keys,
+                  "call": "positional" if args.positional else "keyword"}
     finally:
         stack.down()
     print("RESULT " + json.dumps(result), flush=True)

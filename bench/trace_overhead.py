@@ -1,11 +1,12 @@
 """Trace overhead on the producer: raw confluent-kafka vs the ykafka Producer with trace off / 1 % / 100 %.
 
 Same process run, same broker, same librdkafka settings (acks=all, idempotence, linger.ms=5), the
-canonical loop ``produce(..., on_delivery=cb)`` + ``poll(0)``, ``flush`` at the end (time includes it):
+canonical loop ``produce(..., on_delivery=cb)`` + ``poll(0)``, ``flush`` at the end (time includes it;
+bench/_loop.py, shared with bench/producer_throughput.py):
 
 * ``raw``  — confluent-kafka;
-* ``off``  — ``ykafka.Producer`` (local mode, disk spill / failover off: ``ykafka.dr.enabled=false``, their
-             cost is ``dr_off_ratio``) whose topic has trace off (``trace.enabled=false``);
+* ``off``  — ``ykafka.Producer`` (local mode, defaults: disk spill / failover on) whose topic has trace off
+             (``trace.enabled=false``); ``dr_disabled_ratio``: the same with ``ykafka.dr.enabled=false``;
 * ``1%``   — ``trace.sample.rate=0.01``: one ``random()`` per message; a sampled message gets an id in the
              ``ykafka-trace`` header and a wrapped delivery callback emitting ``produced`` + ``acked``;
 * ``100%`` — every message traced (no header: identified by its coordinates once acked), events shipped by
@@ -27,7 +28,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Producer  # noqa: E402
 
+from bench._loop import produce_loop  # noqa: E402
 from tests.dr_fixtures import Broker  # noqa: E402
 from ykafka import Producer as YProducer  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
@@ -45,64 +46,25 @@ SETTINGS = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.si
             "log_level": 3}
 
 
-def run_raw(producer: Any, topic: str, messages: int, value: bytes) -> float:
-    delivered = [0]
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is None:
-            delivered[0] += 1
-
-    produce, poll = producer.produce, producer.poll
-    start = time.perf_counter()
-    for _ in range(messages):
-        while True:
-            try:
-                produce(topic, value, None, -1, on_delivery, None, 0, None)  # the ykafka Producer's call shape
-                break
-            except BufferError:
-                poll(0.01)
-        poll(0)
-    left = producer.flush(60)
-    elapsed = time.perf_counter() - start
-    if left or delivered[0] != messages:
-        raise RuntimeError(f"{delivered[0]} of {messages} delivered, {left} left")
-    return messages / elapsed
+def run_raw(producer: Any, topic: str, messages: int, value: bytes, positional: bool = False) -> float:
+    return produce_loop(producer, topic, messages, value, positional=positional)
 
 
 def run_traced(producer: Any, tracer: Tracer, topic: str, messages: int, value: bytes,
-               effective: dict[str, Any]) -> float:
+               effective: dict[str, Any], positional: bool = False) -> float:
     """The raw loop plus exactly what the Producer's trace hooks do per message."""
-    delivered = [0]
     rate = tracer.rate(effective)  # per topic, once per config version
     sample, wrap = tracer.sample, tracer.wrap_delivery
 
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is None:
-            delivered[0] += 1
-
-    produce, poll = producer.produce, producer.poll
-    start = time.perf_counter()
-    for _ in range(messages):
-        headers: Any = None
-        callback = on_delivery
+    def prepare(callback: Any) -> tuple[Any, Any]:
         if rate:
             mid = sample(rate)
             if mid is not None:
-                if mid:  # "" at rate 1.0: identified by its coordinates once acked, no header needed
-                    headers = [("ykafka-trace", mid)]
-                callback = wrap(on_delivery, topic, None, mid)
-        while True:
-            try:
-                produce(topic, value, None, -1, callback, None, 0, headers)
-                break
-            except BufferError:
-                poll(0.01)
-        poll(0)
-    left = producer.flush(60)
-    elapsed = time.perf_counter() - start
-    if left or delivered[0] != messages:
-        raise RuntimeError(f"{delivered[0]} of {messages} delivered, {left} left")
-    return messages / elapsed
+                # "" at rate 1.0: identified by its coordinates once acked, no header needed
+                return wrap(callback, topic, None, mid), ([("ykafka-trace", mid)] if mid else None)
+        return callback, None
+
+    return produce_loop(producer, topic, messages, value, prepare=prepare, positional=positional)
 
 
 def main() -> None:
@@ -110,7 +72,10 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--positional", action="store_true",
+                        help="call produce() positionally (confluent-kafka's fastest form) instead of by keyword")
     parser.add_argument("--bootstrap", default=None, help="use this cluster instead of a private Tansu broker")
+    parser.add_argument("--only", default=None, help="comma-separated modes to run (default: all; raw always)")
     args = parser.parse_args()
     configure("warning")
     value = b"x" * args.size
@@ -121,28 +86,30 @@ def main() -> None:
     try:
         producer = Producer({"bootstrap.servers": bootstrap, **SETTINGS})
         tracer = Tracer.for_client("bench", "127.0.0.1", {"bootstrap.servers": bootstrap}, app="bench")
-        # disk spill / failover (ykafka.dr.enabled) puts every send through its engine: measured by its own
-        # benchmark; here it is off so that the figures are those of tracing (its cost shown as dr_off_ratio)
-        common = {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000, "log_level": 3,
-                  "ykafka.dr.enabled": False}
+        # the Producer's defaults, disk spill / failover included (dr_disabled: without that engine)
+        common = {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000, "log_level": 3}
         ykafka = {
-            "dr_off": YProducer({**common, "ykafka.dr.enabled": True, "trace.enabled": False}),
+            "dr_disabled": YProducer({**common, "ykafka.dr.enabled": False, "trace.enabled": False}),
             "off": YProducer({**common, "trace.enabled": False}),
             "1pct": YProducer({**common, "trace.enabled": True, "trace.sample.rate": 0.01}),
             "full": YProducer({**common, "trace.enabled": True, "trace.sample.rate": 1.0}),
         }
         modes = {
-            "raw": lambda t: run_raw(producer, t, args.messages, value),
-            "off": lambda t: run_raw(ykafka["off"], t, args.messages, value),
-            "dr_off": lambda t: run_raw(ykafka["dr_off"], t, args.messages, value),
-            "1pct": lambda t: run_raw(ykafka["1pct"], t, args.messages, value),
-            "full": lambda t: run_raw(ykafka["full"], t, args.messages, value),
-            "hooks_off": lambda t: run_traced(producer, tracer, t, args.messages, value, {"trace.enabled": False}),
+            "raw": lambda t: run_raw(producer, t, args.messages, value, args.positional),
+            "off": lambda t: run_raw(ykafka["off"], t, args.messages, value, args.positional),
+            "dr_disabled": lambda t: run_raw(ykafka["dr_disabled"], t, args.messages, value, args.positional),
+            "1pct": lambda t: run_raw(ykafka["1pct"], t, args.messages, value, args.positional),
+            "full": lambda t: run_raw(ykafka["full"], t, args.messages, value, args.positional),
+            "hooks_off": lambda t: run_traced(producer, tracer, t, args.messages, value, {"trace.enabled": False},
+                                                  args.positional),
             "hooks_1pct": lambda t: run_traced(producer, tracer, t, args.messages, value,
-                                               {"trace.enabled": True, "trace.sample.rate": 0.01}),
+                                               {"trace.enabled": True, "trace.sample.rate": 0.01}, args.positional),
             "hooks_full": lambda t: run_traced(producer, tracer, t, args.messages, value,
-                                               {"trace.enabled": True, "trace.sample.rate": 1.0}),
+                                               {"trace.enabled": True, "trace.sample.rate": 1.0}, args.positional),
         }
+        if args.only:
+            keep = {"raw", *args.only.split(",")}
+            modes = {name: fn for name, fn in modes.items() if name in keep}
         run_raw(producer, "bench-trace-warmup", 5000, value)
         for name, yp in ykafka.items():
             run_raw(yp, f"bench-trace-warmup-{name}", 5000, value)
@@ -159,21 +126,29 @@ def main() -> None:
         for yp in ykafka.values():
             yp.close()
         med = {name: statistics.median(v) for name, v in figures.items()}
+
+        def ratio(name: str) -> float | None:
+            return round(med[name] / med["raw"], 3) if name in med else None
+
+        def rate(name: str) -> int | None:
+            return round(med[name]) if name in med else None
+
         result = {
-            "raw_msgs_s": round(med["raw"]),
-            "off_ratio": round(med["off"] / med["raw"], 3),
-            "sampled_1pct_ratio": round(med["1pct"] / med["raw"], 3),
-            "full_ratio": round(med["full"] / med["raw"], 3),
-            "off_msgs_s": round(med["off"]), "sampled_1pct_msgs_s": round(med["1pct"]),
-            "full_msgs_s": round(med["full"]),
-            "dr_off_ratio": round(med["dr_off"] / med["raw"], 3),
-            "hooks_off_ratio": round(med["hooks_off"] / med["raw"], 3),
-            "hooks_1pct_ratio": round(med["hooks_1pct"] / med["raw"], 3),
-            "hooks_full_ratio": round(med["hooks_full"] / med["raw"], 3),
+            "raw_msgs_s": rate("raw"),
+            "off_ratio": ratio("off"),
+            "sampled_1pct_ratio": ratio("1pct"),
+            "full_ratio": ratio("full"),
+            "off_msgs_s": rate("off"), "sampled_1pct_msgs_s": rate("1pct"),
+            "full_msgs_s": rate("full"),
+            "dr_disabled_ratio": ratio("dr_disabled"),
+            "hooks_off_ratio": ratio("hooks_off"),
+            "hooks_1pct_ratio": ratio("hooks_1pct"),
+            "hooks_full_ratio": ratio("hooks_full"),
             "full_trace_events_delivered": traced.get("delivered", 0),
             "trace_events_dropped": stats["dropped_full"] + stats["dropped_undeliverable"]
             + traced.get("dropped_full", 0) + traced.get("dropped_undeliverable", 0),
             "messages": args.messages, "rounds": args.rounds, "size": args.size,
+            "call": "positional" if args.positional else "keyword",
             "measured": "ykafka.Producer (local mode) vs raw confluent-kafka; hooks_*: raw loop + Tracer hooks",
         }
     finally:

@@ -56,6 +56,7 @@ DeliveryHook = Callable[[Any, Any, "DeliveryCallback | None"], bool]
 SendHook = Callable[..., bool]
 
 _RETIRED_GRACE_S = 1.0
+_NOTHING = object()
 _DR_RECHECK_S = 1.0  # a topic sent through the DR engine re-checks the direct path this often
 _PENDING_MAX = 100_000
 
@@ -86,7 +87,7 @@ class _TopicState:
     """Everything a send to one topic needs, resolved once per config version."""
 
     __slots__ = ("topic", "client", "send", "cluster", "effective", "picker", "throttle", "slow", "expires",
-                 "trace", "direct")
+                 "trace", "direct", "traced_for", "traced")
 
     def __init__(self, topic: str, client: _Client, cluster: str, effective: dict[str, Any],
                  picker: Picker | None, throttle: Throttle | None, slow: bool, expires: float,
@@ -102,6 +103,8 @@ class _TopicState:
         self.expires = expires
         self.trace = trace  # sampling rate of message trace (0.0: off)
         self.direct = direct  # the disaster-recovery engine's healthy-cluster path (None: engine off)
+        self.traced_for: Any = _NOTHING  # rate 1.0: the last user callback and its traced wrapper
+        self.traced: DeliveryCallback | None = None
 
 
 def _freeze(props: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -203,14 +206,17 @@ class Producer:
             on_delivery = callback
         if st is None or st.slow:
             return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers)
-        rate = st.trace
-        if rate and (rate >= 1.0 or _random() < rate):  # sampled: decided once, here
-            on_delivery, headers = self._traced(st, key, on_delivery, headers)
         direct = st.direct
-        if direct is not None:  # disaster recovery on, cluster healthy: straight to the client; failures
-            if partition >= 0:  # come back to the engine through the callback (unpinned sends only)
-                return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers)
-            if on_delivery is None:
+        if direct is not None and partition >= 0:  # the direct path takes unpinned sends only (see below)
+            return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers)
+        rate = st.trace
+        if rate:
+            if on_delivery is st.traced_for:  # rate 1.0, same callback as the last send: its traced twin
+                on_delivery = st.traced
+            elif rate >= 1.0 or _random() < rate:  # sampled: decided once, here
+                on_delivery, headers = self._traced(st, key, on_delivery, headers)
+        if direct is not None:  # disaster recovery on, cluster healthy: straight to the client; a failure
+            if on_delivery is None:  # comes back to the engine through the callback (DirectSender)
                 on_delivery = self._default_dr
             if key is not None:  # its produce order rides along: a key's re-routed messages stay in order
                 on_delivery = bind_report((direct, on_delivery, _next(direct.order)))
@@ -260,10 +266,12 @@ class Producer:
         tracer = self._obs.tracer()
         if not tracer.active:
             return on_delivery, headers
-        mid = ""  # rate 1.0: identified by its coordinates once acked, no header needed
-        if st.trace < 1.0:
-            mid = new_message_id()
-            headers = _with_header(headers, TRACE_HEADER, mid)
+        if st.trace >= 1.0:  # identified by its coordinates once acked: no header, one shared callback
+            wrapped = tracer.wrap_delivery(on_delivery or self._default_dr, st.topic, key, "", st.cluster)
+            st.traced_for, st.traced = on_delivery, wrapped  # the next send with this callback skips all this
+            return wrapped, headers
+        mid = new_message_id()
+        headers = _with_header(headers, TRACE_HEADER, mid)
         return tracer.wrap_delivery(on_delivery or self._default_dr, st.topic, key, mid, st.cluster), headers
 
     def _send(self, client: _Client, topic: str, value: Any, key: Any, partition: int,

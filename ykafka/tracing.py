@@ -106,6 +106,28 @@ SINK_PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 
 
+class Channel:
+    """One queue of an :class:`EventSink`. Its parts are public so a hot callback can inline ``put``:
+    ``if len(queue) < limit and not closed[0]: queue.append(row)`` else count a drop in ``dropped[kind]``."""
+
+    __slots__ = ("kind", "queue", "limit", "closed", "dropped")
+
+    def __init__(self, kind: str, queue: deque[Any], limit: int, closed: list[bool], dropped: dict[str, int]) -> None:
+        self.kind = kind
+        self.queue = queue
+        self.limit = limit
+        self.closed = closed
+        self.dropped = dropped
+
+    def put(self, row: Any) -> bool:
+        """Enqueue one row; False (and counted) when the queue is full or the sink closed. Never blocks."""
+        if len(self.queue) >= self.limit or self.closed[0]:
+            self.dropped[self.kind] += 1
+            return False
+        self.queue.append(row)
+        return True
+
+
 class EventSink:
     """Bounded queues of event rows, drained by one thread into one librdkafka producer.
 
@@ -153,20 +175,9 @@ class EventSink:
             self._channels = [*self._channels, (kind, dict(constants), queue)]
         return queue
 
-    def channel(self, kind: str, constants: Mapping[str, Any] | None = None) -> Callable[[Any], bool]:
-        """A ``put(row)`` function of a new queue whose rows share ``constants`` (trailing fields)."""
-        queue = self._add_channel(kind, constants or {})
-        limit, closed, dropped = self._max, self._closed, self.dropped_full
-        append = queue.append
-
-        def put(row: Any) -> bool:
-            if len(queue) >= limit or closed[0]:
-                dropped[kind] += 1
-                return False
-            append(row)
-            return True
-
-        return put
+    def channel(self, kind: str, constants: Mapping[str, Any] | None = None) -> Channel:
+        """A new queue whose rows share ``constants`` (trailing fields); ``channel.put(row)`` enqueues."""
+        return Channel(kind, self._add_channel(kind, constants or {}), self._max, self._closed, self.dropped_full)
 
     # --- hot path --------------------------------------------------------------------------------
 
@@ -310,8 +321,10 @@ class Tracer:
         self._own_sink = own_sink
         self._shared: dict[Any, Callable[[Any, Any], None]] = {}
         self._put: Callable[[Any], bool] | None = None
+        self._channel: Channel | None = None
         if sink is not None:
-            self._put = sink.channel("trace", {"client_id": client_id, "app": app, "ip": ip})
+            self._channel = sink.channel("trace", {"client_id": client_id, "app": app, "ip": ip})
+            self._put = self._channel.put
 
     @classmethod
     def for_client(cls, client_id: str, ip: str, producer_conf: Mapping[str, Any] | None, *, app: str = "",
@@ -425,33 +438,34 @@ class Tracer:
         """The shared delivery callback of rate 1.0 without message ids: the message is identified by its
         coordinates once acked (readers fill a null ``msg_id`` with ``topic/partition/offset``, see
         :func:`ykafka.events.decode`). A plain closure built once: the cheapest call per message."""
-        put = self._put
-        if put is None:
+        channel = self._channel
+        if self._put is None or channel is None:
             return callback or _ignore
         now_s, new_id = _time, new_message_id
-
-        def trace(err: Any, msg: Any) -> None:
-            now = int(now_s() * 1000)
-            latency = msg.latency() or 0.0
-            key = msg.key()
-            if key is not None:
-                key = key.decode("utf-8", "replace") if type(key) is bytes else _text(key)
-            if err is None:
-                put((now, "acked", None, msg.topic(), key, msg.partition(), msg.offset(), msg.timestamp()[1],
-                     latency * 1000, None, None, None, None, where, now - int(latency * 1000)))
-            else:
-                put((now, "failed", new_id(), msg.topic(), key, None, None, None, latency * 1000, None, None,
-                     str(err), None, where, now - int(latency * 1000)))
-
-        if callback is None:
-            return trace
+        queue, limit, closed, dropped = channel.queue, channel.limit, channel.closed, channel.dropped
+        append = queue.append
         user = callback
 
-        def trace_then_call(err: Any, msg: Any) -> None:
-            trace(err, msg)
-            user(err, msg)
+        def trace(err: Any, msg: Any) -> None:  # one frame per message: Channel.put inlined
+            if len(queue) < limit and not closed[0]:
+                now = now_s()
+                latency = msg.latency() or 0.0
+                key = msg.key()
+                if key is not None:
+                    key = key.decode("utf-8", "replace") if type(key) is bytes else _text(key)
+                if err is None:
+                    append((int(now * 1000), "acked", None, msg.topic(), key, msg.partition(), msg.offset(),
+                            msg.timestamp()[1], latency * 1000, None, None, None, None, where,
+                            int((now - latency) * 1000)))
+                else:
+                    append((int(now * 1000), "failed", new_id(), msg.topic(), key, None, None, None, latency * 1000,
+                            None, None, str(err), None, where, int((now - latency) * 1000)))
+            else:
+                dropped["trace"] += 1
+            if user is not None:
+                user(err, msg)
 
-        return trace_then_call
+        return trace
 
     def emit(self, kind: str, *, topic: str, key: Any = None, msg_id: Any = None, partition: int | None = None,
              offset: int | None = None, msg_ts: int | None = None, latency_ms: float | None = None,
