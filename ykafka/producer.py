@@ -35,9 +35,10 @@ from confluent_kafka import KafkaException
 from confluent_kafka import Producer as _RdProducer
 
 from ykafka import catalog, failover  # failover registers the ykafka.spill.* / ykafka.dr.* options
-from ykafka.config import LocalConfig
+from ykafka.config import LocalConfig, register_option
 from ykafka.config import load as load_config
 from ykafka.errors import BufferFullError, ClosedError, ConfigError, from_kafka_error
+from ykafka.events import MESSAGE_ID_HEADER
 from ykafka.hotconfig import ConfigChange
 from ykafka.metrics import Observability
 from ykafka.partitioner import Picker, needs_python
@@ -132,6 +133,22 @@ def _with_header(headers: Any, name: str, value: str) -> list[tuple[str, Any]]:
     return items
 
 
+def _stamp_id(headers: Any) -> tuple[Any, str]:
+    """The message's ``ykafka-id`` (kept when the caller set one), adding a new one when missing."""
+    if headers:
+        items = headers.items() if isinstance(headers, dict) else headers
+        for name, value in items:
+            if name == MESSAGE_ID_HEADER and value:
+                return headers, value.decode() if isinstance(value, bytes) else str(value)
+    msg_id = new_message_id()
+    return _with_header(headers, MESSAGE_ID_HEADER, msg_id), msg_id
+
+
+register_option("ykafka.message.id", catalog.boolean, False,
+                "stamp a unique ykafka-id header on every message (consumer de-duplication across retries and "
+                "replays; costs the fast send path)", "YKAFKA_MESSAGE_ID")
+
+
 def _nbytes(value: Any) -> int:
     if value is None:
         return 0
@@ -175,6 +192,7 @@ class Producer:
         self._max_wait_s = self._conf.ms("ykafka.throttle.max.wait.ms")
         self._swap_timeout_s = self._conf.ms("ykafka.swap.timeout.ms")
         self._meta_ttl_s = self._conf.ms("ykafka.metadata.refresh.ms")
+        self._stamp_ids = bool(self._conf.get("ykafka.message.id"))
         self._dr: failover.DisasterRecovery | None = None
         self._runtime = Runtime(self._conf)
         self._runtime.start()
@@ -241,9 +259,16 @@ class Producer:
         st = self._states.get(topic)
         if st is None or (st.expires and time.monotonic() > st.expires):
             st = self._prepare(topic)
+        msg_id = None
+        if self._stamp_ids:  # ykafka.message.id: a stable id for consumer-side de-duplication
+            headers, msg_id = _stamp_id(headers)
         rate = st.trace
-        if rate and (rate >= 1.0 or _random() < rate):
-            on_delivery, headers = self._traced(st, key, on_delivery, headers)
+        if rate:
+            if msg_id is not None:  # sampled by a hash of its id: every process decides the same
+                if Tracer.sampled(msg_id, rate):
+                    on_delivery, headers = self._traced(st, key, on_delivery, headers, msg_id)
+            elif rate >= 1.0 or _random() < rate:
+                on_delivery, headers = self._traced(st, key, on_delivery, headers)
         if st.throttle is not None:
             st.throttle.acquire(_nbytes(value))
         if partition < 0 and st.picker is not None:
@@ -260,12 +285,14 @@ class Producer:
         self._send(st.client, topic, value, key, partition, on_delivery, timestamp, headers)
 
     def _traced(self, st: _TopicState, key: Any, on_delivery: DeliveryCallback | None,
-                headers: Any) -> tuple[DeliveryCallback | None, Any]:
+                headers: Any, msg_id: str | None = None) -> tuple[DeliveryCallback | None, Any]:
         """Message trace of a message sampled by the caller (one ``random()`` against the topic's rate): it
         gets its trace header and a delivery callback emitting its produced / acked (or failed) steps."""
         tracer = self._obs.tracer()
         if not tracer.active:
             return on_delivery, headers
+        if msg_id is not None:  # its ykafka-id is the trace id: no ykafka-trace header needed
+            return tracer.wrap_delivery(on_delivery or self._default_dr, st.topic, key, msg_id, st.cluster), headers
         if st.trace >= 1.0:  # identified by its coordinates once acked: no header, one shared callback
             wrapped = tracer.wrap_delivery(on_delivery or self._default_dr, st.topic, key, "", st.cluster)
             st.traced_for, st.traced = on_delivery, wrapped  # the next send with this callback skips all this
@@ -355,7 +382,7 @@ class Producer:
                 direct = self._dr.direct(topic, cluster, client.rd)
                 if direct is None:  # spilling, failed over, draining: through the engine; re-checked soon
                     expires = min(expires or float("inf"), time.monotonic() + _DR_RECHECK_S)
-            slow = (picker is not None or throttle is not None or topic in self._held
+            slow = (picker is not None or throttle is not None or topic in self._held or self._stamp_ids
                     or (self._send_hook is not None and direct is None) or self._delivery_hook is not None)
             state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires,
                                 Tracer.rate(effective), direct)
