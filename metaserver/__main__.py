@@ -47,6 +47,8 @@ def main() -> None:
               show_default=True)
 @click.option("--auth-switch-ttl", "auth_switch_ttl_s", default=2.0, type=float, envvar=_env("auth_switch_ttl_s"),
               show_default=True)
+@click.option("--pipeline-store", envvar=_env("pipeline_store"),
+              help="the pipeline's Parquet store (path or URI) served by /v1/admin/aggregates")
 @click.option("--workers", default=1, type=int, envvar=_env("workers"), show_default=True)
 @click.option("--log-level", default="info", envvar=_env("log_level"), show_default=True)
 def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:

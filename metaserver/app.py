@@ -16,7 +16,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from metaserver import db, routes_admin, routes_config, routes_sdk
+from metaserver import db, routes_admin, routes_config, routes_observe, routes_sdk
 from metaserver.apollo import ApolloError, ApolloOpenApi
 from metaserver.auth import AuthFailed, RateLimited
 from metaserver.authswitch import AuthSwitch
@@ -55,11 +55,13 @@ def create_app(settings: Settings) -> FastAPI:
         svc.engine.dispose()
 
     app = FastAPI(title="ykafka MetaServer", version="1", lifespan=lifespan,
-                  description="Auth grants, ACL, cluster registry, client reports and hot-config push for ykafka.")
+                  description="Auth grants, ACL, cluster registry, client reports, hot-config push, alerts and "
+                              "pipeline aggregates for ykafka.")
     app.state.services = svc
     app.include_router(routes_sdk.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_config.router)
+    app.include_router(routes_observe.router)
 
     @app.get("/health", tags=["ops"])
     def health() -> dict[str, str]:

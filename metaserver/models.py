@@ -136,3 +136,28 @@ audit = Table(
 )
 
 CLIENT_FIELDS: tuple[str, ...] = tuple(name for name, _ in _CLIENT_COLUMNS)
+
+alerts = Table(
+    "ms_alerts", metadata,
+    # the pipeline's alert id, stable per (rule, subject, level): a re-post updates this row
+    Column("id", String(64), primary_key=True),
+    Column("rule", String(128), nullable=False),
+    Column("level", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("topic", String(255), nullable=True),
+    Column("group_id", String(255), nullable=True),
+    Column("partition", Integer, nullable=True),
+    Column("client_id", String(255), nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("evidence", JSON, nullable=False),
+    # when the pipeline judged it (epoch ms, as sent); first / last receipt here (epoch s) and how often
+    Column("ts", BigInteger, nullable=False),
+    Column("first_seen", Float, nullable=False),
+    Column("last_seen", Float, nullable=False),
+    Column("posts", Integer, nullable=False, default=1),
+    Column("reported_by", String(255), nullable=False),
+    Index("ix_ms_alerts_last_seen", "last_seen"),
+    Index("ix_ms_alerts_rule", "rule"),
+    Index("ix_ms_alerts_topic", "topic"),
+    Index("ix_ms_alerts_group", "group_id"),
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Literal
 
@@ -146,3 +147,60 @@ class ConfigPush(Strict):
 
 class ScopeBody(Strict):
     scope: str
+
+
+# --- observability ---------------------------------------------------------------------------
+
+ALERT_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+LEVEL_RE = re.compile(r"^[A-Za-z_]{1,16}$")
+MAX_EVIDENCE_BYTES = 1_000_000
+
+
+class AlertIn(Strict):
+    """One alert as ``pipeline.alerts.AlertManager`` posts it (its ``__ykafka_alerts`` event).
+
+    ``evidence`` is a JSON object; the Kafka event's JSON-encoded string form is accepted too, so an
+    alert read off ``__ykafka_alerts`` can be posted as it is.
+    """
+
+    ts: int = Field(ge=0, description="when the pipeline judged it, epoch ms")
+    id: str = Field(description="stable per (rule, subject, level): re-posting it updates the stored alert")
+    rule: str = Field(min_length=1, max_length=128)
+    level: str = Field(description="WARN / ERR / STALL / STOP / LOSS / OK or a rule's own level")
+    status: Literal["firing", "resolved"] = "firing"
+    topic: str | None = Field(default=None, max_length=255)
+    group: str | None = Field(default=None, max_length=255)
+    partition: int | None = Field(default=None, ge=0)
+    client_id: str | None = Field(default=None, max_length=255)
+    reason: str = Field(min_length=1, max_length=10_000)
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not ALERT_ID_RE.match(value):
+            raise ValueError("1-64 characters of letters, digits, '.', '_', ':', '-'")
+        return value
+
+    @field_validator("level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        if not LEVEL_RE.match(value):
+            raise ValueError("1-16 letters, e.g. WARN, ERR, STALL, STOP, LOSS, OK")
+        return value.upper()
+
+    @field_validator("evidence", mode="before")
+    @classmethod
+    def _evidence(cls, value: Any) -> Any:
+        if isinstance(value, str | bytes):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not valid JSON: {exc}") from None
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ValueError("must be a JSON object")
+        if len(json.dumps(value, default=str)) > MAX_EVIDENCE_BYTES:
+            raise ValueError(f"larger than {MAX_EVIDENCE_BYTES} bytes of JSON")
+        return value

@@ -57,6 +57,8 @@ class Settings:
     auth_fail_window_s: int = 60
     #: how long a read of ``auth.enabled`` from the config center is trusted
     auth_switch_ttl_s: float = 2.0
+    #: root of the pipeline's Parquet store (path or pyarrow URI) served by ``GET /v1/admin/aggregates``
+    pipeline_store: str | None = None
     log_level: str = "info"
 
     @property
