@@ -718,6 +718,7 @@ class Producer:
             self._user_error_cb(err)
 
     def _report(self) -> dict[str, Any]:
+        dr = self._dr.status() if self._dr is not None else None  # before our lock: the engine's come second
         with self._lock:
             routes = {topic: st.cluster for topic, st in self._states.items()}
             for topic, client in self._home.items():
@@ -728,5 +729,5 @@ class Producer:
                 "state": "closed" if self._closed else ("swapping" if self._held or self._retiring else "running"),
                 "extra": {"routes": routes, "clients": [c.describe() for c in self._all_clients()],
                           "held_topics": sorted(self._held), "pending": len(self._pending), "swaps": self._swaps,
-                          "dr": self._dr.status() if self._dr is not None else None},
+                          "dr": dr},
             }

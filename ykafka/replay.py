@@ -151,6 +151,7 @@ class ClusterLink:
         self._undelivered: list[tuple[int, Outgoing, KafkaError]] = []
         self._retired: list[Producer] = []
         self.available = health.state is ClusterState.UP
+        self._recovering = False
         self._down_since = 0.0
         self.counts = {"spilled": 0, "rerouted": 0, "failed": 0}
         self.direct = 0  # hot-path counters as plain attributes
@@ -285,11 +286,18 @@ class ClusterLink:
 
     def mark_available(self) -> None:
         with self._lock:
-            if self.available:
+            if self.available or self._recovering:
                 return
-            if self.on_available is not None:  # before any direct send: the owner rebuilds its clients
-                self.on_available(self.cluster)  # (fresh idempotence state for a restarted cluster)
-            self.available = True
+            self._recovering = True
+        try:
+            # before any direct send: the owner rebuilds its clients (fresh idempotence state for a restarted
+            # cluster). Outside our lock: the owner takes its own lock first and ours second (lock order).
+            if self.on_available is not None:
+                self.on_available(self.cluster)
+            with self._lock:
+                self.available = True
+        finally:
+            self._recovering = False
         if self.on_change is not None:
             self.on_change()
         log.info("cluster.link_up", cluster=self.cluster)
