@@ -37,9 +37,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from ykafka.catalog import Scope, ScopeKind
 from ykafka.config import register_option
 from ykafka.errors import ClosedError, SpillFullError
+from ykafka.events import MESSAGE_ID_HEADER
 from ykafka.health import ClusterState, HealthMonitor, HealthPolicy
 from ykafka.replay import ClusterLink, DirectSender, Outgoing, Replayer, replay_config
 from ykafka.spill import SpillQueue, SpillSlot
+from ykafka.tracing import TRACE_HEADER, Tracer, header_text
 
 log = structlog.get_logger(__name__)
 
@@ -444,6 +446,8 @@ class DisasterRecovery:
         self._closed = threading.Event()
         self.on_link_available: Callable[[str], None] | None = None  # the owner rebuilds its clients
         self.on_change: list[Callable[[], None]] = []  # routes / link states moved: drop cached direct sends
+        # message trace of spill steps: trace_step(kind, cluster, topic, key, headers, delivered message or None)
+        self.trace_step: Callable[[str, str, str, Any, Any, Message | None], None] | None = None
         self.epoch = 0  # bumped with every change: a direct path computed before one is stale
         self.on_close: list[Callable[[], None]] = []
         for outage in self._store.load_all():
@@ -486,6 +490,7 @@ class DisasterRecovery:
                                queue, self._reroute, lambda topic: self._route(topic).spill)
             link.on_available = self._link_available
             link.on_change = self._changed
+            link.on_spilled = lambda msg: self._trace("spilled", cluster, msg.topic, msg.key, msg.headers, None)
             self._links[cluster] = link
 
             def replay_client() -> Producer:
@@ -493,9 +498,10 @@ class DisasterRecovery:
                 conf["error_cb"] = self.health.error_cb(cluster)
                 return self._client_factory(cluster, conf)
 
-            self._replayers[cluster] = Replayer(queue, replay_client, lambda: self.health.is_up(cluster),
-                                                stall_s=self.options.replay_stall_s,
-                                                progress_interval_s=self.options.progress_interval_s)
+            replayer = self._replayers[cluster] = Replayer(
+                queue, replay_client, lambda: self.health.is_up(cluster), stall_s=self.options.replay_stall_s,
+                progress_interval_s=self.options.progress_interval_s)
+            replayer.on_replayed = lambda rec, m: self._trace("replayed", cluster, rec.topic, rec.key, rec.headers, m)
             if queue.depth:
                 self._replayers[cluster].kick()
             return link
@@ -516,6 +522,14 @@ class DisasterRecovery:
                 self.on_link_available(cluster)
             except Exception:
                 log.exception("failover.link_available_hook_failed", cluster=cluster)
+
+    def _trace(self, kind: str, cluster: str, topic: str, key: Any, headers: Any, m: Message | None) -> None:
+        step = self.trace_step
+        if step is not None:
+            try:
+                step(kind, cluster, topic, key, headers, m)
+            except Exception:  # tracing degrades, never breaks a spill or a replay
+                log.exception("failover.trace_failed", kind=kind, topic=topic)
 
     def _changed(self) -> None:
         self.epoch += 1
@@ -917,6 +931,34 @@ def attach(producer: Any, **overrides: Any) -> DisasterRecovery:
                     producer._retire(client, reason)
 
     engine.on_link_available = rebuild
+    rates: dict[str, tuple[int, float]] = {}
+
+    def trace_step(kind: str, cluster: str, topic: str, key: Any, headers: Any, m: Message | None) -> None:
+        """A spill step of a message the Producer traced: it carries a ykafka-trace id, a ykafka-id sampled
+        by hash, or (rate 1.0) nothing, and is then found by its key and, once replayed, its coordinates."""
+        tracer = producer._obs.tracer()
+        if not tracer.active:
+            return
+        cached = rates.get(topic)
+        if cached is None or cached[0] != rt.version:
+            cached = rates[topic] = (rt.version, Tracer.rate(rt.effective(topic=topic, cluster=rt.route(topic=topic))))
+        rate = cached[1]
+        if not rate:
+            return
+        mid = header_text(headers, TRACE_HEADER)
+        if mid is None:
+            stamped = header_text(headers, MESSAGE_ID_HEADER)
+            if stamped is not None:
+                if not Tracer.sampled(stamped, rate):
+                    return
+                mid = stamped
+            elif rate < 1.0:
+                return  # not sampled when produced (it would carry a ykafka-trace header)
+        tracer.emit(kind, topic=topic, key=key, msg_id=mid, cluster=cluster,
+                    partition=None if m is None else m.partition(), offset=None if m is None else m.offset(),
+                    detail="disk spill" if m is None else "replayed from the disk spill")
+
+    engine.trace_step = trace_step
     if slot is not None:
         engine.on_close.append(slot.release)
     if not getattr(producer, "feeds_client_errors", False):  # chain into the Producer's error_cb

@@ -157,6 +157,7 @@ class ClusterLink:
         self.direct = 0  # hot-path counters as plain attributes
         self.delivered = 0
         self.on_change: Callable[[], None] | None = None  # the owner drops cached direct routes
+        self.on_spilled: Callable[[Outgoing], None] | None = None  # message trace: the "spilled" step
 
     # --- sending ----------------------------------------------------------------------------------
 
@@ -230,6 +231,8 @@ class ClusterLink:
         seq = self.queue.append(msg.topic, msg.value, msg.key, normalize_headers(msg.headers), msg.timestamp,
                                 msg.partition, msg.on_delivery, wait=wait)
         self.counts["spilled"] += 1
+        if self.on_spilled is not None:
+            self.on_spilled(msg)
         return seq
 
     def _on_delivery(self, msg: Outgoing, order: int, client: Producer, err: KafkaError | None,
@@ -388,6 +391,7 @@ class Replayer:
         self.stall_s = stall_s
         self.progress_interval_s = progress_interval_s
         self._on_failed = on_failed
+        self.on_replayed: Callable[[SpillRecord, Message], None] | None = None  # message trace: "replayed"
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._in_flight = 0
@@ -485,6 +489,8 @@ class Replayer:
                 self.queue.ack(record.seq)
                 self.replayed += 1
                 self._round_done += 1
+                if self.on_replayed is not None:
+                    self.on_replayed(record, m)
                 callback = self.queue.pop_callback(record.seq)
                 if callback is not None:
                     callback(None, m)

@@ -298,7 +298,8 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-def _header(headers: Any, name: str) -> str | None:
+def header_text(headers: Any, name: str) -> str | None:
+    """The last value of header ``name`` as text (list of pairs or dict; None when absent)."""
     found = None
     if headers:
         items = headers.items() if isinstance(headers, dict) else headers
@@ -489,15 +490,15 @@ class Tracer:
         if rate <= 0.0 or self._put is None:
             return None
         headers = msg.headers()
-        found = _header(headers, TRACE_HEADER)
+        found = header_text(headers, TRACE_HEADER)
         if found:
             return found
-        stamped = _header(headers, events.MESSAGE_ID_HEADER)
+        stamped = header_text(headers, events.MESSAGE_ID_HEADER)
         if stamped:
             return stamped if self.sampled(stamped, rate) else None
-        topic = _header(headers, _ORIGINAL_TOPIC) or msg.topic()
-        partition = _header(headers, _ORIGINAL_PARTITION) or msg.partition()
-        offset = _header(headers, _ORIGINAL_OFFSET) or msg.offset()
+        topic = header_text(headers, _ORIGINAL_TOPIC) or msg.topic()
+        partition = header_text(headers, _ORIGINAL_PARTITION) or msg.partition()
+        offset = header_text(headers, _ORIGINAL_OFFSET) or msg.offset()
         coordinates = f"{topic}/{partition}/{offset}"
         return coordinates if self.sampled(coordinates, rate) else None
 
@@ -516,14 +517,14 @@ class Tracer:
             return False
         headers = msg.headers()
         topic = msg.topic()
-        original = _header(headers, _ORIGINAL_TOPIC)
+        original = header_text(headers, _ORIGINAL_TOPIC)
         if original and original != topic:
             detail = detail or topic
             topic = original
-        attempt = _header(headers, _ATTEMPT)
+        attempt = header_text(headers, _ATTEMPT)
         ts_type, ts_value = msg.timestamp()
         msg_ts = ts_value if ts_type else None
-        original_ts = _header(headers, _ORIGINAL_TIMESTAMP)
+        original_ts = header_text(headers, _ORIGINAL_TIMESTAMP)
         if original_ts and original_ts.isdigit():
             msg_ts = int(original_ts)
         return self.emit(kind, topic=topic, key=msg.key(), msg_id=msg_id, partition=msg.partition(),
