@@ -6,6 +6,8 @@
     ykafka admin config get|set|diff|rollback|merge|abandon
     ykafka admin clients [--app --cluster --librdkafka --group --online --history]
     ykafka admin audit
+    ykafka admin alerts [--level --rule --status --topic --group --since]
+    ykafka admin aggregates [--since 15m --topic --group --client --name --whole-range] [--errors send|consume]
 
 ``--url`` / ``--token`` default to ``YKAFKA_METASERVER`` / ``YKAFKA_ADMIN_TOKEN``.
 """
@@ -78,7 +80,7 @@ def _emit_json(ctx: click.Context, data: Any) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of tables")
 @click.pass_context
 def admin(ctx: click.Context, url: str, token: str | None, operator: str | None, as_json: bool) -> None:
-    """Operate the MetaServer: apps, ACLs, clusters, hot config, clients, audit."""
+    """Operate the MetaServer: apps, ACLs, clusters, hot config, clients, audit, alerts, aggregates."""
     ctx.ensure_object(dict)
     ctx.obj.update(url=url, token=token, operator=operator, json=as_json)
 
@@ -136,6 +138,11 @@ def apps_rotate(ctx: click.Context, app_id: str) -> None:
 # --- ACL -----------------------------------------------------------------------------------------
 
 
+def _acl_table(app_id: str, acl_: dict[str, list[str]]) -> None:
+    _table(f"ACL of {app_id}", ["operation", "patterns"],
+           [(op, ", ".join(acl_.get(op, []))) for op in ("produce", "consume", "group")])
+
+
 @admin.group()
 def acl() -> None:
     """Per-app topic and group patterns (name, prefix*, *)."""
@@ -147,8 +154,7 @@ def acl() -> None:
 def acl_get(ctx: click.Context, app_id: str) -> None:
     current = _run(lambda: _client(ctx).get_acl(app_id))
     if not _emit_json(ctx, current):
-        _table(f"ACL of {app_id}", ["operation", "patterns"],
-               [(op, ", ".join(current.get(op, []))) for op in ("produce", "consume", "group")])
+        _acl_table(app_id, current)
 
 
 @acl.command("set")
@@ -162,8 +168,7 @@ def acl_set(ctx: click.Context, app_id: str, produce: tuple[str, ...], consume: 
     """Replace APP_ID's ACL (running clients get it at their next renewal)."""
     new = _run(lambda: _client(ctx).set_acl(app_id, produce, consume, groups))
     if not _emit_json(ctx, new):
-        _table(f"ACL of {app_id}", ["operation", "patterns"],
-               [(op, ", ".join(new.get(op, []))) for op in ("produce", "consume", "group")])
+        _acl_table(app_id, new)
 
 
 # --- clusters ------------------------------------------------------------------------------------
@@ -231,6 +236,10 @@ def _pairs(assignments: Sequence[str]) -> dict[str, str]:
 def _changes_table(result: dict[str, Any]) -> None:
     title = f"{result['namespace']}" + (f" (gray: {', '.join(result['ips'])})" if result.get("ips") else "")
     _table(title, ["key", "before", "after"], [(c["key"], c["before"], c["after"]) for c in result["changes"]])
+
+
+def _released_table(result: dict[str, Any]) -> None:
+    _table(f"{result['namespace']} (released now)", ["key", "value"], sorted(result["released"].items()))
 
 
 @admin.group()
@@ -302,7 +311,7 @@ def config_rollback(ctx: click.Context, scope: str) -> None:
     if not _emit_json(ctx, result):
         undone = result.get("rolled_back") or {}
         console.print(f"rolled back release {undone.get('name')} (id {undone.get('id')})")
-        _table(f"{result['namespace']} (released now)", ["key", "value"], sorted(result["released"].items()))
+        _released_table(result)
 
 
 @config.command("merge")
@@ -312,7 +321,7 @@ def config_merge(ctx: click.Context, scope: str) -> None:
     """Promote SCOPE's gray values to every client."""
     result = _run(lambda: _client(ctx).merge_gray(scope))
     if not _emit_json(ctx, result):
-        _table(f"{result['namespace']} (released now)", ["key", "value"], sorted(result["released"].items()))
+        _released_table(result)
 
 
 @config.command("abandon")
@@ -371,3 +380,71 @@ def audit_cmd(ctx: click.Context, who: str | None, action: str | None, target: s
                [(_when(r["at"]), r["operator"], r["action"], r["target"],
                  json.dumps(r["before"], sort_keys=True)[:80], json.dumps(r["after"], sort_keys=True)[:80])
                 for r in rows])
+
+
+# --- observability -------------------------------------------------------------------------------
+
+
+def _json_flag(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json`` on the command itself too (``ykafka admin alerts --json``), same as ``admin --json``."""
+    def set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if value:
+            ctx.ensure_object(dict)["json"] = True
+
+    return click.option("--json", "_json", is_flag=True, expose_value=False, callback=set_json,
+                        help="print JSON instead of a table")(fn)
+
+
+def _window(ms: Any) -> str:
+    return _when(ms / 1000) if ms is not None else "-"
+
+
+@admin.command("alerts")
+@click.option("--level", "levels", multiple=True, help="WARN, ERR, STALL, STOP, LOSS, OK (repeatable)")
+@click.option("--rule", default=None)
+@click.option("--status", type=click.Choice(["firing", "resolved"]), default=None)
+@click.option("--topic", default=None)
+@click.option("--group", default=None)
+@click.option("--since", default=None, help="seen within, e.g. 15m, 1h, 2d")
+@click.option("--limit", default=100, show_default=True)
+@_json_flag
+@click.pass_context
+def alerts_cmd(ctx: click.Context, levels: tuple[str, ...], rule: str | None, status: str | None,
+               topic: str | None, group: str | None, since: str | None, limit: int) -> None:
+    """Alerts the pipeline raised (most recently seen first)."""
+    rows = _run(lambda: _client(ctx).alerts(list(levels) or None, rule, status, topic, group, since=since,
+                                            limit=limit))
+    if not _emit_json(ctx, rows):
+        _table("alerts", ["last seen", "level", "status", "rule", "topic", "group", "partition", "reason", "posts",
+                          "id"],
+               [(_when(r["last_seen"]), r["level"], r["status"], r["rule"], r["topic"], r["group"], r["partition"],
+                 r["reason"], r["posts"], r["id"]) for r in rows])
+
+
+@admin.command("aggregates")
+@click.option("--since", default="15m", show_default=True, help="look-back, e.g. 90s, 15m, 1h, 2d")
+@click.option("--topic", default=None)
+@click.option("--group", default=None)
+@click.option("--client", default=None, help="client id")
+@click.option("--name", "names", multiple=True, help="metric name, e.g. send.latency_ms (repeatable)")
+@click.option("--whole-range", is_flag=True, help="one row per metric / topic / group over the whole range")
+@click.option("--errors", "errors_side", type=click.Choice(["send", "consume"]), default=None,
+              help="error rates per topic instead")
+@_json_flag
+@click.pass_context
+def aggregates_cmd(ctx: click.Context, since: str, topic: str | None, group: str | None, client: str | None,
+                   names: tuple[str, ...], whole_range: bool, errors_side: str | None) -> None:
+    """Latency, counter and lag aggregates from the pipeline store, served by the MetaServer."""
+    if errors_side:
+        rates = _run(lambda: _client(ctx).error_rates(since, errors_side, topic, whole_range))
+        if not _emit_json(ctx, rates):
+            _table(f"{errors_side} error rates, last {since}", ["window", "topic", "errors", "msgs", "rate"],
+                   [(_window(r.get("window_start")), r["topic"], r["errors"], r["msgs"], r["rate"]) for r in rates])
+        return
+    rows = _run(lambda: _client(ctx).aggregates(since, topic, group, client, list(names) or None,
+                                                whole_range=whole_range))
+    if not _emit_json(ctx, rows):
+        _table(f"aggregates, last {since}", ["window", "metric", "topic", "group", "count", "mean", "p50", "p95",
+                                             "p99", "p99 max", "max", "value"],
+               [(_window(r.get("window_start")), r["name"], r["topic"], r["group"], r["count"], r["mean"], r["p50"],
+                 r["p95"], r["p99"], r["p99_max"], r["max"], r["value"]) for r in rows])

@@ -161,6 +161,36 @@ class AdminClient:
         params = {"operator": operator, "action": action, "target": target, "since": since, "limit": limit}
         return list(self._call("GET", "/v1/admin/audit", params=params))
 
+    # --- observability -------------------------------------------------------------------------
+
+    def post_alert(self, alert: Mapping[str, Any]) -> dict[str, Any]:
+        """Store one alert (the pipeline's event shape); a known ``id`` updates the stored alert."""
+        return dict(self._call("POST", "/v1/admin/alerts", json=dict(alert)))
+
+    def alerts(self, level: str | Iterable[str] | None = None, rule: str | None = None, status: str | None = None,
+               topic: str | None = None, group: str | None = None, client: str | None = None,
+               since: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Stored alerts, most recently seen first; ``since`` is a look-back such as ``15m`` or ``2d``."""
+        levels = [level] if isinstance(level, str) else list(level) if level is not None else None
+        params = {"level": levels or None, "rule": rule, "status": status, "topic": topic, "group": group,
+                  "client": client, "since": since, "limit": limit}
+        return list(self._call("GET", "/v1/admin/alerts", params=params))
+
+    def aggregates(self, since: str = "15m", topic: str | None = None, group: str | None = None,
+                   client: str | None = None, names: Iterable[str] | None = None,
+                   by: Iterable[str] | None = None, whole_range: bool = False) -> list[dict[str, Any]]:
+        """The pipeline's aggregates per window (``pipeline.aggregates.read_aggregates`` rows)."""
+        params = {"since": since, "topic": topic, "group": group, "client": client,
+                  "name": list(names) if names is not None else None,
+                  "by": ",".join(by) if by is not None else None, "whole_range": "true" if whole_range else None}
+        return list(self._call("GET", "/v1/admin/aggregates", params=params))
+
+    def error_rates(self, since: str = "15m", side: str = "send", topic: str | None = None,
+                    whole_range: bool = False) -> list[dict[str, Any]]:
+        """Errors / (errors + messages) per topic and window."""
+        params = {"since": since, "side": side, "topic": topic, "whole_range": "true" if whole_range else None}
+        return list(self._call("GET", "/v1/admin/aggregates/errors", params=params))
+
     def health(self) -> bool:
         try:
             return self._session.get(self.url + "/health", timeout=self.timeout).status_code == 200
