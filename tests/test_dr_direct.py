@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,38 @@ def test_healthy_topic_uses_the_direct_path(one_broker: Broker, tmp_path: Path) 
     assert _keyed_in_order(records)
 
 
+def _break_until_spilled(producer: Producer, topic: str, break_it: Callable[[], None],
+                         depth: int) -> tuple[Stream, int]:
+    """Stream, break the broker, wait until ``depth`` messages are on disk; returns the stream and the depth."""
+    stream = Stream(producer, topic).start()
+    time.sleep(0.5)
+    break_it()
+    deadline = time.monotonic() + 20
+    while _depth(producer) < depth and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return stream, _depth(producer)
+
+
+def _depth(producer: Producer) -> int:
+    engine = producer.disaster_recovery
+    assert engine is not None
+    return int(engine.status()["spill"].get("default", {}).get("depth", 0))
+
+
+def _finish(producer: Producer, stream: Stream) -> None:
+    """Keep streaming while the replay runs (a spilled key's new sends queue behind it), then wait until
+    every callback fired, everything is flushed and the spill is replayed."""
+    time.sleep(1.5)
+    stream.stop()
+    deadline = time.monotonic() + 60
+    while len(stream.acked) < len(stream.sent) and time.monotonic() < deadline:
+        producer.poll(0.1)
+    assert producer.flush(30) == 0
+    engine = producer.disaster_recovery
+    assert engine is not None
+    assert engine.wait_idle(60), engine.status()
+
+
 def test_frozen_broker_under_the_direct_path_spills_in_key_order(one_broker: Broker, tmp_path: Path) -> None:
     """SIGSTOP while the fast path streams: queued and in-flight messages time out, come back through the
     direct callbacks, are spilled in produce order and replayed; the broker keeps its data, so the final
@@ -122,24 +155,10 @@ def test_frozen_broker_under_the_direct_path_spills_in_key_order(one_broker: Bro
     topic = unique("direct-freeze")
     create_topic(one_broker.bootstrap, topic, 3)
     producer = _producer(one_broker, tmp_path)
-    engine = producer.disaster_recovery
-    assert engine is not None
     try:
-        stream = Stream(producer, topic).start()
-        time.sleep(0.5)
-        one_broker.freeze()
-        deadline = time.monotonic() + 20
-        while engine.status()["spill"].get("default", {}).get("depth", 0) < 200 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        depth = engine.status()["spill"].get("default", {}).get("depth", 0)
+        stream, depth = _break_until_spilled(producer, topic, one_broker.freeze, 200)
         one_broker.thaw()
-        time.sleep(1.5)  # keep streaming while the replay runs: a spilled key's new sends queue behind it
-        stream.stop()
-        deadline = time.monotonic() + 60
-        while len(stream.acked) < len(stream.sent) and time.monotonic() < deadline:
-            producer.poll(0.1)
-        assert producer.flush(30) == 0
-        assert engine.wait_idle(60), engine.status()
+        _finish(producer, stream)
         records = read_all(one_broker.bootstrap, topic, expect=len(stream.sent))
     finally:
         producer.close()
@@ -158,25 +177,11 @@ def test_killed_broker_under_the_direct_path_spills_and_replays(one_broker: Brok
     create_topic(one_broker.bootstrap, topic, 3)
     tail = TailReader(one_broker.bootstrap, topic, 3)
     producer = _producer(one_broker, tmp_path)
-    engine = producer.disaster_recovery
-    assert engine is not None
     try:
-        stream = Stream(producer, topic).start()
-        time.sleep(0.5)
-        one_broker.kill()
-        deadline = time.monotonic() + 20
-        while engine.status()["spill"].get("default", {}).get("depth", 0) < 300 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        depth = engine.status()["spill"].get("default", {}).get("depth", 0)
+        stream, depth = _break_until_spilled(producer, topic, one_broker.kill, 300)
         before = tail.stop()
         one_broker.start()  # same port, empty: the replay's sends create the topic again
-        time.sleep(1.5)
-        stream.stop()
-        deadline = time.monotonic() + 60
-        while len(stream.acked) < len(stream.sent) and time.monotonic() < deadline:
-            producer.poll(0.1)
-        assert producer.flush(30) == 0
-        assert engine.wait_idle(60), engine.status()
+        _finish(producer, stream)
         after = read_all(one_broker.bootstrap, topic)
     finally:
         producer.close()

@@ -169,7 +169,8 @@ def services(cfg: StackConfig) -> list[Service]:
          "--db-url", f"sqlite:///{home / 'data' / 'metaserver.db'}",
          "--configcenter-url", cfg.configcenter_url, "--configcenter-openapi-token", cfg.openapi_token,
          "--admin-token", cfg.admin_token, "--renew-interval", str(cfg.renew_interval),
-         "--default-cluster", cfg.default_cluster],
+         "--default-cluster", cfg.default_cluster,
+         "--pipeline-store", str(home / "pipeline")],  # where `ykafka pipeline run` writes by default
         cfg.metaserver_port, f"{cfg.metaserver_url}/health"))
     return out
 
@@ -394,6 +395,7 @@ class Stack:
             "YKAFKA_CONFIGCENTER": self.cfg.configcenter_url,
             "YKAFKA_CC_OPENAPI_TOKEN": self.cfg.openapi_token,
             "YKAFKA_BOOTSTRAP_DC_A": self.cfg.bootstrap(self.cfg.default_cluster),
+            "YKAFKA_PIPELINE_STORE": str(self.home.resolve() / "pipeline"),  # the MetaServer serves this store
         }
 
     def read_env(self) -> dict[str, str]:
