@@ -9,49 +9,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ykafka import config
+from ykafka import catalog, config
 
-
-def _int(lo: int, hi: int) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        if isinstance(value, bool):
-            raise ValueError("expected an integer")
-        try:
-            number = int(str(value).strip())
-        except ValueError:
-            raise ValueError("expected an integer") from None
-        if not lo <= number <= hi:
-            raise ValueError(f"must be between {lo} and {hi}")
-        return number
-
-    return parse
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ValueError("expected a boolean (true / false)")
-
+_ints = catalog.int_range
 
 _OPTIONS: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
-    ("max_inflight_per_partition", "ykafka.consumer.max.inflight.per.partition", _int(1, 10_000_000), 1000,
+    ("max_inflight_per_partition", "ykafka.consumer.max.inflight.per.partition", _ints(1, 10_000_000), 1000,
      "messages of a partition dispatched but not committable before its fetching pauses (memory bound)"),
-    ("batch_size", "ykafka.consumer.batch.size", _int(1, 1_000_000), 500,
+    ("batch_size", "ykafka.consumer.batch.size", _ints(1, 1_000_000), 500,
      "most messages the fetch loop takes from librdkafka per turn"),
-    ("commit_interval_ms", "ykafka.consumer.commit.interval.ms", _int(10, 3_600_000), 1000,
+    ("commit_interval_ms", "ykafka.consumer.commit.interval.ms", _ints(10, 3_600_000), 1000,
      "how often finished offsets are committed (asynchronously)"),
-    ("revoke_timeout_ms", "ykafka.consumer.revoke.timeout.ms", _int(0, 3_600_000), 30_000,
+    ("revoke_timeout_ms", "ykafka.consumer.revoke.timeout.ms", _ints(0, 3_600_000), 30_000,
      "how long a revoke / shutdown waits for in-flight work of the partitions it gives up"),
-    ("drain_timeout_ms", "ykafka.consumer.drain.timeout.ms", _int(0, 3_600_000), 30_000,
+    ("drain_timeout_ms", "ykafka.consumer.drain.timeout.ms", _ints(0, 3_600_000), 30_000,
      "how long an ordering change waits for in-flight work to drain before switching anyway"),
-    ("poll_timeout_ms", "ykafka.consumer.poll.timeout.ms", _int(1, 60_000), 100,
+    ("poll_timeout_ms", "ykafka.consumer.poll.timeout.ms", _ints(1, 60_000), 100,
      "longest wait for a message per fetch-loop turn (also the housekeeping cadence)"),
-    ("retry_topics", "ykafka.consumer.retry.topics", _bool, True,
+    ("retry_topics", "ykafka.consumer.retry.topics", catalog.boolean, True,
      "framework mode: create and consume <group>.<topic>.retry.<n> and .dlq topics"),
 ]
 
