@@ -23,6 +23,7 @@ from ykafka import catalog
 from ykafka import config as config_mod
 from ykafka.consumer import session as S
 from ykafka.consumer.engine import Engine, retry_policy
+from ykafka.consumer.observe import ConsumerObserver
 from ykafka.consumer.retry import RetryRouter, shared_properties
 from ykafka.consumer.settings import Settings
 from ykafka.consumer.shutdown import stop_on_signals
@@ -52,8 +53,11 @@ class Consumer:
             self._topics: list[str] = []
             self.cluster = self.runtime.route(group=self.group)
             self.effective = self._resolve(self.cluster)
+            # trace steps, handler timings, librdkafka statistics and client events (docs/observability.md)
+            self._observer = ConsumerObserver(self.runtime, self.group, self.cluster)
             self._session = S.Session(self._props(self.cluster, self.effective), facade=self)
-            self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None)
+            self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None,
+                                 self._observer)
             # Values in force at start-up (local config or a namespace) apply from the first join on.
             self._session.operator_paused = bool(self.effective.get("consumer.paused"))
             self._session.left = bool(self.effective.get("consumer.leave"))
@@ -67,6 +71,9 @@ class Consumer:
                 self.runtime.add_listener(lambda _change: self._on_version(self.runtime.version))
             self.runtime.set_report_provider(self._report)
         except BaseException:
+            observer = self.__dict__.get("_observer")
+            if observer is not None:
+                observer.close()
             if self._own_runtime:
                 self.runtime.close()
             raise
@@ -82,7 +89,9 @@ class Consumer:
         return self.runtime.effective(topic=self._scope_topic(), group=self.group, cluster=cluster)
 
     def _props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
-        return self.runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "consumer."))
+        props = self.runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "consumer."))
+        props.update(self._observer.rdkafka_settings())  # statistics -> lag, received messages in __ykafka_metrics
+        return props
 
     def _route(self, topics: Sequence[str]) -> str:
         clusters = {self.runtime.route(topic=t, group=self.group) for t in topics if not t.startswith("^")}
@@ -95,6 +104,7 @@ class Consumer:
 
     def _on_version(self, _version: int) -> None:
         """Hot config or grant moved: re-resolve and hand what changed to the engine (cheap, any thread)."""
+        self._observer.invalidate()  # trace rates are resolved again per topic
         if self._closed:
             return
         try:
@@ -114,6 +124,7 @@ class Consumer:
     def _switch(self, cluster: str, effective: Mapping[str, Any]) -> None:
         log.info("consumer route changed", previous=self.cluster, cluster=cluster)
         self.cluster = cluster
+        self._observer.cluster = cluster
         props = self._props(cluster, effective)
         if self.engine.running:
             props["enable.auto.commit"] = False
@@ -205,6 +216,7 @@ class Consumer:
         self._topics = topics
         if cluster != self.cluster:
             self.cluster = cluster
+            self._observer.cluster = cluster
             self._session.props = self._props(cluster, self._resolve(cluster))
         self._on_version(self.runtime.version)  # the topic scope may change the effective values
         self._session.subscribe(topics, on_assign, on_revoke, on_lost)
@@ -248,6 +260,10 @@ class Consumer:
         msg = self._raw().poll(-1 if timeout is None else timeout)
         if msg is not None and msg.error() is None:
             self.engine.bucket.take(1)
+            topic = msg.topic()
+            watch = self._observer.watches.get(topic) or self._observer.watch(topic)
+            if watch.rate:  # the topic is traced at all: this message if the producer sampled it
+                self._observer.consumed(msg, watch.rate)
         return msg
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
@@ -263,6 +279,8 @@ class Consumer:
                 return []
         msgs = self._raw().consume(allowed, -1 if timeout is None else timeout)
         self.engine.bucket.take(len(msgs))
+        if msgs:
+            self._observer.polled(msgs)
         return msgs
 
     def commit(self, message: Message | None = None, offsets: list[TopicPartition] | None = None,
@@ -328,8 +346,11 @@ class Consumer:
         try:
             self._session.close()
         finally:
-            if self._own_runtime:
-                self.runtime.close()
+            try:
+                self._observer.close()  # last metrics interval, client event state=closed, queued trace
+            finally:
+                if self._own_runtime:
+                    self.runtime.close()
 
     def __enter__(self) -> Consumer:
         return self
@@ -349,6 +370,11 @@ class Consumer:
     def client_config(self) -> dict[str, Any]:
         """The librdkafka settings of the current handle (changes after a rebuild)."""
         return dict(self._session.client_config)
+
+    @property
+    def observer(self) -> ConsumerObserver:
+        """Message trace and metrics of this consumer (its tracer, metrics and per-topic trace rates)."""
+        return self._observer
 
     @property
     def generation(self) -> int:

@@ -21,10 +21,18 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 
 from ykafka import catalog
 from ykafka.consumer import session as S
+from ykafka.consumer.observe import (
+    CONSUME_ERRORS,
+    CONSUME_LATENCY,
+    CONSUMED,
+    PROCESS_LATENCY,
+    PROCESSED,
+    ConsumerObserver,
+)
 from ykafka.consumer.offsets import PartitionTracker, Task
 from ykafka.consumer.ordering import FAST_HANDLER_S, Dispatcher, Ordering
 from ykafka.consumer.pool import WorkerPool
-from ykafka.consumer.retry import RetryPolicy, RetryRouter
+from ykafka.consumer.retry import RetryPolicy, RetryRouter, Routed
 from ykafka.consumer.settings import Settings
 from ykafka.consumer.throttle import TokenBucket
 from ykafka.errors import InvalidConfigValue
@@ -67,9 +75,10 @@ class Engine:
     """Runs a handler over a :class:`~ykafka.consumer.session.Session` until stopped."""
 
     def __init__(self, session: S.Session, group: str, effective: Mapping[str, Any], settings: Settings,
-                 router: RetryRouter | None) -> None:
+                 router: RetryRouter | None, observer: ConsumerObserver | None = None) -> None:
         self.session = session
         self.group = group
+        self.observer = observer  # message trace and handler metrics (None: neither)
         self.effective: dict[str, Any] = dict(effective)
         self.settings = settings
         self.router = router
@@ -376,11 +385,23 @@ class Engine:
             handler = self._handler
             assert handler is not None
             started = time.perf_counter()
-            for msg in msgs:
-                try:
-                    handler(msg)
-                except Exception as exc:
-                    self._failed(task, msg, exc)
+            observer = self.observer
+            if observer is None:
+                for msg in msgs:
+                    try:
+                        handler(msg)
+                    except Exception as exc:
+                        self._failed(task, msg, exc)
+            else:
+                watch = observer.watches.get(task.tracker.topic) or observer.watch(task.tracker.topic)
+                if watch.rate or observer.metrics is not None:
+                    self._run_observed(task, handler, observer, watch.rate, watch.topic)
+                else:
+                    for msg in msgs:
+                        try:
+                            handler(msg)
+                        except Exception as exc:
+                            self._failed(task, msg, exc)
             # moving average of the handler's cost per message (steers chunking); races only blur it
             self.msg_cost = 0.8 * self.msg_cost + 0.2 * (time.perf_counter() - started) / (len(msgs) or 1)
             self.processed += len(msgs)
@@ -391,6 +412,42 @@ class Engine:
         if self._waiting:
             self._wake.set()
             time.sleep(0)  # hand the GIL to the waiting fetch thread now, not after the switch interval
+
+    def _run_observed(self, task: Task, handler: Handler, observer: ConsumerObserver, rate: float,
+                      topic: str) -> None:
+        """The handler loop with timings (``consume.latency_ms``, ``process.latency_ms``, ``consume.errors``)
+        and, when the topic's rate asks for it, the trace steps of sampled messages."""
+        group = self.group
+        metrics = observer.metrics
+        observe = metrics.observe if metrics is not None else None
+        raws = task.raws  # retry copies: the fetched messages behind the views the handler gets
+        clock = time.perf_counter
+        now = time.time
+        for index, msg in enumerate(task.msgs):
+            raw = msg if raws is None else raws[index]
+            ts_type, ts = raw.timestamp()
+            age = now() * 1000 - ts if ts_type and ts > 0 else None
+            if observe is not None and age is not None:
+                observe(CONSUME_LATENCY, age, topic, group)
+            if rate:
+                observer.trace(CONSUMED, raw, rate, latency_ms=age)
+            began = clock()
+            try:
+                handler(msg)
+            except Exception as exc:
+                took = (clock() - began) * 1000
+                if metrics is not None:
+                    metrics.observe(PROCESS_LATENCY, took, topic, group)
+                    metrics.count(CONSUME_ERRORS, 1, topic, group)
+                routed = self._failed(task, msg, exc)
+                if rate and routed is not None:
+                    observer.trace(routed[0], raw, rate, error=routed[2], detail=routed[1])
+                continue
+            took = (clock() - began) * 1000
+            if observe is not None:
+                observe(PROCESS_LATENCY, took, topic, group)
+            if rate:
+                observer.trace(PROCESSED, raw, rate, latency_ms=took)
 
     def _all_idle(self) -> bool:
         return all(tracker.idle() for tracker in self.trackers.values())
@@ -417,13 +474,13 @@ class Engine:
         finally:
             self._waiting = False
 
-    def _failed(self, task: Task, msg: Any, exc: Exception) -> None:
+    def _failed(self, task: Task, msg: Any, exc: Exception) -> Routed | None:
         self.failed += 1
         if self.router is None:
             log.error("handler failed; no retry topics configured, message counted as done",
                       topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), error=repr(exc))
-            return
-        self.router.route(task, msg, exc)
+            return None
+        return self.router.route(task, msg, exc)
 
     # -- offsets ----------------------------------------------------------------------------------------
 

@@ -26,10 +26,12 @@ class Task:
     """Messages of one partition that one worker processes in order.
 
     ``msgs`` is what the handler receives (for retry topics: views carrying the original coordinates);
-    ``first`` / ``last`` are the offsets in the partition the messages were fetched from.
+    ``raws`` the fetched messages behind such views (None when ``msgs`` are the fetched ones: the trace
+    names where a retry copy was read); ``first`` / ``last`` are the offsets in the partition the messages
+    were fetched from.
     """
 
-    __slots__ = ("tracker", "msgs", "first", "last", "finished", "acks", "lane", "started", "skipped")
+    __slots__ = ("tracker", "msgs", "first", "last", "finished", "acks", "lane", "started", "skipped", "raws")
 
     def __init__(self, tracker: PartitionTracker, msgs: list[Any], first: int, last: int) -> None:
         self.tracker = tracker
@@ -41,6 +43,7 @@ class Task:
         self.lane: Any = None
         self.started = False  # a worker took it
         self.skipped = False  # given up before it started (partition revoked): redelivered, never done here
+        self.raws: list[Any] | None = None
 
     def add_ack(self) -> Ack:
         ack = Ack()

@@ -64,46 +64,57 @@ class Dispatcher:
         """
         handed = views if views is not None else msgs
         if inline is not None:
-            inline(tracker.add(handed, msgs[0].offset(), msgs[-1].offset()))
+            task = tracker.add(handed, msgs[0].offset(), msgs[-1].offset())
+            if views is not None:
+                task.raws = msgs
+            inline(task)
             return
         ordering = self.ordering
         if ordering == "key":
-            self._dispatch_keys(tracker, msgs, handed)
+            self._dispatch_keys(tracker, msgs, views)
             return
         n = len(msgs)
         submit = self.pool.submit
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
-            part = handed[start:end] if (start or end < n) else handed
-            task = tracker.add(part, msgs[start].offset(), msgs[end - 1].offset())
+            whole = not start and end >= n
+            task = tracker.add(handed if whole else handed[start:end], msgs[start].offset(), msgs[end - 1].offset())
+            if views is not None:
+                task.raws = msgs if whole else msgs[start:end]
             if ordering == "none":
                 submit(task)
             else:
                 self._to_lane(tracker, _PARTITION_LANE, task)
 
-    def _dispatch_keys(self, tracker: PartitionTracker, msgs: list[Any], handed: list[Any]) -> None:
+    def _dispatch_keys(self, tracker: PartitionTracker, msgs: list[Any], views: list[Any] | None) -> None:
+        # Grouped by key are the fetched messages; views (retry copies) replace them per task afterwards.
         groups: dict[Any, tuple[list[Any], int, int]] = {}
-        free: list[tuple[Any, int]] = []
-        for raw, msg in zip(msgs, handed, strict=True):
+        free: list[Any] = []
+        for raw in msgs:
             key = raw.key()
-            offset = raw.offset()
             if key is None:
-                free.append((msg, offset))
+                free.append(raw)
                 continue
+            offset = raw.offset()
             group = groups.get(key)
             if group is None:
-                groups[key] = ([msg], offset, offset)
+                groups[key] = ([raw], offset, offset)
             else:
-                group[0].append(msg)
+                group[0].append(raw)
                 groups[key] = (group[0], group[1], offset)
         # Tasks must enter the tracker in order of their first offset.
         entries: list[tuple[int, Any, list[Any], int]] = [(first, key, items, last)
                                                          for key, (items, first, last) in groups.items()]
-        entries.extend((offset, None, [msg], offset) for msg, offset in free)
+        entries.extend((raw.offset(), None, [raw], raw.offset()) for raw in free)
         if free:
             entries.sort(key=lambda entry: entry[0])
+        by_raw = None if views is None else {id(raw): view for raw, view in zip(msgs, views, strict=True)}
         for first, key, items, last in entries:
-            task = tracker.add(items, first, last)
+            if by_raw is None:
+                task = tracker.add(items, first, last)
+            else:
+                task = tracker.add([by_raw[id(raw)] for raw in items], first, last)
+                task.raws = items
             if key is None:
                 self.pool.submit(task)
             else:

@@ -50,6 +50,29 @@ def dlq_topic(group: str, topic: str) -> str:
     return f"{topic_safe(group)}.{topic}.dlq"
 
 
+def parse_retry_topic(group: str, topic: str) -> tuple[str, int] | None:
+    """``(original topic, attempt)`` when ``topic`` is one of ``group``'s retry topics, else None."""
+    prefix = topic_safe(group) + "."
+    if not topic.startswith(prefix):
+        return None
+    match = _RETRY_SUFFIX.search(topic)
+    if match is None:
+        return None
+    original = topic[len(prefix):match.start()]
+    return (original, int(match.group(1))) if original else None
+
+
+def error_text(exc: BaseException) -> str:
+    """``ExceptionType: text`` of a handler failure, as the retry / DLQ headers and the trace carry it."""
+    return f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_MAX]
+
+
+#: What :meth:`RetryRouter.route` did with a failed message: (trace step, destination topic, error text).
+Routed = tuple[str, str, str]
+RETRIED = "retried"
+DEAD_LETTERED = "dead-lettered"
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     backoff_ms: tuple[int, ...] = (1000, 5000, 30000)
@@ -88,13 +111,7 @@ class RetryRouter:
 
     def parse_retry_topic(self, topic: str) -> tuple[str, int] | None:
         """``(original topic, attempt)`` when ``topic`` is one of this group's retry topics."""
-        if not topic.startswith(self._prefix):
-            return None
-        match = _RETRY_SUFFIX.search(topic)
-        if match is None:
-            return None
-        original = topic[len(self._prefix):match.start()]
-        return (original, int(match.group(1))) if original else None
+        return parse_retry_topic(self.group, topic)
 
     def retry_topics(self, topics: Iterable[str], levels: int) -> list[str]:
         return [retry_topic(self.group, t, n) for t in topics for n in range(1, levels + 1)]
@@ -157,22 +174,27 @@ class RetryRouter:
 
     # -- failures ---------------------------------------------------------------------------------------
 
-    def route(self, task: Task, msg: Any, exc: BaseException) -> None:
-        """Send a failed message to its next retry topic or the DLQ; ``task`` stays open until acked."""
+    def route(self, task: Task, msg: Any, exc: BaseException) -> Routed | None:
+        """Send a failed message to its next retry topic or the DLQ; ``task`` stays open until acked.
+
+        Returns what was done (for the message trace), or None when the message was given up on
+        (dead-lettering disabled after the last retry)."""
         policy = self.policy
         hdrs = msg.headers()
         attempt = (H.get_int(hdrs, H.ATTEMPT) or 0) + 1
         original_topic = H.get_str(hdrs, H.ORIGINAL_TOPIC) or msg.topic() or ""
         now_ms = int(time.time() * 1000)
-        error = f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_MAX]
+        error = error_text(exc)
         if attempt <= policy.max_attempts:
             destination = retry_topic(self.group, original_topic, attempt)
             not_before = now_ms + policy.delay_ms(attempt)
+            step = RETRIED
             with self._lock:
                 self.sent_retry += 1
         elif policy.dlq_enabled:
             destination = dlq_topic(self.group, original_topic)
             not_before = 0
+            step = DEAD_LETTERED
             with self._lock:
                 self.sent_dlq += 1
         else:
@@ -181,7 +203,7 @@ class RetryRouter:
             log.error("handler failed after the last retry; dead-lettering is disabled, message dropped",
                       topic=original_topic, partition=msg.partition(), offset=msg.offset(), attempts=attempt,
                       error=error)
-            return
+            return None
         timestamp_type, timestamp = msg.timestamp()
         out = H.without(hdrs, H.FAILURE_HEADERS)
         out += [
@@ -201,6 +223,7 @@ class RetryRouter:
         log.info("handler failed; message rerouted", topic=original_topic, partition=msg.partition(),
                  offset=msg.offset(), attempt=attempt, to=destination, error=error)
         self._send(destination, msg.key(), msg.value(), out, ack)
+        return step, destination, error
 
     def _send(self, topic: str, key: bytes | None, value: bytes | None, hdrs: Any, ack: Ack) -> None:
         def delivered(err: Any, _msg: Any) -> None:

@@ -1,0 +1,143 @@
+"""Message trace and handler metrics of the Consumer, through :class:`~ykafka.metrics.Observability`.
+
+One :class:`ConsumerObserver` per Consumer owns the client's observability sink (librdkafka statistics,
+handler timings, client events, trace events). What it decides per fetched topic (the trace sampling
+rate from ``trace.enabled`` / ``trace.sample.rate`` / ``topic.grade``, and the business topic a retry
+topic stands for) is resolved once per topic per config version into a :class:`TopicWatch`; the hot
+path reads ``watches.get(topic)`` and checks one float per message. Which *messages* are traced is the
+producer's decision, re-derived from each message by :meth:`ykafka.tracing.Tracer.trace_message`.
+
+Steps emitted (group, cluster and the fetched partition / offset on each; a retry copy is traced under
+its original topic with the retry topic in ``detail``):
+
+* ``consumed``: handed to the handler (framework) or returned by ``poll`` / ``consume`` (drop-in);
+  latency = now - the message's timestamp;
+* ``processed``: the handler returned; latency = handler time;
+* ``retried`` / ``dead-lettered``: the handler raised and a copy went to the retry topic / the DLQ
+  (``error``: the exception text, ``detail``: the destination topic).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from ykafka.consumer.retry import parse_retry_topic
+from ykafka.events import MetricName
+from ykafka.metrics import Metrics, Observability
+from ykafka.tracing import Tracer
+
+log = structlog.get_logger(__name__)
+
+CONSUMED = "consumed"
+PROCESSED = "processed"
+CONSUME_LATENCY = str(MetricName.CONSUME_LATENCY)
+PROCESS_LATENCY = str(MetricName.PROCESS_LATENCY)
+CONSUME_ERRORS = str(MetricName.CONSUME_ERRORS)
+
+
+class TopicWatch:
+    """What the consumer does for messages fetched from one topic, under the current config version."""
+
+    __slots__ = ("rate", "topic")
+
+    def __init__(self, rate: float, topic: str) -> None:
+        self.rate = rate  # trace sampling rate; 0.0: nothing of this topic is traced
+        self.topic = topic  # the business topic (the original one for a retry topic): metrics label
+
+
+class ConsumerObserver:
+    """Trace steps and handler metrics of one Consumer (see the module docstring)."""
+
+    def __init__(self, runtime: Any, group: str | None, cluster: str) -> None:
+        self.runtime = runtime
+        self.group = group
+        self.cluster = cluster  # the cluster the consumer reads (trace events name it); follows route switches
+        self.obs = Observability(runtime, "consumer", group=group)
+        self.metrics: Metrics | None = self.obs.metrics
+        #: fetched topic -> TopicWatch; cleared when the runtime's version moves (read without a lock)
+        self.watches: dict[str, TopicWatch] = {}
+        self._tracer: Tracer | None = None
+
+    # -- resolution (once per topic per config version) ----------------------------------------------------
+
+    def rdkafka_settings(self) -> dict[str, Any]:
+        """Statistics settings for the librdkafka consumer (lag, received messages, receive errors)."""
+        return self.obs.rdkafka_settings()
+
+    def invalidate(self) -> None:
+        """Hot config or grant moved: resolve every topic again on its next message."""
+        self.watches.clear()
+
+    def watch(self, topic: str) -> TopicWatch:
+        """The topic's :class:`TopicWatch`, resolved now (the hot path calls this only on a cache miss)."""
+        runtime = self.runtime
+        version = runtime.version
+        original = topic
+        if self.group:
+            parsed = parse_retry_topic(self.group, topic)
+            if parsed is not None:
+                original = parsed[0]  # a retry copy follows its original topic's trace settings
+        rate = 0.0
+        try:
+            runtime.subscribe(topic=original, group=self.group, cluster=self.cluster)
+            rate = Tracer.rate(runtime.effective(topic=original, group=self.group, cluster=self.cluster))
+        except Exception as exc:  # tracing must never stop consumption: off for this topic until next change
+            log.warning("ykafka.consumer.trace_config_failed", topic=original, error=str(exc))
+        if rate > 0.0 and not self.tracer().active:
+            rate = 0.0
+        watch = TopicWatch(rate, original)
+        if runtime.version == version:  # else a change raced this resolution: resolve again next time
+            self.watches[topic] = watch
+        return watch
+
+    def tracer(self) -> Tracer:
+        """The client's tracer, created (with its sink) only once some topic asks for tracing."""
+        tracer = self._tracer
+        if tracer is None:
+            tracer = self._tracer = self.obs.tracer()
+        return tracer
+
+    # -- steps ------------------------------------------------------------------------------------------
+
+    def trace(self, kind: str, msg: Any, rate: float, *, latency_ms: float | None = None, error: Any = None,
+              detail: str | None = None) -> bool:
+        """Emit one step of a fetched message if the producer's sampling decision says so."""
+        return self.tracer().trace_message(kind, msg, rate=rate, group=self.group, latency_ms=latency_ms,
+                                           error=error, detail=detail, cluster=self.cluster)
+
+    def consumed(self, msg: Any, rate: float) -> bool:
+        """``consumed`` with latency = now - the message's timestamp (None without a timestamp)."""
+        return self.trace(CONSUMED, msg, rate, latency_ms=age_ms(msg))
+
+    def polled(self, msgs: list[Any]) -> None:
+        """Drop-in ``consume()``: ``consumed`` for the sampled messages of a batch (errors skipped)."""
+        watches = self.watches
+        for msg in msgs:
+            if msg.error() is not None:
+                continue
+            topic = msg.topic()
+            watch = watches.get(topic) or self.watch(topic)
+            if watch.rate:
+                self.consumed(msg, watch.rate)
+
+    # -- life cycle -------------------------------------------------------------------------------------
+
+    def stats(self) -> Mapping[str, Any]:
+        """Trace events of this consumer (enqueued / delivered / dropped), {} when tracing never started."""
+        return self._tracer.stats() if self._tracer is not None else {}
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Last metrics interval, a last client event (``closed``), then what is queued goes out (bounded)."""
+        self.obs.close(timeout)
+
+
+def age_ms(msg: Any) -> float | None:
+    """Milliseconds since the message's timestamp (None when it has none)."""
+    ts_type, ts = msg.timestamp()
+    if not ts_type or ts <= 0:
+        return None
+    return time.time() * 1000 - ts
