@@ -1,0 +1,258 @@
+"""The ykafka Consumer's observability on a real broker: trace steps per message, handler metrics, lag, client
+events; the drop-in poll / consume path; nothing traced when trace is off.
+
+Messages are produced by the ykafka Producer with ``trace.sample.rate=1.0`` (no header: each message is
+identified by its coordinates ``topic/partition/offset``), so every step of every message is expected and
+the consumer's events must correlate with the producer's by that id.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import KafkaError, Message, TopicPartition
+
+from tests.consumer_fixtures import consumer_config, create_topic, read_all, unique, wait_until
+from ykafka import Producer, events
+from ykafka.consumer import Consumer, dlq_topic, retry_topic
+from ykafka.consumer import headers as H
+from ykafka.events import KIND_ORDER, MetricName
+
+pytest_plugins = ["tests.pipeline_fixtures", "tests.consumer_fixtures"]
+
+TRACE_ON = {"trace.enabled": True, "trace.sample.rate": 1.0}
+CONSUMER_STEPS = ("consumed", "processed", "retried", "dead-lettered")
+
+
+def produce_traced(bootstrap: str, topic: str, keys: list[str], partitions: int = 1) -> dict[str, tuple[int, int]]:
+    """Send one message per key through the ykafka Producer (trace rate 1.0), key i to partition
+    i % partitions, one record per batch (Tansu's high watermark is exact then); key -> (partition, offset)."""
+    where: dict[str, tuple[int, int]] = {}
+
+    def delivered(err: Any, msg: Message) -> None:
+        assert err is None, err
+        where[msg.key().decode()] = (msg.partition(), msg.offset())
+
+    producer = Producer({"bootstrap.servers": bootstrap, "ykafka.metrics.enabled": False, "linger.ms": 5,
+                         "ykafka.trace.linger.ms": 20, **TRACE_ON})
+    for i, key in enumerate(keys):
+        producer.produce(topic, f"v-{key}".encode(), key.encode(), partition=i % partitions, on_delivery=delivered)
+        assert producer.flush(15) == 0
+    producer.close()
+    assert len(where) == len(keys)
+    return where
+
+
+def collect(bootstrap: str, topic: str, match: Callable[[dict[str, Any]], bool],
+            done: Callable[[list[dict[str, Any]]], bool], timeout: float = 20.0) -> list[dict[str, Any]]:
+    """Decoded events of an event topic that ``match``, read from the start until ``done(found)`` (or timeout)."""
+    raw = RawConsumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "auto.offset.reset": "earliest",
+                       "enable.auto.commit": False, "session.timeout.ms": 6000, "log_level": 3})
+    found: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + timeout
+        meta = None
+        while meta is None and time.monotonic() < deadline:
+            meta = raw.list_topics(topic, timeout=5).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                meta = None
+                time.sleep(0.1)
+        assert meta is not None, f"{topic} does not exist"
+        raw.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+        while not done(found) and time.monotonic() < deadline:
+            for msg in raw.consume(1000, 0.3):
+                if msg.error() is None:
+                    found.extend(e for _kind, e in events.iter_events(iter([msg.value()])) if match(e))
+                elif msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise AssertionError(str(msg.error()))
+        # whatever else is already there (a duplicate would show up here)
+        for msg in raw.consume(1000, 0.5):
+            if msg.error() is None:
+                found.extend(e for _kind, e in events.iter_events(iter([msg.value()])) if match(e))
+    finally:
+        raw.close()
+    return found
+
+
+def steps_by_id(trace: list[dict[str, Any]]) -> dict[str, list[tuple[Any, ...]]]:
+    """Consumer steps per message id, in order: (kind, group, partition, offset, detail, attempt)."""
+    out: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for e in sorted(trace, key=lambda e: (e["ts"], KIND_ORDER[e["kind"]])):
+        if e["kind"] in CONSUMER_STEPS:
+            out[e["msg_id"]].append((e["kind"], e["group"], e["partition"], e["offset"], e["detail"], e["attempt"]))
+    return out
+
+
+def test_handler_steps_retry_dlq_metrics_and_client_events(obs_broker, running, tmp_path: Path) -> None:
+    bs = obs_broker.bootstrap
+    topic, group, client_id = unique("traced"), unique("g-trace"), unique("consumer")
+    create_topic(bs, topic, 2)
+    keys = [f"k{i}" for i in range(10)]
+    where = produce_traced(bs, topic, keys, partitions=2)
+    retry1, dlq = retry_topic(group, topic, 1), dlq_topic(group, topic)
+
+    def handle(msg: Message) -> None:
+        key = msg.key().decode()
+        attempt = H.get_int(msg.headers(), H.ATTEMPT) or 0
+        if key == "k5":
+            time.sleep(0.03)  # a measurably slow handler
+        if key == "k7" or (key == "k3" and attempt == 0):
+            raise RuntimeError(f"boom {key}")
+
+    consumer = Consumer(consumer_config(bs, group, tmp_path, **{
+        **TRACE_ON, "ykafka.client.id": client_id, "ykafka.metrics.interval.ms": 200, "ykafka.trace.linger.ms": 20,
+        "consumer.retry.backoff.ms": "300", "consumer.retry.max.attempts": 1, "consumer.workers": 2}))
+    job = running(consumer, handle, [topic])
+    wait_until(lambda: consumer.engine.processed >= len(keys) + 2 and consumer.engine.router is not None
+               and consumer.engine.router.sent_dlq == 1, 60, message="every message handled, k7 dead-lettered")
+    metrics = consumer.observer.metrics
+    assert metrics is not None
+    # the statistics report lag 0 on both partitions once the offsets are committed
+    wait_until(lambda: all(metrics.last_lag.get((topic, p), (-1,))[0] == 0 for p in (0, 1)), 20,
+               message="lag 0 in the statistics")
+    watches = consumer.observer.watches
+    assert (watches[topic].rate, watches[topic].topic) == (1.0, topic)
+    assert (watches[retry1].rate, watches[retry1].topic) == (1.0, topic)  # a retry copy follows its original
+    job.stop()
+    consumer.close()
+
+    copies = {m.key().decode(): (m.partition(), m.offset()) for m in read_all(bs, retry1, 2)}
+    assert sorted(copies) == ["k3", "k7"]
+    assert [m.key() for m in read_all(bs, dlq, 1)] == [b"k7"]
+
+    # --- the trace: every step of every message, correlated with the producer's by its coordinates ------
+    ids = {key: f"{topic}/{p}/{o}" for key, (p, o) in where.items()}
+    total = 2 * len(keys) + 2 * len(keys) + 4  # produced + acked; consumed + processed; 2 retried + 2 copies
+    trace = collect(bs, events.TRACE_TOPIC, lambda e: e["topic"] == topic, lambda found: len(found) >= total)
+    assert sorted(e["msg_id"] for e in trace if e["kind"] == "acked") == sorted(ids.values())
+    steps = steps_by_id(trace)
+    assert set(steps) == set(ids.values())
+    for key in keys:
+        p, o = where[key]
+        consumed = ("consumed", group, p, o, None, None)
+        if key == "k3":
+            cp, co = copies[key]
+            expected = [consumed, ("retried", group, p, o, retry1, None),
+                        ("consumed", group, cp, co, retry1, 1), ("processed", group, cp, co, retry1, 1)]
+        elif key == "k7":
+            cp, co = copies[key]
+            expected = [consumed, ("retried", group, p, o, retry1, None),
+                        ("consumed", group, cp, co, retry1, 1), ("dead-lettered", group, cp, co, dlq, 1)]
+        else:
+            expected = [consumed, ("processed", group, p, o, None, None)]
+        assert steps[ids[key]] == expected, key
+    mine = [e for e in trace if e["kind"] in CONSUMER_STEPS]
+    assert len(mine) == 2 * len(keys) + 4
+    assert sum(e["kind"] == "consumed" for e in mine) == len(keys) + 2  # N + the two retry copies
+    assert all(e["client_id"] == client_id and e["cluster"] == "default" for e in mine)
+    assert {e["error"] for e in mine if e["kind"] in ("retried", "dead-lettered")} == {
+        "RuntimeError: boom k3", "RuntimeError: boom k7"}
+    assert all(e["error"] is None for e in mine if e["kind"] in ("consumed", "processed"))
+    assert all(e["latency_ms"] is not None and 0 <= e["latency_ms"] < 60_000 for e in mine
+               if e["kind"] == "consumed")
+    slow = [e for e in mine if e["kind"] == "processed" and e["key"] == "k5"]
+    assert len(slow) == 1 and slow[0]["latency_ms"] >= 30.0
+    copy_consumed = [e for e in mine if e["kind"] == "consumed" and e["detail"] == retry1]
+    assert all(e["msg_ts"] is not None and e["msg_ts"] == next(a["msg_ts"] for a in trace if a["kind"] == "acked"
+                                                                and a["msg_id"] == e["msg_id"]) for e in copy_consumed)
+
+    # --- metrics: handler timings and errors per interval, lag from the statistics ----------------------
+    def mine_metric(e: dict[str, Any]) -> bool:
+        return e["client_id"] == client_id
+
+    def timed(found: list[dict[str, Any]], name: str) -> int:
+        return sum(e["count"] for e in found if e["name"] == name)
+
+    handled = len(keys) + 2  # every handler call: N originals and the two retry copies
+    metric_events = collect(bs, events.METRICS_TOPIC, mine_metric,
+                            lambda found: timed(found, MetricName.PROCESS_LATENCY) >= handled
+                            and timed(found, MetricName.CONSUME_ERRORS) >= 3)
+    process = [e for e in metric_events if e["name"] == MetricName.PROCESS_LATENCY]
+    assert {(e["topic"], e["group"]) for e in process} == {(topic, group)}
+    assert timed(metric_events, MetricName.PROCESS_LATENCY) == handled
+    assert max(e["max"] for e in process) >= 30.0  # the slow k5
+    assert timed(metric_events, MetricName.CONSUME_LATENCY) == handled
+    errors = [e for e in metric_events if e["name"] == MetricName.CONSUME_ERRORS and e["topic"] == topic]
+    assert sum(e["count"] for e in errors) == 3 and {e["group"] for e in errors} == {group}  # k3, k7, k7's copy
+    lag = [e for e in metric_events if e["name"] == MetricName.LAG and e["topic"] == topic]
+    assert {e["partition"] for e in lag} == {0, 1} and all(e["group"] == group for e in lag)
+    assert {e["partition"]: e["end_offset"] for e in lag if e["value"] == 0} == {
+        p: max(o for q, o in where.values() if q == p) + 1 for p in {q for q, _ in where.values()}}
+
+    # --- client events: who consumed, and that it closed --------------------------------------------------
+    clients = collect(bs, events.CLIENTS_TOPIC, lambda e: e["client_id"] == client_id,
+                      lambda found: any(c["state"] == "closed" for c in found))
+    clients.sort(key=lambda c: c["ts"])
+    assert clients[-1]["state"] == "closed"
+    assert all(c["role"] == "consumer" and c["group"] == group for c in clients)
+    assert topic in clients[-1]["topics"].split(",")
+
+
+def test_trace_off_emits_no_consumer_step_but_metrics(obs_broker, running, tmp_path: Path) -> None:
+    bs = obs_broker.bootstrap
+    topic, group, client_id = unique("untraced"), unique("g-off"), unique("consumer")
+    create_topic(bs, topic, 1)
+    keys = [f"k{i}" for i in range(6)]
+    where = produce_traced(bs, topic, keys)  # the producer traces them: only the consumer is off
+    failing = {"k2"}
+
+    def handle(msg: Message) -> None:
+        if msg.key().decode() in failing and not H.get_int(msg.headers(), H.ATTEMPT):
+            raise ValueError("once")
+
+    consumer = Consumer(consumer_config(bs, group, tmp_path, **{
+        "ykafka.client.id": client_id, "ykafka.metrics.interval.ms": 200, "trace.enabled": False,
+        "consumer.retry.backoff.ms": "100", "consumer.retry.max.attempts": 1}))
+    job = running(consumer, handle, [topic])
+    wait_until(lambda: consumer.engine.processed >= len(keys) + 1, 60, message="every message handled")
+    assert consumer.observer.watches[topic].rate == 0.0
+    assert consumer.observer._tracer is None  # no tracer was ever asked for
+    job.stop()
+    consumer.close()
+
+    trace = collect(bs, events.TRACE_TOPIC, lambda e: e["topic"] == topic,
+                    lambda found: sum(e["kind"] == "acked" for e in found) >= len(keys), timeout=15)
+    assert sorted(e["msg_id"] for e in trace if e["kind"] == "acked") == sorted(
+        f"{topic}/{p}/{o}" for p, o in where.values())
+    assert [e for e in trace if e["kind"] in CONSUMER_STEPS] == []
+    metric_events = collect(bs, events.METRICS_TOPIC, lambda e: e["client_id"] == client_id,
+                            lambda found: sum(e["count"] for e in found
+                                              if e["name"] == MetricName.PROCESS_LATENCY) >= len(keys) + 1)
+    assert sum(e["count"] for e in metric_events if e["name"] == MetricName.PROCESS_LATENCY) == len(keys) + 1
+    assert sum(e["count"] for e in metric_events if e["name"] == MetricName.CONSUME_ERRORS
+               and e["topic"] == topic) == 1
+
+
+def test_dropin_poll_and_consume_trace_consumed(obs_broker, tmp_path: Path) -> None:
+    bs = obs_broker.bootstrap
+    topic, group, client_id = unique("dropin"), unique("g-drop"), unique("consumer")
+    create_topic(bs, topic, 2)
+    keys = [f"d{i}" for i in range(8)]
+    where = produce_traced(bs, topic, keys, partitions=2)
+    consumer = Consumer(consumer_config(bs, group, tmp_path, **{
+        **TRACE_ON, "ykafka.client.id": client_id, "ykafka.metrics.enabled": False}))
+    got: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:  # some through poll()
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+        while len(got) < len(keys) and time.monotonic() < deadline:  # the rest through consume()
+            got += [m for m in consumer.consume(10, 0.5) if m.error() is None]
+        assert len(got) == len(keys)
+        wait_until(lambda: consumer.observer.stats()["enqueued"] == len(keys), 10, message="8 steps queued")
+        assert consumer.observer.stats()["dropped_full"] == 0
+    finally:
+        consumer.close()
+    trace = collect(bs, events.TRACE_TOPIC, lambda e: e["topic"] == topic and e["kind"] == "consumed",
+                    lambda found: len(found) >= len(keys))
+    assert sorted((e["msg_id"], e["partition"], e["offset"], e["group"], e["key"]) for e in trace) == sorted(
+        (f"{topic}/{p}/{o}", p, o, group, key) for key, (p, o) in where.items())
+    assert all(e["client_id"] == client_id and e["latency_ms"] is not None for e in trace)
