@@ -49,6 +49,10 @@ _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKErro
                    CKError._UNKNOWN_TOPIC)
 
 
+def _ignore(*_args: Any) -> None:
+    """Stands in for ``Metrics.observe`` when metrics are off but a topic is traced."""
+
+
 def retry_policy(effective: Mapping[str, Any]) -> RetryPolicy:
     return RetryPolicy(
         backoff_ms=tuple(effective.get("consumer.retry.backoff.ms", catalog.KEYS["consumer.retry.backoff.ms"].default)),
@@ -384,26 +388,23 @@ class Engine:
         if not task.tracker.cancelled:
             handler = self._handler
             assert handler is not None
-            started = time.perf_counter()
             observer = self.observer
-            if observer is None:
+            watch = None if observer is None else (observer.watches.get(task.tracker.topic)
+                                                   or observer.watch(task.tracker.topic))
+            if watch is not None and observer is not None and (watch.rate or observer.metrics is not None):
+                # timed per message; the cost average counts the handler alone: trace / metrics work is
+                # bound by the GIL like a fast handler, so it must not push runs onto more threads
+                spent = self._run_observed(task, handler, observer, watch.rate, watch.topic)
+            else:
+                started = time.perf_counter()
                 for msg in msgs:
                     try:
                         handler(msg)
                     except Exception as exc:
                         self._failed(task, msg, exc)
-            else:
-                watch = observer.watches.get(task.tracker.topic) or observer.watch(task.tracker.topic)
-                if watch.rate or observer.metrics is not None:
-                    self._run_observed(task, handler, observer, watch.rate, watch.topic)
-                else:
-                    for msg in msgs:
-                        try:
-                            handler(msg)
-                        except Exception as exc:
-                            self._failed(task, msg, exc)
+                spent = time.perf_counter() - started
             # moving average of the handler's cost per message (steers chunking); races only blur it
-            self.msg_cost = 0.8 * self.msg_cost + 0.2 * (time.perf_counter() - started) / (len(msgs) or 1)
+            self.msg_cost = 0.8 * self.msg_cost + 0.2 * spent / (len(msgs) or 1)
             self.processed += len(msgs)
         task.finished = True
         if task.lane is not None:
@@ -414,20 +415,23 @@ class Engine:
             time.sleep(0)  # hand the GIL to the waiting fetch thread now, not after the switch interval
 
     def _run_observed(self, task: Task, handler: Handler, observer: ConsumerObserver, rate: float,
-                      topic: str) -> None:
+                      topic: str) -> float:
         """The handler loop with timings (``consume.latency_ms``, ``process.latency_ms``, ``consume.errors``)
-        and, when the topic's rate asks for it, the trace steps of sampled messages."""
+        and, when the topic's rate asks for it, the trace steps of sampled messages; returns the seconds
+        spent in the handler."""
         group = self.group
         metrics = observer.metrics
-        observe = metrics.observe if metrics is not None else None
+        observe = metrics.observe if metrics is not None else _ignore
+        msgs = task.msgs
         raws = task.raws  # retry copies: the fetched messages behind the views the handler gets
         clock = time.perf_counter
-        now = time.time
-        for index, msg in enumerate(task.msgs):
-            raw = msg if raws is None else raws[index]
+        now = clock()
+        to_wall_ms = time.time() * 1000 - now * 1000  # wall-clock ms = to_wall_ms + clock() * 1000
+        spent = 0.0
+        for msg, raw in zip(msgs, msgs if raws is None else raws, strict=True):
             ts_type, ts = raw.timestamp()
-            age = now() * 1000 - ts if ts_type and ts > 0 else None
-            if observe is not None and age is not None:
+            age = to_wall_ms + now * 1000 - ts if ts_type and ts > 0 else None  # now: the previous one's end
+            if age is not None:
                 observe(CONSUME_LATENCY, age, topic, group)
             if rate:
                 observer.trace(CONSUMED, raw, rate, latency_ms=age)
@@ -435,19 +439,21 @@ class Engine:
             try:
                 handler(msg)
             except Exception as exc:
-                took = (clock() - began) * 1000
+                now = clock()
+                spent += now - began
+                observe(PROCESS_LATENCY, (now - began) * 1000, topic, group)
                 if metrics is not None:
-                    metrics.observe(PROCESS_LATENCY, took, topic, group)
                     metrics.count(CONSUME_ERRORS, 1, topic, group)
                 routed = self._failed(task, msg, exc)
                 if rate and routed is not None:
                     observer.trace(routed[0], raw, rate, error=routed[2], detail=routed[1])
                 continue
-            took = (clock() - began) * 1000
-            if observe is not None:
-                observe(PROCESS_LATENCY, took, topic, group)
+            now = clock()
+            spent += now - began
+            observe(PROCESS_LATENCY, (now - began) * 1000, topic, group)
             if rate:
-                observer.trace(PROCESSED, raw, rate, latency_ms=took)
+                observer.trace(PROCESSED, raw, rate, latency_ms=(now - began) * 1000)
+        return spent
 
     def _all_idle(self) -> bool:
         return all(tracker.idle() for tracker in self.trackers.values())
