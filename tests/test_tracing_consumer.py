@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 from tests.consumer_fixtures import consumer_config, create_topic, read_all, unique, wait_until
 from ykafka import Producer, events
+from ykafka.catalog import Scope, ScopeKind
 from ykafka.consumer import Consumer, dlq_topic, retry_topic
 from ykafka.consumer import headers as H
 from ykafka.events import KIND_ORDER, MetricName
@@ -256,3 +257,39 @@ def test_dropin_poll_and_consume_trace_consumed(obs_broker, tmp_path: Path) -> N
     assert sorted((e["msg_id"], e["partition"], e["offset"], e["group"], e["key"]) for e in trace) == sorted(
         (f"{topic}/{p}/{o}", p, o, group, key) for key, (p, o) in where.items())
     assert all(e["client_id"] == client_id and e["latency_ms"] is not None for e in trace)
+
+
+def test_trace_switches_live_per_topic(obs_broker, tmp_path: Path) -> None:
+    """A hot-config change of the topic's trace keys applies from the next message on (drop-in poll)."""
+    bs = obs_broker.bootstrap
+    topic, group = unique("live"), unique("g-live")
+    create_topic(bs, topic, 1)
+    where = produce_traced(bs, topic, [f"l{i}" for i in range(6)])
+    consumer = Consumer(consumer_config(bs, group, tmp_path, **{"ykafka.metrics.enabled": False}))
+    got: list[Message] = []
+
+    def take(n: int) -> None:
+        deadline = time.monotonic() + 30
+        want = len(got) + n
+        while len(got) < want and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+        assert len(got) == want
+
+    try:
+        consumer.subscribe([topic])
+        take(3)
+        assert consumer.observer.watches[topic].rate == 0.0  # P2 default: off
+        runtime = consumer.runtime
+        runtime.hot.apply(runtime.hot.namespace(Scope(ScopeKind.TOPIC, topic)),
+                          {"trace.enabled": "true", "trace.sample.rate": "1.0"}, "r-trace-on")
+        assert topic not in consumer.observer.watches  # dropped with the config version
+        take(3)
+        assert consumer.observer.watches[topic].rate == 1.0
+    finally:
+        consumer.close()
+    trace = collect(bs, events.TRACE_TOPIC, lambda e: e["topic"] == topic and e["kind"] == "consumed",
+                    lambda found: len(found) >= 3)
+    assert sorted(e["offset"] for e in trace) == [3, 4, 5]
+    assert sorted(e["key"] for e in trace) == sorted(k for k, (_p, o) in where.items() if o >= 3)
