@@ -447,6 +447,7 @@ class Engine:
                 routed = self._failed(task, msg, exc)
                 if rate and routed is not None:
                     observer.trace(routed[0], raw, rate, error=routed[2], detail=routed[1])
+                now = clock()  # routing may have waited for the retry producer's queue
                 continue
             now = clock()
             spent += now - began
