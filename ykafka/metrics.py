@@ -73,6 +73,9 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[index]
 
 
+_random = random.random
+
+
 class _Timer:
     __slots__ = ("count", "sum", "max", "samples")
 
@@ -180,7 +183,7 @@ class Metrics:
         if len(samples) < self._reservoir:
             samples.append(ms)
         else:
-            slot = random.randrange(timer.count)
+            slot = int(_random() * timer.count)  # randrange costs ~0.5 µs per sample
             if slot < self._reservoir:
                 samples[slot] = ms
 
