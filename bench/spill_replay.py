@@ -3,17 +3,20 @@ replayed into it when it comes up; every record read back and counted.
 
 Starts its own Tansu broker on a free port (after the spill: the cluster is "down" until then). The peer
 is raw ``diskcache.Cache.set``, one message per set, on the same disk in the same run: that is what a
-spill costs without group commit. Spill figures:
+spill costs when each message waits for its own commit. Spill figures (all through ``engine.produce``):
 
-* ``spill_msgs_s``: one producing thread, ``ykafka.spill.commit=async`` (commits grouped by the writer,
-  produce blocks only beyond ``ykafka.spill.async.max.pending``);
-* ``spill_sync_1t_msgs_s`` / ``spill_sync_8t_msgs_s``: ``sync`` commit (produce returns once its message is
-  on disk) from 1 and 8 threads: concurrent callers share a commit.
+* ``spill_msgs_s``: one producing thread, the default ``ykafka.spill.commit=sync``: ``produce`` returns
+  once its message is in the spill journal (survives SIGKILL); these are the messages then replayed;
+* ``spill_sync_8t_msgs_s``: the same from 8 threads;
+* ``spill_async_msgs_s``: one thread, ``ykafka.spill.commit=async`` (in memory until the writer's
+  commit; ``produce`` blocks only beyond ``ykafka.spill.async.max.pending``);
+* ``spill_fsync_1t_msgs_s`` / ``spill_fsync_8t_msgs_s``: ``sync`` with ``ykafka.spill.fsync=true``
+  (``fdatasync`` before ``produce`` returns; concurrent callers share one), ``--fsync-messages`` each.
 
 ``replay_msgs_s`` runs from the moment the cluster is seen UP to the last record acknowledged and
-removed from the spill.
+removed from the spill. ``journal_bytes_after_replay``: what the journal holds once all is replayed.
 
-    python bench/spill_replay.py [--messages 100000]
+    python bench/spill_replay.py [--messages 100000] [--async-messages 100000] [--fsync-messages 5000]
 
 Last line: RESULT {"spill_msgs_s": ..., "replay_msgs_s": ..., "diskcache_set_s": ..., "lost": 0, ...}
 """
@@ -28,6 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -57,10 +61,33 @@ def peer_diskcache(directory: Path, n: int) -> float:
     return rate
 
 
+def spill_rate(broker: Broker, directory: Path, topic: str, n: int, threads: int, **options: Any) -> float:
+    """Messages per second through ``engine.produce`` into the spill of a DOWN cluster (never replayed)."""
+    engine = make_engine({"solo": broker.bootstrap}, RouteSpec("solo"), directory, **options)
+    engine.health.cluster("solo").force(ClusterState.DOWN, "bench: cluster not started")
+    per = n // threads
+
+    def spill(t: int) -> None:
+        for i in range(per):
+            engine.produce(topic, value(t * per + i), key=str(i % 100).encode())
+
+    workers = [threading.Thread(target=spill, args=(t,)) for t in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    rate = per * threads / (time.perf_counter() - start)
+    engine.close()
+    shutil.rmtree(directory, ignore_errors=True)
+    return rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--sync-messages", type=int, default=10_000)
+    parser.add_argument("--async-messages", type=int, default=100_000)
+    parser.add_argument("--fsync-messages", type=int, default=5_000)
     args = parser.parse_args()
     configure("warning")
     n = args.messages
@@ -69,30 +96,16 @@ def main() -> None:
     topic = "bench-spill"
     try:
         peer = peer_diskcache(work / "peer", min(n, 20_000))
+        # side figures (separate spill dirs; never replayed)
+        async_rate = spill_rate(broker, work / "async", topic, args.async_messages, 1, spill_commit="async")
+        sync_8t = spill_rate(broker, work / "sync8", topic, n, 8, spill_commit="sync")
+        fsync_1t = spill_rate(broker, work / "fsync1", topic, args.fsync_messages, 1, spill_commit="sync",
+                              spill_fsync=True)
+        fsync_8t = spill_rate(broker, work / "fsync8", topic, args.fsync_messages, 8, spill_commit="sync",
+                              spill_fsync=True)
 
-        # sync spill figures (separate spill dirs, smaller counts; never replayed)
-        sync_rates: dict[int, float] = {}
-        for threads in (1, 8):
-            engine = make_engine({"solo": broker.bootstrap}, RouteSpec("solo"), work / f"sync{threads}",
-                                 spill_commit="sync")
-            engine.health.cluster("solo").force(ClusterState.DOWN, "bench: cluster not started")
-            per = args.sync_messages // threads
-
-            def spill(t: int, engine: object = engine, per: int = per) -> None:
-                for i in range(per):
-                    engine.produce(topic, value(t * per + i), key=str(i % 100).encode())  # type: ignore[attr-defined]
-
-            workers = [threading.Thread(target=spill, args=(t,)) for t in range(threads)]
-            start = time.perf_counter()
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            sync_rates[threads] = per * threads / (time.perf_counter() - start)
-            engine.close()
-            shutil.rmtree(work / f"sync{threads}", ignore_errors=True)
-
-        engine = make_engine({"solo": broker.bootstrap}, RouteSpec("solo"), work / "spill", spill_commit="async",
+        # the headline: default (sync) spill from one thread, then replayed and counted
+        engine = make_engine({"solo": broker.bootstrap}, RouteSpec("solo"), work / "spill", spill_commit="sync",
                              progress_interval_s=2.0)
         engine.health.cluster("solo").force(ClusterState.DOWN, "bench: cluster not started")
         acked = [0]
@@ -104,9 +117,11 @@ def main() -> None:
         start = time.perf_counter()
         for i in range(n):
             engine.produce(topic, value(i), key=str(i % 100).encode(), on_delivery=on_delivery)
-        engine.flush(60)  # every spilled message committed
-        spill_s = time.perf_counter() - start
-        depth = engine.status()["spill"]["solo"]["depth"]
+        spill_s = time.perf_counter() - start  # each produce returned with its message in the journal
+        engine.flush(60)  # every spilled message committed to the store too
+        committed_s = time.perf_counter() - start
+        spill_status = engine.status()["spill"]["solo"]
+        depth = spill_status["depth"]
 
         broker.start()
         create_topic(broker.bootstrap, topic, 3)
@@ -119,6 +134,7 @@ def main() -> None:
                 break
             time.sleep(0.005)
         replay_s = time.perf_counter() - (up_at or time.perf_counter())
+        time.sleep(0.3)  # the writer's idle tick drops the spent journal segment
         status = engine.status()
         engine.close()
         records = read_all(broker.bootstrap, topic, expect=n)
@@ -126,18 +142,24 @@ def main() -> None:
         result = {
             "messages": n,
             "spill_msgs_s": round(n / spill_s),
-            "spill_sync_1t_msgs_s": round(sync_rates[1]),
-            "spill_sync_8t_msgs_s": round(sync_rates[8]),
+            "spill_committed_msgs_s": round(n / committed_s),
+            "spill_sync_8t_msgs_s": round(sync_8t),
+            "spill_async_msgs_s": round(async_rate),
+            "spill_fsync_1t_msgs_s": round(fsync_1t),
+            "spill_fsync_8t_msgs_s": round(fsync_8t),
             "replay_msgs_s": round(n / replay_s) if replay_s > 0 else None,
             "diskcache_set_s": round(peer),
             "spill_vs_peer": round(n / spill_s / peer, 1),
             "spilled_depth": depth,
+            "spill_commits": spill_status["commits"],
+            "journal_bytes_after_replay": status["spill"]["solo"]["journal_bytes"],
             "callbacks_fired": acked[0],
             "replay_rounds": status["replay"]["solo"]["rounds"],
             "lost": counts["lost"],
             "duplicated": counts["duplicated"],
         }
-        print(f"spilled {n} in {spill_s:.2f}s, replayed in {replay_s:.2f}s; peer diskcache.set {peer:.0f}/s")
+        print(f"spilled {n} in {spill_s:.2f}s (committed after {committed_s:.2f}s), replayed in {replay_s:.2f}s; "
+              f"peer diskcache.set {peer:.0f}/s")
         print("RESULT " + json.dumps(result))
     finally:
         broker.kill()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,192 @@ def test_spill_slots_are_exclusive_and_reused_after_release(tmp_path: Path) -> N
     assert third.path == first.path
     second.release()
     third.release()
+
+
+# --- the journal: sync appends are on disk before their chunk commit ---------------------------------
+
+def _selfkill_child(directory: Path, record: Path, count: int, *extra: str) -> None:
+    """A child appends ``count`` messages (sync) and SIGKILLs itself right after the last one returned."""
+    import signal
+    import subprocess
+
+    from tests.spill_child import CHILD, ROOT
+
+    proc = subprocess.run([*CHILD, "append", str(directory), str(record), "--count", str(count), "--selfkill",
+                           *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+
+
+def test_sync_append_survives_sigkill_before_its_chunk_commit(tmp_path: Path) -> None:
+    from tests.spill_child import Recorded, check_reopened
+
+    _selfkill_child(tmp_path, tmp_path / "rec", 500)
+    recorded = Recorded(tmp_path / "rec")
+    assert len(recorded.accepted) == 499  # the 500th returned, then the kill came before its line
+    assert list((tmp_path / "c" / "journal").glob("*.wal"))  # the crash left the journal behind
+    counts = check_reopened(tmp_path, recorded)
+    assert counts["present"] == 500 and counts["extra"] == 1  # the 500th is there too: its append returned
+    assert counts["recovered"] >= 1  # at least the tail came back from the journal alone
+    assert not list((tmp_path / "c" / "journal").glob("*.wal"))  # committed on open, then deleted
+    with SpillQueue(tmp_path, "c") as queue:  # a second open finds the same, nothing recovered twice
+        assert queue.depth == 501 and queue.status()["recovered"] == 0
+
+
+def test_torn_journal_tail_is_dropped_with_a_log_line(tmp_path: Path) -> None:
+    import marshal
+    import struct
+    import zlib
+
+    from structlog.testing import capture_logs
+
+    from tests.spill_child import Recorded, check_reopened
+
+    _selfkill_child(tmp_path, tmp_path / "rec", 300)
+    segments = sorted((tmp_path / "c" / "journal").glob("*.wal"))
+    body = marshal.dumps((300, "t", b"x", b"never returned", None, 0, -1), 4)
+    frame = struct.pack("<II", len(body), zlib.crc32(body)) + body
+    with open(segments[-1], "ab") as fh:
+        fh.write(frame[: len(frame) // 2])  # the write the crash interrupted: half a frame
+    with capture_logs() as logs:
+        counts = check_reopened(tmp_path, Recorded(tmp_path / "rec"))
+    assert counts["present"] == 300  # the torn frame's message is not there, every returned one is
+    torn = [e for e in logs if e["event"] == "spill.journal_torn"]
+    assert len(torn) == 1 and torn[0]["reason"] == "torn frame"
+    assert torn[0]["dropped_bytes"] == len(frame) // 2
+
+
+def test_corrupt_journal_frame_ends_its_segment(tmp_path: Path) -> None:
+    """A frame whose checksum does not match is not trusted, nor anything after it in that segment."""
+    from structlog.testing import capture_logs
+
+    _selfkill_child(tmp_path, tmp_path / "rec", 50)
+    with SpillQueue(tmp_path, "c") as queue:
+        depth = queue.depth
+    assert depth == 50
+    _selfkill_child(tmp_path, tmp_path / "rec2", 50)  # seqs 50..99, values 0:..49: again
+    segment = sorted((tmp_path / "c" / "journal").glob("*.wal"))[-1]
+    data = bytearray(segment.read_bytes())
+    data[-3] ^= 0xFF  # flip a byte inside the last frame
+    segment.write_bytes(bytes(data))
+    with capture_logs() as logs, SpillQueue(tmp_path, "c") as queue:
+        values = [r.value for _, rs in queue.chunks() for r in rs]
+    assert len(values) == 99 and values[-1] is not None and values[-1].startswith(b"48:")
+    assert [e["reason"] for e in logs if e["event"] == "spill.journal_torn"] == ["checksum mismatch"]
+
+
+def test_fsync_mode_groups_fdatasync_across_threads(tmp_path: Path) -> None:
+    with SpillQueue(tmp_path, "c", fsync=True) as queue:
+        def writer(n: int) -> None:
+            for i in range(100):
+                queue.append("t", f"{n}:{i}", key=str(n))
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        status = queue.status()
+        assert status["spilled"] == 800 and status["journal_errors"] == 0
+        assert 0 < status["fsyncs"] < 800  # concurrent callers share an fdatasync
+    with SpillQueue(tmp_path, "c", fsync=True) as queue:
+        per_key: dict[bytes | None, list[int]] = {}
+        for _, key, value in _drain(queue):
+            assert value is not None
+            per_key.setdefault(key, []).append(int(value.split(b":")[1]))
+        assert sorted(per_key) == [str(n).encode() for n in range(8)]
+        assert all(values == list(range(100)) for values in per_key.values())
+
+
+def test_journal_does_not_grow_without_bound(tmp_path: Path) -> None:
+    """100,000 sync appends acknowledged as they commit: spent segments go, the journal stays near one
+    segment; once everything is acknowledged and the writer idles, nothing is left on disk."""
+    segment = 256 << 10
+    journal_dir = tmp_path / "c" / "journal"
+    with SpillQueue(tmp_path, "c", journal_segment_bytes=segment) as queue:
+        peak_journal = peak_depth = 0
+        for i in range(100_000):
+            queue.append("t", b"x" * 100, key=str(i % 100))
+            if i % 5_000 == 4_999:
+                peak_journal = max(peak_journal, sum(p.stat().st_size for p in journal_dir.glob("*.wal")))
+                peak_depth = max(peak_depth, queue.depth)
+                queue.ack([r.seq for _, rs in queue.chunks() for r in rs])
+        assert queue.wait_committed(10)
+        queue.ack([r.seq for _, rs in queue.chunks() for r in rs])
+        status = queue.status()
+        assert status["spilled"] == status["acked"] == 100_000 and queue.depth == 0
+        assert status["commits"] < 1_000  # batched: about one commit per 1,000 journaled records
+        deadline = time.monotonic() + 5
+        while (queue.journal_bytes or queue.status()["chunks"]) and time.monotonic() < deadline:
+            queue.append("t", b"tick", wait=False)  # the acknowledged chunks' deletes ride on a commit
+            queue.wait_committed(5)
+            queue.ack([r.seq for _, rs in queue.chunks() for r in rs])
+            time.sleep(0.1)
+        assert queue.journal_bytes == 0
+        assert not list(journal_dir.glob("*.wal"))
+    assert peak_journal <= 2 * segment + 1_000 * 200, peak_journal  # one active, one awaiting its commit
+    assert peak_depth <= 7_000
+    with SpillQueue(tmp_path, "c") as queue:  # nothing comes back: the watermark covers the acked records
+        assert queue.depth == 0 and queue.status()["recovered"] == 0
+        assert queue.append("t", b"next") >= 100_000
+
+
+def test_journal_write_error_refuses_the_message_and_keeps_the_others(tmp_path: Path) -> None:
+    """Real EFBIG from the kernel (RLIMIT_FSIZE) on a journal write and on the store's commits: the
+    refused append raises SpillFullError, commits are retried, every accepted message is kept."""
+    import subprocess
+
+    from tests.spill_child import CHILD, ROOT, Recorded, check_reopened
+
+    proc = subprocess.run([*CHILD, "diskerror", str(tmp_path), str(tmp_path / "rec")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recorded = Recorded(tmp_path / "rec")
+    assert len(recorded.refused) >= 1 and "spill journal write" in recorded.refused[0]
+    assert "not accepted" in recorded.refused[0]
+    assert len(recorded.accepted) + len(recorded.refused) == 320
+    status = dict(kv.split("=") for kv in recorded.other[0].split()[1:])
+    assert status["committed"] == "True" and int(status["journal_errors"]) == len(recorded.refused)
+    assert int(status["commit_errors"]) >= 1 and status["under_limit"] == "False"
+    assert "spill.commit_failed" in proc.stderr and "dropped=0" in proc.stderr
+    counts = check_reopened(tmp_path, recorded)
+    assert counts["present"] == len(recorded.accepted) and counts["extra"] == 0
+
+
+def test_failing_segment_open_raises_and_the_next_append_works(tmp_path: Path) -> None:
+    """The next journal segment is /dev/full (ENOSPC from the kernel): that append is refused, the
+    queue moves on to a fresh segment, nothing accepted is lost."""
+    journal_dir = tmp_path / "c" / "journal"
+    accepted: list[bytes] = []
+    refused = 0
+    with SpillQueue(tmp_path, "c", journal_segment_bytes=1_000) as queue:
+        queue.append("t", b"v0")
+        accepted.append(b"v0")
+        current = max(int(p.stem) for p in journal_dir.glob("*.wal"))
+        (journal_dir / f"{current + 1:012d}.wal").symlink_to("/dev/full")
+        for i in range(1, 20):  # ~7 frames of 140 bytes fill a segment
+            try:
+                queue.append("t", f"v{i}".encode() + b"x" * 100)
+                accepted.append(f"v{i}".encode() + b"x" * 100)
+            except SpillFullError as exc:
+                assert "No space left on device" in str(exc) and "not accepted" in str(exc)
+                refused += 1
+        assert refused == 1 and queue.status()["journal_errors"] == 1
+    with SpillQueue(tmp_path, "c") as queue:
+        assert [v for _, _, v in _drain(queue)] == accepted
+
+
+def test_queue_written_before_the_journal_opens_and_continues(tmp_path: Path) -> None:
+    """A spill directory of the earlier layout (chunks, no watermark row, no journal) replays as before."""
+    import diskcache
+
+    from ykafka.spill import FORMAT, PROCESS_TOKEN
+
+    (tmp_path / "c").mkdir()
+    with diskcache.Cache(str(tmp_path / "c")) as cache:
+        cache.set(0, (FORMAT, [(i, "t", b"k", f"v{i}".encode(), None, 0, -1, PROCESS_TOKEN) for i in range(3)]))
+        cache.set(3, (FORMAT, [(3, "t", b"k", b"v3", None, 0, -1, PROCESS_TOKEN)]))
+    with SpillQueue(tmp_path, "c") as queue:
+        assert [v for _, _, v in _drain(queue)] == [b"v0", b"v1", b"v2", b"v3"]
+        assert queue.holds("t", b"k") and queue.append("t", b"v4", key=b"k") == 4
+    with SpillQueue(tmp_path, "c") as queue:
+        assert [v for _, _, v in _drain(queue)] == [b"v0", b"v1", b"v2", b"v3", b"v4"]

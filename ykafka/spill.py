@@ -1,12 +1,21 @@
 """The durable local spill queue: where messages wait on disk while their cluster cannot take them.
 
 One :class:`SpillQueue` per cluster, stored in a ``diskcache.Cache`` under ``<spill dir>/<cluster>``.
-Appends are grouped: a single writer thread commits whatever is waiting as one *chunk* (one row, one
-SQLite transaction), so many concurrent ``produce`` calls share a commit instead of paying one each.
-A chunk's key is the sequence number of its first record; sequences only grow, so reading chunks in key
+Records reach that cache in *chunks*: a single writer thread commits whatever is waiting as one row in
+one SQLite transaction, so spilling costs a share of a commit instead of one commit per message. A
+chunk's key is the sequence number of its first record; sequences only grow, so reading chunks in key
 order replays oldest first. A record leaves the queue only when :meth:`SpillQueue.ack` says the broker
 took it; a chunk row is deleted when all its records are acked (a crash in between replays the chunk
 again: duplicates, never loss).
+
+A ``sync`` append does not wait for that commit. It writes the record to an append-only *journal*
+(``<queue>/journal/<n>.wal``, one unbuffered ``os.write`` of a length + CRC32 framed record; with
+``fsync`` also a group ``fdatasync``) and returns: from then on the record survives a SIGKILL. The
+writer moves journaled records into chunks like async ones, and the transaction that stores a chunk also
+stores the *watermark*, the highest sequence number committed. A journal segment is deleted once the
+watermark covers it. On open, journal records above the watermark (written, not yet committed when the
+last process died) are committed before anything else; a torn frame at a segment's end is the write the
+crash interrupted, its ``append`` never returned, and it is dropped with a log line.
 
 The queue also keeps the per-key index the producer consults: while a key has spilled records, new
 sends of that key must join the spill tail, or they would overtake the older ones.
@@ -15,12 +24,16 @@ sends of that key must join the spill tail, or they would overtake the older one
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import marshal
 import os
 import re
+import struct
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +49,13 @@ log = structlog.get_logger(__name__)
 
 FORMAT = 1  # chunk row layout: (FORMAT, [record tuples]); bump when the tuple layout changes
 PROCESS_TOKEN = uuid.uuid4().hex  # records spilled by this process; only they can still fire callbacks
+WATERMARK_KEY = "ykafka.spill.watermark"  # highest seq stored in a chunk, set in the chunk's transaction
+JOURNAL_MAGIC = b"YKSPJ1"  # segment header: magic, the writer's PROCESS_TOKEN (32 hex chars), "\n"
+JOURNAL_HEADER_LEN = len(JOURNAL_MAGIC) + 32 + 1
+MARSHAL_VERSION = 4  # journal frame bodies: marshal of (seq, topic, key, value, headers, timestamp, partition)
+_FRAME = struct.Struct("<II")  # body length, crc32(body)
+_SEGMENT_RE = re.compile(r"^(\d{12})\.wal$")
+_dumps, _crc32, _pack_frame, _write = marshal.dumps, zlib.crc32, _FRAME.pack, os.write  # the append hot path
 
 CommitMode = Literal["sync", "async"]
 DeliveryCallback = Callable[..., Any]
@@ -83,11 +103,12 @@ register_option("ykafka.spill.dir", _opt_path, None, "spill queues (default <yka
 register_option("ykafka.spill.max.bytes", _bytes_size, 1 << 30,
                 "size cap of one cluster's spill queue; beyond it produce raises SpillFullError", None)
 register_option("ykafka.spill.commit", _commit_mode, "sync",
-                "sync: produce returns after its spilled message is on disk; async: bounded wait", None)
+                "sync: produce returns after its spilled message is on disk (journal); async: bounded wait", None)
 register_option("ykafka.spill.async.max.pending", _positive_int, 100_000,
-                "async spill: produce blocks while this many spilled messages await their commit", None)
+                "produce blocks while this many spilled messages await their commit to the spill store", None)
 register_option("ykafka.spill.fsync", _bool, False,
-                "fsync every spill commit (survives power loss; without it a commit survives SIGKILL)", None)
+                "fdatasync spilled messages before produce returns (survives power loss; without it a spilled "
+                "message survives SIGKILL)", None)
 
 
 class SpillRecord(NamedTuple):
@@ -140,6 +161,203 @@ def _as_bytes(data: Any) -> bytes | None:
 
 
 @dataclass
+class _Segment:
+    number: int
+    path: Path
+    fd: int | None = None  # open while it is the active segment
+    size: int = 0
+    last_seq: int = -1  # highest seq written to it; -1: no record
+
+
+class _Journal:
+    """The write-ahead journal of sync appends: numbered segment files, each a header then frames.
+
+    Not thread-safe: the queue calls it under its lock (the group fsync works on a duplicated fd).
+    A frame is ``<u32 length><u32 crc32(body)><body>``, written with one ``os.write`` on an ``O_APPEND``
+    descriptor, so after a SIGKILL a segment holds whole frames, possibly followed by one torn frame.
+    A failed or short write cuts the segment back and retires it: no frame is ever written after a torn one.
+    """
+
+    def __init__(self, directory: Path, fsync: bool, segment_bytes: int) -> None:
+        self.dir = directory
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self.dir.mkdir(exist_ok=True)
+        self.active: _Segment | None = None
+        self.retired: list[_Segment] = []  # full or broken segments, deleted once the watermark covers them
+        self.last_seq = -1  # highest seq written
+        self.synced = -1  # fsync mode: every record up to this seq is on stable storage
+        self.sync_failed = -1  # fsync mode: records up to this seq may not be (an fdatasync failed)
+        self.sync_error: OSError | None = None
+        self._next_number = 1 + max((n for n, _ in self.segment_files()), default=0)
+
+    def segment_files(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.dir.iterdir():
+            match = _SEGMENT_RE.match(path.name)
+            if match:
+                found.append((int(match.group(1)), path))
+        return sorted(found)
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def write(self, row: tuple[Any, ...]) -> None:
+        """Append one record row (seq first); raises OSError when it did not reach the file whole."""
+        body = _dumps(row, MARSHAL_VERSION)
+        frame = _pack_frame(len(body), _crc32(body)) + body
+        seg = self.active
+        if seg is None or seg.size >= self.segment_bytes:
+            if seg is not None:
+                self.retire()
+            seg = self._open_segment()
+        try:
+            written = _write(seg.fd, frame)  # type: ignore[arg-type]  # the active segment is open
+        except OSError:
+            self._cut(seg)
+            raise
+        if written != len(frame):
+            self._cut(seg)
+            raise OSError(errno.ENOSPC, f"short write to {seg.path}: {written} of {len(frame)} bytes")
+        seg.size += written
+        seg.last_seq = self.last_seq = row[0]
+
+    def _cut(self, seg: _Segment) -> None:
+        """A write failed: cut the torn frame off and retire the segment (no frame after a torn one)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(seg.fd, seg.size)  # type: ignore[arg-type]
+        self.retire()
+
+    def _open_segment(self) -> _Segment:
+        number = self._next_number
+        self._next_number += 1
+        path = self.dir / f"{number:012d}.wal"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        seg = _Segment(number, path, fd)
+        try:
+            header = JOURNAL_MAGIC + PROCESS_TOKEN.encode() + b"\n"
+            if os.write(fd, header) != len(header):
+                raise OSError(errno.ENOSPC, f"short write to {path}")
+            if self.fsync:
+                os.fdatasync(fd)
+                dir_fd = os.open(self.dir, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)  # the new file's name is durable too
+                finally:
+                    os.close(dir_fd)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        seg.size = len(header)
+        self.active = seg
+        return seg
+
+    def retire(self) -> None:
+        """Stop writing to the active segment (full, broken, or fully committed and idle)."""
+        seg = self.active
+        if seg is None:
+            return
+        self.active = None
+        assert seg.fd is not None
+        if self.fsync and seg.last_seq > self.synced:
+            try:
+                os.fdatasync(seg.fd)  # the group fsync only syncs the active segment
+                self.synced = seg.last_seq
+            except OSError as exc:
+                self.sync_failed, self.sync_error = max(self.sync_failed, seg.last_seq), exc
+        with contextlib.suppress(OSError):
+            os.close(seg.fd)
+        seg.fd = None
+        self.retired.append(seg)
+
+    def dup_active(self) -> int | None:
+        """A private descriptor of the active segment, for an fdatasync outside the queue lock."""
+        return None if self.active is None or self.active.fd is None else os.dup(self.active.fd)
+
+    # --- cleaning --------------------------------------------------------------------------------
+
+    def prune(self, watermark: int, idle: bool = False) -> int:
+        """Delete retired segments whose records are all committed (``idle``: the active one too)."""
+        if idle and self.active is not None and self.active.last_seq <= watermark \
+                and self.active.size > JOURNAL_HEADER_LEN:
+            self.retire()
+        keep, removed = [], 0
+        for seg in self.retired:
+            if seg.last_seq <= watermark:
+                try:
+                    seg.path.unlink(missing_ok=True)
+                    removed += 1
+                    continue
+                except OSError as exc:
+                    log.warning("spill.journal_delete_failed", segment=str(seg.path), error=str(exc))
+            keep.append(seg)
+        self.retired = keep
+        return removed
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.size for s in self.retired) + (self.active.size if self.active is not None else 0)
+
+    @property
+    def segments(self) -> int:
+        return len(self.retired) + (self.active is not None)
+
+    def close(self) -> None:
+        if self.active is not None and self.active.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.active.fd)
+            self.active.fd = None
+
+
+def read_segment(path: Path, cluster: str = "") -> tuple[bool, list[SpillRecord]]:
+    """The records of one journal segment, up to its first torn or corrupt frame (logged, dropped).
+    Returns (is a journal segment, records); a file that is not one is left alone by the caller."""
+    data = path.read_bytes()
+    if len(data) < JOURNAL_HEADER_LEN:  # the crash came between creating a segment and writing its header
+        if JOURNAL_MAGIC.startswith(data[:len(JOURNAL_MAGIC)]):
+            if data:
+                log.warning("spill.journal_torn", cluster=cluster, segment=path.name, offset=0,
+                            dropped_bytes=len(data), reason="torn segment header", records=0)
+            return True, []
+        data = b""
+    if not data.startswith(JOURNAL_MAGIC):
+        log.warning("spill.journal_unknown_file", cluster=cluster, segment=str(path))
+        return False, []
+    origin = data[len(JOURNAL_MAGIC):JOURNAL_HEADER_LEN - 1].decode("ascii", "replace")
+    records: list[SpillRecord] = []
+    offset, reason = JOURNAL_HEADER_LEN, ""
+    while offset < len(data):
+        if len(data) - offset < _FRAME.size:
+            reason = "torn frame header"
+            break
+        length, crc = _FRAME.unpack_from(data, offset)
+        end = offset + _FRAME.size + length
+        if length == 0 or end > len(data):
+            reason = "torn frame" if length else "zero-length frame"
+            break
+        body = data[offset + _FRAME.size:end]
+        if zlib.crc32(body) != crc:
+            reason = "checksum mismatch"
+            break
+        try:
+            row = marshal.loads(body)
+            if not isinstance(row, tuple) or len(row) != 7 or not isinstance(row[0], int) \
+                    or not isinstance(row[1], str):
+                raise TypeError("not a record row")
+            record = SpillRecord._make((*row, origin))
+        except (ValueError, EOFError, TypeError) as exc:
+            reason = f"undecodable frame ({exc})"
+            break
+        records.append(record)
+        offset = end
+    if offset < len(data):
+        log.warning("spill.journal_torn", cluster=cluster, segment=path.name, offset=offset,
+                    dropped_bytes=len(data) - offset, reason=reason, records=len(records))
+    return True, records
+
+
+@dataclass
 class _Chunk:
     pending: dict[int, tuple[int, IndexKey | None]] = field(default_factory=dict)  # seq -> (size, index key)
     size: int = 0  # records written
@@ -149,6 +367,7 @@ class _Chunk:
 class _Append:
     record: SpillRecord
     size: int
+    journaled: bool  # on disk already (sync append): a failed commit is retried, never dropped
 
 
 class SpillQueue:
@@ -157,37 +376,57 @@ class SpillQueue:
     def __init__(self, directory: str | os.PathLike[str], cluster: str, *, max_bytes: int = 1 << 30,
                  commit: CommitMode = "sync", fsync: bool = False, async_max_pending: int = 100_000,
                  chunk_records: int = 5000, on_commit_error: Callable[[list[SpillRecord], Exception], None]
-                 | None = None) -> None:
+                 | None = None, journal_segment_bytes: int = 4 << 20) -> None:
         self.cluster = cluster
         self.path = Path(directory) / re.sub(r"[^A-Za-z0-9._-]", "_", cluster)
         self.max_bytes = max_bytes
         self.commit_mode: CommitMode = commit
+        self.fsync = fsync
         self.async_max_pending = async_max_pending
         self.chunk_records = chunk_records
-        self.on_commit_error = on_commit_error
+        # journaled records wake the writer per batch (or its 50 ms tick): a wake per record would make it
+        # contend for the GIL with the appending thread at every os.write
+        self._journal_batch = max(1, min(1000, chunk_records // 2))
+        self._pending_check = max(0, async_max_pending - chunk_records)  # cheap pre-check of _throttle
+        self._sync = commit == "sync"
+        self.on_commit_error = on_commit_error  # async records whose commit failed (they were only in memory)
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_fh = self._acquire_owner_lock()
-        self._cache = diskcache.Cache(
-            str(self.path), eviction_policy="none", size_limit=1 << 62, cull_limit=0, statistics=0,
-            tag_index=0, sqlite_synchronous=2 if fsync else 1)
-        self._cond = threading.Condition()  # commit progress, for callers waiting on it
-        self._wake = threading.Condition(self._cond._lock)  # type: ignore[attr-defined]  # the writer's bell
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # state and commit progress, for callers waiting on it
+        self._wake = threading.Condition(self._lock)  # the writer's bell
         self._chunks: dict[int, _Chunk] = {}  # committed chunks, oldest first (insertion order)
         self._owner: dict[int, int] = {}  # live seq -> chunk key
         self._index: dict[IndexKey, int] = {}  # (topic, key) -> spilled records not yet acked
         self._callbacks: dict[int, DeliveryCallback] = {}  # seq -> user callback (this process only)
-        self._appends: list[_Append] = []  # accepted, not yet committed
+        self._appends: list[_Append] = []  # accepted, not yet committed, in seq order
+        self._inflight: list[_Append] = []  # taken by the writer, being committed
+        self._volatile = 0  # accepted records only in memory (async appends not yet committed)
         self._deletes: list[int] = []  # chunk keys to delete at the next commit
-        self._failed: dict[int, Exception] = {}  # seq -> commit error, for a caller waiting on it
-        self._waiting: set[int] = set()  # seqs whose caller waits for the commit
-        self._committing = False  # one thread at a time writes (leader / follower group commit)
+        self._committing = False
+        self._retry_at = 0.0  # a failed commit of journaled records is retried from then on
+        self._last_commit = 0.0
+        self._flushers = 0  # callers of wait_committed: commit now
+        self._syncing = False  # fsync mode: one thread at a time runs the group fdatasync
         self._bytes = 0
         self._depth = 0
         self._next_seq = 0
-        self._committed = -1  # highest committed seq
-        self._totals = {"spilled": 0, "acked": 0, "commits": 0, "commit_errors": 0, "full": 0}
+        self._watermark = -1  # highest seq committed to a chunk (persisted with it)
+        self._spilled = 0
+        self._totals = {"acked": 0, "commits": 0, "commit_errors": 0, "full": 0, "journal_errors": 0,
+                        "fsyncs": 0, "recovered": 0}
         self._closed = False
-        self._load()
+        try:
+            self._cache = diskcache.Cache(
+                str(self.path), eviction_policy="none", size_limit=1 << 62, cull_limit=0, statistics=0,
+                tag_index=0, sqlite_synchronous=2 if fsync else 1)
+            self._journal = _Journal(self.path / "journal", fsync, journal_segment_bytes)
+            self._load()
+        except BaseException:
+            if hasattr(self, "_cache"):
+                self._cache.close()
+            self._release_owner_lock()
+            raise
         self._writer = threading.Thread(target=self._write_loop, name=f"ykafka-spill-{cluster}", daemon=True)
         self._writer.start()
 
@@ -210,11 +449,20 @@ class SpillQueue:
         fh.flush()
         return fh
 
+    def _release_owner_lock(self) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_UN)
+            self._lock_fh.close()
+
     def _load(self) -> None:
-        """Rebuild the in-memory index from the chunks a previous run left behind."""
-        last = -1
+        """Rebuild the in-memory index from the chunks a previous run left behind, then commit what its
+        journal holds beyond them (sync appends that returned before their chunk commit)."""
+        last = watermark = -1
         for chunk_key in self._cache.iterkeys():
             row = self._cache.get(chunk_key)
+            if chunk_key == WATERMARK_KEY and isinstance(row, int):
+                watermark = row
+                continue
             if not isinstance(chunk_key, int) or not isinstance(row, tuple) or row[0] != FORMAT:
                 log.warning("spill.skip_unknown_row", cluster=self.cluster, key=repr(chunk_key)[:80])
                 continue
@@ -225,11 +473,50 @@ class SpillQueue:
                 self._owner[record.seq] = chunk_key
                 last = max(last, record.seq)
             self._chunks[chunk_key] = chunk
-        self._next_seq = last + 1
-        self._committed = last
+        self._watermark = max(watermark, last)  # queues written before the journal have no watermark row
+        self._recover_journal()
+        self._next_seq = self._watermark + 1
         if self._depth:
             log.info("spill.recovered", cluster=self.cluster, depth=self._depth, bytes=self._bytes,
-                     chunks=len(self._chunks), path=str(self.path))
+                     chunks=len(self._chunks), journaled=self._totals["recovered"], path=str(self.path))
+
+    def _recover_journal(self) -> None:
+        """Commit journal records above the watermark (in seq order), then delete the segments."""
+        files = self._journal.segment_files()
+        if not files:
+            return
+        found: dict[int, SpillRecord] = {}
+        ours: list[Path] = []
+        for _, path in files:
+            is_segment, records = read_segment(path, self.cluster)
+            if not is_segment:
+                continue
+            ours.append(path)
+            for record in records:
+                if record.seq > self._watermark:
+                    found.setdefault(record.seq, record)
+        records = [found[seq] for seq in sorted(found)]
+        if records:
+            rows = [tuple(r) for r in records]
+            with self._cache.transact(retry=True):  # if this raises the queue does not open; nothing is lost
+                for start in range(0, len(rows), self.chunk_records):
+                    part = rows[start:start + self.chunk_records]
+                    self._cache.set(part[0][0], (FORMAT, part), retry=True)
+                self._cache.set(WATERMARK_KEY, rows[-1][0], retry=True)
+            for start in range(0, len(records), self.chunk_records):
+                part_records = records[start:start + self.chunk_records]
+                chunk = _Chunk(size=len(part_records))
+                for record in part_records:
+                    self._track(chunk, record, record.size)
+                    self._owner[record.seq] = part_records[0].seq
+                self._chunks[part_records[0].seq] = chunk
+            self._watermark = records[-1].seq
+            self._totals["recovered"] = len(records)
+            log.info("spill.journal_recovered", cluster=self.cluster, records=len(records), segments=len(ours),
+                     first=records[0].seq, last=records[-1].seq)
+        for path in ours:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def _track(self, chunk: _Chunk, record: SpillRecord, size: int) -> None:
         ikey = record.index_key
@@ -246,14 +533,21 @@ class SpillQueue:
                wait: bool | None = None, timeout: float | None = None) -> int:
         """Spill one message; return its sequence number.
 
-        ``wait`` (default: the queue's commit mode is ``sync``) returns only after the record is committed
-        to disk. Without it the call returns once the record is queued for the writer, blocking while more
-        than ``async_max_pending`` records wait for their commit. Raises :class:`SpillFullError` when the
-        size cap would be exceeded; nothing is ever dropped silently.
+        ``wait`` (default: the queue's commit mode is ``sync``) returns only once the record is on disk:
+        written to the journal (survives SIGKILL) and, with ``fsync``, on stable storage. Without it the
+        record is only queued for the writer. Either way the call blocks while more than
+        ``async_max_pending`` records await their commit to the store. Raises :class:`SpillFullError`
+        when the size cap would be exceeded or the journal write failed (the message is then not
+        accepted); nothing is ever dropped silently.
         """
-        key_b, value_b, hdrs = _as_bytes(key), _as_bytes(value), normalize_headers(headers)
+        key_b = key if key is None or key.__class__ is bytes else _as_bytes(key)
+        value_b = value if value is None or value.__class__ is bytes else _as_bytes(value)
+        hdrs = normalize_headers(headers) if headers else None
         size = _size(topic, key_b, value_b, hdrs)
-        with self._cond:
+        sync = self._sync if wait is None else wait
+        timestamp = int(timestamp) if timestamp else 0
+        partition = -1 if partition is None else int(partition)
+        with self._lock:
             if self._closed:
                 raise ClosedError(f"spill queue of {self.cluster} is closed")
             if self._bytes + size > self.max_bytes:
@@ -262,40 +556,80 @@ class SpillQueue:
                                      f"{self.max_bytes} bytes used (ykafka.spill.max.bytes); message to "
                                      f"{topic!r} not accepted")
             seq = self._next_seq
-            self._next_seq += 1
-            record = SpillRecord(seq, topic, key_b, value_b, hdrs, int(timestamp or 0),
-                                 -1 if partition is None else int(partition), PROCESS_TOKEN)
-            ikey = record.index_key
-            if ikey is not None:  # counted from acceptance so later sends of the key queue behind it
+            row = (seq, topic, key_b, value_b, hdrs, timestamp, partition)
+            if sync:
+                try:
+                    self._journal.write(row)
+                except (OSError, ValueError) as exc:  # disk full, I/O error: not accepted, the caller hears it
+                    self._totals["journal_errors"] += 1
+                    log.error("spill.journal_write_failed", cluster=self.cluster, seq=seq, error=str(exc))
+                    raise SpillFullError(f"spill journal write to {self._journal.dir} failed: {exc}; message to "
+                                         f"{topic!r} not accepted") from exc
+            self._next_seq = seq + 1
+            if key_b is not None:  # counted from acceptance so later sends of the key queue behind it
+                ikey = (topic, key_b)
                 self._index[ikey] = self._index.get(ikey, 0) + 1
             self._bytes += size
             self._depth += 1
-            self._totals["spilled"] += 1
+            self._spilled += 1
             if on_delivery is not None:
                 self._callbacks[seq] = on_delivery
-            self._appends.append(_Append(record, size))
-            sync = (self.commit_mode == "sync") if wait is None else wait
+            appends = self._appends
+            appends.append(_Append(SpillRecord(*row, PROCESS_TOKEN), size, sync))
             if not sync:
-                self._wake.notify()
-            deadline = None if timeout is None else time.monotonic() + timeout
-            if sync:
-                self._waiting.add(seq)
-                try:
-                    while self._committed < seq and seq not in self._failed:
-                        if not self._committing:
-                            self._lead_commit()  # nobody is writing: commit the queue in this thread
-                        elif not self._wait(deadline):
-                            raise YKafkaError(f"spill commit of message {seq} to {self.cluster} timed out")
-                finally:
-                    self._waiting.discard(seq)
-            else:
-                while self._next_seq - 1 - self._committed > self.async_max_pending and not self._closed:
-                    if not self._wait(deadline):
-                        break  # accepted; it stays queued for the writer
-            error = self._failed.pop(seq, None)
-        if error is not None:
-            raise SpillFullError(f"spill commit to {self.path} failed: {error}") from error
+                self._volatile += 1
+                self._wake.notify()  # only in memory: commit it soon
+            elif len(appends) >= self._journal_batch:
+                self._wake.notify()  # on disk already: let the writer sleep until a batch is worth a commit
+            if sync and self.fsync:
+                self._await_stable(seq, None if timeout is None else time.monotonic() + timeout)
+            if len(appends) > self._pending_check:
+                self._throttle(timeout)
         return seq
+
+    def _throttle(self, timeout: float | None) -> None:
+        """Block while more than ``async_max_pending`` records await their commit (bounded memory)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._appends) + len(self._inflight) > self.async_max_pending and not self._closed:
+            if not self._wait(deadline):
+                break  # accepted; it stays queued for the writer
+
+    def _await_stable(self, seq: int, deadline: float | None) -> None:
+        """fsync mode: return once ``seq`` is on stable storage. One waiter runs the fdatasync for all
+        records written so far (group fsync) while the others wait. Called with ``_cond`` held."""
+        journal = self._journal
+        while True:
+            if seq <= journal.sync_failed:
+                raise SpillFullError(f"fdatasync of the spill journal {journal.dir} failed: {journal.sync_error}; "
+                                     f"message {seq} is journaled but may not be on stable storage")
+            if journal.synced >= seq:
+                return
+            if self._syncing:
+                if not self._wait(deadline):
+                    raise YKafkaError(f"fdatasync of spilled message {seq} to {self.cluster} timed out; "
+                                      "it is journaled and will be replayed")
+                continue
+            self._syncing = True
+            target, fd = journal.last_seq, journal.dup_active()
+            error: OSError | None = None
+            self._cond.release()
+            try:
+                if fd is not None:
+                    os.fdatasync(fd)
+            except OSError as exc:
+                error = exc
+            finally:
+                if fd is not None:
+                    os.close(fd)
+                self._cond.acquire()
+                self._syncing = False
+                self._totals["fsyncs"] += 1
+                if error is None:
+                    journal.synced = max(journal.synced, target)
+                else:
+                    journal.sync_failed, journal.sync_error = max(journal.sync_failed, target), error
+                    log.error("spill.journal_fsync_failed", cluster=self.cluster, error=str(error))
+                self._cond.notify_all()
 
     def _wait(self, deadline: float | None) -> bool:
         remaining = None if deadline is None else deadline - time.monotonic()
@@ -304,83 +638,118 @@ class SpillQueue:
         self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
         return True
 
+    def _settled(self) -> int:
+        """Every record up to this seq is committed to the store (or, async only, failed)."""
+        if self._inflight:
+            return self._inflight[0].record.seq - 1
+        if self._appends:
+            return self._appends[0].record.seq - 1
+        return self._next_seq - 1
+
     def wait_committed(self, timeout: float | None = None) -> bool:
-        """Wait until everything accepted so far is on disk (or failed); False on timeout."""
+        """Wait until everything accepted so far is committed to the store (or failed); False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._next_seq - 1
-            while self._committed < target:
-                if not self._wait(deadline):
-                    return False
+            self._flushers += 1  # the writer commits at once instead of gathering a batch
+            try:
+                if self._settled() < target:
+                    self._wake.notify()
+                while self._settled() < target:
+                    if not self._wait(deadline):
+                        return False
+            finally:
+                self._flushers -= 1
         return True
 
     # --- the writer --------------------------------------------------------------------------------
 
     def _write_loop(self) -> None:
-        """Commits async appends and chunk deletes; sync callers usually commit themselves first."""
+        """Moves accepted records into chunks, deletes acknowledged chunks and spent journal segments."""
         with self._cond:
             while True:
-                while (self._committing or (not self._appends and not self._deletes)) and not self._closed:
-                    self._wake.wait(0.05)  # deletes and orphaned appends are picked up within 50 ms
-                if self._closed and not self._appends and not self._deletes and not self._committing:
-                    return
-                if not self._committing:
-                    self._lead_commit()
+                if not self._appends and not self._deletes:
+                    if self._closed:
+                        return
+                    if not self._wake.wait(0.05):  # idle: a fully committed active segment goes too
+                        self._prune_journal(idle=True)
+                    continue
+                now = time.monotonic()
+                delay = self._retry_at - now
+                if not (self._closed or self._volatile or self._flushers or len(self._appends) >= self._journal_batch):
+                    delay = max(delay, self._last_commit + 0.05 - now)  # journaled records only: gather a batch
+                if delay > 0 and not self._closed:
+                    self._wake.wait(delay)
+                    continue
+                if not self._commit_waiting() and self._closed:
+                    return  # the disk refuses; journaled records wait in the journal for the next start
 
-    def _lead_commit(self) -> None:
-        """Take everything waiting and commit it as one transaction. Called with ``_cond`` held."""
+    def _commit_waiting(self) -> bool:
+        """Take what is waiting and commit it as one transaction. Called with ``_cond`` held; False when
+        the commit failed."""
         self._committing = True
-        take = self._appends[: self.chunk_records]
+        self._last_commit = time.monotonic()
+        take = self._inflight = self._appends[: self.chunk_records]
         del self._appends[: len(take)]
         deletes, self._deletes = self._deletes, []
         self._cond.release()
+        error: Exception | None = None
         try:
-            self._commit(take, deletes)
+            with self._cache.transact(retry=True):
+                if take:
+                    rows = [tuple(a.record) for a in take]
+                    self._cache.set(rows[0][0], (FORMAT, rows), retry=True)
+                    self._cache.set(WATERMARK_KEY, rows[-1][0], retry=True)
+                for chunk_key in deletes:
+                    self._cache.delete(chunk_key, retry=True)
+        except Exception as exc:  # disk full, I/O error: nothing of this transaction was stored
+            error = exc
         finally:
             self._cond.acquire()
             self._committing = False
-            self._cond.notify_all()
-
-    def _commit(self, take: list[_Append], deletes: list[int]) -> None:
-        error: Exception | None = None
-        try:
-            rows = [tuple(a.record) for a in take]
-            if not deletes:  # a lone set is its own transaction; skip BEGIN / COMMIT round trips
-                self._cache.set(take[0].record.seq, (FORMAT, rows), retry=True)
-            else:
-                with self._cache.transact(retry=True):
-                    if take:
-                        self._cache.set(take[0].record.seq, (FORMAT, rows), retry=True)
-                    for chunk_key in deletes:
-                        self._cache.delete(chunk_key, retry=True)
-        except Exception as exc:  # disk full, I/O error: the records were not stored
-            error = exc
-        with self._cond:
-            self._totals["commits"] += 1
-            if take and error is None:
+            self._inflight = []
+        self._totals["commits"] += 1
+        dropped: list[SpillRecord] = []
+        if error is None:
+            if take:
                 chunk_key = take[0].record.seq
                 chunk = _Chunk(size=len(take))
                 for item in take:
-                    ikey = item.record.index_key
-                    chunk.pending[item.record.seq] = (item.size, ikey)
+                    chunk.pending[item.record.seq] = (item.size, item.record.index_key)
                     self._owner[item.record.seq] = chunk_key
+                    if not item.journaled:
+                        self._volatile -= 1
                 self._chunks[chunk_key] = chunk
-                self._committed = take[-1].record.seq
-            elif take and error is not None:
-                self._totals["commit_errors"] += 1
-                for item in take:
-                    if item.record.seq in self._waiting:
-                        self._failed[item.record.seq] = error
+                self._watermark = take[-1].record.seq
+                self._prune_journal()
+        else:
+            self._totals["commit_errors"] += 1
+            self._deletes[:0] = deletes  # retried with the next commit
+            keep = [a for a in take if a.journaled]  # on disk in the journal: retried, never dropped
+            for item in take:
+                if not item.journaled:  # only ever in memory: reported failed, as before
+                    self._volatile -= 1
                     self._forget(item.record.seq, item.size, item.record.index_key)
                     self._callbacks.pop(item.record.seq, None)
-                self._committed = take[-1].record.seq
-            elif error is not None:
-                self._deletes.extend(deletes)  # retry the deletes with the next commit
-            self._cond.notify_all()
+                    dropped.append(item.record)
+            self._appends[:0] = keep
+            if keep or deletes:
+                self._retry_at = time.monotonic() + 1.0
+        self._cond.notify_all()
         if error is not None:
-            log.error("spill.commit_failed", cluster=self.cluster, records=len(take), error=str(error))
-            if take and self.on_commit_error is not None:
-                self.on_commit_error([a.record for a in take], error)
+            self._cond.release()
+            try:
+                log.error("spill.commit_failed", cluster=self.cluster, records=len(take), dropped=len(dropped),
+                          retried=len(take) - len(dropped), error=str(error))
+                if dropped and self.on_commit_error is not None:
+                    self.on_commit_error(dropped, error)
+            finally:
+                self._cond.acquire()
+        return error is None
+
+    def _prune_journal(self, idle: bool = False) -> None:
+        if self._journal.retired or (idle and self._journal.active is not None):
+            self._journal.prune(self._watermark, idle)
 
     def _forget(self, seq: int, size: int, ikey: IndexKey | None) -> None:
         self._bytes -= size
@@ -401,7 +770,12 @@ class SpillQueue:
         return (topic, _as_bytes(key)) in self._index
 
     def chunks(self, after: int = -1) -> Iterator[tuple[int, list[SpillRecord]]]:
-        """Committed chunks whose key is greater than ``after``, oldest first, with their unacked records."""
+        """Committed chunks whose key is greater than ``after``, oldest first, with their unacked records.
+
+        Records accepted before the call are waited for (up to a second) until the writer committed them,
+        so a replayer sees every message spilled so far."""
+        if self._appends or self._inflight:
+            self.wait_committed(1.0)
         with self._cond:
             keys = [k for k in self._chunks if k > after]
         for chunk_key in keys:
@@ -469,8 +843,15 @@ class SpillQueue:
 
     @property
     def uncommitted(self) -> int:
-        """Records accepted and not yet on disk (async appends waiting for the writer)."""
-        return max(0, self._next_seq - 1 - self._committed)
+        """Records accepted and not yet on disk (async appends waiting for the writer; journaled sync
+        appends are on disk)."""
+        return self._volatile
+
+    @property
+    def journal_bytes(self) -> int:
+        """Bytes in journal segment files (records on disk, not yet or just committed to the store)."""
+        with self._cond:
+            return self._journal.bytes
 
     def __len__(self) -> int:
         return self._depth
@@ -485,8 +866,13 @@ class SpillQueue:
                 "max_bytes": self.max_bytes,
                 "chunks": len(self._chunks),
                 "keys_waiting": len(self._index),
-                "uncommitted": len(self._appends),
+                "uncommitted": self._volatile,
+                "pending_commit": len(self._appends) + len(self._inflight),
+                "journal_bytes": self._journal.bytes,
+                "journal_segments": self._journal.segments,
                 "commit": self.commit_mode,
+                "fsync": self.fsync,
+                "spilled": self._spilled,
                 **self._totals,
             }
 
@@ -501,10 +887,14 @@ class SpillQueue:
         self._writer.join(timeout)
         with contextlib.suppress(Exception):
             self.compact()
+        with self._cond:
+            if not self._writer.is_alive() and not self._appends and not self._inflight:
+                with contextlib.suppress(OSError):
+                    self._journal.retire()
+                    self._journal.prune(self._watermark)  # everything committed: the journal is spent
+            self._journal.close()
         self._cache.close()
-        with contextlib.suppress(OSError):
-            fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_UN)
-            self._lock_fh.close()
+        self._release_owner_lock()
 
     def __enter__(self) -> SpillQueue:
         return self
