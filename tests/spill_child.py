@@ -4,7 +4,7 @@
 messages of ``--keys`` keys from one thread (values ``<i>:<padding>``) and write ``<seq> <key> <i>`` to
 RECORD_FILE once each ``append`` returned (line-buffered: a line on disk means its append returned);
 ``--ack`` runs a replayer-like thread that acknowledges every committed record and writes ``K <seq>``
-lines once ``ack`` returned. Then ``DONE``, and it waits to be killed. ``--selfkill`` SIGKILLs itself
+lines just before it calls ``ack``. Then ``DONE``, and it waits to be killed. ``--selfkill`` SIGKILLs itself
 right after the last append returned (the writer has not committed the tail yet).
 ``diskerror``: appends, then lowers RLIMIT_FSIZE so journal writes and commits hit EFBIG, records
 ``F <n>`` for each append refused with SpillFullError, lifts the limit, appends more, closes cleanly.
@@ -35,10 +35,9 @@ def acker(queue: SpillQueue, out: object, stop: threading.Event) -> None:
     """Acknowledge what reaches the store, as a replayer does once the broker took it."""
     while not stop.is_set():
         seqs = [r.seq for _, records in queue.chunks() for r in records]
-        if seqs:
+        if seqs:  # recorded before the ack: a kill in between leaves an acked-looking record that is still there
+            out.write("".join(f"K {seq}\n" for seq in seqs))  # type: ignore[attr-defined]
             queue.ack(seqs)
-            for seq in seqs:
-                out.write(f"K {seq}\n")  # type: ignore[attr-defined]
         time.sleep(0.01)
 
 

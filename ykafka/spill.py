@@ -363,11 +363,9 @@ class _Chunk:
     size: int = 0  # records written
 
 
-@dataclass
-class _Append:
-    record: SpillRecord
-    size: int
-    journaled: bool  # on disk already (sync append): a failed commit is retried, never dropped
+# an accepted record waiting for its chunk commit: (record row as stored, size, journaled); journaled: on
+# disk already (sync append), so a failed commit is retried, never dropped. A plain tuple: the hot path.
+_Append = tuple[tuple[Any, ...], int, bool]
 
 
 class SpillQueue:
@@ -556,10 +554,10 @@ class SpillQueue:
                                      f"{self.max_bytes} bytes used (ykafka.spill.max.bytes); message to "
                                      f"{topic!r} not accepted")
             seq = self._next_seq
-            row = (seq, topic, key_b, value_b, hdrs, timestamp, partition)
+            row = (seq, topic, key_b, value_b, hdrs, timestamp, partition, PROCESS_TOKEN)  # a SpillRecord's fields
             if sync:
                 try:
-                    self._journal.write(row)
+                    self._journal.write(row[:7])  # the origin is the segment header's
                 except (OSError, ValueError) as exc:  # disk full, I/O error: not accepted, the caller hears it
                     self._totals["journal_errors"] += 1
                     log.error("spill.journal_write_failed", cluster=self.cluster, seq=seq, error=str(exc))
@@ -575,7 +573,7 @@ class SpillQueue:
             if on_delivery is not None:
                 self._callbacks[seq] = on_delivery
             appends = self._appends
-            appends.append(_Append(SpillRecord(*row, PROCESS_TOKEN), size, sync))
+            appends.append((row, size, sync))
             if not sync:
                 self._volatile += 1
                 self._wake.notify()  # only in memory: commit it soon
@@ -641,9 +639,9 @@ class SpillQueue:
     def _settled(self) -> int:
         """Every record up to this seq is committed to the store (or, async only, failed)."""
         if self._inflight:
-            return self._inflight[0].record.seq - 1
+            return self._inflight[0][0][0] - 1
         if self._appends:
-            return self._appends[0].record.seq - 1
+            return self._appends[0][0][0] - 1
         return self._next_seq - 1
 
     def wait_committed(self, timeout: float | None = None) -> bool:
@@ -697,7 +695,7 @@ class SpillQueue:
         try:
             with self._cache.transact(retry=True):
                 if take:
-                    rows = [tuple(a.record) for a in take]
+                    rows = [a[0] for a in take]
                     self._cache.set(rows[0][0], (FORMAT, rows), retry=True)
                     self._cache.set(WATERMARK_KEY, rows[-1][0], retry=True)
                 for chunk_key in deletes:
@@ -712,26 +710,28 @@ class SpillQueue:
         dropped: list[SpillRecord] = []
         if error is None:
             if take:
-                chunk_key = take[0].record.seq
+                chunk_key = take[0][0][0]
                 chunk = _Chunk(size=len(take))
-                for item in take:
-                    chunk.pending[item.record.seq] = (item.size, item.record.index_key)
-                    self._owner[item.record.seq] = chunk_key
-                    if not item.journaled:
+                pending, owner = chunk.pending, self._owner
+                for row, size, journaled in take:
+                    pending[row[0]] = (size, None if row[2] is None else (row[1], row[2]))
+                    owner[row[0]] = chunk_key
+                    if not journaled:
                         self._volatile -= 1
                 self._chunks[chunk_key] = chunk
-                self._watermark = take[-1].record.seq
+                self._watermark = take[-1][0][0]
                 self._prune_journal()
         else:
             self._totals["commit_errors"] += 1
             self._deletes[:0] = deletes  # retried with the next commit
-            keep = [a for a in take if a.journaled]  # on disk in the journal: retried, never dropped
-            for item in take:
-                if not item.journaled:  # only ever in memory: reported failed, as before
+            keep = [a for a in take if a[2]]  # on disk in the journal: retried, never dropped
+            for row, size, journaled in take:
+                if not journaled:  # only ever in memory: reported failed, as before
+                    record = SpillRecord._make(row)
                     self._volatile -= 1
-                    self._forget(item.record.seq, item.size, item.record.index_key)
-                    self._callbacks.pop(item.record.seq, None)
-                    dropped.append(item.record)
+                    self._forget(record.seq, size, record.index_key)
+                    self._callbacks.pop(record.seq, None)
+                    dropped.append(record)
             self._appends[:0] = keep
             if keep or deletes:
                 self._retry_at = time.monotonic() + 1.0
