@@ -259,7 +259,7 @@ def test_journal_does_not_grow_without_bound(tmp_path: Path) -> None:
         queue.ack([r.seq for _, rs in queue.chunks() for r in rs])
         status = queue.status()
         assert status["spilled"] == status["acked"] == 100_000 and queue.depth == 0
-        assert status["commits"] < 1_000  # batched: about one commit per 1,000 journaled records
+        assert status["commits"] < 1_000  # batched: a commit per 50 ms or per chunk of 5,000 records
         deadline = time.monotonic() + 5
         while (queue.journal_bytes or queue.status()["chunks"]) and time.monotonic() < deadline:
             queue.append("t", b"tick", wait=False)  # the acknowledged chunks' deletes ride on a commit
@@ -268,7 +268,8 @@ def test_journal_does_not_grow_without_bound(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert queue.journal_bytes == 0
         assert not list(journal_dir.glob("*.wal"))
-    assert peak_journal <= 2 * segment + 1_000 * 200, peak_journal  # one active, one awaiting its commit
+    # the active segment plus those awaiting their commit (at most a chunk of 5,000 records, ~50 ms)
+    assert peak_journal <= 2 * segment + 5_000 * 200, peak_journal
     assert peak_depth <= 7_000
     with SpillQueue(tmp_path, "c") as queue:  # nothing comes back: the watermark covers the acked records
         assert queue.depth == 0 and queue.status()["recovered"] == 0

@@ -150,6 +150,7 @@ class ClusterLink:
         self._order = itertools.count()  # produce order of direct sends
         self._undelivered: list[tuple[int, Outgoing, KafkaError]] = []
         self._retired: list[Producer] = []
+        self._rerouting = False  # a poll is re-routing a batch taken out of _undelivered
         self.available = health.state is ClusterState.UP
         self._recovering = False
         self._down_since = 0.0
@@ -180,7 +181,7 @@ class ClusterLink:
         cluster, with its hot-config settings); without it the link uses its own. Messages a retired
         client still holds are older than this one: they are re-routed first, so a key's spilled records
         stay in the order they were produced."""
-        if self._retired or self._undelivered:
+        if self._retired or self._undelivered or self._rerouting:
             self._drain_retired()
         queue = self.queue
         with self._lock:  # decide and produce atomically with respect to mark_unavailable's purge
@@ -197,7 +198,7 @@ class ClusterLink:
                     self._on_delivery, msg, next(self._order), client), None, msg[4], msg[5])
                 self.direct += 1
                 return
-        if self._retired or self._undelivered:
+        if self._retired or self._undelivered or self._rerouting:
             self._drain_retired()
         self.spill(msg, wait=spill_wait)
 
@@ -207,7 +208,7 @@ class ClusterLink:
         (cluster unavailable, records waiting in the spill, a retired client draining). The owner drops
         it when :attr:`on_change` fires."""
         with self._lock:
-            if not self.available or self._retired or self._undelivered \
+            if not self.available or self._retired or self._undelivered or self._rerouting \
                     or (self.queue is not None and self.queue.depth):
                 return None
             if client not in self._external:
@@ -262,9 +263,14 @@ class ClusterLink:
 
     def _reroute_undelivered(self) -> None:
         """Re-route what retired clients gave back, oldest produce first. Called with the poll lock held."""
-        batch, self._undelivered = sorted(self._undelivered, key=lambda item: item[0]), []
-        for _order, msg, err in batch:
-            self._reroute(self.cluster, msg, err)  # spill, standby, or the caller's callback
+        # flagged while the batch is re-routed: a send that finds both lists empty must still wait behind it
+        self._rerouting = True
+        try:
+            batch, self._undelivered = sorted(self._undelivered, key=lambda item: item[0]), []
+            for _order, msg, err in batch:
+                self._reroute(self.cluster, msg, err)  # spill, standby, or the caller's callback
+        finally:
+            self._rerouting = False
 
     # --- state ------------------------------------------------------------------------------------
 

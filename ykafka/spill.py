@@ -363,9 +363,10 @@ class _Chunk:
     size: int = 0  # records written
 
 
-# an accepted record waiting for its chunk commit: (record row as stored, size, journaled); journaled: on
-# disk already (sync append), so a failed commit is retried, never dropped. A plain tuple: the hot path.
-_Append = tuple[tuple[Any, ...], int, bool]
+# an accepted record waiting for its chunk commit: (record row as stored, size, journaled, index key);
+# journaled: on disk already (sync append), so a failed commit is retried, never dropped. A plain tuple:
+# it is made on the hot path.
+_Append = tuple[tuple[Any, ...], int, bool, IndexKey | None]
 
 
 class SpillQueue:
@@ -375,6 +376,8 @@ class SpillQueue:
                  commit: CommitMode = "sync", fsync: bool = False, async_max_pending: int = 100_000,
                  chunk_records: int = 5000, on_commit_error: Callable[[list[SpillRecord], Exception], None]
                  | None = None, journal_segment_bytes: int = 4 << 20) -> None:
+        if chunk_records < 1 or journal_segment_bytes < 1:
+            raise ConfigError(f"spill queue of {cluster}: chunk_records and journal_segment_bytes must be at least 1")
         self.cluster = cluster
         self.path = Path(directory) / re.sub(r"[^A-Za-z0-9._-]", "_", cluster)
         self.max_bytes = max_bytes
@@ -382,9 +385,9 @@ class SpillQueue:
         self.fsync = fsync
         self.async_max_pending = async_max_pending
         self.chunk_records = chunk_records
-        # journaled records wake the writer per batch (or its 50 ms tick): a wake per record would make it
-        # contend for the GIL with the appending thread at every os.write
-        self._journal_batch = max(1, min(1000, chunk_records // 2))
+        # journaled records wake the writer per full chunk, else its 50 ms tick commits them: a wake per
+        # record would make it contend for the GIL with the appending thread at every os.write
+        self._journal_batch = chunk_records
         self._pending_check = max(0, async_max_pending - chunk_records)  # cheap pre-check of _throttle
         self._sync = commit == "sync"
         self.on_commit_error = on_commit_error  # async records whose commit failed (they were only in memory)
@@ -564,6 +567,7 @@ class SpillQueue:
                     raise SpillFullError(f"spill journal write to {self._journal.dir} failed: {exc}; message to "
                                          f"{topic!r} not accepted") from exc
             self._next_seq = seq + 1
+            ikey = None
             if key_b is not None:  # counted from acceptance so later sends of the key queue behind it
                 ikey = (topic, key_b)
                 self._index[ikey] = self._index.get(ikey, 0) + 1
@@ -573,7 +577,7 @@ class SpillQueue:
             if on_delivery is not None:
                 self._callbacks[seq] = on_delivery
             appends = self._appends
-            appends.append((row, size, sync))
+            appends.append((row, size, sync, ikey))
             if not sync:
                 self._volatile += 1
                 self._wake.notify()  # only in memory: commit it soon
@@ -711,13 +715,10 @@ class SpillQueue:
         if error is None:
             if take:
                 chunk_key = take[0][0][0]
-                chunk = _Chunk(size=len(take))
-                pending, owner = chunk.pending, self._owner
-                for row, size, journaled in take:
-                    pending[row[0]] = (size, None if row[2] is None else (row[1], row[2]))
-                    owner[row[0]] = chunk_key
-                    if not journaled:
-                        self._volatile -= 1
+                chunk = _Chunk({row[0]: (size, ikey) for row, size, _, ikey in take}, len(take))
+                self._owner.update({seq: chunk_key for seq in chunk.pending})
+                if self._volatile:
+                    self._volatile -= sum(1 for a in take if not a[2])
                 self._chunks[chunk_key] = chunk
                 self._watermark = take[-1][0][0]
                 self._prune_journal()
@@ -725,7 +726,7 @@ class SpillQueue:
             self._totals["commit_errors"] += 1
             self._deletes[:0] = deletes  # retried with the next commit
             keep = [a for a in take if a[2]]  # on disk in the journal: retried, never dropped
-            for row, size, journaled in take:
+            for row, size, journaled, _ in take:
                 if not journaled:  # only ever in memory: reported failed, as before
                     record = SpillRecord._make(row)
                     self._volatile -= 1
