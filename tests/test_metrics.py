@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import confluent_kafka
 import requests
 from confluent_kafka import Producer, TopicPartition
@@ -27,6 +30,41 @@ def test_timer_summaries_and_counters_are_exact() -> None:
     assert (timing["topic"], timing["group"], timing["source"]) == ("orders", "g1", "timer")
     assert out[MetricName.CONSUME_ERRORS]["value"] == 3.0
     assert metrics.flush_timers() == []  # the interval was reset
+    metrics.close(final_state=None)
+
+
+def test_timer_samples_from_worker_threads_are_all_counted_across_flushes() -> None:
+    """Worker threads observe while the report thread flushes: every sample lands in exactly one interval."""
+    metrics = Metrics(None, "c-2", "consumer", group="g1", interval_s=3600)
+    threads, per_thread = 4, 20_000
+    flushed: list[dict] = []
+    done = threading.Event()
+
+    def work() -> None:
+        for _ in range(per_thread):
+            metrics.observe(MetricName.PROCESS_LATENCY, 1.0, topic="orders", group="g1")
+
+    def flush() -> None:
+        while not done.is_set():
+            flushed.extend(metrics.flush_timers())
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: a lost update would show
+    try:
+        flusher = threading.Thread(target=flush)
+        flusher.start()
+        workers = [threading.Thread(target=work) for _ in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        done.set()
+        flusher.join()
+    finally:
+        sys.setswitchinterval(old)
+    flushed.extend(metrics.flush_timers())
+    assert sum(e["count"] for e in flushed) == threads * per_thread
+    assert sum(e["sum"] for e in flushed) == threads * per_thread
     metrics.close(final_state=None)
 
 

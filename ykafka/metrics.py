@@ -172,20 +172,21 @@ class Metrics:
     def observe(self, name: str, ms: float, topic: str | None = None, group: str | None = None) -> None:
         """One timing sample (e.g. ``consume.latency_ms``); summarised per interval, reservoir-sampled."""
         key = (name, topic, group)
-        timer = self._timers.get(key)
-        if timer is None:
-            timer = self._timers.setdefault(key, _Timer())
-        timer.count += 1
-        timer.sum += ms
-        if ms > timer.max:
-            timer.max = ms
-        samples = timer.samples
-        if len(samples) < self._reservoir:
-            samples.append(ms)
-        else:
-            slot = int(_random() * timer.count)  # randrange costs ~0.5 µs per sample
-            if slot < self._reservoir:
-                samples[slot] = ms
+        with self._lock:  # worker threads share a timer, and flush_timers swaps them out meanwhile
+            timer = self._timers.get(key)
+            if timer is None:
+                timer = self._timers[key] = _Timer()
+            timer.count += 1
+            timer.sum += ms
+            if ms > timer.max:
+                timer.max = ms
+            samples = timer.samples
+            if len(samples) < self._reservoir:
+                samples.append(ms)
+            else:
+                slot = int(_random() * timer.count)  # randrange costs ~0.5 µs per sample
+                if slot < self._reservoir:
+                    samples[slot] = ms
 
     def count(self, name: str, n: float = 1, topic: str | None = None, group: str | None = None) -> None:
         """Bump a counter (e.g. ``send.errors`` for a failed delivery); emitted as a delta per interval."""
