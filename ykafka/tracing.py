@@ -484,12 +484,14 @@ class Tracer:
             ts or int(_time() * 1000), kind, msg_id, topic, key, partition, offset, msg_ts, latency_ms, group,
             attempt, None if error is None else str(error), detail, cluster or self.cluster))
 
-    def trace_id(self, msg: Any, rate: float) -> str | None:
+    def trace_id(self, msg: Any, rate: float, headers: Any = None) -> str | None:
         """Consumer side: the correlation id of a consumed message if it is to be traced, else None
-        (the same decision the producer made; see the module docstring)."""
+        (the same decision the producer made; see the module docstring). ``headers``: ``msg.headers()``
+        when the caller has it already (each call builds a new list)."""
         if rate <= 0.0 or self._put is None:
             return None
-        headers = msg.headers()
+        if headers is None:
+            headers = msg.headers()
         found = header_text(headers, TRACE_HEADER)
         if found:
             return found
@@ -512,10 +514,14 @@ class Tracer:
         """
         if self._put is None:
             return False
-        msg_id = self.trace_id(msg, self.rate(effective or {}) if rate is None else rate)
-        if msg_id is None:
+        if rate is None:
+            rate = self.rate(effective or {})
+        if rate <= 0.0:
             return False
         headers = msg.headers()
+        msg_id = self.trace_id(msg, rate, headers)
+        if msg_id is None:
+            return False
         topic = msg.topic()
         original = header_text(headers, _ORIGINAL_TOPIC)
         if original and original != topic:
