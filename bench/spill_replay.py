@@ -24,7 +24,6 @@ Last line: RESULT {"spill_msgs_s": ..., "replay_msgs_s": ..., "diskcache_set_s":
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shutil
 import sys
@@ -38,9 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import diskcache  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from tests.dr_fixtures import Broker, make_engine, read_all, tally  # noqa: E402
+from tests.dr_fixtures import Broker, create_topic, make_engine, read_all, tally  # noqa: E402
 from ykafka.failover import RouteSpec  # noqa: E402
 from ykafka.health import ClusterState  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
@@ -61,22 +59,6 @@ def peer_diskcache(directory: Path, n: int) -> float:
     rate = n / (time.perf_counter() - start)
     cache.close()
     return rate
-
-
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create the topic; the replay may have auto-created it first (with the broker's default partition
-    count), which serves as well."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10).values():
-        with contextlib.suppress(Exception):  # already exists is fine
-            future.result(15)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=5)
-        if topic in meta.topics and meta.topics[topic].partitions:
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"topic {topic} not visible on {bootstrap}")
 
 
 def spill_rate(broker: Broker, directory: Path, topic: str, n: int, threads: int, **options: Any) -> float:
@@ -142,7 +124,7 @@ def main() -> None:
         depth = spill_status["depth"]
 
         broker.start()
-        ensure_topic(broker.bootstrap, topic, 3)
+        create_topic(broker.bootstrap, topic, 3, exact=False)  # the replay may have auto-created it
         up_at = None
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:

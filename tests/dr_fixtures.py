@@ -126,7 +126,9 @@ def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int = 3, exact: bool = True) -> None:
+    """Create ``topic`` and wait until it is visible; ``exact=False`` also accepts it with another partition
+    count (auto-created first by a producer, with the broker's default)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10).values():
         with contextlib.suppress(Exception):  # already exists is fine
@@ -134,7 +136,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         meta = admin.list_topics(topic, timeout=5)
-        if topic in meta.topics and len(meta.topics[topic].partitions) == partitions:
+        found = meta.topics.get(topic)
+        if found is not None and found.partitions and (not exact or len(found.partitions) == partitions):
             return
         time.sleep(0.1)
     raise RuntimeError(f"topic {topic} not visible on {bootstrap}")
