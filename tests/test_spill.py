@@ -109,8 +109,14 @@ def test_options_registered_and_default_dir(tmp_path: Path) -> None:
     assert cfg.options["ykafka.spill.max.bytes"] == 5000
     assert cfg.options["ykafka.spill.commit"] == "async"
     assert spill_dir(cfg.options, cfg.cache_dir) == tmp_path / "spill"
-    with pytest.raises(ConfigError, match="ykafka.spill.commit"):
+    with pytest.raises(ConfigError, match="ykafka.spill.commit.*must be one of sync, async"):
         config.load({"bootstrap.servers": "x:1", "ykafka.spill.commit": "maybe"}, "producer")
+    with pytest.raises(ConfigError, match="ykafka.spill.max.bytes.*must be at least 1000"):
+        config.load({"bootstrap.servers": "x:1", "ykafka.spill.max.bytes": "999"}, "producer")
+    with pytest.raises(ConfigError, match="ykafka.spill.fsync.*expected a boolean"):
+        config.load({"bootstrap.servers": "x:1", "ykafka.spill.fsync": "sometimes"}, "producer")
+    with pytest.raises(ConfigError, match="ykafka.dr.enabled.*expected a boolean"):
+        config.load({"bootstrap.servers": "x:1", "ykafka.dr.enabled": "2"}, "producer")
 
 
 def test_engine_raises_spill_full_to_the_caller_while_the_cluster_is_down(tmp_path: Path) -> None:

@@ -92,7 +92,9 @@ def boolean(value: Any) -> bool:
     raise ValueError("expected a boolean (true / false)")
 
 
-def int_range(lo: int, hi: int) -> Parser:
+def int_range(lo: int, hi: int | None = None) -> Parser:
+    """Integers from ``lo`` to ``hi`` (no upper bound when None)."""
+
     def parse(value: Any) -> int:
         if isinstance(value, bool):
             raise ValueError("expected an integer")
@@ -100,7 +102,9 @@ def int_range(lo: int, hi: int) -> Parser:
             number = int(str(value).strip())
         except ValueError:
             raise ValueError("expected an integer") from None
-        if not lo <= number <= hi:
+        if hi is None and number < lo:
+            raise ValueError(f"must be at least {lo}")
+        if hi is not None and not lo <= number <= hi:
             raise ValueError(f"must be between {lo} and {hi}")
         return number
 
@@ -122,7 +126,7 @@ def float_range(lo: float, hi: float) -> Parser:
     return parse
 
 
-def _choice(*options: str, aliases: Mapping[str, str] | None = None) -> Parser:
+def choice(*options: str, aliases: Mapping[str, str] | None = None) -> Parser:
     def parse(value: Any) -> str:
         text = str(value).strip()
         text = (aliases or {}).get(text, text)
@@ -181,14 +185,14 @@ _KEYS: list[Key] = [
         frozenset({ScopeKind.GLOBAL, ScopeKind.TOPIC, ScopeKind.GROUP})),
     Key("route.standby", _cluster_name, Apply.IN_PLACE, None, "standby cluster for dual-DC failover",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
-    Key("route.failover", _choice("auto", "manual"), Apply.IN_PLACE, "manual",
+    Key("route.failover", choice("auto", "manual"), Apply.IN_PLACE, "manual",
         "whether writes fail over to the standby automatically",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
-    Key("producer.acks", _choice("0", "1", "all", aliases={"-1": "all"}), Apply.REBUILD, "all",
+    Key("producer.acks", choice("0", "1", "all", aliases={"-1": "all"}), Apply.REBUILD, "all",
         "broker acknowledgements required", _PRODUCER_SCOPES, "acks"),
     Key("producer.idempotence", boolean, Apply.REBUILD, True, "idempotent producer (needs acks=all)",
         _PRODUCER_SCOPES, "enable.idempotence"),
-    Key("producer.partitioner", _choice("murmur2", "consistent", "random", "round_robin", "sticky"),
+    Key("producer.partitioner", choice("murmur2", "consistent", "random", "round_robin", "sticky"),
         Apply.IN_PLACE, "murmur2", "partition choice for messages without an explicit partition",
         _PRODUCER_SCOPES),
     Key("producer.partitions.exclude", _int_list(0, 1_000_000, allow_empty=True), Apply.IN_PLACE, (),
@@ -197,7 +201,7 @@ _KEYS: list[Key] = [
         "linger.ms"),
     Key("producer.batch.size", int_range(1, 2_147_483_647), Apply.REBUILD, 1_000_000, "max batch bytes",
         _PRODUCER_SCOPES, "batch.size"),
-    Key("producer.compression", _choice("none", "gzip", "snappy", "lz4", "zstd"), Apply.REBUILD, "none",
+    Key("producer.compression", choice("none", "gzip", "snappy", "lz4", "zstd"), Apply.REBUILD, "none",
         "compression codec", _PRODUCER_SCOPES, "compression.type"),
     Key("producer.socket.send.buffer.bytes", int_range(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
         _PRODUCER_SCOPES, "socket.send.buffer.bytes"),
@@ -207,7 +211,7 @@ _KEYS: list[Key] = [
         "bytes per second per process, 0 = unlimited", _PRODUCER_SCOPES),
     Key("consumer.socket.receive.buffer.bytes", int_range(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
         _CONSUMER_SCOPES, "socket.receive.buffer.bytes"),
-    Key("consumer.assignment.strategy", _choice("range", "roundrobin", "cooperative-sticky"), Apply.REJOIN,
+    Key("consumer.assignment.strategy", choice("range", "roundrobin", "cooperative-sticky"), Apply.REJOIN,
         "range", "partition assignment strategy", _CONSUMER_SCOPES, "partition.assignment.strategy"),
     Key("consumer.fetch.max.bytes", int_range(1, 2_147_483_135), Apply.REBUILD, 52_428_800,
         "max bytes per fetch response", _CONSUMER_SCOPES, "fetch.max.bytes"),
@@ -218,7 +222,7 @@ _KEYS: list[Key] = [
     Key("consumer.rate.limit.msgs", float_range(0, 1e9), Apply.IN_PLACE, 0.0,
         "messages per second per process, 0 = unlimited", _CONSUMER_SCOPES),
     Key("consumer.workers", int_range(1, 1024), Apply.IN_PLACE, 4, "worker pool size", _CONSUMER_SCOPES),
-    Key("consumer.ordering", _choice("none", "partition", "key"), Apply.IN_PLACE, "partition",
+    Key("consumer.ordering", choice("none", "partition", "key"), Apply.IN_PLACE, "partition",
         "ordering guarantee of the worker pool", _CONSUMER_SCOPES),
     Key("consumer.paused", boolean, Apply.IN_PLACE, False, "pause fetching, stay in the group",
         _CONSUMER_SCOPES),
@@ -232,7 +236,7 @@ _KEYS: list[Key] = [
         _CONSUMER_SCOPES),
     Key("trace.enabled", boolean, Apply.IN_PLACE, False, "emit trace events"),
     Key("trace.sample.rate", float_range(0.0, 1.0), Apply.IN_PLACE, 0.01, "fraction of messages traced"),
-    Key("topic.grade", _choice("P0", "P1", "P2"), Apply.IN_PLACE, "P2", "grade-level defaults",
+    Key("topic.grade", choice("P0", "P1", "P2"), Apply.IN_PLACE, "P2", "grade-level defaults",
         frozenset({ScopeKind.GLOBAL, ScopeKind.TOPIC})),
     Key("auth.enabled", boolean, Apply.IN_PLACE, True, "MetaServer enforcement of app secrets",
         frozenset({ScopeKind.GLOBAL})),
@@ -252,7 +256,7 @@ _KEYS: list[Key] = [
     Key("health.probe.interval.ms", int_range(50, 600_000), Apply.IN_PLACE, 500,
         "metadata probe period while a cluster is suspect or down (10x while healthy)",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
-    Key("route.active", _choice("primary", "standby"), Apply.SWITCH, "primary",
+    Key("route.active", choice("primary", "standby"), Apply.SWITCH, "primary",
         "manual dual-DC switch: standby moves writes to route.standby; back to primary copies the "
         "standby's writes of the window back (failback sync)",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),

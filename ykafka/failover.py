@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from ykafka.catalog import Scope, ScopeKind
+from ykafka.catalog import Scope, ScopeKind, boolean
 from ykafka.config import register_option
 from ykafka.errors import ClosedError, SpillFullError
 from ykafka.events import MESSAGE_ID_HEADER
@@ -836,16 +836,7 @@ class DisasterRecovery:
 
 # --- wiring into ykafka.Producer -------------------------------------------------------------------------
 
-def _bool_option(text: Any) -> bool:
-    if isinstance(text, bool):
-        return text
-    value = str(text).strip().lower()
-    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-        raise ValueError("expected a boolean (true / false)")
-    return value in ("true", "1", "yes", "on")
-
-
-register_option("ykafka.dr.enabled", _bool_option, True,
+register_option("ykafka.dr.enabled", boolean, True,
                 "route sends through the disaster-recovery engine (spill, replay, dual-DC failover)", None)
 
 

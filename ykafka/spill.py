@@ -42,6 +42,7 @@ from typing import Any, Literal, NamedTuple
 import diskcache
 import structlog
 
+from ykafka.catalog import boolean, choice, int_range
 from ykafka.config import register_option
 from ykafka.errors import ClosedError, ConfigError, SpillFullError, YKafkaError
 
@@ -63,34 +64,9 @@ IndexKey = tuple[str, bytes]
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
-def _bytes_size(text: Any) -> int:
-    value = int(str(text).strip())
-    if value < 1_000:
-        raise ValueError("must be at least 1000 bytes")
-    return value
-
-
-def _commit_mode(text: Any) -> str:
-    value = str(text).strip()
-    if value not in ("sync", "async"):
-        raise ValueError("must be sync or async")
-    return value
-
-
-def _positive_int(text: Any) -> int:
-    value = int(str(text).strip())
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
-
-
-def _bool(text: Any) -> bool:
-    if isinstance(text, bool):
-        return text
-    value = str(text).strip().lower()
-    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-        raise ValueError("expected a boolean (true / false)")
-    return value in ("true", "1", "yes", "on")
+_bytes_size = int_range(1_000)
+_commit_mode = choice("sync", "async")
+_positive_int = int_range(1)
 
 
 def _opt_path(text: Any) -> str | None:
@@ -106,7 +82,7 @@ register_option("ykafka.spill.commit", _commit_mode, "sync",
                 "sync: produce returns after its spilled message is on disk (journal); async: bounded wait", None)
 register_option("ykafka.spill.async.max.pending", _positive_int, 100_000,
                 "produce blocks while this many spilled messages await their commit to the spill store", None)
-register_option("ykafka.spill.fsync", _bool, False,
+register_option("ykafka.spill.fsync", boolean, False,
                 "fdatasync spilled messages before produce returns (survives power loss; without it a spilled "
                 "message survives SIGKILL)", None)
 
