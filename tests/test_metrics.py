@@ -33,6 +33,19 @@ def test_timer_summaries_and_counters_are_exact() -> None:
     metrics.close(final_state=None)
 
 
+def test_batched_samples_match_one_by_one_counts_and_fill_the_reservoir_uniformly() -> None:
+    metrics = Metrics(None, "c-3", "consumer", group="g1", interval_s=3600)
+    values = [float(v) for v in range(1, 20_001)]
+    for start in range(0, len(values), 7):  # worker batches, crossing the reservoir's edge mid-batch
+        metrics.observe_many(MetricName.CONSUME_LATENCY, values[start:start + 7], topic="orders", group="g1")
+    metrics.observe_many(MetricName.CONSUME_LATENCY, [], topic="orders", group="g1")
+    timing = {e["name"]: e for e in metrics.flush_timers()}[MetricName.CONSUME_LATENCY]
+    assert (timing["count"], timing["sum"], timing["max"]) == (20_000, 200_010_000.0, 20_000.0)
+    assert 8_000 <= timing["p50"] <= 12_000  # a uniform sample of 1..20,000, not the first batches
+    assert timing["p99"] >= 18_000
+    metrics.close(final_state=None)
+
+
 def test_timer_samples_from_worker_threads_are_all_counted_across_flushes() -> None:
     """Worker threads observe while the report thread flushes: every sample lands in exactly one interval."""
     metrics = Metrics(None, "c-2", "consumer", group="g1", interval_s=3600)

@@ -25,7 +25,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -171,22 +171,36 @@ class Metrics:
 
     def observe(self, name: str, ms: float, topic: str | None = None, group: str | None = None) -> None:
         """One timing sample (e.g. ``consume.latency_ms``); summarised per interval, reservoir-sampled."""
+        self.observe_many(name, (ms,), topic, group)
+
+    def observe_many(self, name: str, values: Sequence[float], topic: str | None = None,
+                     group: str | None = None) -> None:
+        """Several timing samples under one lock (a worker's batch): the per-message path appends to a list."""
+        if not values:
+            return
         key = (name, topic, group)
+        reservoir = self._reservoir
         with self._lock:  # worker threads share a timer, and flush_timers swaps them out meanwhile
             timer = self._timers.get(key)
             if timer is None:
                 timer = self._timers[key] = _Timer()
-            timer.count += 1
-            timer.sum += ms
-            if ms > timer.max:
-                timer.max = ms
+            timer.sum += sum(values)
+            top = max(values)
+            if top > timer.max:
+                timer.max = top
             samples = timer.samples
-            if len(samples) < self._reservoir:
-                samples.append(ms)
-            else:
-                slot = int(_random() * timer.count)  # randrange costs ~0.5 µs per sample
-                if slot < self._reservoir:
+            count = timer.count
+            room = reservoir - len(samples)
+            if room > 0:
+                samples.extend(values[:room])
+                count += min(room, len(values))
+                values = values[room:]
+            for ms in values:  # reservoir full: sample i replaces a slot with probability reservoir / i
+                count += 1
+                slot = int(_random() * count)  # randrange costs ~0.5 µs per sample
+                if slot < reservoir:
                     samples[slot] = ms
+            timer.count = count
 
     def count(self, name: str, n: float = 1, topic: str | None = None, group: str | None = None) -> None:
         """Bump a counter (e.g. ``send.errors`` for a failed delivery); emitted as a delta per interval."""
