@@ -16,12 +16,14 @@ from typing import Any
 
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import Producer as RawProducer
 
 from tests.consumer_fixtures import consumer_config, create_topic, read_all, unique, wait_until
 from ykafka import Producer, events
 from ykafka.catalog import Scope, ScopeKind
 from ykafka.consumer import Consumer, dlq_topic, retry_topic
 from ykafka.consumer import headers as H
+from ykafka.consumer.observe import SAMPLED_TIMING_BELOW_S
 from ykafka.events import KIND_ORDER, MetricName
 
 pytest_plugins = ["tests.pipeline_fixtures", "tests.consumer_fixtures"]
@@ -293,3 +295,43 @@ def test_trace_switches_live_per_topic(obs_broker, tmp_path: Path) -> None:
                     lambda found: len(found) >= 3)
     assert sorted(e["offset"] for e in trace) == [3, 4, 5]
     assert sorted(e["key"] for e in trace) == sorted(k for k, (_p, o) in where.items() if o >= 3)
+
+
+def test_fast_handler_is_timed_in_samples_with_exact_counts(obs_broker, running, tmp_path: Path) -> None:
+    """A handler far below SAMPLED_TIMING_BELOW_S is timed one message in TIMING_STRIDE; the interval counts
+    (handled, aged, failed) stay exact and the summary's handler time covers every message."""
+    bs = obs_broker.bootstrap
+    topic, group, client_id = unique("sampled"), unique("g-sampled"), unique("consumer")
+    create_topic(bs, topic, 2)
+    n, fail_every = 3000, 500
+    raw = RawProducer({"bootstrap.servers": bs, "linger.ms": 5})
+    for i in range(n):
+        raw.produce(topic, str(i).encode(), str(i % 10).encode())
+    assert raw.flush(30) == 0
+
+    def handle(msg: Message) -> None:
+        if int(msg.value()) % fail_every == 0 and not H.get_int(msg.headers(), H.ATTEMPT):
+            raise ValueError("once")
+
+    consumer = Consumer(consumer_config(bs, group, tmp_path, **{
+        "ykafka.client.id": client_id, "ykafka.metrics.interval.ms": 200, "trace.enabled": False,
+        "consumer.retry.backoff.ms": "100", "consumer.retry.max.attempts": 1}))
+    job = running(consumer, handle, [topic])
+    failures = n // fail_every
+    wait_until(lambda: consumer.engine.processed >= n + failures, 60, message="every message and retry handled")
+    cost = consumer.engine.msg_cost
+    job.stop()
+    consumer.close()
+    assert cost < SAMPLED_TIMING_BELOW_S  # the later tasks ran the sampled loop
+
+    def total(found: list[dict[str, Any]], name: str) -> int:
+        return sum(e["count"] for e in found if e["name"] == name and e["topic"] == topic)
+
+    found = collect(bs, events.METRICS_TOPIC, lambda e: e["client_id"] == client_id,
+                    lambda found: total(found, MetricName.PROCESS_LATENCY) >= n + failures
+                    and total(found, MetricName.CONSUME_ERRORS) >= failures)
+    assert total(found, MetricName.PROCESS_LATENCY) == n + failures
+    assert total(found, MetricName.CONSUME_ERRORS) == failures
+    assert total(found, MetricName.CONSUME_LATENCY) == n + failures  # every message has a timestamp
+    process = [e for e in found if e["name"] == MetricName.PROCESS_LATENCY]
+    assert all(0 <= e["p50"] <= e["p99"] <= e["max"] and e["sum"] >= 0 for e in process)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import random
 import threading
 import time
@@ -74,16 +75,32 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 
 _random = random.random
+_TINY = 1e-300  # random() may return 0.0; log() must not see it
+_ALMOST_1 = 1.0 - 2.0 ** -53
 
 
 class _Timer:
-    __slots__ = ("count", "sum", "max", "samples")
+    """One interval's summary of a timing: exact count / sum / max and a uniform reservoir of samples.
+
+    Once the reservoir is full, Li's Algorithm L picks which later samples replace one (``next_at`` is the
+    count of the next to keep, ``w`` its running weight): a random draw per kept sample, not per sample.
+    """
+
+    __slots__ = ("count", "sum", "max", "samples", "offered", "w", "next_at")
 
     def __init__(self) -> None:
         self.count = 0
+        self.offered = 0  # samples offered to the reservoir (fewer than count when the caller samples)
         self.sum = 0.0
         self.max = 0.0
         self.samples: list[float] = []
+        self.w = 1.0
+        self.next_at = 0
+
+    def skip(self, size: int) -> None:
+        """Advance to the next sample Algorithm L keeps (``size``: the reservoir's)."""
+        self.w *= math.exp(math.log(_random() or _TINY) / size)
+        self.next_at += int(math.log(_random() or _TINY) / math.log1p(-min(max(self.w, _TINY), _ALMOST_1))) + 1
 
 
 class _Prometheus:
@@ -132,7 +149,7 @@ class Metrics:
         self.group = group
         self.interval_s = interval_s
         self.client_interval_s = client_interval_s
-        self._reservoir = reservoir
+        self._reservoir = max(1, reservoir)
         self._own_sink = own_sink
         self._timers: dict[Key, _Timer] = {}
         self._counters: dict[Key, float] = {}
@@ -174,9 +191,12 @@ class Metrics:
         self.observe_many(name, (ms,), topic, group)
 
     def observe_many(self, name: str, values: Sequence[float], topic: str | None = None,
-                     group: str | None = None) -> None:
-        """Several timing samples under one lock (a worker's batch): the per-message path appends to a list."""
-        if not values:
+                     group: str | None = None, count: int | None = None, total: float | None = None) -> None:
+        """Several timing samples under one lock (a worker's batch: the per-message path appends to a list).
+
+        ``count`` / ``total``: how many events and their sum when ``values`` is a sample of them (a fast
+        handler timed one message in several); the percentiles and max then come from the sample."""
+        if not values and not count:
             return
         key = (name, topic, group)
         reservoir = self._reservoir
@@ -184,23 +204,30 @@ class Metrics:
             timer = self._timers.get(key)
             if timer is None:
                 timer = self._timers[key] = _Timer()
-            timer.sum += sum(values)
+            timer.count += len(values) if count is None else count
+            timer.sum += sum(values) if total is None else total
+            if not values:
+                return
             top = max(values)
             if top > timer.max:
                 timer.max = top
             samples = timer.samples
-            count = timer.count
+            offered = timer.offered
             room = reservoir - len(samples)
             if room > 0:
                 samples.extend(values[:room])
-                count += min(room, len(values))
+                offered += min(room, len(values))
+                if len(samples) < reservoir:
+                    timer.offered = offered
+                    return
                 values = values[room:]
-            for ms in values:  # reservoir full: sample i replaces a slot with probability reservoir / i
-                count += 1
-                slot = int(_random() * count)  # randrange costs ~0.5 µs per sample
-                if slot < reservoir:
-                    samples[slot] = ms
-            timer.count = count
+                timer.next_at = offered
+                timer.skip(reservoir)
+            end = offered + len(values)
+            while timer.next_at <= end:  # the reservoir is full: only the samples Algorithm L keeps
+                samples[int(_random() * reservoir)] = values[timer.next_at - offered - 1]
+                timer.skip(reservoir)
+            timer.offered = end
 
     def count(self, name: str, n: float = 1, topic: str | None = None, group: str | None = None) -> None:
         """Bump a counter (e.g. ``send.errors`` for a failed delivery); emitted as a delta per interval."""

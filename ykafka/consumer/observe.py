@@ -39,6 +39,13 @@ PROCESS_LATENCY = str(MetricName.PROCESS_LATENCY)
 CONSUME_ERRORS = str(MetricName.CONSUME_ERRORS)
 
 
+#: Handlers faster than this per message are timed in samples: timing each message would cost more
+#: than the handler does (two clock reads, a timestamp, two list appends: ~1 µs).
+SAMPLED_TIMING_BELOW_S = 50e-6
+#: One message in this many is timed when sampling.
+TIMING_STRIDE = 16
+
+
 class TopicWatch:
     """What the consumer does for messages fetched from one topic, under the current config version."""
 
