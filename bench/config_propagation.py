@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -31,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
+from bench._stack import bench_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.admin.client import AdminClient  # noqa: E402
-from ykafka.devstack import Stack, ephemeral_config  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
 
@@ -125,16 +124,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5000.0)
     args = parser.parse_args()
     configure("warning")
-    home = Path(tempfile.mkdtemp(prefix="ykafka-bench-"))
-    cfg = ephemeral_config(home)
-    stack = Stack(cfg)
-    try:
-        stack.up(["dc-a", "configcenter", "metaserver"], seed=False)
-        env = stack.seed()
+    with bench_stack() as bench:
+        cfg = bench.cfg
         admin = AdminClient(cfg.metaserver_url, cfg.admin_token)
         topic = f"bench-propagation-{uuid.uuid4().hex[:6]}"
-        producer = Producer({"ykafka.app.id": env["YKAFKA_APP_ID"], "ykafka.app.secret": env["YKAFKA_APP_SECRET"],
-                             "ykafka.metaserver": cfg.metaserver_url, "ykafka.cache.dir": str(home / "client")})
+        producer = Producer(bench.client_config())
         load = Load(producer, topic, args.rate)
         load.start()
         while load.sent < 1000:
@@ -172,8 +166,6 @@ def main() -> None:
                   "lost": load.sent - len(unique), "duplicated": len(values) - len(unique),
                   "sent": load.sent, "failed_reports": load.failed, "undelivered": left, "swaps": swaps,
                   "rate": args.rate}
-    finally:
-        stack.down()
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -19,7 +19,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer as RawProducer  # noqa: E402
 
 from bench._loop import produce_loop  # noqa: E402
+from bench._stack import bench_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
-from ykafka.devstack import Stack, ephemeral_config  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
 RAW_SETTINGS = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_000_000,
@@ -52,16 +51,9 @@ def main() -> None:
     args = parser.parse_args()
     configure("warning")
     value = b"x" * args.size
-    home = Path(tempfile.mkdtemp(prefix="ykafka-bench-"))
-    cfg = ephemeral_config(home)
-    stack = Stack(cfg)
-    try:
-        stack.up(["dc-a", "configcenter", "metaserver"], seed=False)
-        env = stack.seed()
-        cluster = cfg.default_cluster
-        raw = RawProducer({"bootstrap.servers": cfg.bootstrap(cluster), **RAW_SETTINGS})
-        yk = Producer({"ykafka.app.id": env["YKAFKA_APP_ID"], "ykafka.app.secret": env["YKAFKA_APP_SECRET"],
-                       "ykafka.metaserver": cfg.metaserver_url, "ykafka.cache.dir": str(home / "client")})
+    with bench_stack() as bench:
+        raw = RawProducer({"bootstrap.servers": bench.bootstrap(), **RAW_SETTINGS})
+        yk = Producer(bench.client_config())
         topic = "bench-throughput"
         for producer in (raw, yk):  # warm up: connections, metadata, the topic's namespace subscribed
             run(producer, topic, 2000, value)
@@ -77,8 +69,6 @@ def main() -> None:
         result = {"raw_msgs_s": round(raw_s), "ykafka_msgs_s": round(yk_s), "ratio": round(yk_s / raw_s, 3),
                   "messages": args.messages, "size": args.size, "rounds": args.rounds, "keys": args.keys,
                   "call": "positional" if args.positional else "keyword"}
-    finally:
-        stack.down()
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -75,6 +75,14 @@ class Scope:
 GLOBAL = Scope(ScopeKind.GLOBAL)
 
 
+def precedence(topic: str | None = None, group: str | None = None, cluster: str | None = None) -> list[Scope]:
+    """The scopes a value for (topic, group, cluster) is looked up in, most specific first, ending at global."""
+    scopes = [Scope(kind, name) for kind, name in
+              ((ScopeKind.TOPIC, topic), (ScopeKind.GROUP, group), (ScopeKind.CLUSTER, cluster)) if name]
+    scopes.append(GLOBAL)
+    return scopes
+
+
 # --- value parsers -------------------------------------------------------------------------------
 
 Parser = Callable[[Any], Any]

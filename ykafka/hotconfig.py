@@ -203,16 +203,8 @@ class HotConfig:
             return list(self._rejections)
 
     def _chain(self, topic: str | None, group: str | None, cluster: str | None) -> list[tuple[str, Mapping[str, Any]]]:
-        scopes: list[Scope] = []
-        if topic:
-            scopes.append(Scope(ScopeKind.TOPIC, topic))
-        if group:
-            scopes.append(Scope(ScopeKind.GROUP, group))
-        if cluster:
-            scopes.append(Scope(ScopeKind.CLUSTER, cluster))
-        scopes.append(catalog.GLOBAL)
         chain: list[tuple[str, Mapping[str, Any]]] = []
-        for scope in scopes:
+        for scope in catalog.precedence(topic, group, cluster):
             ns = self.namespace(scope)
             found = self._layers.get(ns)
             if found is not None and found.values:

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from ykafka import events
+from ykafka import catalog, events
 from ykafka.config import register_option
 from ykafka.events import MetricName
 from ykafka.tracing import EventSink
@@ -475,17 +475,8 @@ def local_versions() -> dict[str, str]:
             "librdkafka": confluent_kafka.libversion()[0]}
 
 
-def _flag(value: Any) -> bool:
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ValueError("expected a boolean (true / false)")
-
-
 with contextlib.suppress(ValueError):
-    register_option("ykafka.metrics.enabled", _flag, True,
+    register_option("ykafka.metrics.enabled", catalog.boolean, True,
                     "send librdkafka statistics, handler timings and client events to __ykafka_metrics / "
                     "__ykafka_clients")
 

@@ -259,12 +259,8 @@ class Runtime:
         """Make sure every namespace that resolution for (topic, group, cluster) reads is watched."""
         if self.apollo is None:
             return
-        if topic:
-            self.subscribe_scope(Scope(ScopeKind.TOPIC, topic))
-        if group:
-            self.subscribe_scope(Scope(ScopeKind.GROUP, group))
-        if cluster:
-            self.subscribe_scope(Scope(ScopeKind.CLUSTER, cluster))
+        for scope in catalog.precedence(topic, group, cluster)[:-1]:  # global is watched from the start
+            self.subscribe_scope(scope)
 
     def route(self, topic: str | None = None, group: str | None = None) -> str:
         """The cluster a topic (or group) uses: ``route.cluster`` by precedence, else the default cluster."""

@@ -72,6 +72,13 @@ def _emit_json(ctx: click.Context, data: Any) -> bool:
     return False
 
 
+def _show(ctx: click.Context, rows: list[dict[str, Any]], title: str, columns: Sequence[str],
+          row: Callable[[dict[str, Any]], Sequence[Any]]) -> None:
+    """A listing: JSON with ``--json``, else a table of ``row(r)`` for each r."""
+    if not _emit_json(ctx, rows):
+        _table(title, columns, [row(r) for r in rows])
+
+
 @click.group()
 @click.option("--url", envvar="YKAFKA_METASERVER", default="http://127.0.0.1:7070", show_default=True,
               help="MetaServer URL (env YKAFKA_METASERVER)")
@@ -96,12 +103,10 @@ def apps() -> None:
 @apps.command("list")
 @click.pass_context
 def apps_list(ctx: click.Context) -> None:
-    rows = _run(_client(ctx).list_apps)
-    if not _emit_json(ctx, rows):
-        _table("apps", ["app", "enabled", "default cluster", "produce", "consume", "group", "description"],
-               [(a["app_id"], a["enabled"], a["default_cluster"], ",".join(a["acl"].get("produce", [])),
-                 ",".join(a["acl"].get("consume", [])), ",".join(a["acl"].get("group", [])), a["description"])
-                for a in rows])
+    _show(ctx, _run(_client(ctx).list_apps), "apps",
+          ["app", "enabled", "default cluster", "produce", "consume", "group", "description"],
+          lambda a: (a["app_id"], a["enabled"], a["default_cluster"], ",".join(a["acl"].get("produce", [])),
+                     ",".join(a["acl"].get("consume", [])), ",".join(a["acl"].get("group", [])), a["description"]))
 
 
 @apps.command("create")
@@ -182,11 +187,10 @@ def clusters() -> None:
 @clusters.command("list")
 @click.pass_context
 def clusters_list(ctx: click.Context) -> None:
-    rows = _run(_client(ctx).list_clusters)
-    if not _emit_json(ctx, rows):
-        _table("clusters", ["name", "bootstrap servers", "dc", "standby", "status", "sasl"],
-               [(c["name"], c["bootstrap_servers"], c["dc"], c["standby"], c["status"],
-                 f"{c['sasl']['mechanism']}:{c['sasl']['username']}" if c["sasl"] else None) for c in rows])
+    _show(ctx, _run(_client(ctx).list_clusters), "clusters",
+          ["name", "bootstrap servers", "dc", "standby", "status", "sasl"],
+          lambda c: (c["name"], c["bootstrap_servers"], c["dc"], c["standby"], c["status"],
+                     f"{c['sasl']['mechanism']}:{c['sasl']['username']}" if c["sasl"] else None))
 
 
 @clusters.command("set")
@@ -351,19 +355,17 @@ def clients_cmd(ctx: click.Context, app: str | None, cluster: str | None, librdk
     """Running clients (or their report history): who runs what, where."""
     client = _client(ctx)
     if history:
-        rows = _run(lambda: client.client_history(app, cluster, librdkafka, group, limit=limit))
-        if not _emit_json(ctx, rows):
-            _table("client reports", ["at", "app", "client", "role", "cluster", "group", "librdkafka", "state"],
-                   [(_when(r["at"]), r["app_id"], r["client_id"], r["role"], r["cluster"], r["group"],
-                     r["versions"]["librdkafka"], r["state"]) for r in rows])
+        _show(ctx, _run(lambda: client.client_history(app, cluster, librdkafka, group, limit=limit)),
+              "client reports", ["at", "app", "client", "role", "cluster", "group", "librdkafka", "state"],
+              lambda r: (_when(r["at"]), r["app_id"], r["client_id"], r["role"], r["cluster"], r["group"],
+                         r["versions"]["librdkafka"], r["state"]))
         return
-    rows = _run(lambda: client.clients(app, cluster, librdkafka, group, online, limit))
-    if not _emit_json(ctx, rows):
-        _table("clients", ["app", "client", "host", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state",
-                           "last seen", "online"],
-               [(r["app_id"], r["client_id"], r["hostname"], r["ip"], r["role"], r["cluster"], r["group"],
-                 r["versions"]["ykafka"], r["versions"]["librdkafka"], r["state"], _when(r["last_seen"]),
-                 "yes" if r["online"] else "no") for r in rows])
+    _show(ctx, _run(lambda: client.clients(app, cluster, librdkafka, group, online, limit)), "clients",
+          ["app", "client", "host", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state", "last seen",
+           "online"],
+          lambda r: (r["app_id"], r["client_id"], r["hostname"], r["ip"], r["role"], r["cluster"], r["group"],
+                     r["versions"]["ykafka"], r["versions"]["librdkafka"], r["state"], _when(r["last_seen"]),
+                     "yes" if r["online"] else "no"))
 
 
 @admin.command("audit")
@@ -374,12 +376,10 @@ def clients_cmd(ctx: click.Context, app: str | None, cluster: str | None, librdk
 @click.pass_context
 def audit_cmd(ctx: click.Context, who: str | None, action: str | None, target: str | None, limit: int) -> None:
     """Who changed what, when (newest first)."""
-    rows = _run(lambda: _client(ctx).audit(who, action, target, limit=limit))
-    if not _emit_json(ctx, rows):
-        _table("audit", ["when", "operator", "action", "target", "before", "after"],
-               [(_when(r["at"]), r["operator"], r["action"], r["target"],
-                 json.dumps(r["before"], sort_keys=True)[:80], json.dumps(r["after"], sort_keys=True)[:80])
-                for r in rows])
+    _show(ctx, _run(lambda: _client(ctx).audit(who, action, target, limit=limit)), "audit",
+          ["when", "operator", "action", "target", "before", "after"],
+          lambda r: (_when(r["at"]), r["operator"], r["action"], r["target"],
+                     json.dumps(r["before"], sort_keys=True)[:80], json.dumps(r["after"], sort_keys=True)[:80]))
 
 
 # --- observability -------------------------------------------------------------------------------
@@ -412,13 +412,11 @@ def _window(ms: Any) -> str:
 def alerts_cmd(ctx: click.Context, levels: tuple[str, ...], rule: str | None, status: str | None,
                topic: str | None, group: str | None, since: str | None, limit: int) -> None:
     """Alerts the pipeline raised (most recently seen first)."""
-    rows = _run(lambda: _client(ctx).alerts(list(levels) or None, rule, status, topic, group, since=since,
-                                            limit=limit))
-    if not _emit_json(ctx, rows):
-        _table("alerts", ["last seen", "level", "status", "rule", "topic", "group", "partition", "reason", "posts",
-                          "id"],
-               [(_when(r["last_seen"]), r["level"], r["status"], r["rule"], r["topic"], r["group"], r["partition"],
-                 r["reason"], r["posts"], r["id"]) for r in rows])
+    _show(ctx, _run(lambda: _client(ctx).alerts(list(levels) or None, rule, status, topic, group, since=since,
+                                                limit=limit)), "alerts",
+          ["last seen", "level", "status", "rule", "topic", "group", "partition", "reason", "posts", "id"],
+          lambda r: (_when(r["last_seen"]), r["level"], r["status"], r["rule"], r["topic"], r["group"],
+                     r["partition"], r["reason"], r["posts"], r["id"]))
 
 
 @admin.command("aggregates")
@@ -436,15 +434,12 @@ def aggregates_cmd(ctx: click.Context, since: str, topic: str | None, group: str
                    names: tuple[str, ...], whole_range: bool, errors_side: str | None) -> None:
     """Latency, counter and lag aggregates from the pipeline store, served by the MetaServer."""
     if errors_side:
-        rates = _run(lambda: _client(ctx).error_rates(since, errors_side, topic, whole_range))
-        if not _emit_json(ctx, rates):
-            _table(f"{errors_side} error rates, last {since}", ["window", "topic", "errors", "msgs", "rate"],
-                   [(_window(r.get("window_start")), r["topic"], r["errors"], r["msgs"], r["rate"]) for r in rates])
+        _show(ctx, _run(lambda: _client(ctx).error_rates(since, errors_side, topic, whole_range)),
+              f"{errors_side} error rates, last {since}", ["window", "topic", "errors", "msgs", "rate"],
+              lambda r: (_window(r.get("window_start")), r["topic"], r["errors"], r["msgs"], r["rate"]))
         return
-    rows = _run(lambda: _client(ctx).aggregates(since, topic, group, client, list(names) or None,
-                                                whole_range=whole_range))
-    if not _emit_json(ctx, rows):
-        _table(f"aggregates, last {since}", ["window", "metric", "topic", "group", "count", "mean", "p50", "p95",
-                                             "p99", "p99 max", "max", "value"],
-               [(_window(r.get("window_start")), r["name"], r["topic"], r["group"], r["count"], r["mean"], r["p50"],
-                 r["p95"], r["p99"], r["p99_max"], r["max"], r["value"]) for r in rows])
+    _show(ctx, _run(lambda: _client(ctx).aggregates(since, topic, group, client, list(names) or None,
+                                                    whole_range=whole_range)), f"aggregates, last {since}",
+          ["window", "metric", "topic", "group", "count", "mean", "p50", "p95", "p99", "p99 max", "max", "value"],
+          lambda r: (_window(r.get("window_start")), r["name"], r["topic"], r["group"], r["count"], r["mean"],
+                     r["p50"], r["p95"], r["p99"], r["p99_max"], r["max"], r["value"]))
