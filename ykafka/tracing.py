@@ -44,6 +44,7 @@ import os
 import random
 import threading
 import time
+import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -133,7 +134,9 @@ class EventSink:
 
     A *channel* is one queue of one event type with its batch constants (e.g. the emitting client's id);
     several tracers / metrics of a process can share a sink through their own channels. ``put`` never
-    blocks and never raises for capacity: it returns False and counts the drop.
+    blocks and never raises for capacity: it returns False and counts the drop. Every batch of a channel
+    carries the same key (its ``client_id`` constant, else the sink's own id), so one emitter's events
+    land on one partition in the order they were put: a client's ``running`` is read before its ``closed``.
     """
 
     def __init__(self, producer_conf: Mapping[str, Any], queue_max: int = 100_000, batch_max: int = 1000,
@@ -150,6 +153,7 @@ class EventSink:
         self._producer = _RdProducer(conf)
         self._topics = dict(events.TOPICS if topics is None else topics)
         self._channels: list[tuple[str, dict[str, Any], deque[Any]]] = []
+        self._key = f"{name}-{uuid.uuid4().hex[:12]}".encode()
         self._default: dict[str, deque[Any]] = {}
         self._max = queue_max
         self._batch_max = batch_max
@@ -207,6 +211,7 @@ class EventSink:
         sent = 0
         for kind, constants, queue in self._channels:
             topic = self._topics[kind]
+            key = str(constants["client_id"]).encode() if constants.get("client_id") else self._key
             while queue:
                 batch = []
                 popleft = queue.popleft
@@ -219,7 +224,7 @@ class EventSink:
                 self.enqueued[kind] += count
                 value = events.encode_rows(kind, batch, constants)
                 try:
-                    self._producer.produce(topic, value, on_delivery=self._on_delivery(kind, count))
+                    self._producer.produce(topic, value, key, on_delivery=self._on_delivery(kind, count))
                 except BufferError:
                     self.dropped_undeliverable[kind] += count
                     self._producer.poll(0)
