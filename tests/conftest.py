@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from ykafka.devstack import Stack, ephemeral_config
+# fixture modules import one another; register them all so their asserts are rewritten wherever first imported
+pytest.register_assert_rewrite("tests.helpers", "tests.cc_fixtures", "tests.ms_fixtures", "tests.sdk_fixtures",
+                                "tests.consumer_fixtures", "tests.dr_fixtures", "tests.pipeline_fixtures")
+
+from tests.helpers import unique as unique  # noqa: E402
+from ykafka.devstack import Stack, ephemeral_config  # noqa: E402
 
 EXTERNAL_BOOTSTRAP = os.environ.get("YKAFKA_TEST_BOOTSTRAP") or None
 
@@ -86,10 +91,6 @@ def consumer_config(bootstrap: str, group: str | None = None, **extra: Any) -> d
     }
     conf.update(extra)
     return conf
-
-
-def unique(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

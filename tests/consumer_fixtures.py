@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -18,31 +17,17 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
+from tests.helpers import create_topic as create_topic
+from tests.helpers import unique as unique
+from tests.helpers import wait_until as wait_until
 from ykafka.consumer import Consumer
-
-
-def unique(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
 def bootstrap(brokers: dict[str, str]) -> str:
     return brokers["dc-a"]
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
-        future.result(15)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"topic {topic} not visible with {partitions} partitions")
 
 
 def produce(bootstrap: str, topic: str, count: int, keys: int | None = None, start: int = 0,
@@ -87,16 +72,6 @@ def consumer_config(bootstrap: str, group: str, tmp_path: Path, **extra: Any) ->
     }
     conf.update(extra)
     return conf
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05,
-               message: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:

@@ -13,14 +13,16 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+
+from tests.helpers import create_topic as create_topic
+from tests.helpers import unique as unique
 
 
 def free_port() -> int:
@@ -120,27 +122,6 @@ def dc_brokers(tmp_path: Path) -> Iterator[dict[str, Broker]]:
 def one_broker(tmp_path: Path) -> Iterator[Broker]:
     with brokers(["solo"], tmp_path / "brokers") as started:
         yield started["solo"]
-
-
-def unique(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 3, exact: bool = True) -> None:
-    """Create ``topic`` and wait until it is visible; ``exact=False`` also accepts it with another partition
-    count (auto-created first by a producer, with the broker's default)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10).values():
-        with contextlib.suppress(Exception):  # already exists is fine
-            future.result(15)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=5)
-        found = meta.topics.get(topic)
-        if found is not None and found.partitions and (not exact or len(found.partitions) == partitions):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"topic {topic} not visible on {bootstrap}")
 
 
 def read_all(bootstrap: str, topic: str, expect: int | None = None, idle_s: float = 2.0,

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.helpers import wait_until as wait_until
 from ykafka import signing
 from ykafka.admin.client import AdminClient
 
@@ -50,17 +51,6 @@ def fake_ip() -> str:
     """A distinct TEST-NET address per client, only ever sent as a header label."""
     n = next(_ip_counter) + (os.getpid() % 50) * 250
     return f"203.0.{113 + n // 250 % 3}.{n % 250 + 1}"
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def inside_one_fail_window(window_s: int = 60, needed_s: float = 5.0) -> None:

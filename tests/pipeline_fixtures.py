@@ -8,7 +8,6 @@ clients must not leak events into what these tests count. Spark starts once per 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError
 
 from tests.dr_fixtures import Broker
+from tests.helpers import unique as unique
+from tests.helpers import wait_until as wait_until
 from ykafka import events
 
 
@@ -40,20 +41,6 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
-
-
-def unique(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
 def consumer(bootstrap: str, group: str | None = None, **extra: Any) -> Consumer:
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group or unique("g"),
                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
@@ -70,7 +57,7 @@ def read_events(bootstrap: str, topic: str, expected: int, match: Callable[[dict
     c = consumer(bootstrap)
     found: list[dict[str, Any]] = []
     try:
-        meta = wait_for(lambda: c.list_topics(topic, timeout=5).topics.get(topic), timeout)
+        meta = wait_until(lambda: c.list_topics(topic, timeout=5).topics.get(topic), timeout)
         c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
         deadline = time.monotonic() + timeout
         while len(found) < expected and time.monotonic() < deadline:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 import requests
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
+from tests.helpers import create_topic as create_topic
+from tests.helpers import wait_until as wait_until
 from ykafka.devstack import Stack, ephemeral_config, free_port
 
 
@@ -184,19 +186,6 @@ def config_service(tmp_path: Path) -> Iterator[ConfigService]:
 
 # --- broker side ---------------------------------------------------------------------------------
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    futures[topic].result(15)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"topic {topic} did not get {partitions} partitions")
-
-
 @dataclass(frozen=True)
 class Record:
     partition: int
@@ -246,17 +235,6 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 30.0,
     finally:
         consumer.close()
     return out
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05,
-               message: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
 
 
 def check_stream(records: list[Record], sent: int) -> dict[str, int]:

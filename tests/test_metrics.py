@@ -9,7 +9,7 @@ import confluent_kafka
 import requests
 from confluent_kafka import Producer, TopicPartition
 
-from tests.pipeline_fixtures import consumer, read_events, unique, wait_for
+from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
 from ykafka import events
 from ykafka.events import MetricName
 from ykafka.metrics import Metrics, client_event_from_report, local_versions
@@ -91,7 +91,7 @@ def test_producer_statistics_give_send_latency_and_exact_message_counts(obs_brok
     for i in range(20):
         producer.produce(topic, f"v{i}".encode())
     producer.flush(10)
-    wait_for(lambda: producer.poll(0.1) is not None and sum(
+    wait_until(lambda: producer.poll(0.1) is not None and sum(
         e["count"] for e in seen if e["name"] == MetricName.SEND_MSGS and e["topic"] == topic) >= 20, timeout=15)
     sent = [e for e in seen if e["name"] == MetricName.SEND_MSGS and e["topic"] == topic]
     assert sum(e["count"] for e in sent) == 20  # deltas of librdkafka's cumulative counters
@@ -110,9 +110,9 @@ def test_consumer_lag_from_statistics_and_prometheus_endpoint(obs_broker) -> Non
     c = consumer(obs_broker.bootstrap, "g-lag", **metrics.rdkafka_settings())
     c.assign([TopicPartition(topic, 0, 0)])
     got = []
-    wait_for(lambda: got.extend(m for m in c.consume(10, 0.2) if m.error() is None) or len(got) >= 4, timeout=20)
+    wait_until(lambda: got.extend(m for m in c.consume(10, 0.2) if m.error() is None) or len(got) >= 4, timeout=20)
     c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
-    wait_for(lambda: c.poll(0.1) is None and metrics.last_lag.get((topic, 0), (0, -1, 0))[1] == 4, timeout=15)
+    wait_until(lambda: c.poll(0.1) is None and metrics.last_lag.get((topic, 0), (0, -1, 0))[1] == 4, timeout=15)
     lag, committed, end = metrics.last_lag[(topic, 0)]
     assert (lag, committed, end) == (6, 4, 10)
     assert metrics.prometheus is not None
@@ -131,7 +131,7 @@ def test_client_events_reach_the_clients_topic_with_versions(obs_broker) -> None
               "versions": local_versions(), "role": "consumer", "topics": ["a", "b"], "group": "g-inv",
               "cluster": "dc-a", "state": "running", "extra": {"ephemeral": True}}
     metrics.watch_client(lambda: report, interval_s=3600)
-    wait_for(lambda: sink.stats()["client"]["enqueued"] >= 1, timeout=10)
+    wait_until(lambda: sink.stats()["client"]["enqueued"] >= 1, timeout=10)
     metrics.close()  # a last event with state=closed
     found = read_events(obs_broker.bootstrap, events.CLIENTS_TOPIC, 2, lambda e: e["client_id"] == client_id)
     assert [e["state"] for e in found] == ["running", "closed"]

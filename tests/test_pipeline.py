@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.runner import Pipeline, PipelineConfig
 from pipeline.store import Store
-from tests.pipeline_fixtures import consumer, unique, wait_for
+from tests.pipeline_fixtures import consumer, unique, wait_until
 from ykafka import Producer as YProducer
 from ykafka import __version__, events
 from ykafka.consumer import Consumer as YConsumer
@@ -109,7 +109,7 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
 
     runner_thread = threading.Thread(target=c_main.run, args=(handle, [orders]), daemon=True)
     runner_thread.start()
-    wait_for(lambda: c_main.engine.processed >= 8 and c_main.engine.router is not None
+    wait_until(lambda: c_main.engine.processed >= 8 and c_main.engine.router is not None
              and c_main.engine.router.sent_dlq == 1, timeout=60)  # 6 originals + 2 retry copies
     c_main.stop()
     runner_thread.join(30)
@@ -206,7 +206,7 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
     assert evidence["missing_examples"] == [{"msg_id": f"audit-{orders}-1", "key": "a1"}]
     assert "bucket" in loss["reason"] and evidence["bucket_start"] == old_ms // 600_000 * 600_000
     assert not any(a["topic"] == orders and a["rule"] == "completeness" for a in result["alerts"])
-    on_topic = [e for e in wait_for(lambda: _alerts(bs, stalled)) if e["rule"] == "consumer-lag"]
+    on_topic = [e for e in wait_until(lambda: _alerts(bs, stalled)) if e["rule"] == "consumer-lag"]
     assert on_topic[0]["id"] == lag["id"]
 
     # --- inventory lists the test clients with their versions -----------------------------------------

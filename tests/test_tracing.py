@@ -7,7 +7,7 @@ import time
 
 from confluent_kafka import Producer
 
-from tests.pipeline_fixtures import consumer, read_events, unique, wait_for
+from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
 from ykafka import events
 from ykafka.tracing import EventSink, Tracer
 
@@ -81,7 +81,7 @@ def test_consumer_traces_what_the_producer_sampled_under_the_original_topic(obs_
     c = consumer(obs_broker.bootstrap)
     c.subscribe([retry_topic])
     msgs: list = []
-    wait_for(lambda: msgs.extend(m for m in c.consume(10, 0.5) if m.error() is None) or len(msgs) == 3, timeout=30)
+    wait_until(lambda: msgs.extend(m for m in c.consume(10, 0.5) if m.error() is None) or len(msgs) == 3, timeout=30)
     c.close()
     tracer = Tracer.for_client("c-2", "127.0.0.1", {"bootstrap.servers": obs_broker.bootstrap})
     assert tracer.trace_message("consumed", msgs[0], {"topic.grade": "P0"}, group="g1", latency_ms=3.0)
@@ -150,7 +150,7 @@ def test_full_queue_and_dead_cluster_drop_with_counts_never_block() -> None:
     assert sink.stats()["trace"]["dropped_full"] == 900
     assert elapsed < 0.5  # 1000 emits against a dead cluster: no waiting
     sink.flush(3)
-    wait_for(lambda: sink.stats()["trace"]["dropped_undeliverable"] == 100, timeout=10)
+    wait_until(lambda: sink.stats()["trace"]["dropped_undeliverable"] == 100, timeout=10)
     assert sink.stats()["trace"]["delivered"] == 0
     sink.close(1)
     assert tracer.emit("produced", topic="t", msg_id="late") is False  # closed: dropped and counted

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
-from tests.pipeline_fixtures import consumer, read_events, unique, wait_for
+from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
 from ykafka import Producer, events
 from ykafka.events import MetricName
 
@@ -25,7 +25,7 @@ def test_p0_topic_is_fully_traced_with_statistics_and_client_events(obs_broker) 
     metrics = producer._obs.metrics
     assert metrics is not None
     seen = metrics.stats_seen
-    wait_for(lambda: producer.poll(0.1) >= 0 and metrics.stats_seen >= seen + 2, timeout=10)  # stats after the acks
+    wait_until(lambda: producer.poll(0.1) >= 0 and metrics.stats_seen >= seen + 2, timeout=10)  # stats after the acks
     producer.close()
     steps = read_events(bs, events.TRACE_TOPIC, 10, lambda e: e["topic"] == topic)
     assert sorted((e["msg_id"], e["kind"]) for e in steps) == sorted(
@@ -58,7 +58,7 @@ def test_sampled_messages_carry_the_trace_header_and_only_they_are_traced(obs_br
     c = consumer(bs)
     c.assign([TopicPartition(topic, 0, 0)])
     got: list = []
-    wait_for(lambda: got.extend(m for m in c.consume(100, 0.5) if m.error() is None) or len(got) >= 40, timeout=20)
+    wait_until(lambda: got.extend(m for m in c.consume(100, 0.5) if m.error() is None) or len(got) >= 40, timeout=20)
     c.close()
     marked = {dict(m.headers() or [])["ykafka-trace"].decode() for m in got if m.headers()}
     assert 5 <= len(marked) <= 35  # about half, decided once per message

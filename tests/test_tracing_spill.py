@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.dr_fixtures import Broker
-from tests.pipeline_fixtures import read_events, unique, wait_for
+from tests.pipeline_fixtures import read_events, unique, wait_until
 from ykafka import Producer, events
 
 pytest_plugins = ["tests.pipeline_fixtures"]
@@ -30,12 +30,12 @@ def _spill_then_replay(broker: Broker, tmp_path: Path, topic: str, ids: bool = F
                              on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
             producer.poll(0)
         try:
-            wait_for(lambda: producer.poll(0.05) >= 0 and engine.status()["spill"]["default"]["depth"] == 20,
+            wait_until(lambda: producer.poll(0.05) >= 0 and engine.status()["spill"]["default"]["depth"] == 20,
                      timeout=20)  # all timed out of librdkafka into the spill
         finally:
             broker.thaw()
         assert engine.wait_idle(30), engine.status()
-        wait_for(lambda: producer.poll(0.1) >= 0 and len(acked) == 20, timeout=20)
+        wait_until(lambda: producer.poll(0.1) >= 0 and len(acked) == 20, timeout=20)
     finally:
         producer.close()
     return acked
