@@ -26,6 +26,7 @@ from ykafka.errors import (
     YKafkaError,
 )
 from ykafka.producer import Producer
+from ykafka.serializing import DeserializingConsumer, SerializingProducer
 
 __version__ = "0.1.0"
 
@@ -36,12 +37,14 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "Consumer",
+    "DeserializingConsumer",
     "InvalidConfigValue",
     "KafkaError",
     "KafkaTimeoutError",
     "MessageTooLargeError",
     "MetaServerUnavailable",
     "Producer",
+    "SerializingProducer",
     "SpillFullError",
     "ThrottledError",
     "UnknownClusterError",

@@ -251,7 +251,8 @@ class Producer:
             raise from_kafka_error(exc) from None
 
     def _produce_slow(self, topic: str, value: Any, key: Any, partition: int,
-                      on_delivery: DeliveryCallback | None, timestamp: int, headers: Any) -> None:
+                      on_delivery: DeliveryCallback | None, timestamp: int, headers: Any,
+                      prepaid: bool = False) -> None:
         if self._closed:
             raise ClosedError("producer is closed")
         if not isinstance(topic, str) or not topic:
@@ -269,7 +270,7 @@ class Producer:
                     on_delivery, headers = self._traced(st, key, on_delivery, headers, msg_id)
             elif rate >= 1.0 or _random() < rate:
                 on_delivery, headers = self._traced(st, key, on_delivery, headers)
-        if st.throttle is not None:
+        if st.throttle is not None and not prepaid:
             st.throttle.acquire(_nbytes(value))
         if partition < 0 and st.picker is not None:
             partition = st.picker(key)
@@ -283,6 +284,32 @@ class Producer:
                     return
             st = self._states.get(topic) or self._prepare(topic)
         self._send(st.client, topic, value, key, partition, on_delivery, timestamp, headers)
+
+    # --- the asyncio seam (ykafka/aio): never block the caller's event loop ---------------------------
+
+    def ready(self, topic: str) -> bool:
+        """Whether a send to ``topic`` runs without blocking: its routing, client and settings are resolved
+        (no grant check, metadata fetch or client build pending) and it is not held by a client swap (whose
+        release sends under the producer's lock). The asyncio producer sends such messages on the event loop
+        and hands the others to a thread."""
+        st = self._states.get(topic)
+        return st is not None and not (st.expires and time.monotonic() > st.expires) and topic not in self._held
+
+    def reserve(self, topic: str, value: Any) -> float:
+        """Take a send's throttle tokens now and return how long it must wait before :meth:`produce_reserved`
+        (0 when ``topic`` is not throttled). Raises :class:`ThrottledError` as :meth:`produce` would."""
+        st = self._states.get(topic)
+        if st is None or (st.expires and time.monotonic() > st.expires):
+            st = self._prepare(topic)
+        return st.throttle.reserve(_nbytes(value)) if st.throttle is not None else 0.0
+
+    def produce_reserved(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                         on_delivery: DeliveryCallback | None = None, timestamp: int = 0, headers: Any = None) -> None:
+        """:meth:`produce` for a send whose throttle tokens :meth:`reserve` already took."""
+        st = self._states.get(topic)
+        if st is None or st.throttle is None:
+            return self.produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
+        return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers, prepaid=True)
 
     def _traced(self, st: _TopicState, key: Any, on_delivery: DeliveryCallback | None,
                 headers: Any, msg_id: str | None = None) -> tuple[DeliveryCallback | None, Any]:

@@ -72,6 +72,14 @@ class Throttle:
 
     def acquire(self, nbytes: int) -> float:
         """Block until the send may go; returns the time waited. Raises :class:`ThrottledError`."""
+        wait = self.reserve(nbytes)
+        if wait > 0:
+            time.sleep(wait)
+        return wait
+
+    def reserve(self, nbytes: int) -> float:
+        """Take this send's tokens now and return how long it must wait (the asyncio producer awaits it
+        instead of sleeping a thread). Raises :class:`ThrottledError` and takes nothing when over the bound."""
         wait = 0.0
         if self.msgs is not None:
             wait = self.msgs.reserve(1, self.max_wait_s)
@@ -82,8 +90,6 @@ class Throttle:
                 if self.msgs is not None:
                     self.msgs.reserve(-1, float("inf"))  # give the message token back
                 raise
-        if wait > 0:
-            time.sleep(wait)
         return wait
 
 

@@ -11,6 +11,8 @@ applies hot-config changes (resolved for the group, and for the topic when it su
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -33,6 +35,11 @@ from ykafka.runtime import Runtime
 log = structlog.get_logger(__name__)
 
 USER = "user"  # pause reason of Consumer.pause()
+
+
+def is_async_handler(handler: Any) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
 
 
 class Consumer:
@@ -164,8 +171,11 @@ class Consumer:
         """Process messages with ``handler`` on the worker pool until stopped (SIGTERM / SIGINT or :meth:`stop`).
 
         The handler receives one ``confluent_kafka.Message``; returning means done, raising sends the message
-        to the retry topics / DLQ. Offsets are committed once every earlier message is done.
+        to the retry topics / DLQ. Offsets are committed once every earlier message is done. An ``async def``
+        handler runs as with :meth:`run_async`.
         """
+        if is_async_handler(handler):
+            return self.run_async(handler, topics)
         self._prepare_run(topics)
         self._stopped.clear()
         try:
@@ -175,15 +185,20 @@ class Consumer:
             self._stopped.set()
 
     def run_async(self, handler: Callable[[Message], Coroutine[Any, Any, Any]],
-                  topics: Sequence[str] | None = None) -> None:
-        """:meth:`run` for an ``async def`` handler (coroutines run on one event loop thread)."""
+                  topics: Sequence[str] | None = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """:meth:`run` for an ``async def`` handler: at most ``consumer.workers`` coroutines in flight, on
+        ``loop`` when given (the asyncio consumer passes the application's), else on a private loop thread."""
         self._prepare_run(topics)
         self._stopped.clear()
         try:
             with stop_on_signals(self.engine.stop):
-                self.engine.run_async(handler)
+                self.engine.run_async(handler, loop)
         finally:
             self._stopped.set()
+
+    def throttle_wait(self) -> float:
+        """Seconds until ``consumer.rate.limit`` lets the next message through (the asyncio consumer awaits it)."""
+        return float(self.engine.bucket.wait_time())
 
     def _prepare_run(self, topics: Sequence[str] | None) -> None:
         self._check_open()

@@ -192,22 +192,32 @@ class Engine:
                 self._running.clear()
                 log.info("consumer stopped", processed=self.processed, failed=self.failed)
 
-    def run_async(self, handler: Callable[[Message], Coroutine[Any, Any, Any]]) -> None:
-        """Like :meth:`run` for an ``async def`` handler; at most ``consumer.workers`` run at once."""
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="ykafka-async-handlers", daemon=True)
-        thread.start()
+    def run_async(self, handler: Callable[[Message], Coroutine[Any, Any, Any]],
+                  loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Like :meth:`run` for an ``async def`` handler; at most ``consumer.workers`` run at once.
+
+        The coroutines run on ``loop`` (the application's, for the asyncio consumer) or on a private loop
+        thread. A worker waits for its coroutine, so ordering, retries and contiguous commits are the
+        sync path's, and ``consumer.workers`` is the in-flight limit, live.
+        """
+        own = loop is None
+        if loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="ykafka-async-handlers", daemon=True)
+            thread.start()
         self._loop = loop
+        target = loop
 
         def bridge(msg: Message) -> Any:
-            return asyncio.run_coroutine_threadsafe(handler(msg), loop).result()
+            return asyncio.run_coroutine_threadsafe(handler(msg), target).result()
 
         try:
             self.run(bridge)
         finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(5)
-            loop.close()
+            if own:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(5)
+                loop.close()
 
     def _setup_retry_topics(self) -> None:
         if self.router is None or not self.settings.retry_topics:

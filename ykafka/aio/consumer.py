@@ -1,0 +1,189 @@
+"""``AIOConsumer``: confluent-kafka's asyncio consumer API over the one ykafka :class:`~ykafka.Consumer`.
+
+Every call runs on one dedicated thread: the sync consumer applies live changes (rebuild, rejoin, cluster
+switch) on the thread that polls it, so one thread keeps that true and the event loop never blocks. Long
+polls are taken in short slices so a ``commit`` or ``pause`` awaited meanwhile is not stuck behind them.
+``consumer.rate.limit`` is awaited on the loop, not slept on a thread. ``run(handler)`` takes an ``async
+def`` handler whose coroutines run on the application's own loop (docs/consumer.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import signal
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from ykafka.consumer import Consumer
+
+_SLICE_S = 0.2  # longest single blocking poll on the consumer thread
+
+
+class AIOConsumer:
+    """Drop-in for ``confluent_kafka.aio.AIOConsumer``. Must be created inside a running event loop.
+
+    ``max_workers`` / ``executor`` are accepted for signature compatibility; calls are serialized on one
+    consumer thread (see the module docstring for why).
+    """
+
+    def __init__(self, consumer_conf: Mapping[str, Any], max_workers: int = 2,
+                 executor: concurrent.futures.Executor | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ykafka-aio-consumer")
+        self._consumer = Consumer(dict(consumer_conf))
+
+    async def __aenter__(self) -> AIOConsumer:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    @property
+    def consumer(self) -> Consumer:
+        """The sync consumer underneath (introspection: ``effective``, ``generation``, ``engine``)."""
+        return self._consumer
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await self._loop.run_in_executor(self._thread, functools.partial(fn, *args, **kwargs))
+
+    async def _throttled(self, timeout: float) -> bool:
+        """Await ``consumer.rate.limit``; False when it outlasts ``timeout`` (nothing may be read yet)."""
+        wait = self._consumer.throttle_wait()
+        if not wait:
+            return True
+        if 0 <= timeout < wait:
+            await asyncio.sleep(timeout)
+            return False
+        await asyncio.sleep(wait)
+        return True
+
+    async def poll(self, timeout: float = -1) -> Any:
+        """The next message or event, or ``None`` after ``timeout`` seconds (-1: wait for one)."""
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            if not await self._throttled(left):
+                return None
+            left = _SLICE_S if deadline is None else min(_SLICE_S, max(0.0, deadline - time.monotonic()))
+            msg = await self._call(self._consumer.poll, left)
+            if msg is not None or (deadline is not None and time.monotonic() >= deadline):
+                return msg
+
+    async def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        """Up to ``num_messages`` messages, waiting at most ``timeout`` seconds (-1: until at least one)."""
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            if not await self._throttled(left):
+                return []
+            left = _SLICE_S if deadline is None else min(_SLICE_S, max(0.0, deadline - time.monotonic()))
+            msgs: list[Any] = await self._call(self._consumer.consume, num_messages, left)
+            if msgs or (deadline is not None and time.monotonic() >= deadline):
+                return msgs
+
+    async def subscribe(self, topics: Sequence[str], on_assign: Callable[..., Any] | None = None,
+                        on_revoke: Callable[..., Any] | None = None, on_lost: Callable[..., Any] | None = None) -> None:
+        """Subscribe; rebalance callbacks may be plain functions or coroutines (run on this loop)."""
+        kwargs = {name: self._on_loop(cb) for name, cb in
+                  (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost)) if cb is not None}
+        await self._call(self._consumer.subscribe, list(topics), **kwargs)
+
+    def _on_loop(self, cb: Callable[..., Any]) -> Callable[..., Any]:
+        """A rebalance callback called on the consumer thread runs on the loop; the thread waits for it."""
+        loop = self._loop
+
+        def call(*args: Any) -> Any:
+            async def run() -> Any:
+                result = cb(self, *args[1:])
+                if asyncio.iscoroutine(result):
+                    result = await result
+                return result
+            return asyncio.run_coroutine_threadsafe(run(), loop).result()
+
+        return call
+
+    async def unsubscribe(self) -> None:
+        await self._call(self._consumer.unsubscribe)
+
+    async def commit(self, message: Any = None, offsets: list[Any] | None = None, asynchronous: bool = True) -> Any:
+        return await self._call(self._consumer.commit, message, offsets, asynchronous)
+
+    async def committed(self, partitions: list[Any], timeout: float | None = None) -> Any:
+        return await self._call(self._consumer.committed, partitions, timeout)
+
+    async def position(self, partitions: list[Any]) -> Any:
+        return await self._call(self._consumer.position, partitions)
+
+    async def pause(self, partitions: list[Any]) -> None:
+        await self._call(self._consumer.pause, partitions)
+
+    async def resume(self, partitions: list[Any]) -> None:
+        await self._call(self._consumer.resume, partitions)
+
+    async def seek(self, partition: Any) -> None:
+        await self._call(self._consumer.seek, partition)
+
+    async def store_offsets(self, message: Any = None, offsets: list[Any] | None = None) -> None:
+        await self._call(self._consumer.store_offsets, message, offsets)
+
+    async def assign(self, partitions: list[Any]) -> None:
+        await self._call(self._consumer.assign, partitions)
+
+    async def unassign(self) -> None:
+        await self._call(self._consumer.unassign)
+
+    async def incremental_assign(self, partitions: list[Any]) -> None:
+        await self._call(self._consumer.incremental_assign, partitions)
+
+    async def incremental_unassign(self, partitions: list[Any]) -> None:
+        await self._call(self._consumer.incremental_unassign, partitions)
+
+    async def assignment(self) -> list[Any]:
+        return list(await self._call(self._consumer.assignment))
+
+    async def consumer_group_metadata(self) -> Any:
+        return await self._call(self._consumer.consumer_group_metadata)
+
+    async def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return await self._call(self._consumer.list_topics, topic, timeout)
+
+    async def get_watermark_offsets(self, partition: Any, timeout: float | None = None,
+                                    cached: bool = False) -> tuple[int, int]:
+        return tuple(await self._call(self._consumer.get_watermark_offsets, partition, timeout, cached))
+
+    async def offsets_for_times(self, partitions: list[Any], timeout: float | None = None) -> Any:
+        return await self._call(self._consumer.offsets_for_times, partitions, timeout)
+
+    async def run(self, handler: Callable[[Any], Coroutine[Any, Any, Any]],
+                  topics: Sequence[str] | None = None) -> None:
+        """Process messages with an ``async def`` handler until :meth:`stop` or SIGTERM / SIGINT.
+
+        At most ``consumer.workers`` handlers are in flight (live); ordering, contiguous commits, retry
+        topics and DLQ are the sync :meth:`ykafka.Consumer.run`'s. On a stop signal in-flight handlers
+        finish and their offsets are committed before this returns.
+        """
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._loop.add_signal_handler(sig, self._consumer.stop)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread's loop
+                pass
+        try:
+            await self._loop.run_in_executor(
+                None, functools.partial(self._consumer.run_async, handler, topics, self._loop))
+        finally:
+            for sig in installed:
+                self._loop.remove_signal_handler(sig)
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish in-flight handlers, commit and return."""
+        self._consumer.stop()
+
+    async def close(self) -> None:
+        """Leave the group (committing per the mode's rules) and release the consumer."""
+        await self._loop.run_in_executor(None, self._consumer.close)
+        self._thread.shutdown(wait=True)

@@ -1,0 +1,217 @@
+"""``AIOProducer``: confluent-kafka's asyncio producer API over the one ykafka :class:`~ykafka.Producer`.
+
+Why a layer and not a second producer: hot config, routing, throttling, spill and failover live once, in the
+sync producer (docs/architecture.md, "one engine, two call styles"). This layer only decides *where* a call
+runs so the event loop never blocks:
+
+- a send whose topic is resolved (:meth:`Producer.ready`) is handed to librdkafka on the loop itself (a C
+  call that only enqueues);
+- a send that must first resolve its topic (grant check, metadata, a client rebuilt after a hot change) runs
+  on one dedicated thread; while any such send is queued, later sends queue behind it, so per-key order holds
+  across rebuilds and cluster switches;
+- a throttled send *awaits* its wait (the tokens are reserved first, so order is kept), never sleeping a thread;
+- delivery reports are served by a background thread and resolve the returned futures on the loop in
+  batches (one loop wake-up per batch, not per message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from ykafka.errors import BufferFullError, ClosedError, from_kafka_error
+from ykafka.producer import Producer
+
+log = structlog.get_logger(__name__)
+
+DeliveryCallback = Callable[[Any, Any], None]
+_FULL_RETRY_S = 0.005  # back-off while librdkafka's queue is full (the poll thread is draining it)
+
+
+class AIOProducer:
+    """Drop-in for ``confluent_kafka.aio.AIOProducer``: ``await producer.produce(...)`` returns a future of the
+    delivered message (raises :class:`ykafka.KafkaError` on failure).
+
+    ``batch_size`` and ``buffer_timeout`` are accepted for signature compatibility: batching is librdkafka's
+    (``linger.ms``, a hot key). Unlike confluent-kafka's, headers are supported. Must be created inside a
+    running event loop.
+    """
+
+    def __init__(self, producer_conf: Mapping[str, Any], max_workers: int = 4,
+                 executor: concurrent.futures.Executor | None = None, batch_size: int = 1000,
+                 buffer_timeout: float = 1.0) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._own_executor = executor is None
+        self.executor = executor or concurrent.futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                                          thread_name_prefix="ykafka-aio")
+        # one thread for sends that must resolve first: FIFO keeps their order
+        self._sender = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ykafka-aio-send")
+        self._queued = 0  # sends handed to the sender thread and not yet enqueued in librdkafka
+        self._producer = Producer(dict(producer_conf))
+        self._reports: list[tuple[asyncio.Future[Any], DeliveryCallback | None, Any, Any]] = []
+        self._reports_lock = threading.Lock()
+        self._wake_scheduled = False
+        self._closed = False
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll_loop, name="ykafka-aio-poll", daemon=True)
+        self._poller.start()
+
+    # --- context manager ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AIOProducer:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    # --- sending --------------------------------------------------------------------------------------
+
+    async def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                      timestamp: int = 0, headers: Any = None, on_delivery: DeliveryCallback | None = None,
+                      callback: DeliveryCallback | None = None) -> asyncio.Future[Any]:
+        """Queue a message; the returned future resolves to the delivered ``Message``.
+
+        Raises at once what :meth:`ykafka.Producer.produce` raises before sending (:class:`AclDenied`,
+        :class:`ThrottledError` beyond ``ykafka.throttle.max.wait.ms``, :class:`ClosedError`, ``TypeError``).
+        A full local queue is waited out (awaiting), not raised.
+        """
+        if self._closed:
+            raise ClosedError("producer is closed")
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        report = functools.partial(self._report, fut, on_delivery or callback)
+        p = self._producer
+        if self._queued or not p.ready(topic):
+            await self._send_off_loop(topic, value, key, partition, report, timestamp, headers)
+            return fut
+        wait = p.reserve(topic, value)
+        if wait > 0:
+            await asyncio.sleep(wait)
+            if self._queued:  # a rebuild started meanwhile: stay behind the sends it holds
+                await self._send_off_loop(topic, value, key, partition, report, timestamp, headers, reserved=True)
+                return fut
+        while True:
+            try:
+                p.produce_reserved(topic, value, key, partition, report, timestamp, headers)
+                return fut
+            except BufferFullError:
+                await asyncio.sleep(_FULL_RETRY_S)
+
+    async def _send_off_loop(self, topic: str, value: Any, key: Any, partition: int, report: DeliveryCallback,
+                             timestamp: int, headers: Any, reserved: bool = False) -> None:
+        p = self._producer
+
+        def send() -> None:
+            if not reserved:
+                wait = p.reserve(topic, value)
+                if wait > 0:  # on the sender thread, behind earlier sends: sleeping here keeps their order
+                    threading.Event().wait(wait)
+            while True:
+                try:
+                    p.produce_reserved(topic, value, key, partition, report, timestamp, headers)
+                    return
+                except BufferFullError:
+                    if self._stop.wait(_FULL_RETRY_S):
+                        raise
+
+        self._queued += 1
+        try:
+            await self._loop.run_in_executor(self._sender, send)
+        finally:
+            self._queued -= 1
+
+    def _report(self, fut: asyncio.Future[Any], user_cb: DeliveryCallback | None, err: Any, msg: Any) -> None:
+        """Delivery callback (any thread): queue the outcome; one loop wake-up serves the whole batch."""
+        with self._reports_lock:
+            self._reports.append((fut, user_cb, err, msg))
+            if self._wake_scheduled:
+                return
+            self._wake_scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._resolve)
+        except RuntimeError:  # the loop is closed: nobody is left to await these futures
+            with self._reports_lock:
+                self._reports.clear()
+                self._wake_scheduled = False
+
+    def _resolve(self) -> None:
+        with self._reports_lock:
+            batch, self._reports = self._reports, []
+            self._wake_scheduled = False
+        for fut, user_cb, err, msg in batch:
+            if user_cb is not None:
+                try:
+                    user_cb(err, msg)
+                except Exception:  # a user callback's error must not strand the other futures
+                    log.exception("ykafka.aio.delivery_callback_failed")
+            if fut.done():
+                continue
+            if err is None:
+                fut.set_result(msg)
+            else:
+                fut.set_exception(from_kafka_error(err))
+
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._producer.poll(0.1)
+            except ClosedError:
+                return
+            except Exception:
+                log.exception("ykafka.aio.poll_failed")
+                self._stop.wait(0.1)
+
+    # --- the rest of the producer API -----------------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await self._loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    async def poll(self, timeout: float = 0, *args: Any, **kwargs: Any) -> int:
+        """Delivery reports are served continuously by a background thread; this waits ``timeout`` at most."""
+        if timeout and timeout > 0:
+            await asyncio.sleep(min(timeout, 0.1))
+        return 0
+
+    async def flush(self, timeout: float = -1) -> int:
+        """Wait until every queued message is delivered (or spilled); returns how many remain."""
+        while self._queued:
+            await asyncio.sleep(0.001)
+        left = int(await self._call(self._producer.flush, timeout))
+        await asyncio.sleep(0)  # let the last batch of futures resolve
+        return left
+
+    async def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        await self._call(self._producer.purge, in_queue, in_flight, blocking)
+
+    async def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return await self._call(self._producer.list_topics, topic, timeout)
+
+    def __len__(self) -> int:
+        return 0 if self._closed else len(self._producer) + self._queued
+
+    @property
+    def producer(self) -> Producer:
+        """The sync producer underneath (introspection: ``applied_config``, ``route``, ``clients``)."""
+        return self._producer
+
+    async def close(self, timeout: float = 30.0) -> int:
+        """Flush (bounded), stop the background threads, release the clients; returns messages undelivered."""
+        if self._closed:
+            return 0
+        self._closed = True
+        while self._queued:
+            await asyncio.sleep(0.001)
+        left = int(await self._call(self._producer.flush, timeout))
+        self._stop.set()
+        await self._loop.run_in_executor(None, self._poller.join, 5)
+        left = int(await self._call(self._producer.close, 1.0)) or left
+        self._sender.shutdown(wait=True)
+        if self._own_executor:
+            self.executor.shutdown(wait=False)
+        self._resolve()
+        return left
