@@ -41,7 +41,8 @@ async def _confluent_example(bootstrap: str, topic: str, group: str, cache: Path
     await producer.close()
 
     consumer = AIOConsumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                            "enable.auto.commit": False, "ykafka.cache.dir": str(cache / "c")})
+                            "enable.auto.commit": False, "ykafka.cache.dir": str(cache / "c"),
+                            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})  # as every consumer test
     assigned: list[Any] = []
 
     async def on_assign(_consumer: Any, partitions: list[Any]) -> None:
