@@ -39,6 +39,22 @@ class BodyLimitMiddleware:
         await self.app(scope, receive, send)
 
 
+class OpenApiTrailingSlash:
+    """Serve ``/openapi/...`` with a trailing slash as without it, as Apollo (Spring) does; Starlette would
+    answer 307, which HTTP clients such as httpx do not follow for a POST."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path.startswith("/openapi/") and len(path) > 1 and path.endswith("/"):
+            trimmed = path.rstrip("/")
+            raw = scope.get("raw_path")
+            scope = {**scope, "path": trimmed, "raw_path": raw.rstrip(b"/") if raw else raw}
+        await self.app(scope, receive, send)
+
+
 def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str | None = None) -> FastAPI:
     """The config service over the SQLite database at `db_path`.
 
@@ -61,6 +77,7 @@ def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str 
     install_error_handlers(app)
     app.add_middleware(configservice.AccessKeyMiddleware)
     app.add_middleware(BodyLimitMiddleware)
+    app.add_middleware(OpenApiTrailingSlash)
     app.include_router(configservice.router)
     app.include_router(openapi.router)
 

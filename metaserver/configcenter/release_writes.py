@@ -123,8 +123,10 @@ class ReleaseWrites(StoreBase):
     # releases
     # ------------------------------------------------------------------------------------------
     def publish(self, app_id: str, cluster: str, namespace: str, title: str, comment: str,
-                operator: str) -> Change:
-        """ReleaseService.publish: a master release (re-merging any branch) or, for a branch, a gray one."""
+                operator: str, gray_del_keys: Iterable[str] = ()) -> Change:
+        """ReleaseService.publish: a master release (re-merging any branch) or, for a branch, a gray one;
+        ``gray_del_keys`` (a gray deletion release) are left out of the branch's release."""
+        dropped = set(gray_del_keys)
 
         def op(s: Session, change: Change) -> dict[str, Any]:
             ns = self.namespace(s, app_id, cluster, namespace)
@@ -133,10 +135,13 @@ class ReleaseWrites(StoreBase):
             if parent is not None:
                 parent_latest = self.latest_release(s, parent.app_id, parent.cluster_name, parent.namespace_name)
                 base = json.loads(parent_latest.configurations) if parent_latest else {}
-                rel = self._branch_release(s, parent, ns, title, comment, {**base, **items},
+                configs = {k: v for k, v in {**base, **items}.items() if k not in dropped}
+                rel = self._branch_release(s, parent, ns, title, comment, configs,
                                            parent_latest.id if parent_latest else 0, operator, GRAY_RELEASE,
                                            items.keys())
                 self.send_message(s, change, parent.app_id, parent.cluster_name, parent.namespace_name)
+            elif dropped:
+                raise BadRequest("Gray deletion release is only for a branch: %s is not one", ns.cluster_name)
             else:
                 previous = self.latest_release(s, ns.app_id, ns.cluster_name, ns.namespace_name)
                 rel = self._master_release(s, ns, title, comment, items, operator, NORMAL_RELEASE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -76,6 +76,31 @@ async def find_apps_authorized(request: Request, token: TokenView = Depends(cons
         return [dto.app_dto(a) for a in s.scalars(select(m.App).order_by(m.App.id)) if token.may_manage(a.app_id)]
 
     result: list[dict[str, Any]] = await read(request, q)
+    return result
+
+
+@router.get("/apps/by-self")
+async def find_apps_by_self(request: Request, page: int = Query(default=0, ge=0),
+                            size: int = Query(default=20, ge=1, le=500),
+                            token: TokenView = Depends(consumer)) -> list[dict[str, Any]]:
+    """AppController.getAppsBySelf: the apps this token may manage, one page (``page`` from 0, ``size``)."""
+    def q(s: Session) -> list[dict[str, Any]]:
+        apps = [dto.app_dto(a) for a in s.scalars(select(m.App).order_by(m.App.id)) if token.may_manage(a.app_id)]
+        return apps[page * size:(page + 1) * size]
+
+    result: list[dict[str, Any]] = await read(request, q)
+    return result
+
+
+@router.get("/organizations")
+async def find_organizations(request: Request, _: TokenView = Depends(consumer)) -> list[dict[str, str]]:
+    """OrganizationController.loadOrganization: ``[{orgId, orgName}]``; this service has no organization
+    settings, so the organizations are those its apps name."""
+    def q(s: Session) -> list[dict[str, str]]:
+        rows = s.execute(select(m.App.org_id, m.App.org_name).distinct().order_by(m.App.org_id)).all()
+        return [{"orgId": org_id, "orgName": org_name or org_id} for org_id, org_name in rows if org_id]
+
+    result: list[dict[str, str]] = await read(request, q)
     return result
 
 

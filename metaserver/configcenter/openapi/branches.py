@@ -16,6 +16,7 @@ from metaserver.configcenter.openapi.apps import namespace_view
 from metaserver.configcenter.openapi.common import (
     BRANCH,
     NS,
+    NamespaceGrayDelReleaseIn,
     NamespaceReleaseIn,
     OpenGrayReleaseRuleIn,
     OpenItemIn,
@@ -150,6 +151,16 @@ async def create_gray_release(request: Request, env: str, app_id: str, cluster: 
                               token: TokenView = Depends(consumer)) -> dict[str, Any]:
     await read(request, lambda s: center_of(request).store.branch(s, app_id, cluster, namespace, branch))
     return await publish_in(request, token, app_id, branch, namespace, body, operator)
+
+
+@router.post(BRANCH + "/gray-del-releases")
+async def create_gray_del_release(request: Request, env: str, app_id: str, cluster: str, namespace: str, branch: str,
+                                  body: NamespaceGrayDelReleaseIn, operator: str | None = None,
+                                  token: TokenView = Depends(consumer)) -> dict[str, Any]:
+    """ReleaseController.createGrayDelRelease (Apollo >= 1.9): a gray release without ``grayDelKeys``."""
+    await read(request, lambda s: center_of(request).store.branch(s, app_id, cluster, namespace, branch))
+    keys = frozenset(k for k in body.grayDelKeys or [] if k)
+    return await publish_in(request, token, app_id, branch, namespace, body, operator, keys)
 
 
 @router.get(BRANCH + "/items")

@@ -106,6 +106,10 @@ class NamespaceReleaseIn(Body):
     isEmergencyPublish: bool | None = None
 
 
+class NamespaceGrayDelReleaseIn(NamespaceReleaseIn):
+    grayDelKeys: list[str] | None = None
+
+
 class OpenGrayReleaseRuleItemIn(Body):
     clientAppId: str | None = None
     clientIpList: list[str] | None = None

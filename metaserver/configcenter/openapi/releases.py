@@ -36,12 +36,13 @@ router = APIRouter(prefix="/openapi/v1")
 # releases
 # ----------------------------------------------------------------------------------------------
 async def publish_in(request: Request, token: TokenView, app_id: str, cluster: str, namespace: str,
-                     body: NamespaceReleaseIn, operator: str | None) -> dict[str, Any]:
+                     body: NamespaceReleaseIn, operator: str | None,
+                     gray_del_keys: frozenset[str] = frozenset()) -> dict[str, Any]:
     allow(token, app_id)
     title, comment, who = check_release(body, operator)
     center = center_of(request)
     result: dict[str, Any] = await center.write(center.store.publish, app_id, cluster, namespace, title, comment,
-                                                who)
+                                                who, gray_del_keys)
     return result
 
 
