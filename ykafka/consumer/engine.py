@@ -33,7 +33,7 @@ from ykafka.consumer.observe import (
 )
 from ykafka.consumer.offsets import PartitionTracker, Task
 from ykafka.consumer.ordering import FAST_HANDLER_S, Dispatcher, Ordering
-from ykafka.consumer.pool import WorkerPool
+from ykafka.consumer.pool import AsyncPool, Pool, WorkerPool
 from ykafka.consumer.retry import RetryPolicy, RetryRouter, Routed
 from ykafka.consumer.settings import Settings
 from ykafka.consumer.throttle import TokenBucket
@@ -87,7 +87,7 @@ class Engine:
         self.settings = settings
         self.router = router
         self.trackers: dict[S.TP, PartitionTracker] = {}
-        self.pool: WorkerPool | None = None
+        self.pool: Pool | None = None
         self.dispatcher: Dispatcher | None = None
         self.bucket = TokenBucket(float(self.effective.get("consumer.rate.limit.msgs", 0.0)))
         self.processed = 0  # messages the handler returned from (approximate under concurrency)
@@ -95,6 +95,7 @@ class Engine:
         self._inline: Callable[[Task], None] | None = None  # set per batch: run tasks on the fetch thread
         self.failed = 0
         self._handler: Handler | None = None
+        self._async_handler: AsyncHandler | None = None  # run_async: tasks run as coroutines (AsyncPool)
         self._stop = threading.Event()
         self._running = threading.Event()
         self._pending: dict[str, Any] = {}
@@ -165,7 +166,11 @@ class Engine:
         self._handler = handler
         self._stop.clear()
         self._running.set()
-        self.pool = WorkerPool(self._run_task, int(self.effective.get("consumer.workers", 4)))
+        workers = int(self.effective.get("consumer.workers", 4))
+        if self._async_handler is not None and self._loop is not None:
+            self.pool = AsyncPool(self._run_task_async, workers, self._loop)
+        else:
+            self.pool = WorkerPool(self._run_task, workers)
         self.dispatcher = Dispatcher(self.pool, self.effective.get("consumer.ordering", "partition"))
         self.session.hooks = self
         try:
@@ -206,14 +211,16 @@ class Engine:
             thread = threading.Thread(target=loop.run_forever, name="ykafka-async-handlers", daemon=True)
             thread.start()
         self._loop = loop
+        self._async_handler = handler
         target = loop
 
-        def bridge(msg: Message) -> Any:
+        def bridge(msg: Message) -> Any:  # the handler as a plain call, for paths that run one synchronously
             return asyncio.run_coroutine_threadsafe(handler(msg), target).result()
 
         try:
             self.run(bridge)
         finally:
+            self._async_handler = None
             if own:
                 loop.call_soon_threadsafe(loop.stop)
                 thread.join(5)
@@ -306,7 +313,8 @@ class Engine:
         chunk = self.dispatcher.chunk_size(len(msgs), self.msg_cost)
         # A handler of a few microseconds is bound by the GIL: handing it to a worker only adds thread
         # switches. When nothing else is pending (so order cannot be overtaken) it runs right here.
-        self._inline = self._run_task if self.msg_cost < FAST_HANDLER_S and self._all_idle() else None
+        self._inline = (self._run_task if self._async_handler is None and self.msg_cost < FAST_HANDLER_S
+                        and self._all_idle() else None)
         run: list[Any] = []
         last_p = -1
         last_t: Any = None
@@ -387,14 +395,79 @@ class Engine:
 
     # -- workers ----------------------------------------------------------------------------------------
 
-    def _run_task(self, task: Task) -> None:
-        msgs = task.msgs
+    def _task_started(self, task: Task) -> bool:
+        """Mark a task started; False when it was given up on revoke before it started (not done: the
+        partition's next owner handles it)."""
         task.started = True
-        if task.skipped:  # given up on revoke before it started: not done, the next owner handles it
+        if task.skipped:
             if task.lane is not None:
                 assert self.dispatcher is not None
                 self.dispatcher.task_done(task)
+            return False
+        return True
+
+    def _task_finished(self, task: Task, spent: float | None) -> None:
+        """Count a task's messages (``spent``: handler seconds; None when cancelled) and release its lane."""
+        if spent is not None:
+            # moving average of the handler's cost per message (steers chunking); races only blur it
+            self.msg_cost = 0.8 * self.msg_cost + 0.2 * spent / (len(task.msgs) or 1)
+            self.processed += len(task.msgs)
+        task.finished = True
+        if task.lane is not None:
+            assert self.dispatcher is not None
+            self.dispatcher.task_done(task)
+        if self._waiting:
+            self._wake.set()
+            if self._async_handler is None:  # a worker thread: hand the GIL to the waiting fetch thread now,
+                time.sleep(0)  # not after the switch interval (the event loop must not stall on it)
+
+    async def _run_task_async(self, task: Task) -> None:
+        """:meth:`_run_task` for an ``async def`` handler, on the event loop (the :class:`AsyncPool`'s runner):
+        messages of a task are awaited one after the other, with the same timings, trace steps and failure
+        routing as the observed thread loop."""
+        if not self._task_started(task):
             return
+        spent: float | None = None
+        if not task.tracker.cancelled:
+            handler = self._async_handler
+            assert handler is not None
+            observer = self.observer
+            watch = None if observer is None else (observer.watches.get(task.tracker.topic)
+                                                   or observer.watch(task.tracker.topic))
+            rate = watch.rate if watch is not None else 0.0
+            raws = task.msgs if task.raws is None else task.raws
+            took: list[float] = []
+            errors = 0
+            spent = 0.0
+            clock = time.perf_counter
+            for msg, raw in zip(task.msgs, raws, strict=True):
+                if rate and observer is not None:
+                    observer.trace(CONSUMED, raw, rate)
+                began = clock()
+                try:
+                    await handler(msg)
+                except Exception as exc:
+                    errors += 1
+                    routed = self._failed(task, msg, exc)
+                    if rate and observer is not None and routed is not None:
+                        observer.trace(routed[0], raw, rate, error=routed[2], detail=routed[1])
+                else:
+                    if rate and observer is not None:
+                        observer.trace(PROCESSED, raw, rate, latency_ms=(clock() - began) * 1000)
+                finally:
+                    took.append((clock() - began) * 1000)
+                    spent += took[-1] / 1000
+            if observer is not None and observer.metrics is not None:
+                observer.metrics.observe_many(PROCESS_LATENCY, took, task.tracker.topic, self.group)
+                if errors:
+                    observer.metrics.count(CONSUME_ERRORS, errors, task.tracker.topic, self.group)
+        self._task_finished(task, spent)
+
+    def _run_task(self, task: Task) -> None:
+        msgs = task.msgs
+        if not self._task_started(task):
+            return
+        spent: float | None = None
         if not task.tracker.cancelled:
             handler = self._handler
             assert handler is not None
@@ -416,16 +489,7 @@ class Engine:
                     except Exception as exc:
                         self._failed(task, msg, exc)
                 spent = time.perf_counter() - started
-            # moving average of the handler's cost per message (steers chunking); races only blur it
-            self.msg_cost = 0.8 * self.msg_cost + 0.2 * spent / (len(msgs) or 1)
-            self.processed += len(msgs)
-        task.finished = True
-        if task.lane is not None:
-            assert self.dispatcher is not None
-            self.dispatcher.task_done(task)
-        if self._waiting:
-            self._wake.set()
-            time.sleep(0)  # hand the GIL to the waiting fetch thread now, not after the switch interval
+        self._task_finished(task, spent)
 
     def _run_observed(self, task: Task, handler: Handler, observer: ConsumerObserver, rate: float,
                       topic: str) -> float:
@@ -527,7 +591,7 @@ class Engine:
     def _all_idle(self) -> bool:
         return all(tracker.idle() for tracker in self.trackers.values())
 
-    def _wait_for_workers(self, pool: WorkerPool, max_backlog: int, timeout: float) -> bool:
+    def _wait_for_workers(self, pool: Pool, max_backlog: int, timeout: float) -> bool:
         """Runnable tasks pile up: block (the workers get the GIL) until half of them were taken.
 
         Tasks waiting in an ordering lane are not runnable and do not count, so one slow key or partition

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ykafka.consumer.offsets import PartitionTracker, Task
-from ykafka.consumer.pool import WorkerPool
+from ykafka.consumer.pool import Pool
 
 Ordering = Literal["none", "partition", "key"]
 ORDERINGS: tuple[Ordering, ...] = ("none", "partition", "key")
@@ -38,7 +38,7 @@ class Lane:
 class Dispatcher:
     """Cuts fetched runs into tasks, registers them with their tracker and submits them to the pool."""
 
-    def __init__(self, pool: WorkerPool, ordering: Ordering, max_chunk: int = 256) -> None:
+    def __init__(self, pool: Pool, ordering: Ordering, max_chunk: int = 256) -> None:
         self.pool = pool
         self.ordering: Ordering = ordering
         self.max_chunk = max_chunk
