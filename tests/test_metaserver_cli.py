@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +16,7 @@ import pytest
 pytest.register_assert_rewrite("tests.ms_fixtures")
 
 from click.testing import CliRunner  # noqa: E402
+from rich.console import Console  # noqa: E402
 
 from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, new_app  # noqa: E402
 from ykafka.admin.cli import admin  # noqa: E402
@@ -124,3 +129,55 @@ def test_sample_admin_push_runs(server: MetaServer) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "refused before it reaches the config center" in result.stdout
     assert "'producer.acks': 'all'" in result.stdout
+
+
+CLIENT_COLUMNS = ["app", "client", "host", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state",
+                  "last seen", "online"]
+
+
+def test_clients_through_a_pipe_at_80_columns_keep_every_cell(server: MetaServer) -> None:
+    """`ykafka admin clients | cat` in an 80-column window: tab-separated, nothing cut."""
+    server.admin().set_cluster("dc-a", "127.0.0.1:19001", dc="a")
+    app = new_app(server)
+    sdk = server.sdk(app.app_id, app.secret)
+    token = sdk.grant().json()["token"]
+    long_ids = [f"checkout-service-{n}-7f9c2d41b8e6a3c5d0f1" for n in range(2)]
+    for client_id in long_ids:
+        sdk.report(token, client_id=client_id)
+    env = {**os.environ, "COLUMNS": "80", "YKAFKA_METASERVER": server.url, "YKAFKA_ADMIN_TOKEN": ADMIN_TOKEN}
+    for args in (["clients", "--app", app.app_id], ["apps", "list"], ["clusters", "list"]):
+        piped = subprocess.run([sys.executable, "-m", "ykafka.cli", "admin", *args], capture_output=True, text=True,
+                               env=env, timeout=60)
+        assert piped.returncode == 0, piped.stderr
+        assert "…" not in piped.stdout and "│" not in piped.stdout
+        lines = [line for line in piped.stdout.splitlines() if not line.startswith("# ")]  # "# title"
+        header = lines[0].split("\t")
+        assert all(len(line.split("\t")) == len(header) for line in lines[1:]), piped.stdout
+        if args[0] == "clients":
+            assert header == CLIENT_COLUMNS
+            rows = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[1:]]
+            assert sorted(r["client"] for r in rows) == long_ids
+            assert {r["app"] for r in rows} == {app.app_id} and all(r["ip"] and r["role"] for r in rows)
+        json_flag = subprocess.run([sys.executable, "-m", "ykafka.cli", "admin", *args, "--json"],
+                                   capture_output=True, text=True, env=env, timeout=60)
+        assert json_flag.returncode == 0, json_flag.stderr
+        assert isinstance(json.loads(json_flag.stdout), list)
+
+
+def test_terminal_table_at_80_columns_never_cuts_key_columns() -> None:
+    from ykafka.tables import show_table
+
+    out = io.StringIO()
+    terminal = Console(file=out, force_terminal=True, width=80, color_system=None)
+    client_id, ip = "checkout-service-0-7f9c2d41b8e6a3c5d0f1", "203.0.113.254"
+    show_table(CLIENT_COLUMNS, [["orders-app", client_id, "host-a.example.internal", ip, "producer", "dc-a",
+                                 None, "0.9.0", "2.6.1", "running", "2026-11-25 07:00:00", "yes"]],
+               title="clients", console=terminal)
+    text = out.getvalue()
+    for key in (client_id, ip, "producer", "running", "orders-app"):
+        assert key in text, text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    narrow = io.StringIO()
+    show_table(["app", "client", "state"], [["orders-app", client_id, "running"]],
+               console=Console(file=narrow, force_terminal=True, width=80, color_system=None))
+    assert "┃ client " in narrow.getvalue() and client_id in narrow.getvalue()  # fits: still a table

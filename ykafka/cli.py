@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from ykafka import __version__
 from ykafka.devstack import Stack, StackConfig, StackError
 from ykafka.logs import configure
+from ykafka.tables import show_table
 
 console = Console()
 
@@ -130,11 +130,10 @@ def dev_status(as_json: bool, **kw: Any) -> None:
 
 def _print_status(stack: Stack) -> None:
     status = stack.status()
-    table = Table("service", "address", "pid")
-    for name, pid in status["running"].items():
-        address = status["clusters"][name] if name in status["clusters"] else status.get(name, "")
-        table.add_row(name, address, str(pid) if pid else "[red]not running[/]")
-    console.print(table)
+    show_table(["service", "address", "pid"],
+               [[name, status["clusters"][name] if name in status["clusters"] else status.get(name, ""),
+                 str(pid) if pid else "[red]not running[/]"] for name, pid in status["running"].items()],
+               console=console, markup=True)
 
 
 def _attach(group: click.Group, module: str, attr: str) -> None:

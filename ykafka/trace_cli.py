@@ -21,6 +21,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ykafka.tables import show_table
+
 console = Console()
 
 DEFAULT_STORE = ".ykafka/pipeline"
@@ -208,17 +210,14 @@ def pipeline_inventory(store: str, master: str | None, since: str, as_json: bool
         for row in rows:
             click.echo(json.dumps(row, default=str))
         return
-    table = Table("cluster", "app", "client", "role", "group", "ykafka", "librdkafka", "state", "last seen")
-    for row in rows:
-        table.add_row(*(str(row.get(c) or "") for c in ("cluster", "app", "client_id", "role", "group",
-                                                       "ykafka_version", "librdkafka_version", "state")),
-                      _when(row.get("last_seen")))
-    console.print(table)
-    summary = Table("cluster", "ykafka", "librdkafka", "clients", "live", "apps", title="by version")
-    for cell in inventory.summary(rows):
-        summary.add_row(str(cell["cluster"]), str(cell["ykafka_version"]), str(cell["librdkafka_version"]),
-                        str(cell["clients"]), str(cell["live"]), ", ".join(cell["apps"]))
-    console.print(summary)
+    show_table(["cluster", "app", "client", "role", "group", "ykafka", "librdkafka", "state", "last seen"],
+               [[*(str(row.get(c) or "") for c in ("cluster", "app", "client_id", "role", "group", "ykafka_version",
+                                                   "librdkafka_version", "state")), _when(row.get("last_seen"))]
+                for row in rows], console=console)
+    click.echo()
+    show_table(["cluster", "ykafka", "librdkafka", "clients", "live", "apps"],
+               [[c["cluster"], c["ykafka_version"], c["librdkafka_version"], c["clients"], c["live"],
+                 ", ".join(c["apps"])] for c in inventory.summary(rows)], title="by version", console=console)
 
 
 @pipeline.command("aggregates")
@@ -236,12 +235,11 @@ def pipeline_aggregates(store: str, since: str, topic: str | None, group: str | 
         for row in rows:
             click.echo(json.dumps(row, default=str))
         return
-    table = Table("window", "metric", "topic", "group", "count", "p50", "p95", "p99", "max", "value")
-    for row in rows:
-        table.add_row(_when(row["window_start"]), row["name"], row.get("topic") or "", row.get("group") or "",
-                      str(row["count"]), *(("" if row[k] is None else f"{row[k]:g}") for k in ("p50", "p95", "p99",
-                                                                                            "max", "value")))
-    console.print(table)
+    show_table(["window", "metric", "topic", "group", "count", "p50", "p95", "p99", "max", "value"],
+               [[_when(row["window_start"]), row["name"], row.get("topic") or "", row.get("group") or "",
+                 row["count"], *(("" if row[k] is None else f"{row[k]:g}") for k in ("p50", "p95", "p99", "max",
+                                                                                      "value"))] for row in rows],
+               console=console)
 
 
 # --- ykafka admin groups ----------------------------------------------------------------------------
@@ -309,8 +307,6 @@ def _print_candidates(found: list[dict[str, Any]], as_json: bool) -> None:
         for row in found:
             click.echo(json.dumps({"candidate": row["group"], **row}, default=str))
         return
-    table = Table("group", "state", "members", "idle s", "basis", "committed")
-    for row in found:
-        table.add_row(row["group"], row["state"], str(row["members"]), str(row["idle_s"]), row["basis"],
-                      ", ".join(f"{k}={v}" for k, v in row["committed"].items()))
-    console.print(table)
+    show_table(["group", "state", "members", "idle s", "basis", "committed"],
+               [[row["group"], row["state"], row["members"], row["idle_s"], row["basis"],
+                 ", ".join(f"{k}={v}" for k, v in row["committed"].items())] for row in found], console=console)

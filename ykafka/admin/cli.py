@@ -22,9 +22,9 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from ykafka.admin.client import AdminClient, AdminError
+from ykafka.tables import show_table
 
 console = Console()
 err_console = Console(stderr=True)
@@ -57,12 +57,7 @@ def _when(ts: Any) -> str:
 
 
 def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("-" if v is None else str(v) for v in row))
-    console.print(table)
+    show_table(columns, rows, title=title, console=console)
 
 
 def _emit_json(ctx: click.Context, data: Any) -> bool:
@@ -77,6 +72,16 @@ def _show(ctx: click.Context, rows: list[dict[str, Any]], title: str, columns: S
     """A listing: JSON with ``--json``, else a table of ``row(r)`` for each r."""
     if not _emit_json(ctx, rows):
         _table(title, columns, [row(r) for r in rows])
+
+
+def _json_flag(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json`` on the command itself too (``ykafka admin alerts --json``), same as ``admin --json``."""
+    def set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if value:
+            ctx.ensure_object(dict)["json"] = True
+
+    return click.option("--json", "_json", is_flag=True, expose_value=False, callback=set_json,
+                        help="print JSON instead of a table")(fn)
 
 
 @click.group()
@@ -101,6 +106,7 @@ def apps() -> None:
 
 
 @apps.command("list")
+@_json_flag
 @click.pass_context
 def apps_list(ctx: click.Context) -> None:
     _show(ctx, _run(_client(ctx).list_apps), "apps",
@@ -113,6 +119,7 @@ def apps_list(ctx: click.Context) -> None:
 @click.argument("app_id")
 @click.option("--description", default="")
 @click.option("--default-cluster", default=None)
+@_json_flag
 @click.pass_context
 def apps_create(ctx: click.Context, app_id: str, description: str, default_cluster: str | None) -> None:
     """Create APP_ID and print its secret (shown only this once)."""
@@ -132,6 +139,7 @@ def apps_delete(ctx: click.Context, app_id: str) -> None:
 
 @apps.command("rotate")
 @click.argument("app_id")
+@_json_flag
 @click.pass_context
 def apps_rotate(ctx: click.Context, app_id: str) -> None:
     """Give APP_ID a new secret; the old one stops working at once."""
@@ -155,6 +163,7 @@ def acl() -> None:
 
 @acl.command("get")
 @click.argument("app_id")
+@_json_flag
 @click.pass_context
 def acl_get(ctx: click.Context, app_id: str) -> None:
     current = _run(lambda: _client(ctx).get_acl(app_id))
@@ -167,6 +176,7 @@ def acl_get(ctx: click.Context, app_id: str) -> None:
 @click.option("--produce", multiple=True, help="topic pattern the app may write (repeatable)")
 @click.option("--consume", multiple=True, help="topic pattern the app may read (repeatable)")
 @click.option("--group", "groups", multiple=True, help="consumer group pattern (repeatable)")
+@_json_flag
 @click.pass_context
 def acl_set(ctx: click.Context, app_id: str, produce: tuple[str, ...], consume: tuple[str, ...],
             groups: tuple[str, ...]) -> None:
@@ -185,6 +195,7 @@ def clusters() -> None:
 
 
 @clusters.command("list")
+@_json_flag
 @click.pass_context
 def clusters_list(ctx: click.Context) -> None:
     _show(ctx, _run(_client(ctx).list_clusters), "clusters",
@@ -202,6 +213,7 @@ def clusters_list(ctx: click.Context) -> None:
 @click.option("--sasl-mechanism", default=None)
 @click.option("--sasl-username", default=None)
 @click.option("--sasl-password", default=None)
+@_json_flag
 @click.pass_context
 def clusters_set(ctx: click.Context, name: str, bootstrap_servers: str, dc: str, standby: str | None, status: str,
                  sasl_mechanism: str | None, sasl_username: str | None, sasl_password: str | None) -> None:
@@ -253,6 +265,7 @@ def config() -> None:
 
 @config.command("get")
 @click.argument("scope")
+@_json_flag
 @click.pass_context
 def config_get(ctx: click.Context, scope: str) -> None:
     current = _run(lambda: _client(ctx).get_config(scope))
@@ -285,6 +298,7 @@ def _push(ctx: click.Context, scope: str, assignments: Sequence[str], delete: Se
 @click.option("--ip", "ips", multiple=True, help="gray release to this client IP only (repeatable)")
 @click.option("--dry-run", is_flag=True, help="show the diff, write nothing")
 @click.option("--comment", default="")
+@_json_flag
 @click.pass_context
 def config_set(ctx: click.Context, scope: str, assignments: tuple[str, ...], delete: tuple[str, ...],
                ips: tuple[str, ...], dry_run: bool, comment: str) -> None:
@@ -299,6 +313,7 @@ def config_set(ctx: click.Context, scope: str, assignments: tuple[str, ...], del
 @click.argument("assignments", nargs=-1, required=False)
 @click.option("--delete", multiple=True)
 @click.option("--ip", "ips", multiple=True)
+@_json_flag
 @click.pass_context
 def config_diff(ctx: click.Context, scope: str, assignments: tuple[str, ...], delete: tuple[str, ...],
                 ips: tuple[str, ...]) -> None:
@@ -308,6 +323,7 @@ def config_diff(ctx: click.Context, scope: str, assignments: tuple[str, ...], de
 
 @config.command("rollback")
 @click.argument("scope")
+@_json_flag
 @click.pass_context
 def config_rollback(ctx: click.Context, scope: str) -> None:
     """Restore SCOPE's previous release."""
@@ -320,6 +336,7 @@ def config_rollback(ctx: click.Context, scope: str) -> None:
 
 @config.command("merge")
 @click.argument("scope")
+@_json_flag
 @click.pass_context
 def config_merge(ctx: click.Context, scope: str) -> None:
     """Promote SCOPE's gray values to every client."""
@@ -330,6 +347,7 @@ def config_merge(ctx: click.Context, scope: str) -> None:
 
 @config.command("abandon")
 @click.argument("scope")
+@_json_flag
 @click.pass_context
 def config_abandon(ctx: click.Context, scope: str) -> None:
     """Drop SCOPE's gray release."""
@@ -349,6 +367,7 @@ def config_abandon(ctx: click.Context, scope: str) -> None:
 @click.option("--online/--offline", default=None, help="only online (or only offline) clients")
 @click.option("--history", is_flag=True, help="every report instead of the latest per client")
 @click.option("--limit", default=200, show_default=True)
+@_json_flag
 @click.pass_context
 def clients_cmd(ctx: click.Context, app: str | None, cluster: str | None, librdkafka: str | None,
                 group: str | None, online: bool | None, history: bool, limit: int) -> None:
@@ -373,26 +392,17 @@ def clients_cmd(ctx: click.Context, app: str | None, cluster: str | None, librdk
 @click.option("--action", default=None, help="action or prefix, e.g. config")
 @click.option("--target", default=None)
 @click.option("--limit", default=50, show_default=True)
+@_json_flag
 @click.pass_context
 def audit_cmd(ctx: click.Context, who: str | None, action: str | None, target: str | None, limit: int) -> None:
     """Who changed what, when (newest first)."""
     _show(ctx, _run(lambda: _client(ctx).audit(who, action, target, limit=limit)), "audit",
           ["when", "operator", "action", "target", "before", "after"],
           lambda r: (_when(r["at"]), r["operator"], r["action"], r["target"],
-                     json.dumps(r["before"], sort_keys=True)[:80], json.dumps(r["after"], sort_keys=True)[:80]))
+                     json.dumps(r["before"], sort_keys=True), json.dumps(r["after"], sort_keys=True)))
 
 
 # --- observability -------------------------------------------------------------------------------
-
-
-def _json_flag(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--json`` on the command itself too (``ykafka admin alerts --json``), same as ``admin --json``."""
-    def set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-        if value:
-            ctx.ensure_object(dict)["json"] = True
-
-    return click.option("--json", "_json", is_flag=True, expose_value=False, callback=set_json,
-                        help="print JSON instead of a table")(fn)
 
 
 def _window(ms: Any) -> str:
