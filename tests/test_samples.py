@@ -26,3 +26,17 @@ def test_quickstart_produces_and_consumes_every_message(stack: StackInfo, tmp_pa
     assert "300 acknowledged, 0 failed" in result.stdout
     assert "consumed 300 messages back over 6 keys (key-0=50," in result.stdout
     assert result.stdout.strip().endswith("OK")
+
+
+def test_asyncio_service_produces_and_consumes_every_message_through_live_changes(stack: StackInfo,
+                                                                                   tmp_path: Path) -> None:
+    topic = f"aio-orders-{os.getpid()}-{tmp_path.name[-6:]}"
+    result = subprocess.run([sys.executable, str(ROOT / "samples" / "asyncio_service.py"), "--topic", topic,
+                             "--rate", "300", "--seconds", "6", "--demo-changes"], capture_output=True, text=True,
+                            timeout=180, env=_sample_env(stack, tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "pushed producer.linger.ms=20 (topic) and consumer.workers=32 (group)" in result.stdout
+    assert "linger.ms=20" in result.stdout and "workers=32" in result.stdout  # applied live, no restart
+    last = result.stdout.strip().splitlines()[-1]
+    sent = int(last.split()[1].rstrip(","))
+    assert sent > 1000 and last == f"sent {sent}, acknowledged {sent}, handled {sent}: OK"

@@ -57,7 +57,8 @@ def _round_trip(bootstrap: str, tmp_path: Path, serializer: Any, deserializer: A
     assert len(acked) == 40 and all(not isinstance(a, Exception) and a.error() is None for a in acked)
 
     consumer = DeserializingConsumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                      "auto.offset.reset": "earliest", "ykafka.cache.dir": str(tmp_path / "c"), **FAST_JOIN,
+                                      "auto.offset.reset": "earliest", "ykafka.cache.dir": str(tmp_path / "c"),
+                                      **FAST_JOIN,
                                       "key.deserializer": StringDeserializer("utf_8"),
                                       "value.deserializer": deserializer})
     consumer.subscribe([topic])
