@@ -19,6 +19,7 @@ import uuid
 import requests
 
 from ykafka.admin import AdminClient, AdminError
+from ykafka.oneline import run
 
 
 def main() -> int:
@@ -68,4 +69,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)  # configuration, identity and connection errors: one line and exit 2 (--debug: traceback)

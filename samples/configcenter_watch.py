@@ -23,6 +23,7 @@ from urllib.parse import quote, urlencode
 import requests
 
 from metaserver.configcenter.signature import build_headers
+from ykafka.oneline import run
 
 
 class OpenApi:
@@ -144,4 +145,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)  # configuration, identity and connection errors: one line and exit 2 (--debug: traceback)

@@ -25,6 +25,7 @@ from typing import Any
 from ykafka import Producer
 from ykafka.failover import attach
 from ykafka.logs import configure
+from ykafka.oneline import run
 
 
 def main() -> int:
@@ -92,4 +93,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)  # configuration, identity and connection errors: one line and exit 2 (--debug: traceback)

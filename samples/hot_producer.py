@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ykafka import Producer, ThrottledError
 from ykafka.hotconfig import ConfigChange
 from ykafka.logs import configure
+from ykafka.oneline import run
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -135,4 +136,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)  # configuration, identity and connection errors: one line and exit 2 (--debug: traceback)

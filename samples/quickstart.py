@@ -15,6 +15,7 @@ from collections import Counter
 
 from ykafka import Consumer, Producer
 from ykafka.logs import configure
+from ykafka.oneline import run
 
 
 def main() -> None:
@@ -60,4 +61,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)  # configuration, identity and connection errors: one line and exit 2 (--debug: traceback)

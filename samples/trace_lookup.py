@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer
 
 from pipeline.runner import Pipeline, PipelineConfig
 from ykafka.metrics import Metrics, local_versions
+from ykafka.oneline import run
 from ykafka.trace_cli import trace
 from ykafka.tracing import EventSink, Tracer
 
@@ -100,4 +101,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)  # configuration, identity and connection errors: one line and exit 2 (--debug: traceback)

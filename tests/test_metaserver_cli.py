@@ -110,9 +110,11 @@ def test_clients_view(cli: Callable[..., Any], server: MetaServer) -> None:
 def test_unreachable_and_bad_token(server: MetaServer) -> None:
     runner = CliRunner()
     down = runner.invoke(admin, ["--url", "http://127.0.0.1:9", "--token", "x", "apps", "list"])
-    assert down.exit_code == 1 and "cannot reach the MetaServer" in down.output
+    assert down.exit_code == 2 and "cannot reach the MetaServer" in down.output
+    assert "Fix: start the stack" in down.output
     bad = runner.invoke(admin, ["--url", server.url, "--token", "nope", "apps", "list"])
-    assert bad.exit_code == 1 and "authentication failed" in bad.output and "401" in bad.output
+    assert bad.exit_code == 2 and "authentication failed" in bad.output and "401" in bad.output
+    assert "Fix: pass --token or set YKAFKA_ADMIN_TOKEN" in bad.output and len(bad.output.strip().splitlines()) == 1
 
 
 def test_sample_admin_push_runs(server: MetaServer) -> None:

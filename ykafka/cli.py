@@ -15,16 +15,26 @@ from rich.console import Console
 from ykafka import __version__
 from ykafka.devstack import Stack, StackConfig, StackError
 from ykafka.logs import configure
+from ykafka.oneline import debug_requested, one_line_errors
 from ykafka.tables import show_table
 
 console = Console()
 
 
-@click.group()
+class _Main(click.Group):
+    """Configuration, identity and connection errors answer one line and exit 2 (``ykafka.oneline``)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with one_line_errors(bool(ctx.params.get("debug")) or debug_requested([])):
+            return super().invoke(ctx)
+
+
+@click.group(cls=_Main)
 @click.version_option(__version__, prog_name="ykafka")
 @click.option("--log-level", default=lambda: os.environ.get("YKAFKA_LOG_LEVEL", "warning"), show_default="warning",
               help="structlog level for this command (env YKAFKA_LOG_LEVEL)")
-def main(log_level: str) -> None:
+@click.option("--debug", is_flag=True, help="show the traceback of any error (env YKAFKA_DEBUG=1)")
+def main(log_level: str, debug: bool) -> None:
     """ykafka: Kafka clients steered live from a config center."""
     configure(log_level)
 

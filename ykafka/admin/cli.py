@@ -24,6 +24,7 @@ import click
 from rich.console import Console
 
 from ykafka.admin.client import AdminClient, AdminError
+from ykafka.oneline import EXIT_USER_ERROR, debug_requested, explain
 from ykafka.tables import show_table
 
 console = Console()
@@ -45,6 +46,12 @@ def _run(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except AdminError as exc:
+        line = explain(exc)  # unreachable, or the token refused: one line naming the fix, exit 2
+        if line is not None:
+            if click.get_current_context().find_root().params.get("debug") or debug_requested([]):
+                raise
+            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+            sys.exit(EXIT_USER_ERROR)
         err_console.print(f"[red]error:[/red] {exc.message} (HTTP {exc.status})" if exc.status else
                           f"[red]error:[/red] {exc.message}")
         for key, reason in exc.errors.items():
