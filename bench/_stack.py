@@ -18,6 +18,7 @@ class BenchStack:
     cfg: StackConfig
     home: Path
     env: dict[str, str]
+    stack: Stack  # to stop one service mid-run (``stack.down(["metaserver"])``)
 
     def bootstrap(self) -> str:
         """The default cluster's bootstrap servers (for the raw confluent-kafka peer)."""
@@ -37,6 +38,6 @@ def bench_stack() -> Iterator[BenchStack]:
     stack = Stack(cfg)
     try:
         stack.up(["dc-a", "configcenter", "metaserver"], seed=False)
-        yield BenchStack(cfg, home, stack.seed())
+        yield BenchStack(cfg, home, stack.seed(), stack)
     finally:
         stack.down()

@@ -1,0 +1,99 @@
+"""Start-up: ``Producer(...)`` to the first acknowledged send, with the servers up and from the disk caches
+with the MetaServer and the config center down; raw confluent-kafka's ``Producer(...)`` to first ack as peer.
+
+Starts its own stack on free ports (Tansu broker, config service, MetaServer; stopped by pid at the end).
+Each round builds a fresh client in this process (imports already done, as in a running service), sends
+one message and waits for its delivery report:
+
+* ``cold``: servers up, empty cache directory (signed grant, global + topic namespaces fetched);
+* ``warm``: servers up, the cache of a previous client present;
+* ``cached_down``: the MetaServer and the config center stopped, the client starts from its cached grant
+  and namespaces (DESIGN.md §2: a client starts while the control plane is away).
+
+Figures are the best of ``--rounds`` (the machine is shared), medians are printed too.
+
+    python bench/startup.py [--rounds 5] [--quick]
+
+Last line: RESULT {"raw_ms": ..., "cold_ms": ..., "cached_down_ms": ..., ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Producer as RawProducer  # noqa: E402
+
+from bench._stack import bench_stack  # noqa: E402
+from ykafka import Producer  # noqa: E402
+from ykafka.logs import configure  # noqa: E402
+
+TARGET_UP_MS = 150
+TARGET_CACHED_MS = 50
+
+
+def first_ack_ms(make: Any, topic: str) -> float:
+    """Milliseconds from constructing a producer to the delivery report of its first message."""
+    acked: list[Any] = []
+    start = time.perf_counter()
+    producer = make()
+    producer.produce(topic, b"hello", on_delivery=lambda err, _msg: acked.append(err))
+    while not acked:
+        producer.poll(0.001)
+    elapsed = (time.perf_counter() - start) * 1000
+    if acked[0] is not None:
+        raise RuntimeError(f"first send failed: {acked[0]}")
+    if hasattr(producer, "close"):
+        producer.close()
+    return elapsed
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"best": round(min(values), 1), "median": round(statistics.median(values), 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="2 rounds")
+    args = parser.parse_args()
+    rounds = 2 if args.quick else args.rounds
+    configure("warning")
+    out: dict[str, list[float]] = {"raw": [], "cold": [], "warm": [], "cached_down": []}
+    with bench_stack() as bench:
+        topic = f"bench-start-{uuid.uuid4().hex[:6]}"
+        raw_conf = {"bootstrap.servers": bench.bootstrap(), "acks": "all", "enable.idempotence": True,
+                    "linger.ms": 5}
+        first_ack_ms(lambda: RawProducer(raw_conf), topic)  # creates the topic; warms the broker
+        caches = [Path(tempfile.mkdtemp(prefix="ykafka-bench-start-")) for _ in range(rounds)]
+        for cache in caches:
+            conf = bench.client_config(**{"ykafka.cache.dir": str(cache)})
+            out["raw"].append(first_ack_ms(lambda: RawProducer(raw_conf), topic))
+            out["cold"].append(first_ack_ms(lambda conf=conf: Producer(conf), topic))  # type: ignore[misc]
+            out["warm"].append(first_ack_ms(lambda conf=conf: Producer(conf), topic))  # type: ignore[misc]
+        bench.stack.down(["metaserver", "configcenter"])
+        for cache in caches:
+            conf = bench.client_config(**{"ykafka.cache.dir": str(cache)})
+            out["cached_down"].append(first_ack_ms(lambda conf=conf: Producer(conf), topic))  # type: ignore[misc]
+    result: dict[str, Any] = {f"{k}_ms": summary(v)["best"] for k, v in out.items()}
+    result["median_ms"] = {k: summary(v)["median"] for k, v in out.items()}
+    result["cold_over_raw_ms"] = round(result["cold_ms"] - result["raw_ms"], 1)
+    result["rounds"] = rounds
+    result["target"] = {"up_ms": TARGET_UP_MS, "cached_down_ms": TARGET_CACHED_MS}
+    result["met"] = {"up": result["cold_ms"] <= TARGET_UP_MS,
+                     "cached_down": result["cached_down_ms"] <= TARGET_CACHED_MS}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
