@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.dr_fixtures import Broker, TailReader, create_topic, make_engine, read_all, tally  # noqa: E402
-from ykafka.failover import SYNC_HEADER, RouteSpec  # noqa: E402
+from ykafka.dr.engine import RouteSpec  # noqa: E402
+from ykafka.dr.sync import SYNC_HEADER  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
 

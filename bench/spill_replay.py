@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 import diskcache  # noqa: E402
 
 from tests.dr_fixtures import Broker, create_topic, make_engine, read_all, tally  # noqa: E402
-from ykafka.failover import RouteSpec  # noqa: E402
-from ykafka.health import ClusterState  # noqa: E402
+from ykafka.dr.engine import RouteSpec  # noqa: E402
+from ykafka.dr.health import ClusterState  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
 PAD = 100

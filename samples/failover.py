@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from ykafka import Producer
-from ykafka.failover import attach
+from ykafka.dr.attach import attach
 from ykafka.logs import configure
 from ykafka.oneline import run
 

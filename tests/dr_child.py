@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from tests.dr_fixtures import make_engine
-from ykafka.failover import RouteSpec
+from ykafka.dr.engine import RouteSpec
 
 KEYS = 8
 
@@ -25,7 +25,7 @@ def main() -> int:
     producer = None
     if via_producer:  # the drop-in Producer with the engine attached (spill dir from ykafka.cache.dir)
         from ykafka import Producer
-        from ykafka.failover import attach
+        from ykafka.dr.attach import attach
 
         producer = Producer({"bootstrap.servers": bootstrap, "ykafka.cache.dir": spill, "log_level": 0,
                              "ykafka.report.enabled": False, "spill.after.ms": 2000,

@@ -209,8 +209,8 @@ class TailReader:
 def make_engine(bootstraps: dict[str, str], route: Any, spill_root: Path, *, spill_after_ms: int = 2000,
                 probe_s: float = 0.2, down_failures: int = 2, **options: Any) -> Any:
     """A standalone DisasterRecovery over plain confluent-kafka producers (no MetaServer)."""
-    from ykafka.failover import DisasterRecovery, DrOptions, RouteSpec
-    from ykafka.health import HealthPolicy
+    from ykafka.dr.engine import DisasterRecovery, DrOptions, RouteSpec
+    from ykafka.dr.health import HealthPolicy
 
     spec_of = route if callable(route) else (lambda _topic: route)
     assert isinstance(spec_of(""), RouteSpec)

@@ -21,9 +21,9 @@ import threading
 import time
 from pathlib import Path
 
+from ykafka.dr.queue import SpillQueue
 from ykafka.errors import SpillFullError
 from ykafka.logs import configure
-from ykafka.spill import SpillQueue
 
 
 def value(i: int, pad: int = 100) -> bytes:

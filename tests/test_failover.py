@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -10,19 +9,11 @@ import pytest
 from confluent_kafka import KafkaError
 
 from ykafka import catalog
+from ykafka.admin.failover import failover_changes
 from ykafka.catalog import Scope, ScopeKind
-from ykafka.failover import (
-    Outage,
-    OutageStore,
-    RouteSpec,
-    add_cluster_listener,
-    cluster_states,
-    connection_only,
-    failover_changes,
-    remove_cluster_listener,
-)
-from ykafka.failover import _broadcast as broadcast
-from ykafka.health import ClusterHealth, ClusterState, HealthPolicy
+from ykafka.dr.engine import RouteSpec
+from ykafka.dr.health import ClusterHealth, ClusterState, HealthPolicy
+from ykafka.dr.sync import Outage, OutageStore, connection_only
 
 
 class ScriptedProbe:
@@ -144,27 +135,6 @@ def test_outage_progress_survives_a_restart(tmp_path: Path) -> None:
     assert loaded[0].group == "ykafka-failback.dc-a.orders"
     store.delete(outage)
     assert OutageStore(tmp_path).load_all() == []
-
-
-def test_cluster_listeners_hear_state_changes() -> None:
-    heard: list[tuple[str, ClusterState]] = []
-    lock = threading.Lock()
-
-    class Listener:
-        def on_cluster_state(self, cluster: str, state: ClusterState) -> None:
-            with lock:
-                heard.append((cluster, state))
-
-    listener = Listener()
-    add_cluster_listener(listener)
-    try:
-        broadcast("dc-x", ClusterState.DOWN)
-        broadcast("dc-x", ClusterState.UP)
-    finally:
-        remove_cluster_listener(listener)
-    broadcast("dc-x", ClusterState.DOWN)
-    assert heard == [("dc-x", ClusterState.DOWN), ("dc-x", ClusterState.UP)]
-    assert cluster_states()["dc-x"] is ClusterState.DOWN
 
 
 def test_connection_only_keeps_security_and_drops_producer_settings() -> None:

@@ -12,7 +12,9 @@ from tests.conftest import StackInfo, unique
 from tests.dr_fixtures import create_topic, read_all, tally
 from ykafka import Producer
 from ykafka.admin.client import AdminClient
-from ykafka.failover import SYNC_HEADER, admin_failover, attach
+from ykafka.admin.failover import push_failover
+from ykafka.dr.attach import attach
+from ykafka.dr.sync import SYNC_HEADER
 
 
 def test_admin_failover_moves_writes_and_syncs_back(stack: StackInfo, tmp_path: Path) -> None:
@@ -50,12 +52,12 @@ def test_admin_failover_moves_writes_and_syncs_back(stack: StackInfo, tmp_path: 
     try:
         send(50)
         assert active() == "dc-a"
-        preview = admin_failover(admin, "standby", topic=topic, mode="manual", dry_run=True)
+        preview = push_failover(admin, "standby", topic=topic, mode="manual", dry_run=True)
         assert preview["changes"]
-        admin_failover(admin, "standby", topic=topic, mode="manual")
+        push_failover(admin, "standby", topic=topic, mode="manual")
         wait_active("dc-b")
         send(50)
-        admin_failover(admin, "primary", topic=topic)
+        push_failover(admin, "primary", topic=topic)
         wait_active("dc-a")
         send(50)
         assert engine.wait_idle(60), engine.status()

@@ -12,7 +12,8 @@ from typing import Any
 
 from tests.dr_fixtures import Broker, TailReader, create_topic, make_engine, read_all, tally, unique
 from tests.test_spill_chaos import KEYS, Stream
-from ykafka.failover import SYNC_HEADER, RouteSpec
+from ykafka.dr.engine import RouteSpec
+from ykafka.dr.sync import SYNC_HEADER
 
 pytest_plugins = ["tests.dr_fixtures"]
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from tests.dr_fixtures import Broker, create_topic, read_all, tally, unique
 from ykafka import Producer
-from ykafka.failover import SYNC_HEADER, attach
+from ykafka.dr.attach import attach
+from ykafka.dr.sync import SYNC_HEADER
 
 pytest_plugins = ["tests.dr_fixtures"]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ykafka import config
+from ykafka.dr.queue import SpillQueue, spill_dir
 from ykafka.errors import ConfigError, SpillFullError
-from ykafka.spill import SpillQueue, spill_dir
 
 
 def _drain(queue: SpillQueue) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -121,8 +121,8 @@ def test_options_registered_and_default_dir(tmp_path: Path) -> None:
 
 def test_engine_raises_spill_full_to_the_caller_while_the_cluster_is_down(tmp_path: Path) -> None:
     from tests.dr_fixtures import free_port, make_engine
-    from ykafka.failover import RouteSpec
-    from ykafka.health import ClusterState
+    from ykafka.dr.engine import RouteSpec
+    from ykafka.dr.health import ClusterState
 
     engine = make_engine({"solo": f"127.0.0.1:{free_port()}"}, RouteSpec("solo"), tmp_path,
                          spill_max_bytes=5_000)
@@ -143,7 +143,7 @@ def test_engine_raises_spill_full_to_the_caller_while_the_cluster_is_down(tmp_pa
 
 
 def test_spill_slots_are_exclusive_and_reused_after_release(tmp_path: Path) -> None:
-    from ykafka.spill import SpillSlot
+    from ykafka.dr.queue import SpillSlot
 
     first, second = SpillSlot(tmp_path), SpillSlot(tmp_path)
     assert (first.path.name, second.path.name) == ("0", "1")
@@ -331,7 +331,7 @@ def test_queue_written_before_the_journal_opens_and_continues(tmp_path: Path) ->
     """A spill directory of the earlier layout (chunks, no watermark row, no journal) replays as before."""
     import diskcache
 
-    from ykafka.spill import FORMAT, PROCESS_TOKEN
+    from ykafka.dr.queue import FORMAT, PROCESS_TOKEN
 
     (tmp_path / "c").mkdir()
     with diskcache.Cache(str(tmp_path / "c")) as cache:

@@ -29,7 +29,7 @@ from tests.dr_fixtures import (
     tally,
     unique,
 )
-from ykafka.failover import RouteSpec
+from ykafka.dr.engine import RouteSpec
 
 pytest_plugins = ["tests.dr_fixtures"]
 

@@ -34,15 +34,17 @@ import structlog
 from confluent_kafka import KafkaException
 from confluent_kafka import Producer as _RdProducer
 
-from ykafka import catalog, failover  # failover registers the ykafka.spill.* / ykafka.dr.* options
+from ykafka import catalog
 from ykafka.config import LocalConfig, register_option
 from ykafka.config import load as load_config
+from ykafka.dr import attach as dr_attach  # registers the ykafka.spill.* / ykafka.dr.* options
+from ykafka.dr.engine import DisasterRecovery
+from ykafka.dr.link import DirectSender, bind_report
 from ykafka.errors import BufferFullError, ClosedError, ConfigError, from_kafka_error
 from ykafka.events import MESSAGE_ID_HEADER
 from ykafka.hotconfig import ConfigChange
 from ykafka.metrics import Observability
 from ykafka.partitioner import Picker, needs_python
-from ykafka.replay import DirectSender, bind_report
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
 from ykafka.tracing import TRACE_HEADER, Tracer, new_message_id
@@ -193,7 +195,7 @@ class Producer:
         self._swap_timeout_s = self._conf.ms("ykafka.swap.timeout.ms")
         self._meta_ttl_s = self._conf.ms("ykafka.metadata.refresh.ms")
         self._stamp_ids = bool(self._conf.get("ykafka.message.id"))
-        self._dr: failover.DisasterRecovery | None = None
+        self._dr: DisasterRecovery | None = None
         self._runtime = Runtime(self._conf)
         self._runtime.start()
         local_route = self._conf.catalog_defaults.get("route.cluster")
@@ -203,8 +205,9 @@ class Producer:
                               f"({', '.join(sorted(self._runtime.clusters()))})")
         self._runtime.add_version_listener(self._on_version)
         self._runtime.set_report_provider(self._report)
-        if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (DESIGN.md §4)
-            self._dr = failover.attach(self)  # installs the send hook; see ykafka/failover.py
+        self._error_listeners: list[Callable[[Any], None]] = []
+        if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (docs/architecture.md)
+            self._dr = dr_attach.attach(self)  # installs the send hook through the ProducerPort (ykafka/dr/port.py)
             self._dr.on_change.append(self._states.clear)  # a link went down / up, a route moved
         self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
 
@@ -694,9 +697,22 @@ class Producer:
         return self._runtime
 
     @property
-    def disaster_recovery(self) -> failover.DisasterRecovery | None:
+    def disaster_recovery(self) -> DisasterRecovery | None:
         """The spill / failover engine (routes, spill depth, replay and sync progress in ``status()``)."""
         return self._dr
+
+    @property
+    def default_delivery(self) -> DeliveryCallback | None:
+        """The ``on_delivery`` of the config, used for a send that gives none."""
+        return self._default_dr
+
+    def tracer(self) -> Tracer:
+        """The message tracer of this producer."""
+        return self._obs.tracer()
+
+    def add_error_listener(self, listener: Callable[[Any], None]) -> None:
+        """Be told of every ``error_cb`` error of this producer's clients (before the user's ``error_cb``)."""
+        self._error_listeners.append(listener)
 
     def retire_clients(self, cluster: str, reason: str) -> None:
         """Retire every client of ``cluster`` (a restarted cluster may not know their idempotent producer
@@ -741,6 +757,8 @@ class Producer:
         log.warning("ykafka.producer.kafka_error", code=mapped.name, error=str(mapped), fatal=mapped.fatal)
         self._runtime.record_error({"type": "kafka", "code": mapped.name, "reason": str(mapped),
                                     "fatal": mapped.fatal})
+        for listener in self._error_listeners:
+            listener(err)
         if self._user_error_cb is not None:
             self._user_error_cb(err)
 

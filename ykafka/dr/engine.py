@@ -1,6 +1,6 @@
 """Dual-DC routing, spill and failback: the disaster-recovery engine a producer sends through.
 
-Principles (DESIGN.md §4, seed 003): lose no data, writes come first, consumers may pause.
+Principles (docs/architecture.md): lose no data, writes come first, consumers may pause.
 
 * Primary A takes all writes of a topic (``route.cluster``). With ``route.standby`` B and
   ``route.failover=auto``, writes move to B while A is DOWN and B is UP; ``route.active=standby`` (or
@@ -10,9 +10,8 @@ Principles (DESIGN.md §4, seed 003): lose no data, writes come first, consumers
   first outage write (or from the sync group's committed offsets), produces to A, and commits on B only
   after A acknowledged. At-least-once; resumable from the committed group and a progress file.
 * A cluster with nowhere to go (no standby, or both down) spills to its local disk queue and replays
-  when it answers again (:mod:`ykafka.replay`, :mod:`ykafka.spill`).
-* Consumers learn about cluster state through :class:`ClusterStateListener` (pause on DOWN, resume on
-  UP): register with :func:`add_cluster_listener`.
+  when it answers again (:mod:`ykafka.dr.link`, :mod:`ykafka.dr.replay`, :mod:`ykafka.dr.queue`).
+* Operators switch a cluster's writes by hand with ``ykafka admin failover`` (:mod:`ykafka.admin.failover`).
 
 Known order caveat: per-key order holds on one cluster (spill and replay keep it); across a failover a
 key's outage records reach A through the sync job, after A's new writes of that key.
@@ -20,76 +19,24 @@ key's outage records reach A through the sync job, after A's new writes of that 
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from ykafka.catalog import Scope, ScopeKind, boolean
-from ykafka.config import register_option
+from ykafka.dr.health import ClusterState, HealthMonitor, HealthPolicy
+from ykafka.dr.link import ClusterLink, DirectSender, Outgoing
+from ykafka.dr.queue import SpillQueue
+from ykafka.dr.replay import Replayer, replay_config
+from ykafka.dr.sync import Outage, OutageStore, SyncJob, connection_only
 from ykafka.errors import ClosedError, SpillFullError
-from ykafka.events import MESSAGE_ID_HEADER
-from ykafka.health import ClusterState, HealthMonitor, HealthPolicy
-from ykafka.replay import ClusterLink, DirectSender, Outgoing, Replayer, replay_config
-from ykafka.spill import SpillQueue, SpillSlot
-from ykafka.tracing import TRACE_HEADER, Tracer, header_text
 
 log = structlog.get_logger(__name__)
-
-SYNC_HEADER = "ykafka.synced.from"
-_CONNECTION_PREFIXES = ("bootstrap.servers", "metadata.broker.list", "security.protocol", "sasl.", "ssl.",
-                        "client.dns.lookup", "broker.address.family", "socket.connection.setup.timeout.ms",
-                        "client.rack")
-
-
-# --- consumer hook ------------------------------------------------------------------------------------
-
-class ClusterStateListener(Protocol):
-    """Told when a cluster goes DOWN or comes back UP (consumers pause / resume its partitions)."""
-
-    def on_cluster_state(self, cluster: str, state: ClusterState) -> None: ...
-
-
-_listeners: list[ClusterStateListener] = []
-_listeners_lock = threading.Lock()
-_cluster_states: dict[str, ClusterState] = {}
-
-
-def add_cluster_listener(listener: ClusterStateListener) -> None:
-    """Register process-wide; every :class:`DisasterRecovery` in the process reports to it."""
-    with _listeners_lock:
-        _listeners.append(listener)
-
-
-def remove_cluster_listener(listener: ClusterStateListener) -> None:
-    with _listeners_lock, contextlib.suppress(ValueError):
-        _listeners.remove(listener)
-
-
-def cluster_states() -> dict[str, ClusterState]:
-    """The last state reported for each cluster in this process."""
-    return dict(_cluster_states)
-
-
-def _broadcast(cluster: str, state: ClusterState) -> None:
-    _cluster_states[cluster] = state
-    with _listeners_lock:
-        listeners = list(_listeners)
-    for listener in listeners:
-        try:
-            listener.on_cluster_state(cluster, state)
-        except Exception:
-            log.exception("cluster.listener_failed", cluster=cluster, state=state.value)
-
 
 # --- routes -------------------------------------------------------------------------------------------
 
@@ -109,290 +56,6 @@ class RouteSpec:
         return cls(primary, standby if standby and standby != primary else None,
                    str(effective.get("route.failover", "manual")), str(effective.get("route.active", "primary")),
                    bool(effective.get("spill.enabled", True)))
-
-
-def failover_changes(to: str, cluster: str | None = None, topic: str | None = None,
-                     mode: str | None = None) -> list[tuple[Scope, str, str]]:
-    """Hot-config changes for ``ykafka admin failover``: move writes of a cluster's (or one topic's)
-    traffic to its standby (``to="standby"``) or back (``to="primary"``; starts the failback sync).
-    The CLI pushes them through the MetaServer admin API."""
-    if to not in ("primary", "standby"):
-        raise ValueError("to must be primary or standby")
-    if (cluster is None) == (topic is None):
-        raise ValueError("give exactly one of cluster or topic")
-    scope = Scope(ScopeKind.CLUSTER, cluster) if cluster is not None else Scope(ScopeKind.TOPIC, str(topic))
-    changes = [(scope, "route.active", to)]
-    if mode is not None:
-        if mode not in ("auto", "manual"):
-            raise ValueError("mode must be auto or manual")
-        changes.append((scope, "route.failover", mode))
-    return changes
-
-
-def admin_failover(admin: Any, to: str, cluster: str | None = None, topic: str | None = None,
-                   mode: str | None = None, dry_run: bool = False) -> dict[str, Any]:
-    """``ykafka admin failover``: push :func:`failover_changes` through the MetaServer admin API
-    (``admin`` is a :class:`ykafka.admin.client.AdminClient`); every producer of the scope follows."""
-    changes = failover_changes(to, cluster=cluster, topic=topic, mode=mode)
-    scope = changes[0][0]
-    return dict(admin.push_config(str(scope), {name: value for _, name, value in changes}, dry_run=dry_run,
-                                  comment=f"failover: writes to {to}"))
-
-
-def watch_clusters(rdkafka_config: Callable[[str], Mapping[str, Any]], clusters: list[str],
-                   policy: Callable[[str], HealthPolicy] | None = None) -> HealthMonitor:
-    """Health of ``clusters`` for a process without a producer (a consumer): its transitions reach every
-    :class:`ClusterStateListener`. Close the returned monitor when done."""
-    monitor = HealthMonitor(lambda cluster: connection_only(rdkafka_config(cluster)), policy)
-    monitor.add_listener(_broadcast)
-    for cluster in clusters:
-        monitor.cluster(cluster)
-    return monitor
-
-
-# --- outages and the failback sync --------------------------------------------------------------------
-
-@dataclass
-class Outage:
-    """Writes of ``topic`` moved from ``primary`` to ``standby``; persisted until the sync finished."""
-
-    primary: str
-    standby: str
-    topic: str
-    started: float
-    start_offsets: dict[str, int] | None = None  # partition -> standby offset before the first outage write
-    ended: float | None = None
-    synced: int = 0
-
-    @property
-    def group(self) -> str:
-        return f"ykafka-failback.{self.primary}.{self.topic}"
-
-
-class OutageStore:
-    """One JSON progress file per (primary, topic) outage under ``<dir>``, written atomically."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def _path(self, primary: str, topic: str) -> Path:
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"{primary}__{topic}")
-        return self.directory / f"{safe}.json"
-
-    def save(self, outage: Outage) -> None:
-        path = self._path(outage.primary, outage.topic)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(outage)))
-        os.replace(tmp, path)
-
-    def delete(self, outage: Outage) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._path(outage.primary, outage.topic).unlink()
-
-    def load_all(self) -> list[Outage]:
-        out: list[Outage] = []
-        for path in sorted(self.directory.glob("*.json")):
-            try:
-                out.append(Outage(**json.loads(path.read_text())))
-            except (OSError, ValueError, TypeError) as exc:
-                log.warning("failback.bad_progress_file", path=str(path), error=str(exc))
-        return out
-
-
-def connection_only(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """The connection / security part of a librdkafka config (for consumers and admin clients)."""
-    return {k: v for k, v in conf.items() if isinstance(k, str) and k.startswith(_CONNECTION_PREFIXES)}
-
-
-class SyncJob:
-    """Copy a topic's outage writes from the standby back to the primary, then finish.
-
-    Consumes the standby in the group ``ykafka-failback.<primary>.<topic>`` (so several processes share
-    the work, and a restart resumes from the committed offsets), produces every record to the primary with
-    its key, value, headers and timestamp (plus a ``ykafka.synced.from`` header), and commits a batch on
-    the standby only after the primary acknowledged all of it. Done when every partition is read up to its
-    end, the standby has nothing in flight for us, and nothing new arrived for ``idle_s``.
-    """
-
-    def __init__(self, outage: Outage, standby_conf: Mapping[str, Any], primary_conf: Mapping[str, Any],
-                 standby_idle: Callable[[], bool], on_done: Callable[[SyncJob], None],
-                 idle_s: float = 2.0, batch: int = 2000, progress_interval_s: float = 5.0) -> None:
-        self.outage = outage
-        self._standby_conf = dict(standby_conf)
-        self._primary_conf = dict(primary_conf)
-        self._standby_idle = standby_idle
-        self._on_done = on_done
-        self.idle_s = idle_s
-        self.batch = batch
-        self.progress_interval_s = progress_interval_s
-        self.state = "starting"
-        self.copied = 0
-        self.left: int | None = None
-        self.error: str | None = None
-        self.started = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"ykafka-failback-{outage.primary}-{outage.topic}")
-        self._thread.start()
-
-    def _run(self) -> None:
-        attempt = 0
-        while not self._stop.is_set():
-            try:
-                self._copy()
-                if self.state == "done":
-                    self._on_done(self)
-                return
-            except Exception as exc:
-                attempt += 1
-                self.error = str(exc)[:300]
-                self.state = "retrying"
-                log.warning("failback.sync_retry", topic=self.outage.topic, primary=self.outage.primary,
-                            error=self.error, attempt=attempt)
-                self._stop.wait(min(30.0, 1.0 * attempt))
-
-    def _copy(self) -> None:
-        o = self.outage
-        conf = connection_only(self._standby_conf)
-        conf.update({"group.id": o.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                     "session.timeout.ms": 6000, "fetch.wait.max.ms": 100, "enable.partition.eof": False,
-                     "isolation.level": "read_uncommitted", "log_level": 3})
-        pconf = {k: v for k, v in self._primary_conf.items() if k not in ("on_delivery", "error_cb")}
-        pconf.update({"enable.idempotence": True, "acks": "all", "message.timeout.ms": 30_000,
-                      "partitioner": "murmur2_random"})
-        consumer = Consumer(conf)
-        producer = Producer(pconf)
-        assigned: list[TopicPartition] = []
-        start_offsets = o.start_offsets or {}
-
-        def on_assign(c: Consumer, parts: list[TopicPartition]) -> None:
-            committed = c.committed(parts, timeout=10)
-            for tp, cp in zip(parts, committed, strict=True):
-                if cp.offset >= 0:
-                    tp.offset = cp.offset
-                else:
-                    tp.offset = start_offsets.get(str(tp.partition), -2)  # -2: beginning
-            assigned[:] = parts
-            c.assign(parts)
-
-        consumer.subscribe([o.topic], on_assign=on_assign)
-        self.state = "running"
-        log.info("failback.sync_start", topic=o.topic, source=o.standby, target=o.primary, group=o.group)
-        primary_partitions: int | None = None
-        last_data = time.monotonic()
-        last_log = time.monotonic()
-        failures: list[str] = []
-        try:
-            while not self._stop.is_set():
-                msgs = consumer.consume(self.batch, 0.5)
-                good = [m for m in msgs if m.error() is None]
-                for m in msgs:
-                    err = m.error()
-                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                        log.warning("failback.consume_error", topic=o.topic, error=err.str())
-                if good:
-                    if primary_partitions is None:
-                        primary_partitions = self._partitions(producer, o.topic)
-                    self._forward(producer, good, primary_partitions, failures)
-                    if failures:
-                        raise RuntimeError(f"primary refused synced records: {failures[0]}")
-                    offsets: dict[int, int] = {}
-                    for m in good:
-                        part, off = int(m.partition() or 0), int(m.offset() or 0)
-                        offsets[part] = max(offsets.get(part, -1), off + 1)
-                    consumer.commit(offsets=[TopicPartition(o.topic, p, off) for p, off in offsets.items()],
-                                    asynchronous=False)
-                    self.copied += len(good)
-                    o.synced += len(good)
-                    last_data = time.monotonic()
-                if time.monotonic() - last_log >= self.progress_interval_s:
-                    self._progress(consumer, assigned)
-                    last_log = time.monotonic()
-                if assigned and time.monotonic() - last_data >= self.idle_s and self._standby_idle():
-                    self.left = self._lag(consumer, assigned)
-                    if self.left == 0:
-                        self.state = "done"
-                        break
-        finally:
-            producer.flush(10)
-            with contextlib.suppress(Exception):
-                consumer.close()
-        elapsed = max(1e-6, time.monotonic() - self.started)
-        log.info("failback.sync_done", topic=o.topic, source=o.standby, target=o.primary, copied=self.copied,
-                 rate=round(self.copied / elapsed), state=self.state)
-
-    @staticmethod
-    def _partitions(producer: Producer, topic: str) -> int:
-        meta = producer.list_topics(topic, timeout=10)
-        info = meta.topics.get(topic)
-        return len(info.partitions) if info is not None and info.error is None else 0
-
-    def _forward(self, producer: Producer, msgs: list[Message], partitions: int, failures: list[str]) -> None:
-        pending = [len(msgs)]
-
-        def delivered(err: KafkaError | None, _m: Message) -> None:
-            pending[0] -= 1
-            if err is not None:
-                failures.append(err.str())
-
-        for m in msgs:
-            headers = list(m.headers() or [])
-            headers.append((SYNC_HEADER, self.outage.standby.encode()))
-            kwargs: dict[str, Any] = {"value": m.value(), "key": m.key(), "headers": headers,
-                                      "on_delivery": delivered}
-            ts_type, ts = m.timestamp()
-            if ts_type and ts > 0:
-                kwargs["timestamp"] = ts
-            part = int(m.partition() or 0)
-            if 0 <= part < partitions:  # same partition as on the standby; re-hashed by key if it has fewer
-                kwargs["partition"] = part
-            while True:
-                try:
-                    producer.produce(self.outage.topic, **kwargs)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        deadline = time.monotonic() + 60
-        while pending[0] > 0 and time.monotonic() < deadline and not failures:
-            producer.poll(0.05)
-        if pending[0] > 0 and not failures:
-            failures.append(f"{pending[0]} records not acknowledged by {self.outage.primary} within 60s")
-
-    def _lag(self, consumer: Consumer, assigned: list[TopicPartition]) -> int:
-        positions = consumer.position(assigned)
-        lag = 0
-        for tp in positions:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=5,
-                                                        cached=False)
-            position = tp.offset if tp.offset >= 0 else 0
-            lag += max(0, high - position)
-        return lag
-
-    def _progress(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
-        with contextlib.suppress(KafkaException):
-            self.left = self._lag(consumer, assigned) if assigned else None
-        elapsed = max(1e-6, time.monotonic() - self.started)
-        log.info("failback.sync_progress", topic=self.outage.topic, target=self.outage.primary,
-                 done=self.copied, left=self.left, rate=round(self.copied / elapsed))
-
-    def status(self) -> dict[str, Any]:
-        elapsed = max(1e-6, time.monotonic() - self.started)
-        return {"topic": self.outage.topic, "from": self.outage.standby, "to": self.outage.primary,
-                "state": self.state, "copied": self.copied, "left": self.left,
-                "rate": round(self.copied / elapsed), "error": self.error}
-
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
-
-    def cancel(self) -> None:
-        """Stop without waiting (the primary failed again); committed progress is kept."""
-        self.state = "cancelled"
-        self._stop.set()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout)
 
 
 # --- the engine ---------------------------------------------------------------------------------------
@@ -699,7 +362,6 @@ class DisasterRecovery:
             replayer = self._replayers.get(cluster)
             if replayer is not None:
                 replayer.kick()
-        _broadcast(cluster, state)
         self._check_outages()
 
     def _check_outages(self) -> None:
@@ -834,132 +496,3 @@ class DisasterRecovery:
             hook()
 
 
-# --- wiring into ykafka.Producer -------------------------------------------------------------------------
-
-register_option("ykafka.dr.enabled", boolean, True,
-                "route sends through the disaster-recovery engine (spill, replay, dual-DC failover)", None)
-
-
-def options_from(local: Mapping[str, Any], cache_dir: Path, **overrides: Any) -> DrOptions:
-    """DrOptions from ``ykafka.spill.*`` local options."""
-    from ykafka.spill import spill_dir
-
-    return DrOptions(spill_dir=spill_dir(local, cache_dir),
-                     spill_max_bytes=int(local.get("ykafka.spill.max.bytes", 1 << 30)),
-                     spill_commit=str(local.get("ykafka.spill.commit", "sync")),
-                     spill_fsync=bool(local.get("ykafka.spill.fsync", False)),
-                     spill_async_max_pending=int(local.get("ykafka.spill.async.max.pending", 100_000)),
-                     **overrides)
-
-
-def attach(producer: Any, **overrides: Any) -> DisasterRecovery:
-    """Route every send of a :class:`ykafka.Producer` through a DisasterRecovery engine (its send hook).
-
-    Direct sends still use the Producer's own hot-configured client for the cluster; the engine adds
-    spill, replay, standby routing and the failback sync, with its own clients for the standby and for
-    replay. The spill directory is ``<ykafka.spill.dir>/<client id>`` so two producers never share one.
-    """
-    from ykafka import catalog
-
-    existing = getattr(producer, "disaster_recovery", None)
-    if existing is not None:  # the Producer attached itself (ykafka.dr.enabled): one engine per producer
-        return existing
-    rt = producer.runtime
-    local = rt.conf.options
-    opts = options_from(local, rt.conf.cache_dir, **overrides)
-    slot: SpillSlot | None = None
-    if local.get("ykafka.client.id"):  # a stable identity: its own directory
-        opts.spill_dir = opts.spill_dir / re.sub(r"[^A-Za-z0-9._-]", "_", str(local["ykafka.client.id"]))
-        opts.spill_dir.mkdir(parents=True, exist_ok=True)
-    else:  # the first free slot of the app: a restarted process finds what its predecessor left
-        slot = SpillSlot(opts.spill_dir / re.sub(r"[^A-Za-z0-9._-]", "_", rt.app_id))
-        opts.spill_dir = slot.path
-    specs: dict[str, tuple[int, RouteSpec]] = {}
-
-    def route(topic: str) -> RouteSpec:
-        cached = specs.get(topic)
-        version = rt.version
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        primary = rt.route(topic=topic)
-        effective = dict(rt.effective(topic=topic, cluster=primary))
-        if not effective.get("route.standby"):  # hot config first, then the cluster registry's standby
-            with contextlib.suppress(Exception):
-                effective["route.standby"] = rt.cluster(primary).standby
-        spec = RouteSpec.from_effective(primary, effective)
-        specs[topic] = (version, spec)
-        return spec
-
-    def rdkafka_config(cluster: str) -> dict[str, Any]:
-        props = catalog.rdkafka_properties(rt.effective(cluster=cluster), "producer.")
-        conf = rt.rdkafka_config(cluster, props)
-        for name in ("on_delivery", "delivery.report.callback", "dr_cb", "dr_msg_cb", "error_cb", "stats_cb"):
-            conf.pop(name, None)
-        conf["partitioner"] = "murmur2_random"  # the Producer's keyed partitioning (Java-compatible)
-        return conf
-
-    engine = DisasterRecovery(
-        rdkafka_config, route, opts,
-        spill_after_ms=lambda cluster: int(rt.effective(cluster=cluster)["spill.after.ms"]),
-        health_policy=lambda cluster: HealthPolicy.from_effective(rt.effective(cluster=cluster)))
-    default_dr = getattr(producer, "_default_dr", None)
-
-    def send_hook(_producer: Any, client: Any, topic: str, value: Any, key: Any, partition: int,
-                  on_delivery: Any, timestamp: int, headers: Any) -> bool:
-        engine.produce(topic, value, key, partition, on_delivery or default_dr, timestamp, headers,
-                       client=client.rd, client_cluster=client.cluster)
-        return True
-
-    def rebuild(cluster: str) -> None:
-        reason = "cluster recovered: fresh client (idempotence state)"
-        retire = getattr(producer, "retire_clients", None)
-        if retire is not None:
-            retire(cluster, reason)
-            return
-        with producer._lock:  # until the Producer exposes retire_clients: its own retire, per client
-            for client in list(producer._clients.values()):
-                if client.cluster == cluster:
-                    producer._retire(client, reason)
-
-    engine.on_link_available = rebuild
-    rates: dict[str, tuple[int, float]] = {}
-
-    def trace_step(kind: str, cluster: str, topic: str, key: Any, headers: Any, m: Message | None) -> None:
-        """A spill step of a message the Producer traced: it carries a ykafka-trace id, a ykafka-id sampled
-        by hash, or (rate 1.0) nothing, and is then found by its key and, once replayed, its coordinates."""
-        tracer = producer._obs.tracer()
-        if not tracer.active:
-            return
-        cached = rates.get(topic)
-        if cached is None or cached[0] != rt.version:
-            cached = rates[topic] = (rt.version, Tracer.rate(rt.effective(topic=topic, cluster=rt.route(topic=topic))))
-        rate = cached[1]
-        if not rate:
-            return
-        mid = header_text(headers, TRACE_HEADER)
-        if mid is None:
-            stamped = header_text(headers, MESSAGE_ID_HEADER)
-            if stamped is not None:
-                if not Tracer.sampled(stamped, rate):
-                    return
-                mid = stamped
-            elif rate < 1.0:
-                return  # not sampled when produced (it would carry a ykafka-trace header)
-        tracer.emit(kind, topic=topic, key=key, msg_id=mid, cluster=cluster,
-                    partition=None if m is None else m.partition(), offset=None if m is None else m.offset(),
-                    detail="disk spill" if m is None else "replayed from the disk spill")
-
-    engine.trace_step = trace_step
-    if slot is not None:
-        engine.on_close.append(slot.release)
-    if not getattr(producer, "feeds_client_errors", False):  # chain into the Producer's error_cb
-        user_error_cb = producer._user_error_cb
-
-        def chained(err: Any) -> None:  # the Producer's error_cb is shared by its clients: probe them all
-            engine.client_error(err)
-            if user_error_cb is not None:
-                user_error_cb(err)
-
-        producer._user_error_cb = chained
-    producer.set_hooks(send=send_hook)
-    return engine

@@ -1,0 +1,12 @@
+"""Disaster recovery: spill, replay, dual-DC failover and failback, one module per concern.
+
+* :mod:`ykafka.dr.engine` - :class:`~ykafka.dr.engine.DisasterRecovery`, routes each send to its cluster
+* :mod:`ykafka.dr.attach` - wires an engine into a producer through :mod:`ykafka.dr.port`
+* :mod:`ykafka.dr.link` - one cluster's link: direct sends, re-routes, spill on failure
+* :mod:`ykafka.dr.replay` - drains a spill queue once its cluster answers again
+* :mod:`ykafka.dr.sync` - the failback sync (standby -> primary after an outage)
+* :mod:`ykafka.dr.queue` / :mod:`ykafka.dr.journal` - the durable spill queue and its write-ahead journal
+* :mod:`ykafka.dr.health` - cluster health (UP / SUSPECT / DOWN) from probes and client errors
+
+See docs/architecture.md and docs/disaster-recovery.md.
+"""

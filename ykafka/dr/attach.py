@@ -1,0 +1,133 @@
+"""Wiring the engine into a :class:`ykafka.Producer` through its :class:`ykafka.dr.port.ProducerPort`."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+from confluent_kafka import Message
+
+from ykafka import catalog
+from ykafka.catalog import boolean
+from ykafka.config import register_option
+from ykafka.dr.engine import DisasterRecovery, DrOptions, RouteSpec
+from ykafka.dr.health import HealthPolicy
+from ykafka.dr.port import ProducerPort
+from ykafka.dr.queue import SpillSlot, spill_dir
+from ykafka.events import MESSAGE_ID_HEADER
+from ykafka.tracing import TRACE_HEADER, Tracer, header_text
+
+log = structlog.get_logger(__name__)
+
+
+register_option("ykafka.dr.enabled", boolean, True,
+                "route sends through the disaster-recovery engine (spill, replay, dual-DC failover)", None)
+
+
+def options_from(local: Mapping[str, Any], cache_dir: Path, **overrides: Any) -> DrOptions:
+    """DrOptions from ``ykafka.spill.*`` local options."""
+    return DrOptions(spill_dir=spill_dir(local, cache_dir),
+                     spill_max_bytes=int(local.get("ykafka.spill.max.bytes", 1 << 30)),
+                     spill_commit=str(local.get("ykafka.spill.commit", "sync")),
+                     spill_fsync=bool(local.get("ykafka.spill.fsync", False)),
+                     spill_async_max_pending=int(local.get("ykafka.spill.async.max.pending", 100_000)),
+                     **overrides)
+
+
+def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
+    """Route every send of a :class:`ykafka.Producer` through a DisasterRecovery engine (its send hook).
+
+    Direct sends still use the Producer's own hot-configured client for the cluster; the engine adds
+    spill, replay, standby routing and the failback sync, with its own clients for the standby and for
+    replay. The spill directory is ``<ykafka.spill.dir>/<client id>`` so two producers never share one.
+    """
+    existing = producer.disaster_recovery
+    if existing is not None:  # the Producer attached itself (ykafka.dr.enabled): one engine per producer
+        return existing
+    rt = producer.runtime
+    local = rt.conf.options
+    opts = options_from(local, rt.conf.cache_dir, **overrides)
+    slot: SpillSlot | None = None
+    if local.get("ykafka.client.id"):  # a stable identity: its own directory
+        opts.spill_dir = opts.spill_dir / re.sub(r"[^A-Za-z0-9._-]", "_", str(local["ykafka.client.id"]))
+        opts.spill_dir.mkdir(parents=True, exist_ok=True)
+    else:  # the first free slot of the app: a restarted process finds what its predecessor left
+        slot = SpillSlot(opts.spill_dir / re.sub(r"[^A-Za-z0-9._-]", "_", rt.app_id))
+        opts.spill_dir = slot.path
+    specs: dict[str, tuple[int, RouteSpec]] = {}
+
+    def route(topic: str) -> RouteSpec:
+        cached = specs.get(topic)
+        version = rt.version
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        primary = rt.route(topic=topic)
+        effective = dict(rt.effective(topic=topic, cluster=primary))
+        if not effective.get("route.standby"):  # hot config first, then the cluster registry's standby
+            with contextlib.suppress(Exception):
+                effective["route.standby"] = rt.cluster(primary).standby
+        spec = RouteSpec.from_effective(primary, effective)
+        specs[topic] = (version, spec)
+        return spec
+
+    def rdkafka_config(cluster: str) -> dict[str, Any]:
+        props = catalog.rdkafka_properties(rt.effective(cluster=cluster), "producer.")
+        conf = rt.rdkafka_config(cluster, props)
+        for name in ("on_delivery", "delivery.report.callback", "dr_cb", "dr_msg_cb", "error_cb", "stats_cb"):
+            conf.pop(name, None)
+        conf["partitioner"] = "murmur2_random"  # the Producer's keyed partitioning (Java-compatible)
+        return conf
+
+    engine = DisasterRecovery(
+        rdkafka_config, route, opts,
+        spill_after_ms=lambda cluster: int(rt.effective(cluster=cluster)["spill.after.ms"]),
+        health_policy=lambda cluster: HealthPolicy.from_effective(rt.effective(cluster=cluster)))
+    default_dr = producer.default_delivery
+
+    def send_hook(_producer: Any, client: Any, topic: str, value: Any, key: Any, partition: int,
+                  on_delivery: Any, timestamp: int, headers: Any) -> bool:
+        engine.produce(topic, value, key, partition, on_delivery or default_dr, timestamp, headers,
+                       client=client.rd, client_cluster=client.cluster)
+        return True
+
+    def rebuild(cluster: str) -> None:
+        producer.retire_clients(cluster, "cluster recovered: fresh client (idempotence state)")
+
+    engine.on_link_available = rebuild
+    rates: dict[str, tuple[int, float]] = {}
+
+    def trace_step(kind: str, cluster: str, topic: str, key: Any, headers: Any, m: Message | None) -> None:
+        """A spill step of a message the Producer traced: it carries a ykafka-trace id, a ykafka-id sampled
+        by hash, or (rate 1.0) nothing, and is then found by its key and, once replayed, its coordinates."""
+        tracer = producer.tracer()
+        if not tracer.active:
+            return
+        cached = rates.get(topic)
+        if cached is None or cached[0] != rt.version:
+            cached = rates[topic] = (rt.version, Tracer.rate(rt.effective(topic=topic, cluster=rt.route(topic=topic))))
+        rate = cached[1]
+        if not rate:
+            return
+        mid = header_text(headers, TRACE_HEADER)
+        if mid is None:
+            stamped = header_text(headers, MESSAGE_ID_HEADER)
+            if stamped is not None:
+                if not Tracer.sampled(stamped, rate):
+                    return
+                mid = stamped
+            elif rate < 1.0:
+                return  # not sampled when produced (it would carry a ykafka-trace header)
+        tracer.emit(kind, topic=topic, key=key, msg_id=mid, cluster=cluster,
+                    partition=None if m is None else m.partition(), offset=None if m is None else m.offset(),
+                    detail="disk spill" if m is None else "replayed from the disk spill")
+
+    engine.trace_step = trace_step
+    if slot is not None:
+        engine.on_close.append(slot.release)
+    producer.add_error_listener(engine.client_error)  # its clients' errors probe every cluster
+    producer.set_hooks(send=send_hook)
+    return engine
