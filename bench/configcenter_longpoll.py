@@ -4,7 +4,7 @@ Starts the service itself on a free port (subprocess, temp DB, stopped by its ow
 one namespace with raw asyncio HTTP/1.1 (so the client side stays cheap), publishes one release through the
 Open API, and measures for every poller the time from sending the publish request to receiving its answer.
 
-    python bench/configcenter_longpoll.py [--pollers 2000] [--timeout 90]
+    python bench/configcenter_longpoll.py [--pollers 2000] [--timeout 90] [--quick]
 
 Last line: RESULT {"pollers": N, "p50_ms": ..., "p99_ms": ..., "max_ms": ...}
 """
@@ -187,7 +187,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pollers", type=int, default=2000, help="concurrent long polls (default 2000)")
     parser.add_argument("--timeout", type=float, default=90.0, help="server long-poll timeout, seconds")
+    parser.add_argument("--quick", action="store_true", help="500 pollers")
     args = parser.parse_args()
+    if args.quick:
+        args.pollers = 500
     result = asyncio.run(run(args.pollers, args.timeout))
     print("RESULT " + json.dumps(result))
     return 0 if result["errors"] == 0 and result["answered"] == args.pollers else 1
