@@ -80,13 +80,9 @@ def child_client(mode: str, conf: dict[str, Any], topic: str) -> dict[str, Any]:
 
 def child_spill(directory: Path, messages: int) -> dict[str, Any]:
     from tests.dr_fixtures import make_engine
-    from ykafka.health import ClusterState
+    from ykafka.dr.engine import RouteSpec
+    from ykafka.dr.health import ClusterState
     from ykafka.logs import configure
-
-    try:
-        from ykafka.dr import RouteSpec  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        from ykafka.failover import RouteSpec  # type: ignore[no-redef,unused-ignore]
 
     configure("warning")
     engine = make_engine({"solo": "127.0.0.1:9"}, RouteSpec("solo"), directory, spill_commit="sync")
