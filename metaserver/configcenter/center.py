@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 from starlette.concurrency import run_in_threadpool
 
+from metaserver.configcenter.instances import InstanceRecorder
 from metaserver.configcenter.longpoll import LongPollRegistry
 from metaserver.configcenter.readmodel import ReadModel
 from metaserver.configcenter.store import Change, Store
@@ -31,6 +32,7 @@ class ConfigCenter:
         self.model = ReadModel()
         self.registry = LongPollRegistry()
         self.longpoll_timeout = longpoll_timeout
+        self.instances = InstanceRecorder(self.store)
         self._write_lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
 
@@ -43,10 +45,12 @@ class ConfigCenter:
         self.model.set_app_namespaces(app_namespaces)
         self.model.set_credentials(await run_in_threadpool(self.store.load_credentials))
         self._refresher = asyncio.create_task(self._refresh_credentials())
+        self.instances.start()
         log.info("configcenter.started", db=self.store.db_path, namespaces=len(states),
                  longpoll_timeout=self.longpoll_timeout)
 
     async def stop(self) -> None:
+        await self.instances.stop()
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

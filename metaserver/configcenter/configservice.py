@@ -65,12 +65,16 @@ def _merge(releases: list[ReleaseView]) -> dict[str, str]:
     return merged
 
 
-def _query_releases(request: Request, app_id: str, cluster: str, namespace: str) -> tuple[str, list[ReleaseView]]:
-    model = _center(request).model
-    normalized = model.normalize_namespace(app_id, strip_properties_suffix(namespace))
+def _query_releases(request: Request, app_id: str, cluster: str, namespace: str,
+                    record: bool = False) -> tuple[str, list[ReleaseView]]:
+    center = _center(request)
+    normalized = center.model.normalize_namespace(app_id, strip_properties_suffix(namespace))
     q = request.query_params
     ip = client_ip(request, q.get("ip"))
-    return normalized, model.releases_for(app_id, cluster, normalized, ip, q.get("label"), q.get("dataCenter"))
+    releases = center.model.releases_for(app_id, cluster, normalized, ip, q.get("label"), q.get("dataCenter"))
+    if record and releases:  # Apollo's instance audit: who holds which release (batched, memory only here)
+        center.instances.served(app_id, cluster, q.get("dataCenter"), ip, releases)
+    return normalized, releases
 
 
 router = APIRouter()
@@ -79,7 +83,7 @@ router = APIRouter()
 @router.get("/configs/{app_id}/{cluster}/{namespace}")
 async def query_config(request: Request, app_id: str, cluster: str, namespace: str) -> Response:
     """ConfigController.queryConfig: the merged release, 304 when the client already holds its key."""
-    _, releases = _query_releases(request, app_id, cluster, namespace)
+    _, releases = _query_releases(request, app_id, cluster, namespace, record=True)
     if not releases:
         return _not_found(app_id, cluster, namespace)
     release_key = "+".join(r.release_key for r in releases)
@@ -171,6 +175,8 @@ async def poll_notifications(request: Request) -> Response:
         wanted[normalized] = (original, notification_id)
 
     keys_by_ns = {ns: model.watch_keys(app_id, cluster, ns, data_center) for ns in wanted}
+    center.instances.polled(app_id, cluster, data_center, client_ip(request, request.query_params.get("ip")),
+                            wanted)
     restore = {ns: original for ns, (original, _) in wanted.items() if original != ns}
     waiter = Waiter([k for keys in keys_by_ns.values() for k in keys], restore)
     center.registry.register(waiter)  # register before checking: no release can slip between the two

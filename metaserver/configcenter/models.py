@@ -202,3 +202,38 @@ class AccessKey(Audited, Base):
     secret: Mapped[str] = mapped_column(String(128))
     mode: Mapped[int] = mapped_column(Integer, default=0)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class Instance(Base):
+    """Apollo's Instance: one client process (app, cluster, data center, IP) that fetched or polled."""
+
+    __tablename__ = "instances"
+    __table_args__ = (UniqueConstraint("app_id", "cluster_name", "ip", "data_center", name="uq_instance"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    app_id: Mapped[str] = mapped_column(ident(64))
+    cluster_name: Mapped[str] = mapped_column(ident(64))
+    data_center: Mapped[str] = mapped_column(String(64), default="")
+    ip: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=local_now)
+    modified_at: Mapped[datetime] = mapped_column(DateTime, default=local_now, index=True)
+
+
+class InstanceConfig(Base):
+    """Apollo's InstanceConfig: the release an instance holds of one namespace, and when it was last seen."""
+
+    __tablename__ = "instance_configs"
+    __table_args__ = (
+        UniqueConstraint("instance_id", "config_app_id", "config_namespace_name", name="uq_instance_config"),
+        Index("ix_instance_config_ns", "config_app_id", "config_cluster_name", "config_namespace_name"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_id: Mapped[int] = mapped_column(ForeignKey("instances.id", ondelete="CASCADE"), index=True)
+    config_app_id: Mapped[str] = mapped_column(ident(64))
+    config_cluster_name: Mapped[str] = mapped_column(ident(64))
+    config_namespace_name: Mapped[str] = mapped_column(ident(32 * 8))
+    release_key: Mapped[str] = mapped_column(String(64), index=True)
+    release_delivered_at: Mapped[datetime] = mapped_column(DateTime, default=local_now)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=local_now)
+    modified_at: Mapped[datetime] = mapped_column(DateTime, default=local_now, index=True)

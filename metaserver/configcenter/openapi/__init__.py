@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from metaserver.configcenter.openapi import accesskeys, apps, branches, items, releases
+from metaserver.configcenter.openapi import accesskeys, apps, branches, instances, items, releases
 
 router = APIRouter()
-for _module in (apps, items, releases, branches, accesskeys):
+for _module in (apps, items, releases, branches, accesskeys, instances):
     router.include_router(_module.router)
