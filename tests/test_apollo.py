@@ -186,3 +186,41 @@ def test_notification_id_advances_only_after_a_successful_fetch(config_service: 
         assert client._ns[ns].notification_id > before
     finally:
         client.close()
+
+
+def test_namespace_list_is_split_so_each_request_line_fits_8kb() -> None:
+    """1,000 topic namespaces (one client over 1,000 topics): every part's request line ≤ 8 KB, none lost."""
+    client = ApolloClient("http://127.0.0.1:1/apollo", "ykafka", "default", "10.0.0.1", None, Updates())
+    ids = {f"ykafka.topic.orders-{i:04d}-{uuid.uuid4().hex[:12]}": 10_000 + i for i in range(1000)}
+    parts = client._split(ids)
+    assert len(parts) > 1
+    assert {ns: nid for part in parts for ns, nid in part.items()} == ids  # each once, ids kept
+    for part in parts:
+        line = f"GET /apollo{client._poll_path(part)} HTTP/1.1"
+        assert len(line) <= 8192
+        assert len(line) > 8192 - 300  # packed, not split needlessly
+    assert len(client._split(dict(list(ids.items())[:3]))) == 1
+
+
+def test_split_long_poll_still_delivers_a_release_to_every_part(tmp_path: Path) -> None:
+    svc = start_config_service(tmp_path / "cc", longpoll_timeout=30)  # a parked poll would sit 30 s
+    names = [_ns() for _ in range(24)]
+    svc.publish(names[0], {"producer.acks": "1"})
+    updates = Updates()
+    client = _client(svc, updates, max_request_line=900)  # forces several parts with few namespaces
+    try:
+        client.subscribe_many(names)
+        assert len(client._split({ns: 1 for ns in names})) >= 3
+        client.start()
+        wait_until(lambda: client.polls >= 1, message="first long poll answered")
+        for target in (names[-1], names[len(names) // 2], names[0]):  # last, middle and first parts
+            time.sleep(0.5)  # every part parked again
+            pushed = time.monotonic()
+            svc.publish(target, {"producer.acks": "0"})
+            wait_until(lambda t=target: (updates.latest(t) or NamespaceConfig(t, {}, None)).configurations.get(
+                "producer.acks") == "0", timeout=10, message=f"release of {target} via its part's poll")
+            assert time.monotonic() - pushed < 1.0
+        assert 0 < client.longest_request_line <= 900
+    finally:
+        client.close()
+        svc.stop()

@@ -7,7 +7,9 @@ What it does, as Apollo's Java client does:
 
 * ONE long-poll thread for every subscribed namespace (``GET /notifications/v2``); a namespace's
   notification id advances only after that namespace was fetched successfully, so a failed fetch is
-  retried on the next poll instead of being forgotten.
+  retried on the next poll instead of being forgotten. The namespace list is split so every request line
+  stays within 8 KB (real Apollo servers, behind Tomcat / nginx, refuse longer ones); the parts are
+  polled in parallel and the first answer cuts the others short, so a release reaches any part at once.
 * A fallback re-fetch of every namespace on a timer (5 minutes by default).
 * Namespaces are subscribed lazily: :meth:`ApolloClient.subscribe` fetches the namespace synchronously
   once (short timeout) and wakes the long poll so the new namespace is watched at once (the in-flight
@@ -33,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, quote_plus, urlencode, urlsplit
 
 import requests
 import structlog
@@ -44,6 +46,9 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from ykafka.auth import _write_private
 
 log = structlog.get_logger(__name__)
+
+#: longest ``GET <path>?<query> HTTP/1.1`` line a long poll sends (Tomcat's and nginx's default limit)
+MAX_REQUEST_LINE = 8192
 
 
 @dataclass(frozen=True)
@@ -137,8 +142,10 @@ class ApolloClient:
 
     def __init__(self, url: str, app_id: str, cluster: str, ip: str, cache_dir: Path | None,
                  on_update: UpdateCallback, secret: str | None = None, longpoll_timeout_s: float = 90.0,
-                 refresh_interval_s: float = 300.0, fetch_timeout_s: float = 5.0) -> None:
+                 refresh_interval_s: float = 300.0, fetch_timeout_s: float = 5.0,
+                 max_request_line: int = MAX_REQUEST_LINE) -> None:
         self.url = url.rstrip("/")
+        self.max_request_line = max_request_line
         self.app_id = app_id
         self.cluster = cluster
         self.ip = ip
@@ -153,12 +160,13 @@ class ApolloClient:
         self._seq = itertools.count()
         self._fetch_session = requests.Session()
         self._fetch_lock = threading.Lock()  # requests.Session is not documented thread-safe
-        self._poll_tracked = _Tracked()
-        self._poll_session = _interruptible_session(self._poll_tracked)
+        # one (tracked connections, session) per part of the namespace list polled at once
+        self._poll_slots: list[tuple[_Tracked, requests.Session]] = []
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.polls = 0  # completed long polls (for tests and reports)
+        self.longest_request_line = 0  # longest long-poll request line sent so far, bytes
         self.last_error: str | None = None
 
     # --- public API -------------------------------------------------------------------------------
@@ -243,7 +251,10 @@ class ApolloClient:
         for thread in self._threads:
             thread.join(timeout=2)
         self._fetch_session.close()
-        self._poll_session.close()
+        with self._lock:
+            slots = list(self._poll_slots)
+        for _, session in slots:
+            session.close()
 
     # --- internals --------------------------------------------------------------------------------
 
@@ -306,7 +317,84 @@ class ApolloClient:
 
     def _wake_poll(self) -> None:
         self._wake.set()
-        self._poll_tracked.interrupt()
+        with self._lock:
+            slots = list(self._poll_slots)
+        for tracked, _ in slots:
+            tracked.interrupt()
+
+    def _slot(self, index: int) -> tuple[_Tracked, requests.Session]:
+        with self._lock:
+            while len(self._poll_slots) <= index:
+                tracked = _Tracked()
+                self._poll_slots.append((tracked, _interruptible_session(tracked)))
+            return self._poll_slots[index]
+
+    def _split(self, ids: dict[str, int]) -> list[dict[str, int]]:
+        """The namespace list in parts whose long-poll request line fits :attr:`max_request_line`.
+
+        Percent-encoding maps character by character, so a part's length is the fixed part of the line
+        plus each entry's encoded length plus one encoded comma between entries."""
+        fixed = len("GET " + urlsplit(self.url).path + self._poll_path({}) + " HTTP/1.1")
+        comma = len(quote_plus(","))
+        parts: list[dict[str, int]] = [{}]
+        length = fixed
+        for ns, nid in ids.items():
+            entry = len(quote_plus(json.dumps({"namespaceName": ns, "notificationId": nid},
+                                              separators=(",", ":"))))
+            extra = entry + (comma if parts[-1] else 0)
+            if parts[-1] and length + extra > self.max_request_line:
+                parts.append({})
+                length, extra = fixed, entry
+            parts[-1][ns] = nid
+            length += extra
+        return parts
+
+    def _poll_path(self, ids: dict[str, int]) -> str:
+        notifications = json.dumps([{"namespaceName": ns, "notificationId": nid} for ns, nid in ids.items()],
+                                   separators=(",", ":"))
+        query = urlencode({"appId": self.app_id, "cluster": self.cluster, "notifications": notifications,
+                           "ip": self.ip})
+        return f"/notifications/v2?{query}"
+
+    def _poll_parts(self, ids: dict[str, int]) -> list[tuple[str, int]]:
+        """Long-poll every part of the namespace list at once; return when the first answers.
+
+        The first answer (or failure) cuts the other parts' polls short; answers that completed meanwhile
+        are kept. The next round re-polls every part with the advanced ids."""
+        parts = self._split(ids)
+        if len(parts) == 1:
+            return self._long_poll(ids, 0)
+        done = threading.Event()
+        answers: list[list[tuple[str, int]]] = []
+        failures: list[ApolloError] = []
+        cut = [False]
+
+        def poll(index: int, part: dict[str, int]) -> None:
+            try:
+                answers.append(self._long_poll(part, index))
+            except ApolloError as exc:
+                if not cut[0]:
+                    failures.append(exc)
+            finally:
+                done.set()
+
+        threads = [threading.Thread(target=poll, args=(i, part), name=f"ykafka-apollo-longpoll-{i}", daemon=True)
+                   for i, part in enumerate(parts)]
+        for thread in threads:
+            thread.start()
+        while not done.wait(1.0):
+            if self._stop.is_set():
+                break
+        cut[0] = True
+        deadline = time.monotonic() + 10.0
+        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+            for index in range(len(parts)):  # again and again: a part may still be connecting
+                self._slot(index)[0].interrupt()
+            for thread in threads:
+                thread.join(timeout=0.02)
+        if not answers and failures:
+            raise failures[0]
+        return [item for answer in answers for item in answer]
 
     def _poll_loop(self) -> None:
         backoff = 1.0
@@ -318,7 +406,7 @@ class ApolloClient:
                 self._wake.wait(1.0)
                 continue
             try:
-                changed = self._long_poll(ids)
+                changed = self._poll_parts(ids)
                 backoff = 1.0
             except ApolloError as exc:
                 if self._stop.is_set():
@@ -347,14 +435,13 @@ class ApolloClient:
                 self._wake.wait(backoff)
                 backoff = min(backoff * 2, 60.0)
 
-    def _long_poll(self, ids: dict[str, int]) -> list[tuple[str, int]]:
-        notifications = json.dumps([{"namespaceName": ns, "notificationId": nid} for ns, nid in ids.items()],
-                                   separators=(",", ":"))
-        query = urlencode({"appId": self.app_id, "cluster": self.cluster, "notifications": notifications,
-                           "ip": self.ip})
-        path_q = f"/notifications/v2?{query}"
+    def _long_poll(self, ids: dict[str, int], slot: int = 0) -> list[tuple[str, int]]:
+        path_q = self._poll_path(ids)
+        line = len("GET " + urlsplit(self.url).path + path_q + " HTTP/1.1")
+        self.longest_request_line = max(self.longest_request_line, line)
+        _, session = self._slot(slot)
         try:
-            resp = self._poll_session.get(self.url + path_q, timeout=(5.0, self.longpoll_timeout_s),
+            resp = session.get(self.url + path_q, timeout=(5.0, self.longpoll_timeout_s),
                                           headers=_sign_headers(self.app_id, self.secret, path_q))
         except requests.RequestException as exc:
             raise ApolloError(f"long poll: {type(exc).__name__}: {exc}") from None
