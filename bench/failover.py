@@ -11,7 +11,7 @@ broker and is present on the cluster that acknowledged it at the end, or was syn
 dc-a before the kill "present" means seen there by a live tail reader, or acknowledged to us just before
 the kill (``acked_lost_with_broker``: the broker's loss, not the client's).
 
-    python bench/failover.py [--rate 3000] [--outage 3]
+    python bench/failover.py [--rate 3000] [--outage 3] [--quick]
 
 Last line: RESULT {"failover_s": ..., "failback_s": ..., "sent": ..., "delivered": ..., "lost": 0, ...}
 """
@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.dr_fixtures import Broker, TailReader, create_topic, make_engine, read_all, tally  # noqa: E402
+from ykafka import headers as H  # noqa: E402
 from ykafka.dr.engine import RouteSpec  # noqa: E402
-from ykafka.dr.sync import SYNC_HEADER  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
 
@@ -41,7 +41,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=int, default=3000, help="messages per second")
     parser.add_argument("--outage", type=float, default=3.0, help="seconds dc-a stays down")
+    parser.add_argument("--quick", action="store_true", help="500 msgs/s, a 1 s outage (the suite's check)")
     args = parser.parse_args()
+    if args.quick:
+        args.rate, args.outage = 500, 1.0
     configure("warning")
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-failover-"))
     a, b = Broker("dc-a", work / "logs"), Broker("dc-b", work / "logs")
@@ -108,7 +111,7 @@ def main() -> None:
         acked_lost = acked - set(landed) - b_values
         landed += sorted(b_values - set(landed)) + sorted(acked_lost)
         counts = tally(sent, landed)
-        synced = sum(1 for m in on_a if any(k == SYNC_HEADER for k, _ in (m.headers() or [])))
+        synced = sum(1 for m in on_a if H.synced_from(m.headers()))
         result = {
             "failover_s": round(failover_s, 3),
             "failback_s": round(failback_s, 3),

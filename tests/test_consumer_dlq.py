@@ -17,9 +17,9 @@ from tests.consumer_fixtures import (
     unique,
     wait_until,
 )
+from ykafka import headers as H
 from ykafka.admin.dlq import dlq, parse_since, replay_group
 from ykafka.consumer import Consumer, dlq_topic
-from ykafka.consumer import headers as H
 
 pytest_plugins = ["tests.consumer_fixtures"]
 

@@ -15,8 +15,8 @@ from tests.consumer_fixtures import (
     unique,
     wait_until,
 )
+from ykafka import headers as H
 from ykafka.consumer import Consumer, dlq_topic, retry_topic
-from ykafka.consumer import headers as H
 
 pytest_plugins = ["tests.consumer_fixtures"]
 

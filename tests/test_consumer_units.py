@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Message
 
-from ykafka.consumer import headers as H
+from ykafka import headers as H
 from ykafka.consumer.dedupe import Dedupe, message_id
 from ykafka.consumer.offsets import PartitionTracker
 from ykafka.consumer.ordering import Dispatcher

@@ -11,10 +11,10 @@ from typing import Any
 from tests.conftest import StackInfo, unique
 from tests.dr_fixtures import create_topic, read_all, tally
 from ykafka import Producer
+from ykafka import headers as H
 from ykafka.admin.client import AdminClient
 from ykafka.admin.failover import push_failover
 from ykafka.dr.attach import attach
-from ykafka.dr.sync import SYNC_HEADER
 
 
 def test_admin_failover_moves_writes_and_syncs_back(stack: StackInfo, tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_admin_failover_moves_writes_and_syncs_back(stack: StackInfo, tmp_path: 
         engine.close()
         producer.close()
     counts = tally(sent, [int(m.value() or b"0") for m in on_a])
-    synced = [m for m in on_a if any(k == SYNC_HEADER for k, _ in (m.headers() or []))]
+    synced = [m for m in on_a if H.synced_from(m.headers())]
     print("admin failover:", counts, "on standby:", len(on_b), "synced:", len(synced), "sync:", status["sync"])
     assert counts["lost"] == 0 and counts["duplicated"] == 0
     assert len(on_b) >= 50 and len(synced) == len(on_b)

@@ -12,8 +12,8 @@ from typing import Any
 
 from tests.dr_fixtures import Broker, TailReader, create_topic, make_engine, read_all, tally, unique
 from tests.test_spill_chaos import KEYS, Stream
+from ykafka import headers as H
 from ykafka.dr.engine import RouteSpec
-from ykafka.dr.sync import SYNC_HEADER
 
 pytest_plugins = ["tests.dr_fixtures"]
 
@@ -68,7 +68,7 @@ def test_primary_killed_under_load_fails_over_and_back(dc_brokers: dict[str, Bro
     counts = tally(stream.sent, landed)
     outage = {int(r[3] or b"0") for r in on_b}
     a_values = set(a_final)
-    synced = [m for m in on_a if any(k == SYNC_HEADER for k, _ in (m.headers() or []))]
+    synced = [m for m in on_a if H.synced_from(m.headers())]
     print(f"failover: {counts} failover_s={failover_s:.2f} failback_s={failback_s:.2f} on_standby={len(outage)} "
           f"synced={len(synced)} acked_unseen={len(acked_unseen)} sync={status['sync']}")
     assert counts["lost"] == 0 and counts["unexpected"] == 0 and counts["duplicated"] < 100
@@ -108,7 +108,7 @@ def test_manual_switch_moves_writes_and_syncs_back(dc_brokers: dict[str, Broker]
     assert counts["lost"] == 0 and counts["duplicated"] == 0
     assert sorted(_values(on_b)) == list(range(100, 200))
     synced = sorted(int(m.value() or b"0") for m in on_a if (m.headers() or []) and
-                    dict(m.headers() or [])[SYNC_HEADER] == b"dc-b")
+                    H.synced_from(m.headers()) == "dc-b")
     assert synced == list(range(100, 200))
     by_key: dict[bytes | None, list[int]] = {}
     for m in sorted(on_a, key=lambda m: (m.partition() or 0, m.offset() or 0)):

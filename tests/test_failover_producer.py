@@ -12,8 +12,8 @@ from typing import Any
 
 from tests.dr_fixtures import Broker, create_topic, read_all, tally, unique
 from ykafka import Producer
+from ykafka import headers as H
 from ykafka.dr.attach import attach
-from ykafka.dr.sync import SYNC_HEADER
 
 pytest_plugins = ["tests.dr_fixtures"]
 
@@ -81,7 +81,7 @@ def test_producer_fails_over_and_back_without_loss(dc_brokers: dict[str, Broker]
         producer.close()
     after_restart = [int(m.value() or b"0") for m in on_a]
     counts = tally([i for i in sent if i >= 300], after_restart)  # 0..299 died with dc-a's memory
-    synced = [m for m in on_a if any(k == SYNC_HEADER for k, _ in (m.headers() or []))]
+    synced = [m for m in on_a if H.synced_from(m.headers())]
     print("producer failover:", counts, "on standby:", len(on_b), "synced:", len(synced), "errors:", set(errors))
     assert counts["lost"] == 0 and counts["unexpected"] == 0
     assert not errors

@@ -20,9 +20,9 @@ from confluent_kafka import Producer as RawProducer
 
 from tests.consumer_fixtures import consumer_config, create_topic, read_all, unique, wait_until
 from ykafka import Producer, events
+from ykafka import headers as H
 from ykafka.catalog import Scope, ScopeKind
 from ykafka.consumer import Consumer, dlq_topic, retry_topic
-from ykafka.consumer import headers as H
 from ykafka.consumer.observe import SAMPLED_TIMING_BELOW_S
 from ykafka.events import KIND_ORDER, MetricName
 

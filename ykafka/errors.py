@@ -97,31 +97,3 @@ class KafkaTimeoutError(KafkaError):
 
 class ClosedError(YKafkaError):
     """The client was closed and can no longer be used."""
-
-
-def from_kafka_error(err: Any) -> KafkaError:
-    """Map a ``confluent_kafka.KafkaError`` (or a ``KafkaException`` wrapping one) to our hierarchy."""
-    from confluent_kafka import KafkaError as CKError
-    from confluent_kafka import KafkaException
-
-    if isinstance(err, KafkaException) and err.args:
-        err = err.args[0]
-    if not isinstance(err, CKError):
-        return KafkaError(str(err))
-    code = err.code()
-    kwargs: dict[str, Any] = {
-        "code": code,
-        "name": err.name(),
-        "retriable": bool(err.retriable()),
-        "fatal": bool(err.fatal()),
-    }
-    message = err.str()
-    if code == CKError._QUEUE_FULL:
-        return BufferFullError(message, **kwargs)
-    if code in (CKError._UNKNOWN_TOPIC, CKError.UNKNOWN_TOPIC_OR_PART):
-        return UnknownTopicError(message, **kwargs)
-    if code == CKError.MSG_SIZE_TOO_LARGE:
-        return MessageTooLargeError(message, **kwargs)
-    if code in (CKError._MSG_TIMED_OUT, CKError._TIMED_OUT, CKError.REQUEST_TIMED_OUT):
-        return KafkaTimeoutError(message, **kwargs)
-    return KafkaError(message, **kwargs)

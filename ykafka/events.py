@@ -41,9 +41,6 @@ METRICS_TOPIC = "__ykafka_metrics"
 CLIENTS_TOPIC = "__ykafka_clients"
 ALERTS_TOPIC = "__ykafka_alerts"
 
-#: Header carrying the message id that correlates a message's trace events (stamped by the Producer).
-MESSAGE_ID_HEADER = "ykafka-id"
-
 
 class TraceKind(StrEnum):
     """The lifecycle steps of one message, in the order they normally happen."""
@@ -110,6 +107,9 @@ METRIC_FIELDS: tuple[tuple[str, str], ...] = (
     ("end_offset", "bigint"),  # lag samples: the partition's high watermark
     ("source", "string"),  # stats (librdkafka), timer (handler timings), sampler (pipeline's lag sampler)
 )
+
+#: libraries whose version a client reports (``versions`` of the report; ``<lib>_version`` fields below)
+VERSION_LIBS = ("ykafka", "confluent_kafka", "librdkafka")
 
 CLIENT_FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "bigint"),

@@ -455,9 +455,7 @@ def client_event_from_report(body: Mapping[str, Any]) -> dict[str, Any]:
         "client_id": body.get("client_id"), "app": body.get("app_id") or body.get("app"),
         "ip": body.get("ip"), "hostname": body.get("hostname"), "pid": body.get("pid"),
         "language": body.get("language", "python"),
-        "ykafka_version": versions.get("ykafka") or body.get("ykafka_version"),
-        "confluent_kafka_version": versions.get("confluent_kafka") or body.get("confluent_kafka_version"),
-        "librdkafka_version": versions.get("librdkafka") or body.get("librdkafka_version"),
+        **{f"{lib}_version": versions.get(lib) or body.get(f"{lib}_version") for lib in events.VERSION_LIBS},
         "role": body.get("role"), "topics": ",".join(topics) if isinstance(topics, list | tuple) else topics,
         "group": body.get("group"), "cluster": body.get("cluster"), "state": body.get("state"),
         "ephemeral": bool(body.get("ephemeral") or extra.get("ephemeral") or False),
@@ -465,14 +463,10 @@ def client_event_from_report(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def local_versions() -> dict[str, str]:
-    """ykafka / confluent-kafka / librdkafka versions of this process (as in the client report)."""
-    import confluent_kafka
+    """ykafka / client library / librdkafka versions of this process (as in the client report)."""
+    from ykafka import transport
 
-    from ykafka import __version__
-
-    ck = confluent_kafka.version()
-    return {"ykafka": __version__, "confluent_kafka": ck if isinstance(ck, str) else ck[0],
-            "librdkafka": confluent_kafka.libversion()[0]}
+    return transport.versions()
 
 
 with contextlib.suppress(ValueError):

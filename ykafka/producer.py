@@ -1,6 +1,6 @@
 """The drop-in, hot-configurable Producer: ``from ykafka import Producer``.
 
-Same call shapes as ``confluent_kafka.Producer`` (``produce``, ``poll``, ``flush``, ``len()``, ``purge``,
+Same call shapes as confluent-kafka's ``Producer`` (``produce``, ``poll``, ``flush``, ``len()``, ``purge``,
 ``list_topics``), plus identity in the config. Everything operators change live arrives through the
 :class:`~ykafka.runtime.Runtime` (MetaServer grant + Apollo namespaces) and is applied here:
 
@@ -31,8 +31,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaException
-from confluent_kafka import Producer as _RdProducer
 
 from ykafka import catalog
 from ykafka.config import LocalConfig, register_option
@@ -40,14 +38,16 @@ from ykafka.config import load as load_config
 from ykafka.dr import attach as dr_attach  # registers the ykafka.spill.* / ykafka.dr.* options
 from ykafka.dr.engine import DisasterRecovery
 from ykafka.dr.link import DirectSender, bind_report
-from ykafka.errors import BufferFullError, ClosedError, ConfigError, from_kafka_error
-from ykafka.events import MESSAGE_ID_HEADER
+from ykafka.errors import BufferFullError, ClosedError, ConfigError
+from ykafka.headers import MESSAGE_ID, TRACE_ID
 from ykafka.hotconfig import ConfigChange
 from ykafka.metrics import Observability
 from ykafka.partitioner import Picker, needs_python
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
-from ykafka.tracing import TRACE_HEADER, Tracer, new_message_id
+from ykafka.tracing import Tracer, new_message_id
+from ykafka.transport import KafkaException, from_kafka_error
+from ykafka.transport import RawProducer as _RdProducer
 
 log = structlog.get_logger(__name__)
 
@@ -140,10 +140,10 @@ def _stamp_id(headers: Any) -> tuple[Any, str]:
     if headers:
         items = headers.items() if isinstance(headers, dict) else headers
         for name, value in items:
-            if name == MESSAGE_ID_HEADER and value:
+            if name == MESSAGE_ID and value:
                 return headers, value.decode() if isinstance(value, bytes) else str(value)
     msg_id = new_message_id()
-    return _with_header(headers, MESSAGE_ID_HEADER, msg_id), msg_id
+    return _with_header(headers, MESSAGE_ID, msg_id), msg_id
 
 
 register_option("ykafka.message.id", catalog.boolean, False,
@@ -328,7 +328,7 @@ class Producer:
             st.traced_for, st.traced = on_delivery, wrapped  # the next send with this callback skips all this
             return wrapped, headers
         mid = new_message_id()
-        headers = _with_header(headers, TRACE_HEADER, mid)
+        headers = _with_header(headers, TRACE_ID, mid)
         return tracer.wrap_delivery(on_delivery or self._default_dr, st.topic, key, mid, st.cluster), headers
 
     def _send(self, client: _Client, topic: str, value: Any, key: Any, partition: int,

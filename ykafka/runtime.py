@@ -41,7 +41,7 @@ from typing import Any
 import structlog
 
 from ykafka import acl as acl_patterns
-from ykafka import catalog
+from ykafka import catalog, transport
 from ykafka.apollo import ApolloClient, NamespaceConfig
 from ykafka.auth import AclCache, ClusterInfo, Grant, GrantClient
 from ykafka.catalog import Scope, ScopeKind
@@ -55,16 +55,6 @@ log = structlog.get_logger(__name__)
 
 ReportProvider = Callable[[], Mapping[str, Any]]
 GrantListener = Callable[[Grant], None]
-
-
-def _versions() -> dict[str, str]:
-    import confluent_kafka
-
-    from ykafka import __version__
-
-    ck = confluent_kafka.version()
-    return {"ykafka": __version__, "confluent_kafka": ck if isinstance(ck, str) else ck[0],
-            "librdkafka": confluent_kafka.libversion()[0]}
 
 
 def _error_text(error: Mapping[str, Any]) -> str:
@@ -306,7 +296,7 @@ class Runtime:
         extra: dict[str, Any] = {}
         body: dict[str, Any] = {
             "client_id": self.client_id, "app_id": self.app_id, "ip": self.ip, "hostname": socket.gethostname(),
-            "pid": os.getpid(), "language": "python", "versions": _versions(), "role": self.role,
+            "pid": os.getpid(), "language": "python", "versions": transport.versions(), "role": self.role,
             "topics": [], "group": self.group, "cluster": self.default_cluster,
             "config_release_keys": self.release_keys(), "state": self.state,
         }

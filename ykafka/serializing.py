@@ -16,19 +16,19 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import _serde_builder as serde_builder
-from confluent_kafka.error import (
-    ConsumeError,
-    KeyDeserializationError,
-    KeySerializationError,
-    ValueDeserializationError,
-    ValueSerializationError,
-)
-from confluent_kafka.serialization import MessageField, SerializationContext
-
 from ykafka.consumer import Consumer
 from ykafka.consumer.client import is_async_handler
 from ykafka.producer import DeliveryCallback, Producer
+from ykafka.transport import (
+    ConsumeError,
+    KeyDeserializationError,
+    KeySerializationError,
+    MessageField,
+    SerializationContext,
+    ValueDeserializationError,
+    ValueSerializationError,
+    serde_builder,
+)
 
 SERIALIZERS = ("key.serializer", "value.serializer")
 DESERIALIZERS = ("key.deserializer", "value.deserializer")
@@ -147,7 +147,7 @@ class Serdes:
 
 
 class SerializingProducer(Producer):
-    """Drop-in for ``confluent_kafka.SerializingProducer``: ``key.serializer`` / ``value.serializer`` (or
+    """Drop-in for confluent-kafka's ``SerializingProducer``: ``key.serializer`` / ``value.serializer`` (or
     their ``.builder``) in the config, then ``produce(topic, key=obj, value=obj)``."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
@@ -174,7 +174,7 @@ class SerializingProducer(Producer):
 
 
 class DeserializingConsumer(Consumer):
-    """Drop-in for ``confluent_kafka.DeserializingConsumer``: ``poll`` returns messages whose ``key()`` /
+    """Drop-in for confluent-kafka's ``DeserializingConsumer``: ``poll`` returns messages whose ``key()`` /
     ``value()`` are deserialized; ``run(handler)`` hands the handler deserialized messages."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:

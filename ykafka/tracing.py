@@ -53,17 +53,12 @@ from typing import Any
 import structlog
 
 from ykafka import catalog, events
+from ykafka import headers as H
 from ykafka.config import register_option
 
 log = structlog.get_logger(__name__)
 
 _TRACE_KEYS = ("trace.enabled", "trace.sample.rate", "topic.grade")
-TRACE_HEADER = "ykafka-trace"
-_ORIGINAL_TOPIC = "ykafka-original-topic"
-_ORIGINAL_PARTITION = "ykafka-original-partition"
-_ORIGINAL_OFFSET = "ykafka-original-offset"
-_ATTEMPT = "ykafka-attempt"
-_ORIGINAL_TIMESTAMP = "ykafka-original-timestamp"
 _SCALE = 1 << 32
 
 
@@ -142,7 +137,7 @@ class EventSink:
     def __init__(self, producer_conf: Mapping[str, Any], queue_max: int = 100_000, batch_max: int = 1000,
                  interval_s: float = 0.05, topics: Mapping[str, str] | None = None,
                  name: str = "ykafka-events") -> None:
-        from confluent_kafka import Producer as _RdProducer
+        from ykafka.transport import RawProducer as _RdProducer
 
         conf = dict(SINK_PRODUCER_DEFAULTS)
         conf.update({k: v for k, v in producer_conf.items() if not k.startswith("ykafka.")})
@@ -497,15 +492,15 @@ class Tracer:
             return None
         if headers is None:
             headers = msg.headers()
-        found = header_text(headers, TRACE_HEADER)
+        found = header_text(headers, H.TRACE_ID)
         if found:
             return found
-        stamped = header_text(headers, events.MESSAGE_ID_HEADER)
+        stamped = header_text(headers, H.MESSAGE_ID)
         if stamped:
             return stamped if self.sampled(stamped, rate) else None
-        topic = header_text(headers, _ORIGINAL_TOPIC) or msg.topic()
-        partition = header_text(headers, _ORIGINAL_PARTITION) or msg.partition()
-        offset = header_text(headers, _ORIGINAL_OFFSET) or msg.offset()
+        topic = header_text(headers, H.ORIGINAL_TOPIC) or msg.topic()
+        partition = header_text(headers, H.ORIGINAL_PARTITION) or msg.partition()
+        offset = header_text(headers, H.ORIGINAL_OFFSET) or msg.offset()
         coordinates = f"{topic}/{partition}/{offset}"
         return coordinates if self.sampled(coordinates, rate) else None
 
@@ -528,14 +523,14 @@ class Tracer:
         if msg_id is None:
             return False
         topic = msg.topic()
-        original = header_text(headers, _ORIGINAL_TOPIC)
+        original = header_text(headers, H.ORIGINAL_TOPIC)
         if original and original != topic:
             detail = detail or topic
             topic = original
-        attempt = header_text(headers, _ATTEMPT)
+        attempt = header_text(headers, H.ATTEMPT)
         ts_type, ts_value = msg.timestamp()
         msg_ts = ts_value if ts_type else None
-        original_ts = header_text(headers, _ORIGINAL_TIMESTAMP)
+        original_ts = header_text(headers, H.ORIGINAL_TIMESTAMP)
         if original_ts and original_ts.isdigit():
             msg_ts = int(original_ts)
         return self.emit(kind, topic=topic, key=msg.key(), msg_id=msg_id, partition=msg.partition(),

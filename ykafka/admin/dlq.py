@@ -21,13 +21,13 @@ from typing import Any
 
 import click
 import structlog
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ykafka.consumer import headers as H
+from ykafka import headers as H
 from ykafka.consumer.offsets import PartitionTracker
 from ykafka.consumer.retry import dlq_topic, shared_properties, topic_safe
+from ykafka.transport import KafkaException, RawConsumer, RawProducer, TopicPartition
 
 log = structlog.get_logger(__name__)
 console = Console(stderr=True)
@@ -71,9 +71,9 @@ def replay(connection: Mapping[str, Any], group: str, topic: str, since_ms: int 
     dlq = dlq_topic(group, topic)
     result = ReplayResult(dlq)
     conn = shared_properties(connection)
-    consumer = Consumer({**conn, "group.id": replay_group(group), "enable.auto.commit": False,
+    consumer = RawConsumer({**conn, "group.id": replay_group(group), "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "enable.partition.eof": False})
-    producer = Producer({**conn, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    producer = RawProducer({**conn, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
     try:
         meta = consumer.list_topics(dlq, timeout=10).topics.get(dlq)
         if meta is None or meta.error is not None or not meta.partitions:
@@ -126,7 +126,7 @@ def replay(connection: Mapping[str, Any], group: str, topic: str, since_ms: int 
         consumer.close()
 
 
-def _start_offsets(consumer: Consumer, dlq: str, partitions: list[int], from_beginning: bool) -> dict[int, int]:
+def _start_offsets(consumer: RawConsumer, dlq: str, partitions: list[int], from_beginning: bool) -> dict[int, int]:
     starts = {p: 0 for p in partitions}
     if not from_beginning:
         for tp in consumer.committed([TopicPartition(dlq, p) for p in partitions], timeout=10):
@@ -135,7 +135,7 @@ def _start_offsets(consumer: Consumer, dlq: str, partitions: list[int], from_beg
     return starts
 
 
-def _republish(producer: Producer, msg: Any, topic: str, tracker: PartitionTracker, result: ReplayResult,
+def _republish(producer: RawProducer, msg: Any, topic: str, tracker: PartitionTracker, result: ReplayResult,
                failed: list[Any]) -> None:
     offset = int(msg.offset())
     task = tracker.add([msg], offset, offset)
@@ -161,7 +161,7 @@ def _republish(producer: Producer, msg: Any, topic: str, tracker: PartitionTrack
             producer.poll(0.1)
 
 
-def _commit(consumer: Consumer, trackers: Mapping[int, PartitionTracker], result: ReplayResult, sync: bool) -> None:
+def _commit(consumer: RawConsumer, trackers: Mapping[int, PartitionTracker], result: ReplayResult, sync: bool) -> None:
     offsets = []
     for p, tracker in trackers.items():
         pos = tracker.position()

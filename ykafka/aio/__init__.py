@@ -1,4 +1,4 @@
-"""asyncio clients: ``from ykafka.aio import AIOProducer, AIOConsumer`` replaces ``confluent_kafka.aio``.
+"""asyncio clients: ``from ykafka.aio import AIOProducer, AIOConsumer`` replaces confluent-kafka's ``aio``.
 
 They are call styles over the one sync engine (hot config, routing, throttling, spill, failover, tracing,
 reports): see docs/producer.md and docs/consumer.md.

@@ -23,7 +23,7 @@ _SLICE_S = 0.2  # longest single blocking poll on the consumer thread
 
 
 class AIOConsumer:
-    """Drop-in for ``confluent_kafka.aio.AIOConsumer``. Must be created inside a running event loop.
+    """Drop-in for confluent-kafka's ``aio.AIOConsumer``. Must be created inside a running event loop.
 
     ``max_workers`` / ``executor`` are accepted for signature compatibility; calls are serialized on one
     consumer thread (see the module docstring for why).

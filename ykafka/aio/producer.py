@@ -25,8 +25,9 @@ from typing import Any
 
 import structlog
 
-from ykafka.errors import BufferFullError, ClosedError, from_kafka_error
+from ykafka.errors import BufferFullError, ClosedError
 from ykafka.producer import Producer
+from ykafka.transport import from_kafka_error
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +36,7 @@ _FULL_RETRY_S = 0.005  # back-off while librdkafka's queue is full (the poll thr
 
 
 class AIOProducer:
-    """Drop-in for ``confluent_kafka.aio.AIOProducer``: ``await producer.produce(...)`` returns a future of the
+    """Drop-in for confluent-kafka's ``aio.AIOProducer``: ``await producer.produce(...)`` returns a future of the
     delivered message (raises :class:`ykafka.KafkaError` on failure).
 
     ``batch_size`` and ``buffer_timeout`` are accepted for signature compatibility: batching is librdkafka's

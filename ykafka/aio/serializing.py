@@ -8,16 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka.error import ConsumeError
-
 from ykafka.aio.consumer import AIOConsumer
 from ykafka.aio.producer import AIOProducer, DeliveryCallback
 from ykafka.serializing import DESERIALIZERS, SERIALIZERS, Serdes, asyncinit
+from ykafka.transport import ConsumeError
 
 
 @asyncinit
 class AsyncSerializingProducer(AIOProducer):
-    """Drop-in for ``confluent_kafka.aio.AsyncSerializingProducer``."""
+    """Drop-in for confluent-kafka's ``aio.AsyncSerializingProducer``."""
 
     async def __init__(self, conf: Mapping[str, Any], **kwargs: Any) -> None:  # type: ignore[misc]
         self._serdes, rest = await Serdes.build_async(conf, SERIALIZERS)
@@ -44,7 +43,7 @@ class AsyncSerializingProducer(AIOProducer):
 
 @asyncinit
 class AsyncDeserializingConsumer(AIOConsumer):
-    """Drop-in for ``confluent_kafka.aio.AsyncDeserializingConsumer``."""
+    """Drop-in for confluent-kafka's ``aio.AsyncDeserializingConsumer``."""
 
     async def __init__(self, conf: Mapping[str, Any], **kwargs: Any) -> None:  # type: ignore[misc]
         self._serdes, rest = await Serdes.build_async(conf, DESERIALIZERS)

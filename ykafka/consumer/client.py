@@ -1,4 +1,4 @@
-"""``ykafka.Consumer``: a drop-in ``confluent_kafka.Consumer`` that operators steer live, plus ``run(handler)``.
+"""``ykafka.Consumer``: a drop-in for confluent-kafka's ``Consumer`` that operators steer live, plus ``run(handler)``.
 
 Users who keep their own loop call ``subscribe`` / ``poll`` / ``commit`` as with confluent-kafka. Users who
 only want to write a handler call ``run(handler)``: one librdkafka consumer feeds a worker pool with
@@ -19,7 +19,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import structlog
-from confluent_kafka import Message, TopicPartition
 
 from ykafka import catalog
 from ykafka import config as config_mod
@@ -29,8 +28,9 @@ from ykafka.consumer.observe import ConsumerObserver
 from ykafka.consumer.retry import RetryRouter, shared_properties
 from ykafka.consumer.settings import Settings
 from ykafka.consumer.shutdown import stop_on_signals
-from ykafka.errors import ClosedError, ConfigError, InvalidConfigValue, from_kafka_error
+from ykafka.errors import ClosedError, ConfigError, InvalidConfigValue
 from ykafka.runtime import Runtime
+from ykafka.transport import Message, TopicPartition, from_kafka_error
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +43,7 @@ def is_async_handler(handler: Any) -> bool:
 
 
 class Consumer:
-    """Drop-in replacement of ``confluent_kafka.Consumer`` with live hot config and a handler framework."""
+    """Drop-in replacement of confluent-kafka's ``Consumer`` with live hot config and a handler framework."""
 
     def __init__(self, config: Mapping[str, Any], runtime: Runtime | None = None) -> None:
         conf = config_mod.load(config, "consumer")
@@ -170,7 +170,7 @@ class Consumer:
     def run(self, handler: Callable[[Message], Any], topics: Sequence[str] | None = None) -> None:
         """Process messages with ``handler`` on the worker pool until stopped (SIGTERM / SIGINT or :meth:`stop`).
 
-        The handler receives one ``confluent_kafka.Message``; returning means done, raising sends the message
+        The handler receives one confluent-kafka ``Message``; returning means done, raising sends the message
         to the retry topics / DLQ. Offsets are committed once every earlier message is done. An ``async def``
         handler runs as with :meth:`run_async`.
         """
@@ -418,6 +418,6 @@ def _timeout(timeout: float | None) -> dict[str, float]:
 
 
 def _mapped(exc: Exception) -> Exception:
-    from confluent_kafka import KafkaException
+    from ykafka.transport import KafkaException
 
     return from_kafka_error(exc) if isinstance(exc, KafkaException) else exc

@@ -16,7 +16,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from ykafka.consumer import headers as H
+from ykafka import headers as H
 
 
 def message_id(msg: Any) -> str:

@@ -16,8 +16,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError as CKError
-from confluent_kafka import KafkaException, Message, TopicPartition
 
 from ykafka import catalog
 from ykafka.consumer import session as S
@@ -39,6 +37,8 @@ from ykafka.consumer.settings import Settings
 from ykafka.consumer.throttle import TokenBucket
 from ykafka.errors import InvalidConfigValue
 from ykafka.metrics import Metrics
+from ykafka.transport import KafkaException, Message, TopicPartition
+from ykafka.transport import RawKafkaError as CKError
 
 log = structlog.get_logger(__name__)
 

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from ykafka.consumer import headers as H
+from ykafka import headers as H
 from ykafka.consumer.offsets import Ack, Task
+from ykafka.transport import KafkaException, Message, NewTopic, RawAdminClient, RawProducer
 
 log = structlog.get_logger(__name__)
 
@@ -90,7 +89,7 @@ class RetryRouter:
     """Produces retry / DLQ copies and turns consumed retry copies back into handler-ready messages."""
 
     def __init__(self, group: str, connection: Mapping[str, Any], policy: RetryPolicy,
-                 producer_factory: Callable[[dict[str, Any]], Producer] = Producer) -> None:
+                 producer_factory: Callable[[dict[str, Any]], RawProducer] = RawProducer) -> None:
         self.group = group
         self.policy = policy
         self._prefix = topic_safe(group) + "."
@@ -125,7 +124,7 @@ class RetryRouter:
         topics = list(topics)
         if not topics:
             return
-        admin = AdminClient(self._connection)
+        admin = RawAdminClient(self._connection)
         try:
             meta = admin.list_topics(timeout=timeout).topics
         except KafkaException as exc:

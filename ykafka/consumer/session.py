@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
-from confluent_kafka import Consumer as RawConsumer
-from confluent_kafka import TopicPartition
+
+from ykafka.transport import RawConsumer, TopicPartition
 
 log = structlog.get_logger(__name__)
 
@@ -36,7 +36,7 @@ class RebalanceHooks(Protocol):
 
 
 class Session:
-    """Owns the current ``confluent_kafka.Consumer`` and rebuilds it when its settings change."""
+    """Owns the current confluent-kafka ``Consumer`` and rebuilds it when its settings change."""
 
     def __init__(self, props: Mapping[str, Any], facade: Any = None,
                  factory: Callable[[dict[str, Any]], RawConsumer] = RawConsumer) -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from confluent_kafka import Message
 
 from ykafka import catalog
 from ykafka.catalog import boolean
@@ -18,8 +17,9 @@ from ykafka.dr.engine import DisasterRecovery, DrOptions, RouteSpec
 from ykafka.dr.health import HealthPolicy
 from ykafka.dr.port import ProducerPort
 from ykafka.dr.queue import SpillSlot, spill_dir
-from ykafka.events import MESSAGE_ID_HEADER
-from ykafka.tracing import TRACE_HEADER, Tracer, header_text
+from ykafka.headers import MESSAGE_ID, TRACE_ID
+from ykafka.tracing import Tracer, header_text
+from ykafka.transport import Message
 
 log = structlog.get_logger(__name__)
 
@@ -112,9 +112,9 @@ def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
         rate = cached[1]
         if not rate:
             return
-        mid = header_text(headers, TRACE_HEADER)
+        mid = header_text(headers, TRACE_ID)
         if mid is None:
-            stamped = header_text(headers, MESSAGE_ID_HEADER)
+            stamped = header_text(headers, MESSAGE_ID)
             if stamped is not None:
                 if not Tracer.sampled(stamped, rate):
                     return

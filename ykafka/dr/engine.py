@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ykafka.dr.health import ClusterState, HealthMonitor, HealthPolicy
 from ykafka.dr.link import ClusterLink, DirectSender, Outgoing
@@ -35,6 +34,7 @@ from ykafka.dr.queue import SpillQueue
 from ykafka.dr.replay import Replayer, replay_config
 from ykafka.dr.sync import Outage, OutageStore, SyncJob, connection_only
 from ykafka.errors import ClosedError, SpillFullError
+from ykafka.transport import KafkaException, Message, RawConsumer, RawKafkaError, RawProducer, TopicPartition
 
 log = structlog.get_logger(__name__)
 
@@ -88,12 +88,12 @@ class DisasterRecovery:
     def __init__(self, rdkafka_config: Callable[[str], Mapping[str, Any]], route: Callable[[str], RouteSpec],
                  options: DrOptions, spill_after_ms: Callable[[str], int] | None = None,
                  health_policy: Callable[[str], HealthPolicy] | None = None,
-                 client_factory: Callable[[str, dict[str, Any]], Producer] | None = None) -> None:
+                 client_factory: Callable[[str, dict[str, Any]], RawProducer] | None = None) -> None:
         self._rdkafka_config = rdkafka_config
         self._route = route
         self.options = options
         self._spill_after_ms = spill_after_ms or (lambda _c: 10_000)
-        self._client_factory = client_factory or (lambda _cluster, conf: Producer(conf))
+        self._client_factory = client_factory or (lambda _cluster, conf: RawProducer(conf))
         self.health = HealthMonitor(self._health_conf, health_policy)
         self.health.add_listener(self._on_health)
         self._lock = threading.RLock()
@@ -156,7 +156,7 @@ class DisasterRecovery:
             link.on_spilled = lambda msg: self._trace("spilled", cluster, msg.topic, msg.key, msg.headers, None)
             self._links[cluster] = link
 
-            def replay_client() -> Producer:
+            def replay_client() -> RawProducer:
                 conf = replay_config(self._rdkafka_config(cluster))
                 conf["error_cb"] = self.health.error_cb(cluster)
                 return self._client_factory(cluster, conf)
@@ -174,9 +174,9 @@ class DisasterRecovery:
         for name in list(self.health.status()):
             self.health.cluster(name).suspect(reason)
 
-    def client_error(self, err: KafkaError) -> None:
+    def client_error(self, err: RawKafkaError) -> None:
         """Feed an ``error_cb`` error of a client the engine does not own (it may not say which cluster)."""
-        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        if err.code() in (RawKafkaError._ALL_BROKERS_DOWN, RawKafkaError._TRANSPORT):
             self.suspect_all(err.name())
 
     def _link_available(self, cluster: str) -> None:
@@ -204,7 +204,7 @@ class DisasterRecovery:
 
     # --- routing ----------------------------------------------------------------------------------
 
-    def direct(self, topic: str, cluster: str, client: Producer) -> DirectSender | None:
+    def direct(self, topic: str, cluster: str, client: RawProducer) -> DirectSender | None:
         """The healthy-cluster fast path: a :class:`DirectSender` when ``topic``'s writes go to ``cluster`` now
         and may go straight through the caller's ``client`` (see :meth:`ClusterLink.direct_sender`), else
         None. Valid until an :attr:`on_change` listener fires; a caller re-checks a None within seconds."""
@@ -250,7 +250,7 @@ class DisasterRecovery:
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 on_delivery: Callable[[Any, Any], Any] | None = None, timestamp: int = 0, headers: Any = None,
-                spill_wait: bool | None = None, client: Producer | None = None,
+                spill_wait: bool | None = None, client: RawProducer | None = None,
                 client_cluster: str | None = None) -> None:
         """Send one message: to the topic's active cluster, or durably into its spill queue.
 
@@ -261,7 +261,7 @@ class DisasterRecovery:
         cluster = self.target(topic)
         self.link(cluster).send(msg, spill_wait, client if client_cluster == cluster else None)
 
-    def _reroute(self, failed_cluster: str, msg: Outgoing, err: KafkaError) -> None:
+    def _reroute(self, failed_cluster: str, msg: Outgoing, err: RawKafkaError) -> None:
         """A message came back from ``failed_cluster`` undelivered: send it where the route now says,
         or spill it (asynchronously: it only ever lived in memory), or report it failed."""
         spec = self._route(msg.topic)
@@ -276,7 +276,7 @@ class DisasterRecovery:
                 return
         except (SpillFullError, ClosedError) as exc:  # no caller to raise to: report it, loudly
             log.error("spill.rejected", topic=msg.topic, cluster=cluster, error=str(exc))
-            err = KafkaError(KafkaError._QUEUE_FULL, f"undeliverable and not spilled: {exc}")
+            err = RawKafkaError(RawKafkaError._QUEUE_FULL, f"undeliverable and not spilled: {exc}")
         if msg.on_delivery is not None:
             msg.on_delivery(err, None)
 
@@ -310,7 +310,7 @@ class DisasterRecovery:
     def _end_offsets(self, cluster: str, topic: str) -> dict[str, int] | None:
         conf = connection_only(self._rdkafka_config(cluster))
         conf.update({"group.id": "ykafka-failover-probe", "enable.auto.commit": False, "log_level": 0})
-        consumer = Consumer(conf)
+        consumer = RawConsumer(conf)
         try:
             meta = consumer.list_topics(timeout=2)
             info = meta.topics.get(topic)

@@ -19,8 +19,8 @@ from enum import StrEnum
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError
-from confluent_kafka.admin import AdminClient
+
+from ykafka.transport import RawAdminClient, RawKafkaError
 
 log = structlog.get_logger(__name__)
 
@@ -33,12 +33,12 @@ class ClusterState(StrEnum):
 StateListener = Callable[[str, ClusterState], None]
 
 #: librdkafka errors that count as a failure of the cluster.
-FAILURE_CODES = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT,
-                           KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT})
+FAILURE_CODES = frozenset({RawKafkaError._ALL_BROKERS_DOWN, RawKafkaError._MSG_TIMED_OUT, RawKafkaError._TIMED_OUT,
+                           RawKafkaError._RESOLVE, RawKafkaError.REQUEST_TIMED_OUT})
 #: errors that only make the cluster suspect (probe now): a single connection can drop on a healthy cluster.
-SUSPECT_CODES = frozenset({KafkaError._TRANSPORT, KafkaError.NETWORK_EXCEPTION,
-                           KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_LEADER_FOR_PARTITION,
-                           KafkaError.LEADER_NOT_AVAILABLE})
+SUSPECT_CODES = frozenset({RawKafkaError._TRANSPORT, RawKafkaError.NETWORK_EXCEPTION,
+                           RawKafkaError.NOT_ENOUGH_REPLICAS, RawKafkaError.NOT_LEADER_FOR_PARTITION,
+                           RawKafkaError.LEADER_NOT_AVAILABLE})
 
 
 @dataclass
@@ -83,14 +83,14 @@ class ClusterHealth:
         conf.setdefault("socket.connection.setup.timeout.ms", 1000)
         conf.setdefault("log_level", 0)
         self._admin_conf = conf
-        self._admin: AdminClient | None = None
+        self._admin: RawAdminClient | None = None
         self._probe = probe or self._metadata_probe
         self._thread = threading.Thread(target=self._run, name=f"ykafka-health-{cluster}", daemon=True)
         self._thread.start()
 
     # --- feeds ------------------------------------------------------------------------------------
 
-    def on_error(self, err: KafkaError) -> None:
+    def on_error(self, err: RawKafkaError) -> None:
         """Feed a librdkafka error (from ``error_cb`` or a delivery report)."""
         code = err.code()
         if code in FAILURE_CODES:
@@ -165,7 +165,7 @@ class ClusterHealth:
 
     def _metadata_probe(self, timeout: float) -> None:
         if self._admin is None:
-            self._admin = AdminClient(self._admin_conf)
+            self._admin = RawAdminClient(self._admin_conf)
         self._admin.list_topics(timeout=timeout)
 
     def probe_now(self) -> bool:
@@ -250,11 +250,12 @@ class HealthMonitor:
     def is_up(self, cluster: str) -> bool:
         return self.cluster(cluster).state is ClusterState.UP
 
-    def error_cb(self, cluster: str, chain: Callable[[KafkaError], Any] | None = None) -> Callable[[KafkaError], None]:
+    def error_cb(self, cluster: str,
+                 chain: Callable[[RawKafkaError], Any] | None = None) -> Callable[[RawKafkaError], None]:
         """An ``error_cb`` for a librdkafka client of ``cluster`` that feeds this monitor (then ``chain``)."""
         health = self.cluster(cluster)
 
-        def on_error(err: KafkaError) -> None:
+        def on_error(err: RawKafkaError) -> None:
             health.on_error(err)
             if chain is not None:
                 chain(err)

@@ -19,29 +19,29 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ykafka.dr.health import ClusterHealth, ClusterState
 from ykafka.dr.queue import SpillQueue, normalize_headers
+from ykafka.transport import KafkaException, Message, RawKafkaError, RawProducer
 
 log = structlog.get_logger(__name__)
 
-ClientFactory = Callable[[], Producer]
+ClientFactory = Callable[[], RawProducer]
 DeliveryCallback = Callable[[Any, Any], Any]
 
 #: delivery errors after which the message is sent again (re-routed or spilled) instead of reported.
 RESEND_CODES = frozenset({
-    KafkaError._MSG_TIMED_OUT, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError._TRANSPORT,
-    KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._FATAL, KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.NETWORK_EXCEPTION,
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_PRODUCER_ID,
-    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError._NODE_UPDATE, KafkaError._DESTROY,
+    RawKafkaError._MSG_TIMED_OUT, RawKafkaError._PURGE_QUEUE, RawKafkaError._PURGE_INFLIGHT, RawKafkaError._TRANSPORT,
+    RawKafkaError._ALL_BROKERS_DOWN, RawKafkaError._TIMED_OUT, RawKafkaError._FATAL, RawKafkaError.REQUEST_TIMED_OUT,
+    RawKafkaError.NOT_ENOUGH_REPLICAS, RawKafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, RawKafkaError.NETWORK_EXCEPTION,
+    RawKafkaError.NOT_LEADER_FOR_PARTITION, RawKafkaError.LEADER_NOT_AVAILABLE, RawKafkaError.UNKNOWN_PRODUCER_ID,
+    RawKafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, RawKafkaError._NODE_UPDATE, RawKafkaError._DESTROY,
     # the cluster came back without our producer's idempotence state: a fresh client sends it again
-    KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED,
+    RawKafkaError.PRODUCER_FENCED, RawKafkaError.INVALID_PRODUCER_EPOCH, RawKafkaError._FENCED,
 })
 
 
-def is_resendable(err: KafkaError) -> bool:
+def is_resendable(err: RawKafkaError) -> bool:
     """Errors after which sending the message again (elsewhere, or later) is the right answer."""
     return err.code() in RESEND_CODES or bool(err.retriable()) or bool(err.fatal())
 
@@ -58,14 +58,15 @@ class Outgoing(NamedTuple):
     on_delivery: DeliveryCallback | None
 
 
-def produce_outgoing(client: Producer, msg: Outgoing, callback: Callable[[KafkaError | None, Message], None]) -> None:
+def produce_outgoing(client: RawProducer, msg: Outgoing,
+                     callback: Callable[[RawKafkaError | None, Message], None]) -> None:
     # positional, as confluent-kafka's C signature takes them: topic, value, key, partition, callback,
     # on_delivery, timestamp, headers (-1 / 0 / None mean "not given")
     client.produce(msg.topic, msg.value, msg.key, msg.partition if msg.partition is not None else -1, callback,
                    None, msg.timestamp or 0, msg.headers or None)
 
 
-def _direct_report(sent: tuple[DirectSender, DeliveryCallback | None, int], err: KafkaError | None,
+def _direct_report(sent: tuple[DirectSender, DeliveryCallback | None, int], err: RawKafkaError | None,
                    m: Message) -> None:
     """Delivery callback of a direct send, bound to ``(sender, user callback, order)``: one Python call."""
     if err is None:
@@ -91,7 +92,7 @@ class DirectSender:
 
     __slots__ = ("link", "client", "order", "last_cb", "last_shared", "_shared")
 
-    def __init__(self, link: ClusterLink, client: Producer) -> None:
+    def __init__(self, link: ClusterLink, client: RawProducer) -> None:
         self.link = link
         self.client = client
         self.order = link._order
@@ -116,7 +117,7 @@ class DirectSender:
         self.last_cb, self.last_shared = user_callback, found
         return found
 
-    def failed(self, user_callback: DeliveryCallback | None, order: int, err: KafkaError, m: Message) -> None:
+    def failed(self, user_callback: DeliveryCallback | None, order: int, err: RawKafkaError, m: Message) -> None:
         ts_type, ts = m.timestamp()
         msg = tuple.__new__(Outgoing, (m.topic(), m.value(), m.key(), -1, ts if ts_type else 0, m.headers(),
                                        user_callback))
@@ -127,7 +128,7 @@ class ClusterLink:
     """The seam between the producer and one cluster: direct send, spill, and re-route of failures."""
 
     def __init__(self, cluster: str, client_factory: ClientFactory, health: ClusterHealth,
-                 queue: SpillQueue | None, reroute: Callable[[str, Outgoing, KafkaError], None],
+                 queue: SpillQueue | None, reroute: Callable[[str, Outgoing, RawKafkaError], None],
                  spill_enabled: Callable[[str], bool] | None = None) -> None:
         self.cluster = cluster
         self.health = health
@@ -138,13 +139,13 @@ class ClusterLink:
         self._lock = threading.RLock()
         self._poll_lock = threading.Lock()
         self._local = threading.local()
-        self._client: Producer | None = None  # built on first direct send without a caller-owned client
-        self._external: list[Producer] = []  # caller-owned clients this link sent through
-        self._last_external: Producer | None = None
+        self._client: RawProducer | None = None  # built on first direct send without a caller-owned client
+        self._external: list[RawProducer] = []  # caller-owned clients this link sent through
+        self._last_external: RawProducer | None = None
         self.on_available: Callable[[str], None] | None = None
         self._order = itertools.count()  # produce order of direct sends
-        self._undelivered: list[tuple[int, Outgoing, KafkaError]] = []
-        self._retired: list[Producer] = []
+        self._undelivered: list[tuple[int, Outgoing, RawKafkaError]] = []
+        self._retired: list[RawProducer] = []
         self._rerouting = False  # a poll is re-routing a batch taken out of _undelivered
         self.available = health.state is ClusterState.UP
         self._recovering = False
@@ -157,13 +158,13 @@ class ClusterLink:
 
     # --- sending ----------------------------------------------------------------------------------
 
-    def client(self) -> Producer:
+    def client(self) -> RawProducer:
         with self._lock:
             if self._client is None:
                 self._client = self._factory()
             return self._client
 
-    def send(self, msg: Outgoing, spill_wait: bool | None = None, client: Producer | None = None) -> None:
+    def send(self, msg: Outgoing, spill_wait: bool | None = None, client: RawProducer | None = None) -> None:
         """Hand one message to the cluster (or to its spill queue while it cannot take it).
 
         ``client`` is a librdkafka producer owned by the caller (the ykafka Producer's client for this
@@ -191,7 +192,7 @@ class ClusterLink:
             self._drain_retired()
         self.spill(msg, wait=spill_wait)
 
-    def direct_sender(self, topic: str, client: Producer) -> DirectSender | None:
+    def direct_sender(self, topic: str, client: RawProducer) -> DirectSender | None:
         """What a caller needs to send ``topic`` straight through ``client`` instead of calling :meth:`send`
         per message (see :class:`DirectSender`); None while the topic must go through :meth:`send`
         (cluster unavailable, records waiting in the spill, a retired client draining). The owner drops
@@ -225,7 +226,7 @@ class ClusterLink:
             self.on_spilled(msg)
         return seq
 
-    def _on_delivery(self, msg: Outgoing, order: int, client: Producer, err: KafkaError | None,
+    def _on_delivery(self, msg: Outgoing, order: int, client: RawProducer, err: RawKafkaError | None,
                      m: Message) -> None:
         if err is None:
             self.delivered += 1
@@ -235,7 +236,7 @@ class ClusterLink:
             return
         self.health.on_error(err)
         # a purge we did not do is the application's own: report it, as librdkafka would
-        user_purge = err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT) \
+        user_purge = err.code() in (RawKafkaError._PURGE_QUEUE, RawKafkaError._PURGE_INFLIGHT) \
             and client not in self._retired
         if not user_purge and is_resendable(err):
             # Reports of queued and in-flight messages do not come back in produce order: collect them,

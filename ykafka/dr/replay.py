@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ykafka.dr.link import ClientFactory, Outgoing, is_resendable, produce_outgoing
 from ykafka.dr.queue import SpillQueue, SpillRecord
+from ykafka.transport import KafkaException, Message, RawKafkaError, RawProducer
 
 log = structlog.get_logger(__name__)
 
@@ -29,7 +29,7 @@ class Replayer:
 
     def __init__(self, queue: SpillQueue, client_factory: ClientFactory, is_up: Callable[[], bool],
                  max_in_flight: int = 20_000, stall_s: float = 15.0, progress_interval_s: float = 5.0,
-                 on_failed: Callable[[SpillRecord, KafkaError], None] | None = None) -> None:
+                 on_failed: Callable[[SpillRecord, RawKafkaError], None] | None = None) -> None:
         self.queue = queue
         self.cluster = queue.cluster
         self._factory = client_factory
@@ -128,8 +128,8 @@ class Replayer:
                 time.sleep(0.5)  # let health catch up before the next round
                 self._wake.set()
 
-    def _send(self, producer: Producer, record: SpillRecord) -> None:
-        def delivered(err: KafkaError | None, m: Message) -> None:
+    def _send(self, producer: RawProducer, record: SpillRecord) -> None:
+        def delivered(err: RawKafkaError | None, m: Message) -> None:
             self._in_flight -= 1
             if err is None:
                 self._last_ack = time.monotonic()
@@ -165,7 +165,7 @@ class Replayer:
                 self._serve(producer, 0.05)
         self._in_flight += 1
 
-    def _serve(self, producer: Producer, timeout: float) -> None:
+    def _serve(self, producer: RawProducer, timeout: float) -> None:
         producer.poll(timeout)
         if self._abort is None:
             if not self._is_up():

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from ykafka import headers as H
+from ykafka.transport import KafkaException, Message, RawConsumer, RawKafkaError, RawProducer, TopicPartition
 
 log = structlog.get_logger(__name__)
 
-SYNC_HEADER = "ykafka.synced.from"
 _CONNECTION_PREFIXES = ("bootstrap.servers", "metadata.broker.list", "security.protocol", "sasl.", "ssl.",
                         "client.dns.lookup", "broker.address.family", "socket.connection.setup.timeout.ms",
                         "client.rack")
@@ -90,7 +91,7 @@ class SyncJob:
 
     Consumes the standby in the group ``ykafka-failback.<primary>.<topic>`` (so several processes share
     the work, and a restart resumes from the committed offsets), produces every record to the primary with
-    its key, value, headers and timestamp (plus a ``ykafka.synced.from`` header), and commits a batch on
+    its key, value, headers and timestamp (plus a ``ykafka-synced-from`` header), and commits a batch on
     the standby only after the primary acknowledged all of it. Done when every partition is read up to its
     end, the standby has nothing in flight for us, and nothing new arrived for ``idle_s``.
     """
@@ -141,12 +142,12 @@ class SyncJob:
         pconf = {k: v for k, v in self._primary_conf.items() if k not in ("on_delivery", "error_cb")}
         pconf.update({"enable.idempotence": True, "acks": "all", "message.timeout.ms": 30_000,
                       "partitioner": "murmur2_random"})
-        consumer = Consumer(conf)
-        producer = Producer(pconf)
+        consumer = RawConsumer(conf)
+        producer = RawProducer(pconf)
         assigned: list[TopicPartition] = []
         start_offsets = o.start_offsets or {}
 
-        def on_assign(c: Consumer, parts: list[TopicPartition]) -> None:
+        def on_assign(c: RawConsumer, parts: list[TopicPartition]) -> None:
             committed = c.committed(parts, timeout=10)
             for tp, cp in zip(parts, committed, strict=True):
                 if cp.offset >= 0:
@@ -169,7 +170,7 @@ class SyncJob:
                 good = [m for m in msgs if m.error() is None]
                 for m in msgs:
                     err = m.error()
-                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    if err is not None and err.code() != RawKafkaError._PARTITION_EOF:
                         log.warning("failback.consume_error", topic=o.topic, error=err.str())
                 if good:
                     if primary_partitions is None:
@@ -203,22 +204,22 @@ class SyncJob:
                  rate=round(self.copied / elapsed), state=self.state)
 
     @staticmethod
-    def _partitions(producer: Producer, topic: str) -> int:
+    def _partitions(producer: RawProducer, topic: str) -> int:
         meta = producer.list_topics(topic, timeout=10)
         info = meta.topics.get(topic)
         return len(info.partitions) if info is not None and info.error is None else 0
 
-    def _forward(self, producer: Producer, msgs: list[Message], partitions: int, failures: list[str]) -> None:
+    def _forward(self, producer: RawProducer, msgs: list[Message], partitions: int, failures: list[str]) -> None:
         pending = [len(msgs)]
 
-        def delivered(err: KafkaError | None, _m: Message) -> None:
+        def delivered(err: RawKafkaError | None, _m: Message) -> None:
             pending[0] -= 1
             if err is not None:
                 failures.append(err.str())
 
         for m in msgs:
             headers = list(m.headers() or [])
-            headers.append((SYNC_HEADER, self.outage.standby.encode()))
+            headers.append((H.SYNCED_FROM, self.outage.standby.encode()))
             kwargs: dict[str, Any] = {"value": m.value(), "key": m.key(), "headers": headers,
                                       "on_delivery": delivered}
             ts_type, ts = m.timestamp()
@@ -239,7 +240,7 @@ class SyncJob:
         if pending[0] > 0 and not failures:
             failures.append(f"{pending[0]} records not acknowledged by {self.outage.primary} within 60s")
 
-    def _lag(self, consumer: Consumer, assigned: list[TopicPartition]) -> int:
+    def _lag(self, consumer: RawConsumer, assigned: list[TopicPartition]) -> int:
         positions = consumer.position(assigned)
         lag = 0
         for tp in positions:
@@ -249,7 +250,7 @@ class SyncJob:
             lag += max(0, high - position)
         return lag
 
-    def _progress(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
+    def _progress(self, consumer: RawConsumer, assigned: list[TopicPartition]) -> None:
         with contextlib.suppress(KafkaException):
             self.left = self._lag(consumer, assigned) if assigned else None
         elapsed = max(1e-6, time.monotonic() - self.started)

@@ -1,4 +1,8 @@
-"""Header names ykafka reads and writes on messages (a contract with the Producer and the DLQ tools)."""
+"""Header names ykafka reads and writes on messages: the one place they are defined (a wire contract).
+
+One style, ``ykafka-<name>``. ``ykafka.synced.from``, the failback sync's header before that rule, is still
+read (:func:`synced_from`) for messages already written with it.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,10 @@ ORIGINAL_OFFSET = "ykafka-original-offset"
 ORIGINAL_TIMESTAMP = "ykafka-original-timestamp"
 #: Set by ``ykafka admin dlq replay`` on re-published messages: ``<dlq topic>:<partition>:<offset>``.
 REPLAYED_FROM = "ykafka-replayed-from"
+#: Set by the failback sync on a record copied from the standby back to the primary: the standby's name.
+SYNCED_FROM = "ykafka-synced-from"
+#: The failback sync's header name before ``SYNCED_FROM`` (read, never written).
+LEGACY_SYNCED_FROM = "ykafka.synced.from"
 
 #: Headers describing a failure; stripped when a message is re-published from the DLQ.
 FAILURE_HEADERS = frozenset({ATTEMPT, NOT_BEFORE, ERROR, FAILED_AT, GROUP, ORIGINAL_TOPIC, ORIGINAL_PARTITION,
@@ -74,3 +82,8 @@ def get_int(headers: Any, name: str) -> int | None:
 
 def without(headers: Any, names: frozenset[str]) -> Headers:
     return [(k, v) for k, v in as_list(headers) if k not in names]
+
+
+def synced_from(headers: Any) -> str | None:
+    """The standby a failback sync copied this record from (either spelling), None for an original write."""
+    return get_str(headers, SYNCED_FROM) or get_str(headers, LEGACY_SYNCED_FROM)
