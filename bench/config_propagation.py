@@ -9,7 +9,7 @@ has it before the admin call returns, so ``*_from_request_ms`` also gives the ti
 At the end every record is read back from the broker: ``lost`` = sent but never stored, ``duplicated`` =
 stored twice.
 
-    python bench/config_propagation.py [--changes 50] [--rate 5000]
+    python bench/config_propagation.py [--changes 50] [--rate 5000] [--quick]
 
 Last line: RESULT {"changes": 50, "p50_ms": ..., "p99_ms": ..., "lost": 0, "duplicated": 0}
 """
@@ -122,7 +122,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--changes", type=int, default=50)
     parser.add_argument("--rate", type=float, default=5000.0)
+    parser.add_argument("--quick", action="store_true", help="5 changes at 2,000 msgs/s (the suite's check)")
     args = parser.parse_args()
+    if args.quick:
+        args.changes, args.rate = 5, 2000.0
     configure("warning")
     with bench_stack() as bench:
         cfg = bench.cfg

@@ -9,7 +9,7 @@ Starts its own Tansu broker on a free port (stopped by pid at the end), unless `
 * Overhead: a no-op handler through ``Consumer.run`` (default ordering ``partition``, 4 workers) against
   the peer, a raw confluent-kafka ``consume(500)`` loop calling the same no-op, over the same messages.
 
-    python bench/consumer_scaling.py [--bootstrap HOST:PORT] [--seconds 2.5] [--noop-messages 400000]
+    python bench/consumer_scaling.py [--bootstrap HOST:PORT] [--seconds 2.5] [--noop-messages 400000] [--quick]
 
 Last line: RESULT {"runs": [{"workers", "ordering", "msgs_s", "ratio_to_ideal"}, ...],
 "raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio"}
@@ -160,7 +160,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.5, help="target length of each scaling run")
     parser.add_argument("--noop-messages", type=int, default=400_000)
     parser.add_argument("--noop-repeats", type=int, default=3, help="best of N for each no-op figure")
+    parser.add_argument("--quick", action="store_true", help="1 s runs, 20,000 no-op messages, one repeat")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.noop_messages, args.noop_repeats = (1.0, 20_000, 1)
     configure("warning")
 
     stack: Stack | None = None

@@ -183,7 +183,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--pg-dsn", default=PG_DSN)
+    parser.add_argument("--quick", action="store_true", help="2 s, 2 clients, 1 worker (the suite's check)")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.clients, args.workers = 2.0, 2, 1
 
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="ms-bench-") as tmp:

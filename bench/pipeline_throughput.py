@@ -10,7 +10,7 @@ time from an event to its alert.
 3. Starts the pipeline continuously (1 s triggers, alert evaluation every second), then writes one metric
    event whose handler latency breaks a rule and measures until the alert is delivered.
 
-    python bench/pipeline_throughput.py [--events 200000] [--master local[2]]
+    python bench/pipeline_throughput.py [--events 200000] [--master local[2]] [--quick]
 
 Last line: RESULT {"events", "events_s", "event_to_alert_s", ...}
 """
@@ -41,7 +41,7 @@ KINDS = ("produced", "acked", "consumed", "processed")
 
 def write_events(bootstrap: str, trace_events: int, prefix: str = "m") -> tuple[int, int]:
     sink = EventSink({"bootstrap.servers": bootstrap, "linger.ms": 50}, queue_max=10_000_000)
-    put_trace = sink.channel("trace", {"client_id": "bench-1", "app": "bench", "ip": "10.0.0.1"})
+    put_trace = sink.channel("trace", {"client_id": "bench-1", "app": "bench", "ip": "10.0.0.1"}).put
     now = events.now_ms() - 60_000
     messages = trace_events // len(KINDS)
     for i in range(messages):
@@ -68,7 +68,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=200_000, help="trace events (plus 10%% metric events)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--quick", action="store_true", help="8,000 events (the suite's check)")
     args = parser.parse_args()
+    if args.quick:
+        args.events = 8_000
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-pipeline-"))
     broker = Broker("bench-pipeline", work / "logs").start()
     pipeline: Pipeline | None = None

@@ -8,7 +8,7 @@ queue, ``flush`` at the end; the time includes the flush, so every message is ac
 a grant and its hot config subscribed (global + the topic's namespace). Rounds alternate raw / ykafka; the
 figures are medians.
 
-    python bench/producer_throughput.py [--messages 200000] [--size 100] [--rounds 3] [--keys N]
+    python bench/producer_throughput.py [--messages 200000] [--size 100] [--rounds 3] [--keys N] [--quick]
 
 Last line: RESULT {"raw_msgs_s": ..., "ykafka_msgs_s": ..., "ratio": ...}
 """
@@ -48,7 +48,10 @@ def main() -> None:
     parser.add_argument("--positional", action="store_true",
                         help="call produce() positionally (confluent-kafka's fastest form) instead of by keyword")
     parser.add_argument("--keys", type=int, default=0, help="keyed sends over this many keys (default: no key)")
+    parser.add_argument("--quick", action="store_true", help="20,000 messages, one round (the suite's check)")
     args = parser.parse_args()
+    if args.quick:
+        args.messages, args.rounds = 20_000, 1
     configure("warning")
     value = b"x" * args.size
     with bench_stack() as bench:

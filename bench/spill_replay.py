@@ -16,7 +16,7 @@ spill costs when each message waits for its own commit. Spill figures (all throu
 ``replay_msgs_s`` runs from the moment the cluster is seen UP to the last record acknowledged and
 removed from the spill. ``journal_bytes_after_replay``: what the journal holds once all is replayed.
 
-    python bench/spill_replay.py [--messages 100000] [--async-messages 100000] [--fsync-messages 5000]
+    python bench/spill_replay.py [--messages 100000] [--async-messages 100000] [--fsync-messages 5000] [--quick]
 
 Last line: RESULT {"spill_msgs_s": ..., "replay_msgs_s": ..., "diskcache_set_s": ..., "lost": 0, ...}
 """
@@ -88,7 +88,10 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--async-messages", type=int, default=100_000)
     parser.add_argument("--fsync-messages", type=int, default=5_000)
+    parser.add_argument("--quick", action="store_true", help="10,000 messages, 500 with fsync (the suite's check)")
     args = parser.parse_args()
+    if args.quick:
+        args.messages, args.async_messages, args.fsync_messages = 10_000, 10_000, 500
     configure("warning")
     n = args.messages
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-spill-"))

@@ -16,7 +16,7 @@ Also measured, as ``hooks_*``: the raw loop plus the Tracer hooks alone (what tr
 Producer's own overhead). Rounds alternate the modes; figures are medians. Starts a private Tansu broker
 on a free port (or uses ``--bootstrap``).
 
-    python bench/trace_overhead.py [--messages 100000] [--size 100] [--rounds 3]
+    python bench/trace_overhead.py [--messages 100000] [--size 100] [--rounds 3] [--quick]
 
 Last line: RESULT {"raw_msgs_s", "off_ratio", "sampled_1pct_ratio", "full_ratio", "hooks_...", ...}
 """
@@ -76,7 +76,10 @@ def main() -> None:
                         help="call produce() positionally (confluent-kafka's fastest form) instead of by keyword")
     parser.add_argument("--bootstrap", default=None, help="use this cluster instead of a private Tansu broker")
     parser.add_argument("--only", default=None, help="comma-separated modes to run (default: all; raw always)")
+    parser.add_argument("--quick", action="store_true", help="10,000 messages, one round (the suite's check)")
     args = parser.parse_args()
+    if args.quick:
+        args.messages, args.rounds = 10_000, 1
     configure("warning")
     value = b"x" * args.size
     broker = None
