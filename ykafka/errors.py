@@ -1,7 +1,7 @@
 """Typed errors of the ykafka user API.
 
 Callers catch one family (``YKafkaError``) or a precise case; librdkafka error codes are mapped onto
-this hierarchy by :func:`from_kafka_error` so transport details never leak as bare ``KafkaException``.
+this hierarchy by :func:`ykafka.transport.from_kafka_error` so transport details never leak as bare ``KafkaException``.
 """
 
 from __future__ import annotations
