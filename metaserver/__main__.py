@@ -42,6 +42,8 @@ def main() -> None:
 @click.option("--default-cluster", envvar=_env("default_cluster"))
 @click.option("--auth-window", "auth_window_s", default=300, type=int, envvar=_env("auth_window_s"),
               show_default=True, help="seconds a signed request's timestamp may be off")
+@click.option("--max-body-bytes", default=1024 * 1024, type=int, envvar=_env("max_body_bytes"), show_default=True,
+              help="largest request body accepted (413 beyond it, before parsing)")
 @click.option("--auth-fail-limit", default=20, type=int, envvar=_env("auth_fail_limit"), show_default=True)
 @click.option("--auth-fail-window", "auth_fail_window_s", default=60, type=int, envvar=_env("auth_fail_window_s"),
               show_default=True)

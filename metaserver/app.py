@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 import structlog
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from metaserver import db, routes_admin, routes_config, routes_observe, routes_sdk
@@ -21,6 +22,7 @@ from metaserver.apollo import ApolloError, ApolloOpenApi
 from metaserver.auth import AuthFailed, RateLimited
 from metaserver.authswitch import AuthSwitch
 from metaserver.hotconfig import ConfigRejected
+from metaserver.httpguard import BodyLimit, SingleValuedQuery, validation_errors
 from metaserver.services import Services
 from metaserver.settings import Settings
 from metaserver.tokens import TokenCodec, load_or_create_key
@@ -58,6 +60,8 @@ def create_app(settings: Settings) -> FastAPI:
                   description="Auth grants, ACL, cluster registry, client reports, hot-config push, alerts and "
                               "pipeline aggregates for ykafka.")
     app.state.services = svc
+    app.add_middleware(SingleValuedQuery)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)  # before parsing: 413, nothing buffered
     app.include_router(routes_sdk.router)
     app.include_router(routes_admin.router)
     app.include_router(routes_config.router)
@@ -71,6 +75,10 @@ def create_app(settings: Settings) -> FastAPI:
     async def _auth_failed(_request: Request, _exc: AuthFailed) -> JSONResponse:
         return JSONResponse({"detail": "authentication failed"}, status_code=401,
                             headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_errors(exc)}, status_code=422)  # never the input back
 
     @app.exception_handler(RateLimited)
     async def _rate_limited(_request: Request, exc: RateLimited) -> JSONResponse:

@@ -56,7 +56,8 @@ def signed_grant(svc: Services, headers: Mapping[str, str], method: str, path: s
             # reads first; the one write (the nonce) is a single short statement afterwards, so SQLite's
             # write lock is held for microseconds rather than for the whole request
             failures = hotpath.rows(cur, dialect, hotpath.FAILURES, {
-                "window_start": int(now // window_s) * window_s, "ip": source_ip or "", "app_id": app_id})
+                "window_start": int(now // window_s) * window_s, "ip": source_ip or "",
+                "app_id": ratelimit.app_subject(app_id, source_ip)})
             if any(count >= settings.auth_fail_limit for (count,) in failures):
                 raise RateLimited(_retry_after(svc, now))
             found = hotpath.rows(cur, dialect, hotpath.APP, {"app_id": app_id})
@@ -105,10 +106,9 @@ def _check_signature(svc: Services, app: Mapping[str, Any], headers: Mapping[str
         raise AuthFailed("header app differs from body app")
     if not 8 <= len(nonce) <= 128:
         raise AuthFailed("bad nonce")
-    try:
-        timestamp_s = int(timestamp) / 1000.0
-    except ValueError:
-        raise AuthFailed("bad timestamp") from None
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 16):  # ms since the epoch
+        raise AuthFailed("bad timestamp")  # counted like any bad signature (a 400-digit one overflowed a float)
+    timestamp_s = int(timestamp) / 1000.0
     window = svc.settings.auth_window_s
     if abs(now - timestamp_s) > window:
         raise AuthFailed("stale timestamp")

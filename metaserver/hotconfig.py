@@ -8,6 +8,7 @@ With ``ips`` the change goes out as an Apollo gray release of the namespace to j
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,15 @@ def validate(scope_text: str, values: dict[str, Any], delete: list[str],
     if errors:
         raise ConfigRejected(errors)
     return PushPlan(scope, scope.namespace(), rendered, sorted(set(delete)), ips)
+
+
+def check_registered(plan: PushPlan, registered: Iterable[str]) -> None:
+    """422 before anything reaches the config center when a value names a cluster the registry lacks."""
+    known = sorted(registered)
+    errors = {name: f"unknown cluster {value!r}; registered: {', '.join(known) or '(none)'}"
+              for name, value in plan.set.items() if catalog.names_cluster(name) and value not in known}
+    if errors:
+        raise ConfigRejected(errors, "values name unregistered clusters")
 
 
 def _ip_like(text: str) -> bool:

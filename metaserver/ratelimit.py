@@ -1,6 +1,8 @@
-"""Failed-authentication counters per app and per source IP, kept in the database (fixed windows).
+"""Failed-authentication counters per (app, source IP) and per source IP, kept in the database (fixed windows).
 
-Every peer sees the same counters, so an attacker gains nothing by spreading attempts over peers.
+Every peer sees the same counters, so an attacker gains nothing by spreading attempts over peers. An app's
+counter is kept per source: whoever guesses at an app's secret throttles themselves, never the real app
+calling from its own hosts (docs/metaserver.md, "Threat model").
 """
 
 from __future__ import annotations
@@ -17,10 +19,15 @@ def _window(now: float, window_s: int) -> int:
     return int(now // window_s) * window_s
 
 
+def app_subject(app_id: str, ip: str | None) -> str:
+    """The counter of one app's failures from one source."""
+    return f"{app_id}@{ip or '-'}"[:255]
+
+
 def blocked(conn: Connection, app_id: str | None, ip: str | None, now: float, limit: int, window_s: int) -> bool:
     subjects = [and_(auth_failures.c.scope == "ip", auth_failures.c.subject == ip)] if ip else []
     if app_id:
-        subjects.append(and_(auth_failures.c.scope == "app", auth_failures.c.subject == app_id))
+        subjects.append(and_(auth_failures.c.scope == "app", auth_failures.c.subject == app_subject(app_id, ip)))
     if not subjects:
         return False
     stmt = select(auth_failures.c.count).where(
@@ -31,7 +38,7 @@ def blocked(conn: Connection, app_id: str | None, ip: str | None, now: float, li
 def record_failure(engine: Engine, app_id: str | None, ip: str | None, now: float, window_s: int) -> None:
     start = _window(now, window_s)
     with db.write(engine) as conn:
-        for scope, subject in (("app", app_id), ("ip", ip)):
+        for scope, subject in (("app", app_subject(app_id, ip) if app_id else None), ("ip", ip)):
             if not subject:
                 continue
             db.upsert(conn, auth_failures,

@@ -15,11 +15,12 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import Connection, RowMapping, delete, select, update
 
-from metaserver import audit, clients, db, registry
-from metaserver.auth import AuthFailed
+from metaserver import audit, clients, db, ratelimit, registry
+from metaserver.auth import AuthFailed, RateLimited
 from metaserver.models import apps, clusters
-from metaserver.schemas import NAME_RE, Acl, AppCreate, AppUpdate, ClusterPut
+from metaserver.schemas import Acl, AppCreate, AppUpdate, ClusterPut
 from metaserver.services import Services, services
+from ykafka import acl as acl_patterns
 from ykafka import signing
 
 
@@ -27,10 +28,17 @@ def operator(request: Request, authorization: str | None = Header(default=None),
              x_ykafka_operator: str | None = Header(default=None)) -> str:
     """FastAPI dependency: the admin's name for the audit trail, or 401."""
     svc: Services = request.app.state.services
+    settings = svc.settings
+    source = request.client.host if request.client else None
+    now = time.time()
+    with db.read(svc.engine) as conn:  # token guessing is rate-limited per source like bad signatures
+        if ratelimit.blocked(conn, None, source, now, settings.auth_fail_limit, settings.auth_fail_window_s):
+            raise RateLimited(max(1, int(settings.auth_fail_window_s - now % settings.auth_fail_window_s) + 1))
     token = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else ""
-    for name, expected in svc.settings.admin_tokens.items():
+    for name, expected in settings.admin_tokens.items():
         if token and hmac.compare_digest(token.encode(), expected.encode()):
             return (x_ykafka_operator or name).strip()[:255] or name
+    ratelimit.record_failure(svc.engine, None, source, now, settings.auth_fail_window_s)
     raise AuthFailed("bad admin token")
 
 
@@ -179,8 +187,9 @@ def put_cluster(name: str, body: ClusterPut, who: str = Depends(operator),
 
     The standby may name a cluster registered later (two clusters can be each other's standby).
     """
-    if not NAME_RE.match(name):
-        raise HTTPException(status_code=422, detail="cluster name: letters, digits, '.', '_', '-' (1-128)")
+    problem = acl_patterns.name_problem(name)
+    if problem is not None:
+        raise HTTPException(status_code=422, detail=f"cluster name: {problem}")
     if body.standby == name:
         raise HTTPException(status_code=422, detail="standby: a cluster cannot be its own standby")
     values = {"name": name, "bootstrap_servers": body.bootstrap_servers, "dc": body.dc, "standby": body.standby,

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException
 
-from metaserver import audit, db, hotconfig
+from metaserver import audit, db, hotconfig, registry
 from metaserver.apollo import ApolloOpenApi
 from metaserver.routes_admin import operator
 from metaserver.schemas import ConfigPush, ScopeBody
@@ -25,6 +25,8 @@ def _api(svc: Services) -> ApolloOpenApi:
 def push(body: ConfigPush, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
     """Validate every key with the catalog, then write and release through Apollo (gray when ``ips``)."""
     plan = hotconfig.validate(body.scope, dict(body.set), list(body.delete), body.ips)
+    with db.read(svc.engine) as conn:
+        hotconfig.check_registered(plan, registry.all_clusters(conn))
     api = _api(svc)
     before = hotconfig.plan_changes(api, plan)
     out: dict[str, Any] = {"scope": str(plan.scope), "namespace": plan.namespace, "dry_run": body.dry_run,

@@ -44,10 +44,11 @@ def parse_since(text: str, field: str = "since") -> dt.timedelta:
 
     try:
         span = parse_duration(text)
-    except ValueError as exc:
-        raise HTTPException(status_code=422, detail=f"{field}: {exc}") from None
-    if span <= dt.timedelta(0) or span > MAX_SINCE:
-        raise HTTPException(status_code=422, detail=f"{field}: {text!r} must be a positive duration of at most 366d")
+    except ValueError:
+        span = dt.timedelta(0)
+    if span <= dt.timedelta(0) or span > MAX_SINCE:  # the input is not echoed back
+        raise HTTPException(status_code=422, detail=f"{field}: use a positive duration of at most 366d, "
+                                                    "a number with s, m, h, d or w, e.g. 90s, 15m, 1h, 2d")
     return span
 
 

@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ykafka import acl as acl_patterns
 
-NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 ClusterStatus = Literal["active", "draining", "down"]
 
 
@@ -19,8 +18,9 @@ class Strict(BaseModel):
 
 
 def _name(value: str) -> str:
-    if not NAME_RE.match(value):
-        raise ValueError("1-128 characters of letters, digits, '.', '_', '-'")
+    problem = acl_patterns.name_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 

@@ -34,6 +34,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 7070
     workers: int = 1
+    #: largest request body accepted (413 before parsing beyond it)
+    max_body_bytes: int = 1024 * 1024
     #: config service URL (Apollo ``/configs``, ``/notifications/v2``) handed to clients and read for auth.enabled
     configcenter_url: str | None = None
     #: Apollo portal URL for the Open API; defaults to ``configcenter_url`` (the embedded service serves both)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -168,11 +169,13 @@ def parse_duration(text: str) -> dt.timedelta:
     text = text.strip().lower()
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     try:
-        if text and text[-1] in units:
-            return dt.timedelta(seconds=float(text[:-1]) * units[text[-1]])
-        return dt.timedelta(seconds=float(text))
-    except ValueError:
-        raise ValueError(f"invalid duration {text!r}: use e.g. 90s, 15m, 1h, 2d") from None
+        number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+        seconds = float(number) * unit
+        if not math.isfinite(seconds):
+            raise ValueError(seconds)
+        return dt.timedelta(seconds=seconds)
+    except (ValueError, OverflowError):  # 1e400d, inf, nan: not a duration either
+        raise ValueError("invalid duration: use a number with s, m, h, d or w, e.g. 90s, 15m, 1h, 2d") from None
 
 
 def arrow_from_spark(df: Any) -> Any:

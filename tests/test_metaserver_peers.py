@@ -13,7 +13,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.ms_fixtures")
 
-from tests.ms_fixtures import MetaServer, inside_one_fail_window, new_app  # noqa: E402
+from tests.ms_fixtures import MetaServer, fake_ip, inside_one_fail_window, new_app  # noqa: E402
 
 pytest_plugins = ["tests.ms_fixtures"]
 
@@ -75,12 +75,14 @@ def test_failure_counters_are_shared(peers: tuple[MetaServer, MetaServer]) -> No
     inside_one_fail_window()
     app = new_app(a)
     codes = []
-    for i in range(5):  # limit 5 per app per window, spread over both peers
+    attacker = fake_ip()
+    for i in range(5):  # limit 5 per (app, source) per window, spread over both peers
         server = a if i % 2 else b
-        codes.append(server.sdk(app.app_id, "wrong").grant().status_code)
+        codes.append(server.sdk(app.app_id, "wrong", ip=attacker).grant().status_code)
     assert codes == [401] * 5
-    assert a.sdk(app.app_id, app.secret).grant().status_code == 429
-    assert b.sdk(app.app_id, app.secret).grant().status_code == 429
+    assert a.sdk(app.app_id, app.secret, ip=attacker).grant().status_code == 429  # both peers see the count
+    assert b.sdk(app.app_id, app.secret, ip=attacker).grant().status_code == 429
+    assert b.sdk(app.app_id, app.secret).grant().status_code == 200  # the app itself, from its host, is not locked
 
 
 def test_secret_rotation_seen_by_both(peers: tuple[MetaServer, MetaServer]) -> None:

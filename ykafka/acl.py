@@ -27,6 +27,30 @@ def check(acl: Mapping[str, Iterable[str]], operation: Operation, name: str) -> 
     return allowed(acl.get(operation, ()), name)
 
 
+_LEGAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+NAME_RULE = "1-128 characters of letters, digits, '.', '_', '-', not starting with '.'"
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is not a legal app id, cluster, topic or group name, or None when it is.
+
+    One rule for all of them: Kafka's legal characters (and its refusal of ``.`` / ``..``), Apollo's app-id
+    rule (no leading dot), and a length every store holds. Names are checked before anything is stored.
+    """
+    if not 1 <= len(name) <= 128:
+        return f"length {len(name)}: {NAME_RULE}"
+    if not set(name) <= _LEGAL:
+        return f"illegal characters: {NAME_RULE}"
+    if name.startswith("."):
+        return f"starts with '.': {NAME_RULE}"
+    return None
+
+
 def valid_pattern(pattern: str) -> bool:
+    """A name, a prefix of one ending in ``*``, or ``*`` alone."""
+    if pattern == "*":
+        return True
     body = pattern[:-1] if pattern.endswith("*") else pattern
-    return "*" not in body and len(pattern) <= 249 and (pattern == "*" or bool(body))
+    if not body or "*" in body or len(body) > 128 or not set(body) <= _LEGAL:
+        return False
+    return pattern.endswith("*") or not body.startswith(".")

@@ -280,6 +280,12 @@ GRADE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+def names_cluster(name: str) -> bool:
+    """Whether the key's value names a registered cluster (the MetaServer checks it against its registry)."""
+    found = KEYS.get(name)
+    return found is not None and found.parse is _cluster_name
+
+
 def key(name: str) -> Key:
     try:
         return KEYS[name]

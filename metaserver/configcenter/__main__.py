@@ -81,11 +81,12 @@ def _serve(args: argparse.Namespace) -> int:
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             super().handle_exit(sig, frame)
+            center.closing = True  # new polls are refused from now on, whatever the loop is doing
             with contextlib.suppress(RuntimeError):  # no loop running: nothing is parked
-                asyncio.get_running_loop().call_soon_threadsafe(center.registry.expire_all)
+                asyncio.get_running_loop().call_soon_threadsafe(center.begin_shutdown)
 
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                            backlog=8192, timeout_keep_alive=75, timeout_graceful_shutdown=5,
+                            backlog=8192, timeout_keep_alive=75, timeout_graceful_shutdown=1,
                             h11_max_incomplete_event_size=256 * 1024)  # long polls list many namespaces
     log.info("configcenter.serving", host=args.host, port=args.port, db=args.db)
     Server(config).run()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -12,31 +12,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from metaserver.configcenter import configservice, openapi
 from metaserver.configcenter.center import ConfigCenter
 from metaserver.configcenter.errors import error_body, install_error_handlers
+from metaserver.httpguard import BodyLimit, SingleValuedQuery
 
-MAX_BODY_BYTES = 1024 * 1024
 
-
-class BodyLimitMiddleware:
-    """Refuse declared bodies over 1 MiB up front (413) rather than buffer them; no item may exceed 64 KiB."""
-
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            body = json.dumps(error_body(413, f"request body larger than {self.limit} bytes",
-                                         "org.springframework.web.HttpMediaTypeException")).encode()
-            await send({"type": "http.response.start", "status": 413,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
-        await self.app(scope, receive, send)
+def _apollo_error(status: int, message: str) -> dict[str, Any]:
+    kind = "org.springframework.web.HttpMediaTypeException" if status == 413 else \
+        "com.ctrip.framework.apollo.common.exception.BadRequestException"
+    return error_body(status, message, kind)
 
 
 class OpenApiTrailingSlash:
@@ -76,7 +58,8 @@ def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str 
     app.state.center = center
     install_error_handlers(app)
     app.add_middleware(configservice.AccessKeyMiddleware)
-    app.add_middleware(BodyLimitMiddleware)
+    app.add_middleware(SingleValuedQuery, error_body=_apollo_error)  # the access-key check reads what the handler reads
+    app.add_middleware(BodyLimit, error_body=_apollo_error)
     app.add_middleware(OpenApiTrailingSlash)
     app.include_router(configservice.router)
     app.include_router(openapi.router)

@@ -33,6 +33,7 @@ class ConfigCenter:
         self.registry = LongPollRegistry()
         self.longpoll_timeout = longpoll_timeout
         self.instances = InstanceRecorder(self.store)
+        self.closing = False  # shutting down: parked polls were answered, new ones are refused (503)
         self._write_lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
 
@@ -49,8 +50,15 @@ class ConfigCenter:
         log.info("configcenter.started", db=self.store.db_path, namespaces=len(states),
                  longpoll_timeout=self.longpoll_timeout)
 
+    def begin_shutdown(self) -> int:
+        """Answer every parked poll with 304 now and refuse new ones, so clients move on at once instead of
+        holding connections the server would cut (with a 500) at its graceful-shutdown timeout."""
+        self.closing = True
+        return self.registry.expire_all()
+
     async def stop(self) -> None:
         await self.instances.stop()
+        self.begin_shutdown()
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

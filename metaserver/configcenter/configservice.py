@@ -126,32 +126,37 @@ async def config_file_properties(request: Request, app_id: str, cluster: str, na
     return Response(to_properties(_merge(releases)), media_type=TEXT_UTF8)
 
 
+BAD_NOTIFICATIONS = "invalid notifications format: expected [{\"namespaceName\": ..., \"notificationId\": ...}]"
+
+
 def parse_notifications(raw: str) -> list[tuple[str, int]]:
-    """The client's `[{namespaceName, notificationId}]`; 400 when it is not that (Apollo's Gson parse)."""
+    """The client's `[{namespaceName, notificationId}]`; 400 when it is not that (Apollo's Gson parse).
+
+    The message never carries the input back; a deeply nested document is refused like any other bad one."""
     try:
         parsed = json.loads(raw)
-    except ValueError:
-        raise BadRequest("invalid notifications format:%s", raw) from None
+    except (ValueError, RecursionError):
+        raise BadRequest(BAD_NOTIFICATIONS) from None
     if not isinstance(parsed, list) or not parsed:
-        raise BadRequest("invalid notifications format:%s", raw)
+        raise BadRequest(BAD_NOTIFICATIONS)
     out: list[tuple[str, int]] = []
     for entry in parsed:
         if not isinstance(entry, dict):
-            raise BadRequest("invalid notifications format:%s", raw)
+            raise BadRequest(BAD_NOTIFICATIONS)
         name = entry.get("namespaceName")
         raw_id: Any = entry.get("notificationId", 0)
         if name is not None and not isinstance(name, str):
-            raise BadRequest("invalid notifications format:%s", raw)
+            raise BadRequest(BAD_NOTIFICATIONS)
         if isinstance(raw_id, bool) or not isinstance(raw_id, int | str):
-            raise BadRequest("invalid notifications format:%s", raw)
+            raise BadRequest(BAD_NOTIFICATIONS)
         try:
             notification_id = int(raw_id)
         except ValueError:
-            raise BadRequest("invalid notifications format:%s", raw) from None
+            raise BadRequest(BAD_NOTIFICATIONS) from None
         if name:
             out.append((name, notification_id))
     if not out:
-        raise BadRequest("invalid notifications format:%s", raw)
+        raise BadRequest(BAD_NOTIFICATIONS)
     return out
 
 
@@ -159,6 +164,10 @@ def parse_notifications(raw: str) -> list[tuple[str, int]]:
 async def poll_notifications(request: Request) -> Response:
     """NotificationControllerV2: answer at once if any namespace is newer than the client's id, else park."""
     center = _center(request)
+    if center.closing:
+        return Response(json.dumps(error_body(503, "config service shutting down; poll another instance",
+                                              "com.ctrip.framework.apollo.common.exception.ServiceException")),
+                        status_code=503, media_type=JSON_UTF8, headers={"Connection": "close", "Retry-After": "1"})
     model = center.model
     app_id = _required(request, "appId")
     cluster = _required(request, "cluster")
@@ -194,9 +203,10 @@ async def poll_notifications(request: Request) -> Response:
             body = await waiter.future
         finally:
             handle.cancel()
+        closing = {"Connection": "close"} if center.closing else None  # do not come back on this connection
         if not body:
-            return Response(status_code=304)
-        return Response(body, media_type=JSON_UTF8)
+            return Response(status_code=304, headers=closing)
+        return Response(body, media_type=JSON_UTF8, headers=closing)
     finally:
         center.registry.unregister(waiter)
 

@@ -104,4 +104,4 @@ def install_error_handlers(app: FastAPI) -> None:
         # A plain, bounded traceback: rendering locals of a failed request can be slow and huge.
         trace = "".join(traceback.format_exception(exc, limit=-4))[-4000:]
         log.error("configcenter.unhandled", path=request.url.path, error=repr(exc)[:500], traceback=trace)
-        return error_response(500, f"{type(exc).__name__}: {exc}"[:500], "java.lang.RuntimeException")
+        return error_response(500, "internal error; see the config service log", "java.lang.RuntimeException")
