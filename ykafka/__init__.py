@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         YKafkaError,
     )
     from ykafka.producer import Producer
+    from ykafka.serializing import DeserializingConsumer, SerializingProducer
 
 __version__ = "0.1.0"
 
@@ -40,13 +41,14 @@ _ERRORS = ("AclDenied", "AuthError", "BufferFullError", "ClosedError", "ConfigEr
            "KafkaError", "KafkaTimeoutError", "MessageTooLargeError", "MetaServerUnavailable", "SpillFullError",
            "ThrottledError", "UnknownClusterError", "UnknownConfigKey", "UnknownTopicError", "YKafkaError")
 _EXPORTS = {"Consumer": "ykafka.consumer", "Producer": "ykafka.producer",
+            "SerializingProducer": "ykafka.serializing", "DeserializingConsumer": "ykafka.serializing",
             **dict.fromkeys(_ERRORS, "ykafka.errors")}
 
 __all__ = [
-    "AclDenied", "AuthError", "BufferFullError", "ClosedError", "ConfigError", "Consumer", "InvalidConfigValue",
-    "KafkaError", "KafkaTimeoutError", "MessageTooLargeError", "MetaServerUnavailable", "Producer",
-    "SpillFullError", "ThrottledError", "UnknownClusterError", "UnknownConfigKey", "UnknownTopicError",
-    "YKafkaError", "__version__",
+    "AclDenied", "AuthError", "BufferFullError", "ClosedError", "ConfigError", "Consumer", "DeserializingConsumer",
+    "InvalidConfigValue", "KafkaError", "KafkaTimeoutError", "MessageTooLargeError", "MetaServerUnavailable",
+    "Producer", "SerializingProducer", "SpillFullError", "ThrottledError", "UnknownClusterError", "UnknownConfigKey",
+    "UnknownTopicError", "YKafkaError", "__version__",
 ]
 
 
