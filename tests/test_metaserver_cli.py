@@ -134,7 +134,7 @@ def test_sample_admin_push_runs(server: MetaServer) -> None:
 
 
 CLIENT_COLUMNS = ["app", "client", "host", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state",
-                  "last seen", "online"]
+                  "last seen", "online", "errors"]
 
 
 def test_clients_through_a_pipe_at_80_columns_keep_every_cell(server: MetaServer) -> None:
@@ -173,7 +173,7 @@ def test_terminal_table_at_80_columns_never_cuts_key_columns() -> None:
     terminal = Console(file=out, force_terminal=True, width=80, color_system=None)
     client_id, ip = "checkout-service-0-7f9c2d41b8e6a3c5d0f1", "203.0.113.254"
     show_table(CLIENT_COLUMNS, [["orders-app", client_id, "host-a.example.internal", ip, "producer", "dc-a",
-                                 None, "0.9.0", "2.6.1", "running", "2026-11-25 07:00:00", "yes"]],
+                                 None, "0.9.0", "2.6.1", "running", "2026-11-25 07:00:00", "yes", None]],
                title="clients", console=terminal)
     text = out.getvalue()
     for key in (client_id, ip, "producer", "running", "orders-app"):

@@ -69,6 +69,9 @@ class Layer:
 Listener = Callable[[ConfigChange], None]
 #: extra validation beyond the catalog: returns a reason to reject, or None (e.g. unknown cluster names)
 Validator = Callable[[str, Any], "str | None"]
+#: a check against live things, knowing the scope (e.g. partitions a topic has): None when the value is fine,
+#: else (reason, the valid part to apply instead), so the rejection is reported and the rest still applies
+ScopedValidator = Callable[[Scope, str, Any], "tuple[str, Any] | None"]
 
 
 class HotConfig:
@@ -83,6 +86,7 @@ class HotConfig:
         self._listeners: list[Listener] = []
         self._rejections: deque[Rejection] = deque(maxlen=max_rejections)
         self._validators: list[Validator] = []
+        self._scoped_validators: list[ScopedValidator] = []
         self._version_listeners: list[Callable[[int], None]] = []
         self.version = 0
 
@@ -114,6 +118,9 @@ class HotConfig:
 
     def add_validator(self, validator: Validator) -> None:
         self._validators.append(validator)
+
+    def add_scoped_validator(self, validator: ScopedValidator) -> None:
+        self._scoped_validators.append(validator)
 
     def add_version_listener(self, listener: Callable[[int], None]) -> None:
         """Called (with the new version) after every change that may alter a resolution; must be cheap."""
@@ -157,6 +164,13 @@ class HotConfig:
                         else:
                             del values[name]
                         break
+                else:
+                    for check in self._scoped_validators:
+                        partial = check(scope, name, value)
+                        if partial:
+                            rejected_errs[name] = InvalidConfigValue(name, raw.get(name, value), partial[0])
+                            values[name] = partial[1]
+                            break
             now = time.time()
             rejections = [Rejection(namespace, name, exc.value, exc.reason, release_key, now)
                           for name, exc in rejected_errs.items()]

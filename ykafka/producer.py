@@ -33,6 +33,7 @@ from typing import Any
 import structlog
 
 from ykafka import catalog
+from ykafka.catalog import Scope, ScopeKind
 from ykafka.config import LocalConfig, register_option
 from ykafka.config import load as load_config
 from ykafka.dr import attach as dr_attach  # registers the ykafka.spill.* / ykafka.dr.* options
@@ -205,6 +206,7 @@ class Producer:
                               f"({', '.join(sorted(self._runtime.clusters()))})")
         self._runtime.add_version_listener(self._on_version)
         self._runtime.set_report_provider(self._report)
+        self._runtime.hot.add_scoped_validator(self._check_partitions)
         self._error_listeners: list[Callable[[Any], None]] = []
         if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (docs/architecture.md)
             self._dr = dr_attach.attach(self)  # installs the send hook through the ProducerPort (ykafka/dr/port.py)
@@ -454,6 +456,22 @@ class Producer:
         self._swaps += 1
         log.info("ykafka.producer.client_retiring", reason=reason, **client.describe())
         self._rebind_poll()
+
+    def _check_partitions(self, scope: Scope, name: str, value: Any) -> tuple[str, Any] | None:
+        """``producer.partitions.exclude`` naming partitions the topic lacks: reject those, apply the rest."""
+        if name != "producer.partitions.exclude" or scope.kind is not ScopeKind.TOPIC or not value:
+            return None
+        counts = [count for (_, topic), (count, _) in list(self._meta.items()) if topic == scope.name]
+        home = self._home.get(scope.name)
+        if not counts and home is not None:
+            counts = [self._partition_count(home, scope.name)]
+        count = min((c for c in counts if c), default=0)
+        missing = [p for p in value if p >= count]
+        if not count or not missing:
+            return None
+        kept = tuple(p for p in value if p < count)
+        return (f"partition(s) {', '.join(map(str, missing))} do not exist: topic {scope.name} has {count} "
+                f"partitions (0-{count - 1}); applied {','.join(map(str, kept)) or 'none excluded'}", kept)
 
     def _partition_count(self, client: _Client, topic: str) -> int:
         cached = self._meta.get((client.cluster, topic))
@@ -774,5 +792,5 @@ class Producer:
                 "state": "closed" if self._closed else ("swapping" if self._held or self._retiring else "running"),
                 "extra": {"routes": routes, "clients": [c.describe() for c in self._all_clients()],
                           "held_topics": sorted(self._held), "pending": len(self._pending), "swaps": self._swaps,
-                          "dr": dr},
+                          "dr": dr, "partitions": {topic: count for (_, topic), (count, _) in self._meta.items()}},
             }

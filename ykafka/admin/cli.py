@@ -285,8 +285,33 @@ def config_get(ctx: click.Context, scope: str) -> None:
                sorted(gray["released"].items()))
 
 
+def _partition_warning(ctx: click.Context, scope: str, values: dict[str, str]) -> str | None:
+    """``producer.partitions.exclude`` naming partitions the topic lacks, when running clients report its count."""
+    raw = values.get("producer.partitions.exclude")
+    if raw is None or not scope.startswith("topic:"):
+        return None
+    topic = scope.split(":", 1)[1]
+    try:
+        wanted = [int(p) for p in raw.replace(" ", "").split(",") if p]
+    except ValueError:
+        return None  # not a list of integers: the MetaServer's validation answers
+    reported = [(c.get("extra") or {}).get("partitions", {}).get(topic) for c in _client(ctx).clients(online=True)]
+    known = [n for n in reported if isinstance(n, int) and n > 0]
+    missing = [p for p in wanted if known and p >= min(known)]
+    if not missing:
+        return None
+    count = min(known)
+    kept = ",".join(str(p) for p in wanted if p < count) or "none"
+    return (f"warning: topic {topic} has {count} partitions (0-{count - 1}) as {len(known)} running client(s) "
+            f"report: partition(s) {', '.join(map(str, missing))} do not exist; clients will reject them and "
+            f"exclude {kept}")
+
+
 def _push(ctx: click.Context, scope: str, assignments: Sequence[str], delete: Sequence[str], ips: Sequence[str],
           dry_run: bool, comment: str) -> None:
+    warning = _run(lambda: _partition_warning(ctx, scope, _pairs(assignments)))
+    if warning:
+        err_console.print(warning, markup=False, highlight=False, soft_wrap=True)
     result = _run(lambda: _client(ctx).push_config(scope, _pairs(assignments), delete, list(ips) or None, dry_run,
                                                    comment))
     if _emit_json(ctx, result):
@@ -388,10 +413,10 @@ def clients_cmd(ctx: click.Context, app: str | None, cluster: str | None, librdk
         return
     _show(ctx, _run(lambda: client.clients(app, cluster, librdkafka, group, online, limit)), "clients",
           ["app", "client", "host", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state", "last seen",
-           "online"],
+           "online", "errors"],
           lambda r: (r["app_id"], r["client_id"], r["hostname"], r["ip"], r["role"], r["cluster"], r["group"],
                      r["versions"]["ykafka"], r["versions"]["librdkafka"], r["state"], _when(r["last_seen"]),
-                     "yes" if r["online"] else "no"))
+                     "yes" if r["online"] else "no", "; ".join(r.get("errors") or []) or "-"))
 
 
 @admin.command("audit")
