@@ -5,12 +5,14 @@ release it was served; every ``/notifications/v2`` poll marks the client's names
 an in-memory map; a background task writes it in one transaction per interval, so a busy config service
 does not wait on the database. As in Apollo, a record whose release is unchanged is rewritten at most once
 per ``refresh_s`` (its last-seen time is that precise), and records not seen for ``retention`` are pruned.
+``YKAFKA_CC_INSTANCE_RECORDS=0`` turns recording off (the benchmark's baseline).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -19,7 +21,8 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import CursorResult, delete, select
+from sqlalchemy import CursorResult, case, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -31,6 +34,16 @@ log = structlog.get_logger(__name__)
 
 InstanceKey = tuple[str, str, str, str]  # app id, cluster, data center, ip
 ConfigKey = tuple[str, str]  # config app id, namespace (lower-case: Apollo compares them case-insensitively)
+
+
+def _norm(inst: InstanceKey) -> InstanceKey:
+    """Apollo matches app and cluster case-insensitively (the id cache must too)."""
+    return inst[0].lower(), inst[1].lower(), inst[2], inst[3]
+
+
+def _upsert(s: Session) -> Any:
+    """The dialect's INSERT with ON CONFLICT (SQLite and PostgreSQL both have it)."""
+    return postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
 @dataclass
@@ -55,14 +68,16 @@ class InstanceRecorder:
         self._polls: dict[InstanceKey, tuple[set[str], datetime]] = {}
         self._written: dict[tuple[InstanceKey, ConfigKey], tuple[str, float]] = {}  # key -> (release, at)
         self._polled_at: dict[InstanceKey, float] = {}
+        self._ids: dict[InstanceKey, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._last_prune = 0.0
+        self.enabled = os.environ.get("YKAFKA_CC_INSTANCE_RECORDS", "1").strip() not in ("0", "false", "off")
 
     # -- the request path: memory only ------------------------------------------------------------
     def served(self, app_id: str, cluster: str, data_center: str | None, ip: str | None,
                releases: Iterable[ReleaseView]) -> None:
         """A ``/configs`` answer: the client now holds ``releases`` (one per namespace layer)."""
-        if not ip:
+        if not ip or not self.enabled:
             return
         inst = (app_id, cluster, data_center or "", ip)
         now, mono = datetime.now(), time.monotonic()
@@ -77,7 +92,7 @@ class InstanceRecorder:
     def polled(self, app_id: str, cluster: str, data_center: str | None, ip: str | None,
                namespaces: Iterable[str]) -> None:
         """A ``/notifications/v2`` poll: the client is alive and watches ``namespaces``."""
-        if not ip:
+        if not ip or not self.enabled:
             return
         inst = (app_id, cluster, data_center or "", ip)
         mono = time.monotonic()
@@ -106,49 +121,50 @@ class InstanceRecorder:
 
     def _write(self, s: Session, configs: dict[InstanceKey, dict[ConfigKey, _Held]],
                polls: dict[InstanceKey, tuple[set[str], datetime]]) -> int:
-        rows = 0
-        for inst in set(configs) | set(polls):
-            seen_at = [h.seen for h in configs.get(inst, {}).values()]
-            if inst in polls:
-                seen_at.append(polls[inst][1])
-            seen = max(seen_at)
-            instance = self._instance(s, inst, seen)
-            existing = {(c.config_app_id.lower(), c.config_namespace_name.lower()): c
-                        for c in s.scalars(select(m.InstanceConfig).where(m.InstanceConfig.instance_id == instance.id))}
-            for key, h in configs.get(inst, {}).items():
-                row = existing.get(key)
-                if row is None:
-                    s.add(m.InstanceConfig(instance_id=instance.id, config_app_id=key[0], config_cluster_name=h.cluster,
-                                           config_namespace_name=key[1], release_key=h.release_key,
-                                           release_delivered_at=h.seen, created_at=h.seen, modified_at=h.seen))
-                else:
-                    if row.release_key != h.release_key:
-                        row.release_key, row.release_delivered_at = h.release_key, h.seen
-                    row.config_cluster_name, row.modified_at = h.cluster, h.seen
-                rows += 1
-            if inst in polls:
-                names, at = polls[inst]
-                for key, row in existing.items():
-                    if key[1] in names and key not in configs.get(inst, {}):
-                        row.modified_at = at
-                        rows += 1
+        """Bulk upserts (one statement per table), so a flush of thousands of records stays short."""
+        insert = _upsert(s)
+        seen: dict[InstanceKey, datetime] = {}
+        for inst, held in configs.items():
+            seen[inst] = max(h.seen for h in held.values())
+        for inst, (_, at) in polls.items():
+            seen[inst] = max(at, seen.get(inst, at))
+        stmt = insert(m.Instance)
+        s.execute(stmt.on_conflict_do_update(index_elements=["app_id", "cluster_name", "ip", "data_center"],
+                                             set_={"modified_at": stmt.excluded.modified_at}),
+                  [{"app_id": a, "cluster_name": c, "data_center": d, "ip": ip, "created_at": at, "modified_at": at}
+                   for (a, c, d, ip), at in seen.items()])
+        ids = self._instance_ids(s, list(seen))
+        rows = [{"instance_id": ids[_norm(inst)], "config_app_id": key[0], "config_cluster_name": h.cluster,
+                 "config_namespace_name": key[1], "release_key": h.release_key, "release_delivered_at": h.seen,
+                 "created_at": h.seen, "modified_at": h.seen}
+                for inst, held in configs.items() for key, h in held.items()]
+        if rows:
+            stmt = insert(m.InstanceConfig)
+            table = m.InstanceConfig.__table__.c
+            s.execute(stmt.on_conflict_do_update(
+                index_elements=["instance_id", "config_app_id", "config_namespace_name"],
+                set_={"release_key": stmt.excluded.release_key, "modified_at": stmt.excluded.modified_at,
+                      "config_cluster_name": stmt.excluded.config_cluster_name,
+                      "release_delivered_at": case((table.release_key != stmt.excluded.release_key,
+                                                    stmt.excluded.release_delivered_at),
+                                                   else_=table.release_delivered_at)}), rows)
+        touched = 0
+        for inst, (names, at) in polls.items():
+            touched += cast(CursorResult[Any], s.execute(update(m.InstanceConfig).where(
+                m.InstanceConfig.instance_id == ids[_norm(inst)], m.InstanceConfig.config_namespace_name.in_(names),
+                m.InstanceConfig.modified_at < at).values(modified_at=at))).rowcount or 0
         s.commit()
-        return rows
+        return len(rows) + touched
 
-    @staticmethod
-    def _instance(s: Session, inst: InstanceKey, seen: datetime) -> m.Instance:
-        app_id, cluster, data_center, ip = inst
-        instance = s.scalar(select(m.Instance).where(
-            m.Instance.app_id == app_id, m.Instance.cluster_name == cluster, m.Instance.data_center == data_center,
-            m.Instance.ip == ip))
-        if instance is None:
-            instance = m.Instance(app_id=app_id, cluster_name=cluster, data_center=data_center, ip=ip,
-                                  created_at=seen, modified_at=seen)
-            s.add(instance)
-            s.flush()
-        else:
-            instance.modified_at = seen
-        return instance
+    def _instance_ids(self, s: Session, wanted: list[InstanceKey]) -> dict[InstanceKey, int]:
+        """Ids of the instances (cached: an instance row is never renumbered while it lives)."""
+        missing = {_norm(i) for i in wanted} - set(self._ids)
+        if missing:
+            apps = {a for a, _, _, _ in missing}
+            for row in s.execute(select(m.Instance.id, m.Instance.app_id, m.Instance.cluster_name,
+                                        m.Instance.data_center, m.Instance.ip).where(m.Instance.app_id.in_(apps))):
+                self._ids[_norm((row.app_id, row.cluster_name, row.data_center, row.ip))] = row.id
+        return self._ids
 
     def prune(self, now: datetime | None = None) -> int:
         """Delete records not seen within ``retention`` (configs first, then instances left without any)."""
@@ -160,6 +176,7 @@ class InstanceRecorder:
             instances = s.execute(delete(m.Instance).where(m.Instance.modified_at < cutoff, m.Instance.id.not_in(held)))
             gone = sum(cast(CursorResult[Any], r).rowcount or 0 for r in (configs, instances))
             s.commit()
+            self._ids.clear()
             return int(gone)
 
         removed: int = self.store.read(op)
