@@ -19,10 +19,10 @@ import uuid
 
 from confluent_kafka import Consumer, Producer
 
+from pipeline.cli import trace
 from pipeline.runner import Pipeline, PipelineConfig
 from ykafka.metrics import Metrics, local_versions
 from ykafka.oneline import run
-from ykafka.trace_cli import trace
 from ykafka.tracing import EventSink, Tracer
 
 TRACE_ALL = {"trace.enabled": True, "trace.sample.rate": 1.0}

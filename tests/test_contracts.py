@@ -47,3 +47,30 @@ def test_synced_from_reads_both_spellings() -> None:
     assert H.synced_from(None) is None
     names = [v for k, v in vars(H).items() if k.isupper() and isinstance(v, str)]
     assert all(n.startswith("ykafka-") for n in names if n != H.LEGACY_SYNCED_FROM)
+
+
+def test_pipeline_commands_say_what_to_install_without_pyspark() -> None:
+    """An SDK install without the pipeline extra still lists `trace` / `pipeline` / `admin groups`, and running
+    one says which extra to install (exit 1), instead of the commands silently missing."""
+    code = ("import sys; sys.modules['pyspark'] = None\n"
+            "from click.testing import CliRunner\nfrom ykafka.cli import main\n"
+            "for args in (['pipeline', 'run', '--once'], ['trace', 'k1'], ['admin', 'groups', 'list']):\n"
+            "    r = CliRunner().invoke(main, args)\n"
+            "    print(r.exit_code, r.output.strip())\n"
+            "print(CliRunner().invoke(main, ['--help']).output)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    lines = out.splitlines()
+    for line, name in zip(lines[:3], ("pipeline", "trace", "groups"), strict=True):
+        assert line.startswith("1 Error: `" + name + "` needs the pipeline extra"), line
+        assert "pip install 'ykafka[pipeline]'" in line
+    assert "pipeline" in out.split("Commands:")[1] and "trace" in out.split("Commands:")[1]
+
+
+def test_pipeline_commands_attach_when_installed() -> None:
+    pytest.importorskip("pyspark")
+    from click.testing import CliRunner
+
+    from ykafka.cli import main
+
+    out = CliRunner().invoke(main, ["pipeline", "--help"])
+    assert out.exit_code == 0 and "run" in out.output and "inventory" in out.output

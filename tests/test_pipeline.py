@@ -23,6 +23,8 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pipeline.cli import groups as groups_cli
+from pipeline.cli import trace as trace_cli
 from pipeline.runner import Pipeline, PipelineConfig
 from pipeline.store import Store
 from tests.pipeline_fixtures import consumer, unique, wait_until
@@ -31,8 +33,6 @@ from ykafka import __version__, events
 from ykafka.consumer import Consumer as YConsumer
 from ykafka.consumer import dlq_topic, retry_topic
 from ykafka.metrics import Metrics, local_versions
-from ykafka.trace_cli import groups as groups_cli
-from ykafka.trace_cli import trace as trace_cli
 from ykafka.tracing import EventSink, Tracer
 
 pytest_plugins = ["tests.pipeline_fixtures"]
@@ -259,7 +259,7 @@ def _lookup(store: Store, key: str, topic: str) -> list[dict[str, Any]]:
 
 def test_pipeline_commands_run_once_and_read_the_store(obs_broker, spark, tmp_path: Path) -> None:
     """``ykafka pipeline run --once`` (reusing the session's Spark), then the store readers of the CLI."""
-    from ykafka.trace_cli import pipeline as pipeline_cli
+    from pipeline.cli import pipeline as pipeline_cli
 
     bs = obs_broker.bootstrap
     topic = unique("cli")

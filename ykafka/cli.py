@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -146,21 +147,45 @@ def _print_status(stack: Stack) -> None:
                console=console, markup=True)
 
 
-def _attach(group: click.Group, module: str, attr: str) -> None:
-    """Attach a sub-command group that lives in its own module (kept optional for partial installs)."""
-    try:
-        command = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError):
-        return
-    group.add_command(command)
+PIPELINE_HINT = "needs the pipeline extra (PySpark, pyarrow): pip install 'ykafka[pipeline]'"
 
 
-_attach(main, "ykafka.admin.cli", "admin")
-_attach(main, "ykafka.trace_cli", "trace")
-_attach(main, "ykafka.trace_cli", "pipeline")
-if isinstance(main.commands.get("admin"), click.Group):
-    _attach(main.commands["admin"], "ykafka.admin.dlq", "dlq")  # type: ignore[arg-type]
-    _attach(main.commands["admin"], "ykafka.trace_cli", "groups")  # type: ignore[arg-type]
+def _pipeline_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("pyspark", "pyarrow", "pipeline"))
+
+
+def _missing(name: str, group: bool = False) -> click.Command:
+    """Stands in for a pipeline command when the pipeline extra is not installed: says what to install."""
+
+    def run(**_: Any) -> None:
+        raise click.ClickException(f"`{name}` {PIPELINE_HINT}")
+
+    params: list[click.Parameter] = [click.Argument(["args"], nargs=-1, required=False)]
+    return click.Command(name, callback=run, params=params, help=f"({PIPELINE_HINT})",
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+
+
+def _attach_commands() -> None:
+    from ykafka.admin.cli import admin
+    from ykafka.admin.dlq import dlq
+    from ykafka.admin.failover import failover
+
+    admin.add_command(dlq)
+    admin.add_command(failover)
+    main.add_command(admin)
+    if _pipeline_installed():
+        from pipeline.cli import groups, pipeline, trace
+
+        for command in (trace, pipeline):
+            main.add_command(command)
+        admin.add_command(groups)
+    else:
+        for name in ("trace", "pipeline"):
+            main.add_command(_missing(name))
+        admin.add_command(_missing("groups"))
+
+
+_attach_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover

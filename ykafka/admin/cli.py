@@ -205,9 +205,15 @@ def clusters() -> None:
 @_json_flag
 @click.pass_context
 def clusters_list(ctx: click.Context) -> None:
-    _show(ctx, _run(_client(ctx).list_clusters), "clusters",
-          ["name", "bootstrap servers", "dc", "standby", "status", "sasl"],
-          lambda c: (c["name"], c["bootstrap_servers"], c["dc"], c["standby"], c["status"],
+    from ykafka.admin.failover import writes_to
+
+    client = _client(ctx)
+    rows = _run(client.list_clusters)
+    for c in rows:  # the manual switch of `ykafka admin failover`, primary when never switched
+        c["writes_to"] = writes_to(client, c["name"]) if c.get("standby") else "primary"
+    _show(ctx, rows, "clusters",
+          ["name", "bootstrap servers", "dc", "standby", "writes to", "status", "sasl"],
+          lambda c: (c["name"], c["bootstrap_servers"], c["dc"], c["standby"], c["writes_to"], c["status"],
                      f"{c['sasl']['mechanism']}:{c['sasl']['username']}" if c["sasl"] else None))
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
+
 from ykafka.catalog import Scope, ScopeKind
 
 
@@ -33,7 +35,45 @@ def push_failover(admin: Any, to: str, cluster: str | None = None, topic: str | 
                   mode: str | None = None, dry_run: bool = False) -> dict[str, Any]:
     """Push :func:`failover_changes` through the MetaServer admin API (``admin`` is a
     :class:`ykafka.admin.client.AdminClient`); every producer of the scope follows."""
+    if to == "clear":  # drop the manual switch: health and route.failover decide again
+        scope = failover_changes("primary", cluster=cluster, topic=topic)[0][0]
+        return dict(admin.push_config(str(scope), {}, delete=["route.active"], dry_run=dry_run,
+                                      comment="failover: manual switch cleared"))
     changes = failover_changes(to, cluster=cluster, topic=topic, mode=mode)
     scope = changes[0][0]
     return dict(admin.push_config(str(scope), {name: value for _, name, value in changes}, dry_run=dry_run,
                                   comment=f"failover: writes to {to}"))
+
+
+def writes_to(admin: Any, cluster: str) -> str:
+    """Where a cluster's writes go by its own hot config (``route.active`` at ``cluster:<name>``)."""
+    try:
+        released = admin.get_config(str(Scope(ScopeKind.CLUSTER, cluster))).get("released") or {}
+    except Exception:  # no namespace yet: nothing was ever switched
+        return "primary"
+    return str(released.get("route.active", "primary"))
+
+
+@click.command("failover")
+@click.argument("to", type=click.Choice(["standby", "primary", "clear"]))
+@click.option("--cluster", default=None, help="every topic whose primary is this cluster")
+@click.option("--topic", default=None, help="one topic only")
+@click.option("--mode", type=click.Choice(["auto", "manual"]), default=None,
+              help="also set route.failover (auto: follow health when not switched by hand)")
+@click.option("--dry-run", is_flag=True, help="show the change, write nothing")
+@click.pass_context
+def failover(ctx: click.Context, to: str, cluster: str | None, topic: str | None, mode: str | None,
+             dry_run: bool) -> None:
+    """Move the writes of a cluster (or one topic) to its standby, back to the primary (starts the failback
+    sync), or ``clear`` the manual switch. Every client of the scope follows; the change is audited."""
+    from ykafka.admin import cli
+
+    if (cluster is None) == (topic is None):
+        raise click.UsageError("give exactly one of --cluster or --topic")
+    result = cli._run(lambda: push_failover(cli._client(ctx), to, cluster=cluster, topic=topic, mode=mode,
+                                            dry_run=dry_run))
+    if cli._emit_json(ctx, result):
+        return
+    cli._changes_table(result)
+    cli.console.print("dry run: nothing written" if dry_run else
+                      f"writes of {cluster or topic} -> {to}; see `ykafka admin clusters list`")

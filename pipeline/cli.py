@@ -1,4 +1,4 @@
-"""Command-line tools of the observability pipeline, attached to the ``ykafka`` console script.
+"""The pipeline's commands (its own click groups), attached to the ``ykafka`` console script by ``ykafka.cli``.
 
 * ``ykafka trace KEY``             — a message's lifecycle from the trace store (pyarrow, no Spark start-up);
 * ``ykafka pipeline run|inventory|aggregates`` — the PySpark jobs;
