@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from pathlib import Path
@@ -352,3 +353,27 @@ def test_queue_written_before_the_journal_opens_and_continues(tmp_path: Path) ->
         assert queue.holds("t", b"k") and queue.append("t", b"v4", key=b"k") == 4
     with SpillQueue(tmp_path, "c") as queue:
         assert [v for _, _, v in _drain(queue)] == [b"v0", b"v1", b"v2", b"v3", b"v4"]
+
+
+def test_memory_per_spilled_record_stays_small_and_acks_still_find_every_record(tmp_path: Path) -> None:
+    """What memory keeps of a spilled record (the rows are on disk) is a few tens of bytes, so a million
+    spilled messages stay well under 100 MB (bench/capacity_memory.py measures the process RSS)."""
+    import tracemalloc
+
+    n = 50_000
+    q = SpillQueue(tmp_path, "mem", commit="async", async_max_pending=n, chunk_records=5000)
+    try:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        seqs = [q.append("t", b"v%d" % i + b"x" * 90, key=str(i % 100).encode()) for i in range(n)]
+        assert q.wait_committed(30)
+        held = tracemalloc.get_traced_memory()[0] - before - sys.getsizeof(seqs) - 32 * n  # minus the test's list
+        tracemalloc.stop()
+        assert q.depth == n and q.holds("t", b"7")
+        assert held / n < 60, f"{held / n:.0f} bytes a record"  # a dict entry per record was about 300
+        q.ack(seqs[::2])  # every other record: each found in its chunk
+        assert q.depth == n // 2 and q.holds("t", b"7")
+        q.ack(seqs[1::2])
+        assert q.depth == 0 and not q.holds("t", b"7") and q.status()["chunks"] == 0
+    finally:
+        q.close()

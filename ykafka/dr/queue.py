@@ -30,8 +30,9 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from array import array
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +82,42 @@ register_option("ykafka.spill.fsync", boolean, False,
                 "message survives SIGKILL)", None)
 
 
-@dataclass
 class _Chunk:
-    pending: dict[int, tuple[int, IndexKey | None]] = field(default_factory=dict)  # seq -> (size, index key)
-    size: int = 0  # records written
+    """What memory keeps of one committed chunk: its records' seqs (ascending), sizes and index keys in
+    parallel arrays and a live flag each, about 21 bytes a record, so the queue's memory stays bounded
+    while its depth is on disk (docs/benchmarks.md: a million spilled messages). The rows stay on disk."""
+
+    __slots__ = ("seqs", "sizes", "ikeys", "live", "left", "size")
+
+    def __init__(self, items: Iterable[tuple[int, int, IndexKey | None]] = ()) -> None:
+        self.seqs = array("q")
+        self.sizes = array("I")
+        self.ikeys: list[IndexKey | None] = []
+        self.live = bytearray()
+        for seq, size, ikey in sorted(items, key=_first):
+            self.seqs.append(seq)
+            self.sizes.append(size)
+            self.ikeys.append(ikey)
+        self.live = bytearray(b"\x01") * len(self.seqs)
+        self.left = len(self.seqs)  # records not acked yet
+        self.size = len(self.seqs)  # records in the stored row
+
+    def pop(self, seq: int) -> tuple[int, IndexKey | None] | None:
+        """Mark ``seq`` acked; its (size, index key), or None when it is not a live record here."""
+        i = bisect_left(self.seqs, seq)
+        if i == len(self.seqs) or self.seqs[i] != seq or not self.live[i]:
+            return None
+        self.live[i] = 0
+        self.left -= 1
+        ikey, self.ikeys[i] = self.ikeys[i], None
+        return self.sizes[i], ikey
+
+    def pending(self) -> set[int]:
+        return {seq for seq, live in zip(self.seqs, self.live, strict=True) if live}
+
+
+def _first(item: tuple[int, int, IndexKey | None]) -> int:
+    return item[0]
 
 
 # an accepted record waiting for its chunk commit: (record row as stored, size, journaled, index key);
@@ -120,9 +153,10 @@ class SpillQueue:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)  # state and commit progress, for callers waiting on it
         self._wake = threading.Condition(self._lock)  # the writer's bell
-        self._chunks: dict[int, _Chunk] = {}  # committed chunks, oldest first (insertion order)
-        self._owner: dict[int, int] = {}  # live seq -> chunk key
+        self._chunks: dict[int, _Chunk] = {}  # committed chunks by key (their first seq)
+        self._chunk_keys: list[int] = []  # the keys ascending: a seq belongs to the last key not above it
         self._index: dict[IndexKey, int] = {}  # (topic, key) -> spilled records not yet acked
+        self._ikeys: dict[IndexKey, IndexKey] = {}  # the one tuple of each key in _index
         self._callbacks: dict[int, DeliveryCallback] = {}  # seq -> user callback (this process only)
         self._appends: list[_Append] = []  # accepted, not yet committed, in seq order
         self._inflight: list[_Append] = []  # taken by the writer, being committed
@@ -191,13 +225,9 @@ class SpillQueue:
             if not isinstance(chunk_key, int) or not isinstance(row, tuple) or row[0] != FORMAT:
                 log.warning("spill.skip_unknown_row", cluster=self.cluster, key=repr(chunk_key)[:80])
                 continue
-            chunk = _Chunk(size=len(row[1]))
-            for raw in row[1]:
-                record = SpillRecord._make(raw)
-                self._track(chunk, record, record.size)
-                self._owner[record.seq] = chunk_key
-                last = max(last, record.seq)
-            self._chunks[chunk_key] = chunk
+            records = [SpillRecord._make(raw) for raw in row[1]]
+            self._add_chunk(chunk_key, records)
+            last = max([last, *(r.seq for r in records)])
         self._watermark = max(watermark, last)  # queues written before the journal have no watermark row
         self._recover_journal()
         self._next_seq = self._watermark + 1
@@ -230,11 +260,7 @@ class SpillQueue:
                 self._cache.set(WATERMARK_KEY, rows[-1][0], retry=True)
             for start in range(0, len(records), self.chunk_records):
                 part_records = records[start:start + self.chunk_records]
-                chunk = _Chunk(size=len(part_records))
-                for record in part_records:
-                    self._track(chunk, record, record.size)
-                    self._owner[record.seq] = part_records[0].seq
-                self._chunks[part_records[0].seq] = chunk
+                self._add_chunk(part_records[0].seq, part_records)
             self._watermark = records[-1].seq
             self._totals["recovered"] = len(records)
             log.info("spill.journal_recovered", cluster=self.cluster, records=len(records), segments=len(ours),
@@ -243,13 +269,36 @@ class SpillQueue:
             with contextlib.suppress(OSError):
                 path.unlink()
 
-    def _track(self, chunk: _Chunk, record: SpillRecord, size: int) -> None:
-        ikey = record.index_key
-        chunk.pending[record.seq] = (size, ikey)
-        self._bytes += size
-        self._depth += 1
-        if ikey is not None:
-            self._index[ikey] = self._index.get(ikey, 0) + 1
+    def _add_chunk(self, chunk_key: int, records: Sequence[SpillRecord]) -> None:
+        """Track the records of a chunk read back from disk (on open)."""
+        items = []
+        for record in records:
+            ikey = record.index_key
+            self._bytes += record.size
+            self._depth += 1
+            if ikey is not None:
+                ikey = self._count_key(ikey)
+            items.append((record.seq, record.size, ikey))
+        self._place(chunk_key, _Chunk(items))
+
+    def _place(self, chunk_key: int, chunk: _Chunk) -> None:
+        if chunk_key not in self._chunks:
+            insort(self._chunk_keys, chunk_key)
+        self._chunks[chunk_key] = chunk
+
+    def _count_key(self, ikey: IndexKey) -> IndexKey:
+        """Count one more spilled record of ``ikey``; return the one shared tuple of that key (so a million
+        records of a hundred keys keep a hundred tuples, not a million)."""
+        shared = self._ikeys.setdefault(ikey, ikey)
+        self._index[shared] = self._index.get(shared, 0) + 1
+        return shared
+
+    def _chunk_of(self, seq: int) -> tuple[int, _Chunk] | None:
+        i = bisect_right(self._chunk_keys, seq) - 1
+        if i < 0:
+            return None
+        chunk_key = self._chunk_keys[i]
+        return chunk_key, self._chunks[chunk_key]
 
     # --- appending ---------------------------------------------------------------------------------
 
@@ -293,8 +342,7 @@ class SpillQueue:
             self._next_seq = seq + 1
             ikey = None
             if key_b is not None:  # counted from acceptance so later sends of the key queue behind it
-                ikey = (topic, key_b)
-                self._index[ikey] = self._index.get(ikey, 0) + 1
+                ikey = self._count_key((topic, key_b))
             self._bytes += size
             self._depth += 1
             self._spilled += 1
@@ -439,11 +487,9 @@ class SpillQueue:
         if error is None:
             if take:
                 chunk_key = take[0][0][0]
-                chunk = _Chunk({row[0]: (size, ikey) for row, size, _, ikey in take}, len(take))
-                self._owner.update({seq: chunk_key for seq in chunk.pending})
+                self._place(chunk_key, _Chunk([(row[0], size, ikey) for row, size, _, ikey in take]))
                 if self._volatile:
                     self._volatile -= sum(1 for a in take if not a[2])
-                self._chunks[chunk_key] = chunk
                 self._watermark = take[-1][0][0]
                 self._prune_journal()
         else:
@@ -485,6 +531,7 @@ class SpillQueue:
                 self._index[ikey] = left
             else:
                 self._index.pop(ikey, None)
+                self._ikeys.pop(ikey, None)
 
     # --- reading and acknowledging ----------------------------------------------------------------
 
@@ -507,7 +554,7 @@ class SpillQueue:
             row = self._cache.get(chunk_key)
             with self._cond:
                 chunk = self._chunks.get(chunk_key)
-                pending = set(chunk.pending) if chunk is not None else set()
+                pending = chunk.pending() if chunk is not None else set()
             if row is None or not pending:
                 continue
             yield chunk_key, [r for r in map(SpillRecord._make, row[1]) if r.seq in pending]
@@ -518,15 +565,18 @@ class SpillQueue:
             seqs = (seqs,)
         with self._cond:
             for seq in seqs:
-                chunk_key = self._owner.pop(seq, None)
-                if chunk_key is None:
+                found = self._chunk_of(seq)
+                if found is None:
                     continue
-                chunk = self._chunks[chunk_key]
-                size, ikey = chunk.pending.pop(seq)
-                self._forget(seq, size, ikey)
+                chunk_key, chunk = found
+                popped = chunk.pop(seq)
+                if popped is None:
+                    continue
+                self._forget(seq, *popped)
                 self._totals["acked"] += 1
-                if not chunk.pending:
+                if not chunk.left:
                     del self._chunks[chunk_key]
+                    del self._chunk_keys[bisect_left(self._chunk_keys, chunk_key)]
                     self._deletes.append(chunk_key)
             self._cond.notify_all()
 
@@ -539,7 +589,7 @@ class SpillQueue:
         crash). Returns the number of chunks rewritten."""
         rewritten = 0
         with self._cond:
-            partial = [(k, set(c.pending)) for k, c in self._chunks.items() if len(c.pending) < c.size]
+            partial = [(k, c.pending()) for k, c in self._chunks.items() if c.left < c.size]
         for chunk_key, pending in partial:
             row = self._cache.get(chunk_key)
             if row is None:
@@ -549,7 +599,8 @@ class SpillQueue:
                 chunk = self._chunks.get(chunk_key)
                 if chunk is None:
                     continue
-                rows = [r for r in rows if r[0] in chunk.pending]
+                live = chunk.pending()
+                rows = [r for r in rows if r[0] in live]
                 self._cache.set(chunk_key, (FORMAT, rows), retry=True)
                 chunk.size = len(rows)
             rewritten += 1
