@@ -113,3 +113,32 @@ def test_render_round_trips() -> None:
     for name, raw in [("producer.partitions.exclude", "1,2"), ("consumer.paused", "true"),
                       ("producer.rate.limit.msgs", "500"), ("trace.sample.rate", "0.5")]:
         assert catalog.render(name, catalog.parse(name, raw)) == raw
+
+
+def test_the_catalog_says_how_each_change_applies() -> None:
+    """Clients dispatch on Key.applies: the consumer rebuilds its handle for REBUILD and REJOIN keys."""
+    kinds = catalog.by_apply(["consumer.fetch.max.bytes", "consumer.assignment.strategy", "consumer.workers",
+                              "producer.acks", "route.cluster", "not.a.key"], "consumer.")
+    assert kinds[catalog.Apply.REBUILD] == ["consumer.fetch.max.bytes"]
+    assert kinds[catalog.Apply.REJOIN] == ["consumer.assignment.strategy"]
+    assert kinds[catalog.Apply.IN_PLACE] == ["consumer.workers"]
+    assert kinds[catalog.Apply.SWITCH] == []  # route.cluster is not a consumer.* key
+    assert catalog.applies("producer.acks") is catalog.Apply.REBUILD and catalog.applies("nope") is None
+    assert catalog.value({}, "consumer.workers") == 4
+    assert catalog.value({"consumer.workers": 9}, "consumer.workers") == 9
+
+
+def test_rdkafka_aliases_come_from_the_keys() -> None:
+    producer = catalog.rdkafka_aliases("producer.")
+    assert producer["acks"] == producer["request.required.acks"] == "producer.acks"
+    assert producer["queue.buffering.max.ms"] == "producer.linger.ms"
+    assert catalog.rdkafka_aliases("consumer.")["partition.assignment.strategy"] == "consumer.assignment.strategy"
+    assert not set(producer) & set(catalog.rdkafka_aliases("consumer."))
+
+
+def test_optional_parsers() -> None:
+    assert catalog.optional_text("  ") is None and catalog.optional_text(" x ") == "x"
+    port = catalog.optional(catalog.int_range(0, 65535))
+    assert port("") is None and port(None) is None and port("8080") == 8080
+    with pytest.raises(ValueError, match="between 0 and 65535"):
+        port("70000")

@@ -100,6 +100,21 @@ def boolean(value: Any) -> bool:
     raise ValueError("expected a boolean (true / false)")
 
 
+def optional_text(value: Any) -> str | None:
+    """A string option that may be unset: None or blank -> None, else the stripped text."""
+    text = "" if value is None else str(value).strip()
+    return text or None
+
+
+def optional(parse: Parser) -> Parser:
+    """``parse``, except that None or blank text means unset (None)."""
+
+    def parse_optional(value: Any) -> Any:
+        return None if optional_text(value) is None else parse(value)
+
+    return parse_optional
+
+
 def int_range(lo: int, hi: int | None = None) -> Parser:
     """Integers from ``lo`` to ``hi`` (no upper bound when None)."""
 
@@ -182,6 +197,7 @@ class Key:
     help: str
     scopes: frozenset[ScopeKind] = ALL_SCOPES
     rdkafka: str | None = None  # the librdkafka property this key sets, if any
+    rdkafka_aliases: tuple[str, ...] = ()  # older librdkafka names of that property, read from a local config
 
 
 _PRODUCER_SCOPES = frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})
@@ -197,7 +213,7 @@ _KEYS: list[Key] = [
         "whether writes fail over to the standby automatically",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
     Key("producer.acks", choice("0", "1", "all", aliases={"-1": "all"}), Apply.REBUILD, "all",
-        "broker acknowledgements required", _PRODUCER_SCOPES, "acks"),
+        "broker acknowledgements required", _PRODUCER_SCOPES, "acks", ("request.required.acks",)),
     Key("producer.idempotence", boolean, Apply.REBUILD, True, "idempotent producer (needs acks=all)",
         _PRODUCER_SCOPES, "enable.idempotence"),
     Key("producer.partitioner", choice("murmur2", "consistent", "random", "round_robin", "sticky"),
@@ -206,11 +222,11 @@ _KEYS: list[Key] = [
     Key("producer.partitions.exclude", _int_list(0, 1_000_000, allow_empty=True), Apply.IN_PLACE, (),
         "partitions no message is sent to; keyed messages re-hash over the rest", _PRODUCER_SCOPES),
     Key("producer.linger.ms", int_range(0, 900_000), Apply.REBUILD, 5, "batching delay", _PRODUCER_SCOPES,
-        "linger.ms"),
+        "linger.ms", ("queue.buffering.max.ms",)),
     Key("producer.batch.size", int_range(1, 2_147_483_647), Apply.REBUILD, 1_000_000, "max batch bytes",
         _PRODUCER_SCOPES, "batch.size"),
     Key("producer.compression", choice("none", "gzip", "snappy", "lz4", "zstd"), Apply.REBUILD, "none",
-        "compression codec", _PRODUCER_SCOPES, "compression.type"),
+        "compression codec", _PRODUCER_SCOPES, "compression.type", ("compression.codec",)),
     Key("producer.socket.send.buffer.bytes", int_range(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
         _PRODUCER_SCOPES, "socket.send.buffer.bytes"),
     Key("producer.rate.limit.msgs", float_range(0, 1e9), Apply.IN_PLACE, 0.0,
@@ -293,6 +309,28 @@ def key(name: str) -> Key:
         raise UnknownConfigKey(name) from None
 
 
+def value(effective: Mapping[str, Any], name: str) -> Any:
+    """``name``'s value in ``effective``, else its catalog default (the one place a default is written)."""
+    return effective[name] if name in effective else KEYS[name].default
+
+
+def applies(name: str) -> Apply | None:
+    """How a change of ``name`` reaches a running client (None for a name outside the catalog)."""
+    spec = KEYS.get(name)
+    return None if spec is None else spec.applies
+
+
+def by_apply(names: Iterable[str], prefix: str = "") -> dict[Apply, list[str]]:
+    """Changed key names grouped by how they apply (only catalog keys starting with ``prefix``): what a
+    client dispatches on, e.g. ``by_apply(changed, "consumer.")[Apply.REBUILD]``."""
+    out: dict[Apply, list[str]] = {kind: [] for kind in Apply}
+    for name in names:
+        spec = KEYS.get(name)
+        if spec is not None and name.startswith(prefix):
+            out[spec.applies].append(name)
+    return out
+
+
 def parse(name: str, value: Any, scope: Scope | None = None) -> Any:
     """Validate one value; raise :class:`InvalidConfigValue` with the reason when it is not acceptable."""
     spec = key(name)
@@ -359,6 +397,17 @@ def resolve(layers: Iterable[Mapping[str, Any]], names: Iterable[str] | None = N
     for name in names if names is not None else KEYS:
         merged.setdefault(name, KEYS[name].default)
     return merged
+
+
+def rdkafka_aliases(prefix: str) -> dict[str, str]:
+    """librdkafka property (and its older names) -> catalog key, for the keys starting with ``prefix``: a
+    local config's librdkafka value of one of these becomes that key's local default."""
+    out: dict[str, str] = {}
+    for spec in _KEYS:
+        if spec.rdkafka is not None and spec.name.startswith(prefix):
+            out[spec.rdkafka] = spec.name
+            out.update(dict.fromkeys(spec.rdkafka_aliases, spec.name))
+    return out
 
 
 def rdkafka_properties(effective: Mapping[str, Any], prefix: str) -> dict[str, Any]:

@@ -45,9 +45,7 @@ def _str(value: Any) -> str:
     return text
 
 
-def _opt_str(value: Any) -> str | None:
-    text = "" if value is None else str(value).strip()
-    return text or None
+_opt_str = catalog.optional_text
 
 
 def _url(value: Any) -> str | None:
@@ -113,29 +111,6 @@ for _name, _parse, _default, _help, _env in [
      "longest a rebuild / route switch waits for the old client to drain a topic", None),
 ]:
     register_option(_name, _parse, _default, _help, _env)
-
-#: librdkafka property -> catalog key, per role: local values of these become catalog local defaults.
-RDKAFKA_ALIASES: dict[str, dict[str, str]] = {
-    "producer": {
-        "acks": "producer.acks",
-        "request.required.acks": "producer.acks",
-        "enable.idempotence": "producer.idempotence",
-        "linger.ms": "producer.linger.ms",
-        "queue.buffering.max.ms": "producer.linger.ms",
-        "batch.size": "producer.batch.size",
-        "compression.type": "producer.compression",
-        "compression.codec": "producer.compression",
-        "socket.send.buffer.bytes": "producer.socket.send.buffer.bytes",
-    },
-    "consumer": {
-        "partition.assignment.strategy": "consumer.assignment.strategy",
-        "fetch.max.bytes": "consumer.fetch.max.bytes",
-        "max.partition.fetch.bytes": "consumer.max.partition.fetch.bytes",
-        "fetch.wait.max.ms": "consumer.fetch.wait.max.ms",
-        "socket.receive.buffer.bytes": "consumer.socket.receive.buffer.bytes",
-    },
-}
-
 
 @dataclass
 class LocalConfig:
@@ -219,7 +194,7 @@ def load(conf: Mapping[str, Any] | None, role: Role, env: Mapping[str, str] | No
     explicit: set[str] = set()
     catalog_defaults: dict[str, Any] = {}
     rdkafka: dict[str, Any] = {}
-    aliases = RDKAFKA_ALIASES.get(role, {})
+    aliases = catalog.rdkafka_aliases(f"{role}.")
 
     for name, value in raw.items():
         if not isinstance(name, str):

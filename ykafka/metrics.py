@@ -20,7 +20,6 @@ provider such as ``Runtime.report_body``) carry the same content as the MetaServ
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import random
@@ -39,21 +38,8 @@ from ykafka.tracing import EventSink
 log = structlog.get_logger(__name__)
 
 
-def _port(value: Any) -> int | None:
-    text = "" if value is None else str(value).strip()
-    if not text:
-        return None
-    number = int(text)
-    if not 0 <= number <= 65535:
-        raise ValueError("must be a TCP port (0-65535)")
-    return number
-
-
-def _interval(value: Any) -> int:
-    number = int(str(value).strip())
-    if not 100 <= number <= 3_600_000:
-        raise ValueError("must be between 100 and 3600000")
-    return number
+_port = catalog.optional(catalog.int_range(0, 65535))
+_interval = catalog.int_range(100, 3_600_000)
 
 
 for _name, _parse, _default, _help in [
@@ -62,8 +48,7 @@ for _name, _parse, _default, _help in [
      "librdkafka statistics interval and handler-timing summary period"),
     ("ykafka.clients.interval.ms", _interval, 60_000, "period of client events to __ykafka_clients"),
 ]:
-    with contextlib.suppress(ValueError):
-        register_option(_name, _parse, _default, _help)
+    register_option(_name, _parse, _default, _help)
 
 Key = tuple[str, str | None, str | None]  # (metric name, topic, group)
 
@@ -469,10 +454,9 @@ def local_versions() -> dict[str, str]:
     return transport.versions()
 
 
-with contextlib.suppress(ValueError):
-    register_option("ykafka.metrics.enabled", catalog.boolean, True,
-                    "send librdkafka statistics, handler timings and client events to __ykafka_metrics / "
-                    "__ykafka_clients")
+register_option("ykafka.metrics.enabled", catalog.boolean, True,
+                "send librdkafka statistics, handler timings and client events to __ykafka_metrics / "
+                "__ykafka_clients")
 
 
 class Observability:

@@ -62,30 +62,14 @@ _TRACE_KEYS = ("trace.enabled", "trace.sample.rate", "topic.grade")
 _SCALE = 1 << 32
 
 
-def _int_opt(lo: int, hi: int) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        number = int(str(value).strip())
-        if not lo <= number <= hi:
-            raise ValueError(f"must be between {lo} and {hi}")
-        return number
-
-    return parse
-
-
-def _opt_name(value: Any) -> str | None:
-    text = "" if value is None else str(value).strip()
-    return text or None
-
-
 for _name, _parse, _default, _help in [
-    ("ykafka.trace.cluster", _opt_name, None,
+    ("ykafka.trace.cluster", catalog.optional_text, None,
      "cluster receiving __ykafka_trace / __ykafka_metrics / __ykafka_clients (default: the default cluster)"),
-    ("ykafka.trace.queue.max", _int_opt(100, 10_000_000), 100_000,
+    ("ykafka.trace.queue.max", catalog.int_range(100, 10_000_000), 100_000,
      "trace / metrics events kept in memory while waiting to be sent; beyond it they are dropped and counted"),
-    ("ykafka.trace.linger.ms", _int_opt(0, 60_000), 200, "batching delay of the trace / metrics producer"),
+    ("ykafka.trace.linger.ms", catalog.int_range(0, 60_000), 200, "batching delay of the trace / metrics producer"),
 ]:
-    with contextlib.suppress(ValueError):
-        register_option(_name, _parse, _default, _help)
+    register_option(_name, _parse, _default, _help)
 
 
 #: librdkafka settings of the observability producer: never blocks, small memory, no idempotence.

@@ -71,11 +71,7 @@ class Consumer:
             self._lock = threading.Lock()
             self._stopped = threading.Event()
             self._stopped.set()
-            listen = getattr(self.runtime, "add_version_listener", None)
-            if listen is not None:
-                listen(self._on_version)
-            else:
-                self.runtime.add_listener(lambda _change: self._on_version(self.runtime.version))
+            self.runtime.add_version_listener(self._on_version)
             self.runtime.set_report_provider(self._report)
         except BaseException:
             observer = self.__dict__.get("_observer")
@@ -125,8 +121,8 @@ class Consumer:
         self.effective = effective
         if cluster != self.cluster:
             self._switch(cluster, effective)
-        if changes:
-            self.apply(changes)
+        if changes:  # already parsed by the runtime: no second validation
+            self.engine.apply_valid(changes)
 
     def _switch(self, cluster: str, effective: Mapping[str, Any]) -> None:
         log.info("consumer route changed", previous=self.cluster, cluster=cluster)

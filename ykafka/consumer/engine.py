@@ -45,9 +45,6 @@ log = structlog.get_logger(__name__)
 Handler = Callable[[Message], Any]
 AsyncHandler = Callable[[Message], Coroutine[Any, Any, Any]]
 
-#: Hot keys the framework reacts to, and the librdkafka-level ones that need a rebuilt handle.
-REBUILD_KEYS = ("consumer.assignment.strategy", "consumer.fetch.max.bytes", "consumer.max.partition.fetch.bytes",
-                "consumer.fetch.wait.max.ms", "consumer.socket.receive.buffer.bytes")
 _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKError._UNKNOWN_PARTITION,
                    CKError._UNKNOWN_TOPIC)
 
@@ -55,9 +52,9 @@ _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKErro
 
 def retry_policy(effective: Mapping[str, Any]) -> RetryPolicy:
     return RetryPolicy(
-        backoff_ms=tuple(effective.get("consumer.retry.backoff.ms", catalog.KEYS["consumer.retry.backoff.ms"].default)),
-        max_attempts=int(effective.get("consumer.retry.max.attempts", 3)),
-        dlq_enabled=bool(effective.get("consumer.dlq.enabled", True)),
+        backoff_ms=tuple(catalog.value(effective, "consumer.retry.backoff.ms")),
+        max_attempts=int(catalog.value(effective, "consumer.retry.max.attempts")),
+        dlq_enabled=bool(catalog.value(effective, "consumer.dlq.enabled")),
     )
 
 
@@ -89,7 +86,7 @@ class Engine:
         self.trackers: dict[S.TP, PartitionTracker] = {}
         self.pool: Pool | None = None
         self.dispatcher: Dispatcher | None = None
-        self.bucket = TokenBucket(float(self.effective.get("consumer.rate.limit.msgs", 0.0)))
+        self.bucket = TokenBucket(float(catalog.value(self.effective, "consumer.rate.limit.msgs")))
         self.processed = 0  # messages the handler returned from (approximate under concurrency)
         self.msg_cost = 1e-3  # seconds per message, a moving average measured by the workers
         self._inline: Callable[[Task], None] | None = None  # set per batch: run tasks on the fetch thread
@@ -98,7 +95,8 @@ class Engine:
         self._async_handler: AsyncHandler | None = None  # run_async: tasks run as coroutines (AsyncPool)
         self._stop = threading.Event()
         self._running = threading.Event()
-        self._pending: dict[str, Any] = {}
+        self._pending: dict[str, Any] = {}  # changed catalog keys, applied on the polling thread
+        self._pending_switch: tuple[dict[str, Any], Callable[[], RetryRouter] | None] | None = None
         self._pending_lock = threading.Lock()
         self._holds: dict[S.TP, int] = {}  # retry partition -> not-before (epoch ms) of its held copy
         self._ordering_change: tuple[Ordering, float] | None = None  # (new mode, drain deadline)
@@ -122,17 +120,23 @@ class Engine:
         self._stop.set()
 
     def apply(self, changes: Mapping[str, Any]) -> dict[str, InvalidConfigValue]:
-        """Validate and apply hot-config changes; returns the rejected ones (previous values stay)."""
+        """Validate raw hot-config values (``Consumer.apply``) and apply the valid ones; returns the rejected
+        ones (previous values stay)."""
         accepted: dict[str, Any] = {}
         rejected: dict[str, InvalidConfigValue] = {}
-        for name, value in changes.items():
+        for name, raw in changes.items():
             try:
-                accepted[name] = catalog.parse(name, value)
+                accepted[name] = catalog.parse(name, raw)
             except InvalidConfigValue as exc:
                 rejected[name] = exc
-                log.warning("hot config rejected", key=name, value=value, reason=exc.reason)
-        if not accepted:
-            return rejected
+                log.warning("hot config rejected", key=name, value=raw, reason=exc.reason)
+        if accepted:
+            self.apply_valid(accepted)
+        return rejected
+
+    def apply_valid(self, accepted: Mapping[str, Any]) -> None:
+        """Apply values the catalog already parsed (the runtime's effective config): in-place keys now,
+        the rest queued for the polling thread, which dispatches on each key's ``catalog.Apply``."""
         self.effective.update(accepted)
         if "consumer.workers" in accepted and self.pool is not None:
             self.pool.resize(accepted["consumer.workers"])
@@ -143,15 +147,14 @@ class Engine:
             self.router.policy = retry_policy(self.effective)
         with self._pending_lock:
             self._pending.update(accepted)
-        return rejected
 
     def switch_cluster(self, props: Mapping[str, Any], router_factory: Callable[[], RetryRouter] | None) -> None:
         """Move to another cluster (``route.cluster`` changed): finish and commit here, rejoin there."""
         with self._pending_lock:
-            self._pending["__switch__"] = (dict(props), router_factory)
+            self._pending_switch = (dict(props), router_factory)
 
     def has_pending(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) or self._pending_switch is not None
 
     def apply_pending(self) -> None:
         """Apply queued live changes; must run on the thread that polls the consumer."""
@@ -166,12 +169,12 @@ class Engine:
         self._handler = handler
         self._stop.clear()
         self._running.set()
-        workers = int(self.effective.get("consumer.workers", 4))
+        workers = int(catalog.value(self.effective, "consumer.workers"))
         if self._async_handler is not None and self._loop is not None:
             self.pool = AsyncPool(self._run_task_async, workers, self._loop)
         else:
             self.pool = WorkerPool(self._run_task, workers)
-        self.dispatcher = Dispatcher(self.pool, self.effective.get("consumer.ordering", "partition"))
+        self.dispatcher = Dispatcher(self.pool, catalog.value(self.effective, "consumer.ordering"))
         self.session.hooks = self
         try:
             self._setup_retry_topics()  # adds the retry topics to the subscription
@@ -229,7 +232,7 @@ class Engine:
     def _setup_retry_topics(self) -> None:
         if self.router is None or not self.settings.retry_topics:
             return
-        levels = int(self.effective.get("consumer.retry.max.attempts", 3))
+        levels = int(catalog.value(self.effective, "consumer.retry.max.attempts"))
         self._retry_levels = 0
         self._subscribe_retry_levels(max(levels, 1))
 
@@ -714,16 +717,17 @@ class Engine:
     def _apply_pending(self) -> None:
         with self._pending_lock:
             pending, self._pending = self._pending, {}
+            switch, self._pending_switch = self._pending_switch, None
         session = self.session
-        switch = pending.pop("__switch__", None)
-        if switch is not None:
+        if switch is not None:  # Apply.SWITCH (route.cluster): finish and commit here, rejoin there
             self._switch(*switch)
         if "consumer.leave" in pending:
             if pending["consumer.leave"]:
                 session.leave()
             else:
                 session.rejoin()
-        changed = [k for k in REBUILD_KEYS if k in pending]
+        kinds = catalog.by_apply(pending, "consumer.")
+        changed = kinds[catalog.Apply.REBUILD] + kinds[catalog.Apply.REJOIN]  # both need a new handle
         if changed:
             props = catalog.rdkafka_properties({k: pending[k] for k in changed}, "consumer.")
             if "partition.assignment.strategy" in props:

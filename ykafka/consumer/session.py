@@ -258,9 +258,6 @@ class Session:
     def paused_for(self, tp: TP, reason: str) -> bool:
         return reason in self._reasons.get(tp, ())
 
-    def paused_partitions(self) -> dict[TP, set[str]]:
-        return {tp: set(reasons) for tp, reasons in self._reasons.items()}
-
     # -- rebalance callbacks ----------------------------------------------------------------------------
 
     def _on_assign(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 import diskcache
 import structlog
 
-from ykafka.catalog import boolean, choice, int_range
+from ykafka.catalog import boolean, choice, int_range, optional_text
 from ykafka.config import register_option
 from ykafka.dr.journal import (
     FORMAT,
@@ -64,12 +64,7 @@ _commit_mode = choice("sync", "async")
 _positive_int = int_range(1)
 
 
-def _opt_path(text: Any) -> str | None:
-    value = "" if text is None else str(text).strip()
-    return value or None
-
-
-register_option("ykafka.spill.dir", _opt_path, None, "spill queues (default <ykafka.cache.dir>/spill)",
+register_option("ykafka.spill.dir", optional_text, None, "spill queues (default <ykafka.cache.dir>/spill)",
                 "YKAFKA_SPILL_DIR")
 register_option("ykafka.spill.max.bytes", _bytes_size, 1 << 30,
                 "size cap of one cluster's spill queue; beyond it produce raises SpillFullError", None)
