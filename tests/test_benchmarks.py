@@ -1,0 +1,57 @@
+"""Every benchmark runs at its ``--quick`` size and ends with a ``RESULT {json}`` line holding its fields, so a
+broken benchmark fails the suite (bench/pipeline_throughput.py was broken on main and nothing noticed).
+
+A benchmark not listed in EXPECTED is still run; its RESULT must parse as a non-empty JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHES = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_"))
+
+#: fields each benchmark's RESULT must carry (the figures docs/benchmarks.md quotes)
+EXPECTED: dict[str, set[str]] = {
+    "aio_throughput": {"confluent_aio_msgs_s", "ykafka_aio_msgs_s", "ratio"},
+    "capacity_memory": {"raw_producer_mb", "ykafka_producer_mb", "spill_messages", "spill_msgs_s"},
+    "config_propagation": {"changes", "p50_ms", "p99_ms", "lost", "duplicated"},
+    "configcenter_longpoll": {"pollers", "p50_ms", "p99_ms", "answered", "errors"},
+    "consumer_scaling": {"runs", "raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio"},
+    "failover": {"failover_s", "failback_s", "sent", "delivered", "lost", "duplicated"},
+    "metaserver_auth": {"sqlite", "target"},
+    "metaserver_clients": {"clients", "reports_s", "grants_s", "sqlite"},
+    "pipeline_throughput": {"events", "events_s", "event_to_alert_s"},
+    "producer_throughput": {"raw_msgs_s", "ykafka_msgs_s", "ratio", "messages"},
+    "spill_replay": {"spill_msgs_s", "replay_msgs_s", "lost", "duplicated"},
+    "startup": {"raw_ms", "cold_ms", "warm_ms", "median_ms"},
+    "trace_overhead": {"raw_msgs_s", "off_ratio", "sampled_1pct_ratio", "full_ratio"},
+}
+#: outcomes a quick run must still get right (a benchmark that loses messages is broken, not slow)
+ZERO = ("lost", "duplicated", "errors")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_benchmark_quick_run_reports_its_fields(name: str) -> None:
+    if name == "pipeline_throughput":
+        pytest.importorskip("pyspark")
+    proc = subprocess.run([sys.executable, f"bench/{name}.py", "--quick"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0, tail
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("RESULT "), tail
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert isinstance(result, dict) and result, lines[-1]
+    missing = EXPECTED.get(name, set()) - set(result)
+    assert not missing, f"{name} RESULT lacks {sorted(missing)}: {lines[-1]}"
+    for key in ZERO:
+        if isinstance(result.get(key), int):
+            assert result[key] == 0, f"{name}: {key}={result[key]}"
