@@ -1,8 +1,9 @@
 """The spill journal: the on-disk format a sync append writes before it returns.
 
 Segments ``<queue>/journal/<n>.wal`` hold CRC-framed marshal records; a record survives a SIGKILL once
-``os.write`` returned (a power loss only with ``fsync``). :class:`ykafka.dr.queue.SpillQueue` moves
-journaled records into its store and deletes a segment once its watermark covers it.
+``os.write`` returned. Power-loss safety (``fsync``) comes from the store's group commits, not from here.
+:class:`ykafka.dr.queue.SpillQueue` moves journaled records into its store and deletes a segment once
+its watermark covers it.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class _Segment:
 class _Journal:
     """The write-ahead journal of sync appends: numbered segment files, each a header then frames.
 
-    Not thread-safe: the queue calls it under its lock (the group fsync works on a duplicated fd).
+    Not thread-safe: the queue calls it under its lock.
     A frame is ``<u32 length><u32 crc32(body)><body>``, written with one ``os.write`` on an ``O_APPEND``
     descriptor, so after a SIGKILL a segment holds whole frames, possibly followed by one torn frame.
     A failed or short write cuts the segment back and retires it: no frame is ever written after a torn one.
@@ -116,9 +117,6 @@ class _Journal:
         self.active: _Segment | None = None
         self.retired: list[_Segment] = []  # full or broken segments, deleted once the watermark covers them
         self.last_seq = -1  # highest seq written
-        self.synced = -1  # fsync mode: every record up to this seq is on stable storage
-        self.sync_failed = -1  # fsync mode: records up to this seq may not be (an fdatasync failed)
-        self.sync_error: OSError | None = None
         self._next_number = 1 + max((n for n, _ in self.segment_files()), default=0)
 
     def segment_files(self) -> list[tuple[int, Path]]:
@@ -190,20 +188,10 @@ class _Journal:
             return
         self.active = None
         assert seg.fd is not None
-        if self.fsync and seg.last_seq > self.synced:
-            try:
-                os.fdatasync(seg.fd)  # the group fsync only syncs the active segment
-                self.synced = seg.last_seq
-            except OSError as exc:
-                self.sync_failed, self.sync_error = max(self.sync_failed, seg.last_seq), exc
         with contextlib.suppress(OSError):
             os.close(seg.fd)
         seg.fd = None
         self.retired.append(seg)
-
-    def dup_active(self) -> int | None:
-        """A private descriptor of the active segment, for an fdatasync outside the queue lock."""
-        return None if self.active is None or self.active.fd is None else os.dup(self.active.fd)
 
     # --- cleaning --------------------------------------------------------------------------------
 

@@ -9,13 +9,19 @@ took it; a chunk row is deleted when all its records are acked (a crash in betwe
 again: duplicates, never loss).
 
 A ``sync`` append does not wait for that commit. It writes the record to an append-only *journal*
-(``<queue>/journal/<n>.wal``, one unbuffered ``os.write`` of a length + CRC32 framed record; with
-``fsync`` also a group ``fdatasync``) and returns: from then on the record survives a SIGKILL. The
+(``<queue>/journal/<n>.wal``, one unbuffered ``os.write`` of a length + CRC32 framed record) and returns:
+from then on the record survives a SIGKILL. The
 writer moves journaled records into chunks like async ones, and the transaction that stores a chunk also
 stores the *watermark*, the highest sequence number committed. A journal segment is deleted once the
 watermark covers it. On open, journal records above the watermark (written, not yet committed when the
 last process died) are committed before anything else; a torn frame at a segment's end is the write the
 crash interrupted, its ``append`` never returned, and it is dropped with a log line.
+
+With ``fsync`` (survives power loss) ``append`` still never waits for the disk: the store runs with
+SQLite ``synchronous=FULL``, so each chunk commit is one group fsync for every record gathered since
+the last (at most ~50 ms or a chunk of records), as databases and Kafka's log flush do. A record is
+read back for replay only from a committed chunk, so the delivery callback of a spilled message, which
+fires on the broker's acknowledgement of its replay, always follows its fsync (docs/disaster-recovery.md).
 
 The queue also keeps the per-key index the producer consults: while a key has spilled records, new
 sends of that key must join the spill tail, or they would overtake the older ones.
@@ -55,7 +61,7 @@ from ykafka.dr.journal import (
     normalize_headers,
     read_segment,
 )
-from ykafka.errors import ClosedError, ConfigError, SpillFullError, YKafkaError
+from ykafka.errors import ClosedError, ConfigError, SpillFullError
 
 log = structlog.get_logger(__name__)
 
@@ -73,8 +79,9 @@ register_option("ykafka.spill.commit", _commit_mode, "sync",
 register_option("ykafka.spill.async.max.pending", _positive_int, 100_000,
                 "produce blocks while this many spilled messages await their commit to the spill store", None)
 register_option("ykafka.spill.fsync", boolean, False,
-                "fdatasync spilled messages before produce returns (survives power loss; without it a spilled "
-                "message survives SIGKILL)", None)
+                "spilled messages are fsynced in group commits before they are replayed, so their delivery "
+                "callback means on stable storage and delivered (survives power loss; without it a spilled "
+                "message survives SIGKILL once produce returned); produce never waits for the disk", None)
 
 
 class _Chunk:
@@ -161,7 +168,6 @@ class SpillQueue:
         self._retry_at = 0.0  # a failed commit of journaled records is retried from then on
         self._last_commit = 0.0
         self._flushers = 0  # callers of wait_committed: commit now
-        self._syncing = False  # fsync mode: one thread at a time runs the group fdatasync
         self._bytes = 0
         self._depth = 0
         self._next_seq = 0
@@ -303,7 +309,8 @@ class SpillQueue:
         """Spill one message; return its sequence number.
 
         ``wait`` (default: the queue's commit mode is ``sync``) returns only once the record is on disk:
-        written to the journal (survives SIGKILL) and, with ``fsync``, on stable storage. Without it the
+        written to the journal (survives SIGKILL; with ``fsync`` stable storage follows at the next group
+        commit, before the record can be replayed). Without it the
         record is only queued for the writer. Either way the call blocks while more than
         ``async_max_pending`` records await their commit to the store. Raises :class:`SpillFullError`
         when the size cap would be exceeded or the journal write failed (the message is then not
@@ -350,8 +357,6 @@ class SpillQueue:
                 self._wake.notify()  # only in memory: commit it soon
             elif len(appends) >= self._journal_batch:
                 self._wake.notify()  # on disk already: let the writer sleep until a batch is worth a commit
-            if sync and self.fsync:
-                self._await_stable(seq, None if timeout is None else time.monotonic() + timeout)
             if len(appends) > self._pending_check:
                 self._throttle(timeout)
         return seq
@@ -362,43 +367,6 @@ class SpillQueue:
         while len(self._appends) + len(self._inflight) > self.async_max_pending and not self._closed:
             if not self._wait(deadline):
                 break  # accepted; it stays queued for the writer
-
-    def _await_stable(self, seq: int, deadline: float | None) -> None:
-        """fsync mode: return once ``seq`` is on stable storage. One waiter runs the fdatasync for all
-        records written so far (group fsync) while the others wait. Called with ``_cond`` held."""
-        journal = self._journal
-        while True:
-            if seq <= journal.sync_failed:
-                raise SpillFullError(f"fdatasync of the spill journal {journal.dir} failed: {journal.sync_error}; "
-                                     f"message {seq} is journaled but may not be on stable storage")
-            if journal.synced >= seq:
-                return
-            if self._syncing:
-                if not self._wait(deadline):
-                    raise YKafkaError(f"fdatasync of spilled message {seq} to {self.cluster} timed out; "
-                                      "it is journaled and will be replayed")
-                continue
-            self._syncing = True
-            target, fd = journal.last_seq, journal.dup_active()
-            error: OSError | None = None
-            self._cond.release()
-            try:
-                if fd is not None:
-                    os.fdatasync(fd)
-            except OSError as exc:
-                error = exc
-            finally:
-                if fd is not None:
-                    os.close(fd)
-                self._cond.acquire()
-                self._syncing = False
-                self._totals["fsyncs"] += 1
-                if error is None:
-                    journal.synced = max(journal.synced, target)
-                else:
-                    journal.sync_failed, journal.sync_error = max(journal.sync_failed, target), error
-                    log.error("spill.journal_fsync_failed", cluster=self.cluster, error=str(error))
-                self._cond.notify_all()
 
     def _wait(self, deadline: float | None) -> bool:
         remaining = None if deadline is None else deadline - time.monotonic()
@@ -478,6 +446,8 @@ class SpillQueue:
             self._committing = False
             self._inflight = []
         self._totals["commits"] += 1
+        if self.fsync and error is None:
+            self._totals["fsyncs"] += 1  # the commit of a synchronous=FULL store: one group fsync
         dropped: list[SpillRecord] = []
         if error is None:
             if take:
@@ -627,6 +597,12 @@ class SpillQueue:
     def __len__(self) -> int:
         return self._depth
 
+    @property
+    def watermark(self) -> int:
+        """Highest seq committed to the store; with ``fsync``, every record up to it is on stable storage.
+        A lock-free read (delivery callbacks may check it)."""
+        return self._watermark
+
     def status(self) -> dict[str, Any]:
         with self._cond:
             return {
@@ -644,6 +620,7 @@ class SpillQueue:
                 "commit": self.commit_mode,
                 "fsync": self.fsync,
                 "spilled": self._spilled,
+                "watermark": self._watermark,
                 **self._totals,
             }
 
