@@ -48,6 +48,18 @@ class Serdes:
         return cls(serdes, owned), rest
 
     @classmethod
+    def around(cls, conf: Mapping[str, Any], props: tuple[str, str], init: Callable[[dict[str, Any]], None]) -> Serdes:
+        """Build the serdes, then the client with the rest of ``conf`` (``init``); the serdes it built are
+        closed again when the client cannot be created."""
+        serdes, rest = cls.build(conf, props)
+        try:
+            init(rest)
+        except BaseException:
+            serdes.close()
+            raise
+        return serdes
+
+    @classmethod
     async def build_async(cls, conf: Mapping[str, Any], props: tuple[str, str]) -> tuple[Serdes, dict[str, Any]]:
         specs, rest = serde_builder.pop_serde_props(dict(conf), *props)
         serdes, owned, rest = await serde_builder.async_build_serdes(specs, rest)
@@ -151,12 +163,7 @@ class SerializingProducer(Producer):
     their ``.builder``) in the config, then ``produce(topic, key=obj, value=obj)``."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
-        self._serdes, rest = Serdes.build(conf, SERIALIZERS)
-        try:
-            super().__init__(rest)
-        except BaseException:
-            self._serdes.close()
-            raise
+        self._serdes = Serdes.around(conf, SERIALIZERS, super().__init__)
 
     def produce(self, topic: str, key: Any = None, value: Any = None, partition: int = -1,  # type: ignore[override]
                 on_delivery: DeliveryCallback | None = None, timestamp: int = 0, headers: Any = None) -> None:
@@ -178,12 +185,7 @@ class DeserializingConsumer(Consumer):
     ``value()`` are deserialized; ``run(handler)`` hands the handler deserialized messages."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
-        self._serdes, rest = Serdes.build(conf, DESERIALIZERS)
-        try:
-            super().__init__(rest)
-        except BaseException:
-            self._serdes.close()
-            raise
+        self._serdes = Serdes.around(conf, DESERIALIZERS, super().__init__)
 
     def poll(self, timeout: float | None = -1) -> Any:
         """Raises ``ConsumeError`` for an error event, ``Key/ValueDeserializationError`` for bad bytes."""

@@ -435,8 +435,7 @@ class Engine:
             handler = self._async_handler
             assert handler is not None
             observer = self.observer
-            watch = None if observer is None else (observer.watches.get(task.tracker.topic)
-                                                   or observer.watch(task.tracker.topic))
+            watch = self._watch(task.tracker.topic)
             rate = watch.rate if watch is not None else 0.0
             raws = task.msgs if task.raws is None else task.raws
             took: list[float] = []
@@ -466,6 +465,11 @@ class Engine:
                     observer.metrics.count(CONSUME_ERRORS, errors, task.tracker.topic, self.group)
         self._task_finished(task, spent)
 
+    def _watch(self, topic: str) -> Any:
+        """The observer's per-topic trace / metrics state (None without an observer)."""
+        observer = self.observer
+        return None if observer is None else (observer.watches.get(topic) or observer.watch(topic))
+
     def _run_task(self, task: Task) -> None:
         msgs = task.msgs
         if not self._task_started(task):
@@ -475,8 +479,7 @@ class Engine:
             handler = self._handler
             assert handler is not None
             observer = self.observer
-            watch = None if observer is None else (observer.watches.get(task.tracker.topic)
-                                                   or observer.watch(task.tracker.topic))
+            watch = self._watch(task.tracker.topic)
             if watch is not None and observer is not None and not watch.rate and observer.metrics is not None \
                     and task.raws is None and self.msg_cost < SAMPLED_TIMING_BELOW_S:
                 spent = self._run_sampled(task, handler, observer.metrics, watch.topic)
