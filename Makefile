@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= dev,pipeline,postgres,prometheus
 PYTEST_ARGS ?=
 
-.PHONY: help prereqs venv install lint typecheck test test-fast demo dev dev-down dev-status bench clean
+.PHONY: help prereqs chromium venv install lint typecheck test test-fast demo dev dev-down dev-status bench clean
 
 help:
 	@echo "make demo      start the local stack and run the quickstart sample"
@@ -23,6 +23,12 @@ prereqs:
 	@command -v java >/dev/null 2>&1 \
 	  || { echo "Java 17 is needed for the PySpark pipeline: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 
+# the console's browser tests drive Debian's chromium (Playwright's own browser download is not reachable)
+chromium:
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; } \
+	  || { echo "the console browser tests need Chromium at /usr/bin/chromium: install it (e.g. apt-get install chromium)"; exit 1; }
+
 $(BIN)/python: | prereqs
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -37,7 +43,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check ykafka metaserver pipeline tests samples bench
 	$(BIN)/mypy
 
-test: lint
+test: lint chromium
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
@@ -56,6 +62,7 @@ demo: $(STAMP)
 	$(BIN)/ykafka dev up
 	source .ykafka/dev.env && $(BIN)/python samples/quickstart.py
 	@echo
+	@source .ykafka/dev.env && echo "Console: $$YKAFKA_METASERVER/console/  (log in as $$YKAFKA_CONSOLE_USER / $$YKAFKA_CONSOLE_PASSWORD)"
 	@echo "The stack is still running: 'make dev-status' shows it, 'make dev-down' (or '$(BIN)/ykafka dev down') stops it."
 	@echo "Try next: source .ykafka/dev.env && $(BIN)/python samples/hot_producer.py"
 

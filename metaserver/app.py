@@ -21,6 +21,7 @@ from metaserver import db, routes_admin, routes_config, routes_observe, routes_s
 from metaserver.apollo import ApolloError, ApolloOpenApi
 from metaserver.auth import AuthFailed, RateLimited
 from metaserver.authswitch import AuthSwitch
+from metaserver.console import install as install_console
 from metaserver.hotconfig import ConfigRejected
 from metaserver.httpguard import BodyLimit, SingleValuedQuery, validation_errors
 from metaserver.services import Services
@@ -66,6 +67,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes_admin.router)
     app.include_router(routes_config.router)
     app.include_router(routes_observe.router)
+    install_console(app)
 
     @app.get("/health", tags=["ops"])
     def health() -> dict[str, str]:

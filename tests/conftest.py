@@ -16,7 +16,8 @@ import pytest
 
 # fixture modules import one another; register them all so their asserts are rewritten wherever first imported
 pytest.register_assert_rewrite("tests.helpers", "tests.cc_fixtures", "tests.ms_fixtures", "tests.sdk_fixtures",
-                                "tests.consumer_fixtures", "tests.dr_fixtures", "tests.pipeline_fixtures")
+                                "tests.consumer_fixtures", "tests.dr_fixtures", "tests.pipeline_fixtures",
+                                "tests.console_fixtures")
 
 from tests.helpers import unique as unique  # noqa: E402
 from ykafka.devstack import Stack, ephemeral_config  # noqa: E402

@@ -92,6 +92,8 @@ def dev_up(**kw: Any) -> None:
     console.print(f"\nDemo identity (also in {stack.env_file}):")
     for name in ("YKAFKA_APP_ID", "YKAFKA_APP_SECRET", "YKAFKA_METASERVER", "YKAFKA_ADMIN_TOKEN"):
         console.print(f"  {name}={env.get(name, '')}")
+    console.print(f"\nConsole: [bold]{env.get('YKAFKA_METASERVER', '')}/console/[/]  log in as "
+                  f"[bold]{env.get('YKAFKA_CONSOLE_USER', '')}[/] / [bold]{env.get('YKAFKA_CONSOLE_PASSWORD', '')}[/]")
     console.print(f"\nUse it with: [bold]source {stack.env_file}[/]   Stop with: [bold]ykafka dev down[/]")
 
 

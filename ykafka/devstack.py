@@ -388,6 +388,10 @@ class Stack:
             secret = admin.create_app(self.cfg.app_id)["secret"]
         admin.set_acl(self.cfg.app_id, **self.cfg.acl)
         env = self.client_env(secret)
+        # the console's first admin (kept across restarts: the same password is set again)
+        env["YKAFKA_CONSOLE_USER"] = existing.get("YKAFKA_CONSOLE_USER") or "admin"
+        env["YKAFKA_CONSOLE_PASSWORD"] = existing.get("YKAFKA_CONSOLE_PASSWORD") or secrets.token_urlsafe(12)
+        admin.create_user(env["YKAFKA_CONSOLE_USER"], env["YKAFKA_CONSOLE_PASSWORD"], "admin", replace=True)
         self.env_file.write_text("".join(f"export {k}={v}\n" for k, v in env.items()))
         self.env_file.chmod(0o600)
         return env

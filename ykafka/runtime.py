@@ -233,6 +233,9 @@ class Runtime:
 
     def _on_namespace(self, config: NamespaceConfig) -> None:
         self.hot.apply(config.namespace, config.configurations, config.release_key)
+        if self._started:
+            # the console's closed loop: report the applied / rejected release key soon after each change
+            self.report_now()
 
     def subscribe_scope(self, scope: Scope, timeout_s: float | None = None) -> None:
         """Watch one scope's namespace (no-op without a config center); first call fetches it (bounded)."""

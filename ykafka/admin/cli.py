@@ -1,5 +1,6 @@
 """``ykafka admin …``: operator commands over the MetaServer admin API (rich tables, clear errors).
 
+    ykafka admin users create|list
     ykafka admin apps list|create|delete|rotate
     ykafka admin acl get|set
     ykafka admin clusters list|set|delete
@@ -102,6 +103,34 @@ def admin(ctx: click.Context, url: str, token: str | None, operator: str | None,
     """Operate the MetaServer: apps, ACLs, clusters, hot config, clients, audit, alerts, aggregates."""
     ctx.ensure_object(dict)
     ctx.obj.update(url=url, token=token, operator=operator, json=as_json)
+
+
+# --- console users --------------------------------------------------------------------------------
+
+
+@admin.group()
+def users() -> None:
+    """Console users (roles viewer, operator, admin) who log in at <MetaServer>/console/."""
+
+
+@users.command("create")
+@click.argument("username")
+@click.option("--role", type=click.Choice(["viewer", "operator", "admin"]), default="admin", show_default=True)
+@click.option("--password", prompt=True, hide_input=True, confirmation_prompt=True,
+              help="at least 8 characters (prompted when omitted)")
+@click.option("--replace", is_flag=True, help="reset the password and role of an existing user")
+@click.pass_context
+def users_create(ctx: click.Context, username: str, role: str, password: str, replace: bool) -> None:
+    made = _run(lambda: _client(ctx).create_user(username, password, role, replace))
+    if not _emit_json(ctx, made):
+        click.echo(f"console user {made['username']} ({made['role']}) ready")
+
+
+@users.command("list")
+@click.pass_context
+def users_list(ctx: click.Context) -> None:
+    _show(ctx, _run(_client(ctx).list_users), "console users", ["user", "role", "enabled"],
+          lambda u: (u["username"], u["role"], u["enabled"]))
 
 
 # --- apps ----------------------------------------------------------------------------------------

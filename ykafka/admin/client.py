@@ -65,6 +65,14 @@ class AdminClient:
 
     # --- apps ----------------------------------------------------------------------------------
 
+    def list_users(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/admin/users"))
+
+    def create_user(self, username: str, password: str, role: str, replace: bool = False) -> dict[str, Any]:
+        """A console user (viewer / operator / admin); the MetaServer keeps only an argon2 hash."""
+        return dict(self._call("POST", "/v1/admin/users",
+                               json={"username": username, "password": password, "role": role, "replace": replace}))
+
     def list_apps(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/v1/admin/apps"))
 

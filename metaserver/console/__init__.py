@@ -1,0 +1,29 @@
+"""The ykafka console: the management platform's web face, served by the MetaServer under ``/console``.
+
+``install(app)`` adds the pages, the vendored static files and the users admin API. All state (users,
+sessions, lockouts) is in the MetaServer's database, so any peer behind one address serves any request.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from metaserver.console import api, views
+
+
+def install(app: FastAPI) -> None:
+    app.include_router(views.router)
+    app.include_router(api.router)
+    app.mount("/console/static", StaticFiles(directory=str(views.HERE / "static")), name="console-static")
+
+    @app.get("/console", include_in_schema=False)
+    def _root() -> RedirectResponse:
+        return RedirectResponse("/console/", status_code=307)
+
+    @app.exception_handler(views.Denied)
+    async def _denied(request: Request, _exc: views.Denied) -> HTMLResponse:
+        return views.templates.TemplateResponse(request, "error.html", {"session": None, "nav": "",
+                                                "message": "Forbidden: your role may not do this, or the "
+                                                "form's CSRF token is missing or stale."}, status_code=403)

@@ -1,0 +1,79 @@
+"""The closed loop: which live clients a scope reaches, and whether each applied or rejected what is in force.
+
+A client reports, per namespace, the release key it holds (``config_release_keys``) and the values it
+refused (``extra.errors`` entries of type ``config_rejected`` carrying that release key); it posts a report
+right after every change. The config service joins the keys of the releases it merged with ``+``, so a
+client holds a release when its key is one of those parts. Clients on a gray release's IPs are judged
+against the branch release, the rest against the main one (docs/architecture.md, "hot config").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ykafka.catalog import Scope, ScopeKind
+
+
+@dataclass(frozen=True)
+class Target:
+    """The release keys in force for one namespace: the main line and, when live, the gray branch."""
+
+    namespace: str
+    main_key: str | None
+    gray_key: str | None = None
+    gray_ips: tuple[str, ...] = ()
+
+    def key_for(self, ip: str | None) -> str | None:
+        if self.gray_key and ip in self.gray_ips:
+            return self.gray_key
+        return self.main_key
+
+
+def target(current: dict[str, Any], main_release: dict[str, Any] | None,
+           gray_release: dict[str, Any] | None) -> Target:
+    gray = current.get("gray") or {}
+    return Target(current["namespace"], (main_release or {}).get("releaseKey"),
+                  (gray_release or {}).get("releaseKey") if gray else None, tuple(gray.get("ips") or ()))
+
+
+def reaches(client: dict[str, Any], scope: Scope, ips: list[str] | None = None) -> bool:
+    """Whether a change at ``scope`` (to ``ips`` only, for a gray release) applies to this client."""
+    if ips is not None and client.get("ip") not in ips:
+        return False
+    if scope.kind is ScopeKind.GLOBAL:
+        return True
+    if scope.kind is ScopeKind.CLUSTER:
+        return bool(client.get("cluster") == scope.name)
+    if scope.kind is ScopeKind.GROUP:
+        return bool(client.get("group") == scope.name)
+    return scope.name in (client.get("topics") or [])
+
+
+def status(client: dict[str, Any], tgt: Target) -> tuple[str, str]:
+    """("applied" | "rejected" | "pending", detail) of one client against the release in force for it."""
+    want = tgt.key_for(client.get("ip"))
+    held = ((client.get("config_release_keys") or {}).get(tgt.namespace)) or ""
+    if not want:
+        return "none", "no release at this scope yet"
+    if want not in held.split("+"):
+        return "pending", "waiting for the client's report"
+    reasons = [f"{e.get('key')}={e.get('value')}: {e.get('reason')}"
+               for e in ((client.get("extra") or {}).get("errors") or [])
+               if isinstance(e, dict) and e.get("type") == "config_rejected" and e.get("namespace") == tgt.namespace
+               and e.get("release_key") == held]
+    if reasons:
+        return "rejected", "; ".join(reasons)
+    return "applied", ""
+
+
+def panel(clients: list[dict[str, Any]], scope: Scope, tgt: Target) -> list[dict[str, Any]]:
+    """The live clients a scope reaches, each with its status against the release in force."""
+    rows = []
+    for client in clients:
+        if not client.get("online") or not reaches(client, scope):
+            continue
+        state, detail = status(client, tgt)
+        rows.append({"client": client, "status": state, "detail": detail,
+                     "gray": bool(tgt.gray_key and client.get("ip") in tgt.gray_ips)})
+    return rows

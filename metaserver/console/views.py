@@ -1,0 +1,390 @@
+"""The console's pages: server-rendered (Jinja2, autoescaped), one small script for the live panels.
+
+Every page needs a session cookie; every POST carries the session's CSRF token; roles gate actions
+(viewer reads, operator changes config, admin manages users). Every action lands in the audit log.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from sqlalchemy import func, select
+from starlette.concurrency import run_in_threadpool
+
+from metaserver import audit, clients, db, hotconfig, registry
+from metaserver.apollo import ApolloError, ApolloOpenApi
+from metaserver.console import loop, users
+from metaserver.hotconfig import ConfigRejected
+from metaserver.models import alerts, apps
+from metaserver.services import Services
+from ykafka import catalog
+from ykafka.catalog import Scope
+
+COOKIE = "ykafka_console"
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+router = APIRouter(prefix="/console", include_in_schema=False)
+
+
+class Denied(Exception):
+    """403: wrong role or missing / wrong CSRF token."""
+
+
+def _svc(request: Request) -> Services:
+    svc: Services = request.app.state.services
+    return svc
+
+
+def _source(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+def _page(request: Request, name: str, sess: users.Session | None, status_code: int = 200,
+          **ctx: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, {"session": sess, "nav": name.split(".")[0], **ctx},
+                                      status_code=status_code)
+
+
+def _session(request: Request) -> users.Session | None:
+    return users.session(_svc(request).engine, request.cookies.get(COOKIE))
+
+
+async def _form(request: Request, sess: users.Session, role: str) -> dict[str, str]:
+    """The POSTed form after the CSRF and role checks (Denied → 403)."""
+    form = await request.form()
+    values = {k: v for k, v in form.items() if isinstance(v, str)}
+    if values.get("csrf") != sess.csrf or not sess.can(role):
+        raise Denied()
+    return values
+
+
+def _login_redirect() -> RedirectResponse:
+    return RedirectResponse("/console/login", status_code=303)
+
+
+def _audit(svc: Services, sess: users.Session, action: str, target: str, before: Any, after: Any) -> None:
+    with db.write(svc.engine) as conn:
+        audit.record(conn, f"console:{sess.username}", action, target, before, after)
+
+
+# --- login ---------------------------------------------------------------------------------------
+
+@router.get("/login")
+def login_form(request: Request) -> Response:
+    return _page(request, "login.html", None, error=None)
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    form = await request.form()
+    username, password = str(form.get("username") or ""), str(form.get("password") or "")
+    svc = _svc(request)
+    try:
+        got = await run_in_threadpool(users.login, svc.engine, username, password, _source(request))
+    except users.UserError:
+        return _page(request, "login.html", None, status_code=429,
+                     error="Too many failed logins for this user from this address; try again later.")
+    if got is None:
+        return _page(request, "login.html", None, status_code=401, error="Wrong username or password.")
+    token, sess = got
+    _audit(svc, sess, "console.login", sess.username, None, {"source": _source(request)})
+    resp = RedirectResponse("/console/", status_code=303)
+    resp.set_cookie(COOKIE, token, max_age=users.SESSION_TTL_S, httponly=True, samesite="strict",
+                    secure=request.url.scheme == "https", path="/console")
+    return resp
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    await _form(request, sess, "viewer")
+    users.logout(_svc(request).engine, request.cookies.get(COOKIE, ""))
+    resp = _login_redirect()
+    resp.delete_cookie(COOKIE, path="/console")
+    return resp
+
+
+# --- overview, clients, alerts, audit ------------------------------------------------------------
+
+@router.get("/")
+def overview(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    svc = _svc(request)
+    with db.read(svc.engine) as conn:
+        clusters = registry.all_clusters(conn)
+        app_count = conn.execute(select(func.count()).select_from(apps)).scalar_one()
+        live = clients.current(conn, svc.settings.renew_interval, online=True, limit=100000)
+        firing = conn.execute(select(alerts).where(alerts.c.status == "firing")
+                              .order_by(alerts.c.last_seen.desc()).limit(20)).mappings().all()
+    roles: dict[str, int] = {}
+    for c in live:
+        roles[c["role"] or "?"] = roles.get(c["role"] or "?", 0) + 1
+    return _page(request, "overview.html", sess, clusters=list(clusters.values()), app_count=app_count,
+                 live_count=len(live), roles=sorted(roles.items()), firing=firing)
+
+
+_CLIENT_FILTERS = ("app", "cluster", "group", "topic", "ip", "role", "version")
+
+
+def _matches(c: dict[str, Any], f: dict[str, str]) -> bool:
+    versions = c.get("versions") or {}
+    return ((not f.get("topic") or f["topic"] in (c.get("topics") or []))
+            and (not f.get("ip") or f["ip"] in (c.get("ip") or "") or f["ip"] in (c.get("hostname") or ""))
+            and (not f.get("role") or c.get("role") == f["role"])
+            and (not f.get("version") or f["version"] in (versions.get("ykafka") or "")
+                 or f["version"] in (versions.get("librdkafka") or "")))
+
+
+@router.get("/clients")
+def client_list(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    svc = _svc(request)
+    f = {k: request.query_params.get(k, "").strip()[:200] for k in _CLIENT_FILTERS}
+    online = request.query_params.get("online", "")
+    with db.read(svc.engine) as conn:
+        rows = clients.current(conn, svc.settings.renew_interval, app=f["app"] or None,
+                               cluster=f["cluster"] or None, group=f["group"] or None,
+                               online=True if online == "1" else None, limit=5000)
+    rows = [c for c in rows if _matches(c, f)][:500]
+    return _page(request, "clients.html", sess, rows=rows, f=f, online=online)
+
+
+@router.get("/clients/{app_id}/{client_id}")
+def client_page(request: Request, app_id: str, client_id: str) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    svc = _svc(request)
+    with db.read(svc.engine) as conn:
+        found = [c for c in clients.current(conn, svc.settings.renew_interval, app=app_id, limit=100000)
+                 if c["client_id"] == client_id]
+        history = clients.history(conn, app=app_id, client_id=client_id, limit=20)
+    if not found:
+        return _page(request, "error.html", sess, status_code=404, message="No such client.")
+    client = found[0]
+    extra = client.get("extra") or {}
+    rejections = [e for e in extra.get("errors") or [] if isinstance(e, dict) and e.get("type") == "config_rejected"]
+    return _page(request, "client.html", sess, c=client, history=history, rejections=rejections,
+                 effective=extra.get("effective_config") or {})
+
+
+@router.get("/alerts")
+def alert_list(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    with db.read(_svc(request).engine) as conn:
+        rows = conn.execute(select(alerts).order_by(alerts.c.last_seen.desc()).limit(200)).mappings().all()
+    return _page(request, "alerts.html", sess, rows=rows)
+
+
+@router.get("/audit")
+def audit_log(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    who = request.query_params.get("operator", "").strip()[:255] or None
+    with db.read(_svc(request).engine) as conn:
+        rows = audit.query(conn, operator=who, limit=300)
+    return _page(request, "audit.html", sess, rows=rows, who=who or "")
+
+
+# --- hot config: catalog, edit → validate → diff → reach → publish → live panel → promote / roll back ---
+
+def _scope(text: str) -> Scope:
+    return catalog.GLOBAL if text in ("", "global") else hotconfig.parse_scope(text)
+
+
+def _api(svc: Services) -> ApolloOpenApi:
+    if svc.apollo is None:
+        raise ConfigRejected({"config center": "no config center configured"}, "no config center")
+    return svc.apollo
+
+
+def _parse_changes(text: str) -> tuple[dict[str, str], list[str]]:
+    """``key=value`` lines set, ``-key`` lines delete; blank lines and ``#`` comments are skipped."""
+    sets: dict[str, str] = {}
+    deletes: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("-"):
+            deletes.append(line[1:].strip())
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigRejected({line[:80]: "expected key=value (or -key to delete)"})
+        sets[key.strip()] = value.strip()
+    return sets, deletes
+
+
+def _state(svc: Services, scope: Scope) -> tuple[dict[str, Any], loop.Target]:
+    api = _api(svc)
+    current = hotconfig.current(api, scope)
+    main = api.latest_release(current["namespace"])
+    gray = api.branch_latest_release(current["namespace"], current["gray"]["branch"]) if current["gray"] else None
+    return current, loop.target(current, main, gray)
+
+
+def _live(svc: Services, scope: Scope, tgt: loop.Target) -> list[dict[str, Any]]:
+    with db.read(svc.engine) as conn:
+        everyone = clients.current(conn, svc.settings.renew_interval, online=True, limit=100000)
+    return loop.panel(everyone, scope, tgt)
+
+
+def _history(svc: Services, namespace: str) -> list[dict[str, Any]]:
+    with db.read(svc.engine) as conn:
+        return [r for r in audit.query(conn, target=namespace, limit=50) if r["action"].startswith("config.")]
+
+
+def _config_page(request: Request, sess: users.Session, scope: Scope, status_code: int = 200,
+                 **ctx: Any) -> Response:
+    svc = _svc(request)
+    try:
+        current, tgt = _state(svc, scope)
+        error = None
+    except (ApolloError, ConfigRejected) as exc:
+        current, tgt, error = None, None, str(exc)
+    keys = [k for k in catalog.KEYS.values() if scope.kind in k.scopes]
+    ctx.setdefault("form", {"changes": "", "ips": "", "comment": ""})
+    return _page(request, "config.html", sess, status_code=status_code, scope=str(scope), keys=keys,
+                 current=current, error=ctx.pop("error", None) or error,
+                 panel=_live(svc, scope, tgt) if tgt else [], history=_history(svc, scope.namespace()),
+                 can_edit=sess.can("operator"), **ctx)
+
+
+@router.get("/config")
+def config(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    try:
+        scope = _scope(request.query_params.get("scope", "global"))
+    except ConfigRejected as exc:
+        return _page(request, "error.html", sess, status_code=400, message="; ".join(exc.errors.values()))
+    return _config_page(request, sess, scope)
+
+
+@router.get("/config/panel")
+def config_panel(request: Request) -> Response:
+    """The live panel alone (polled by console.js every second while the page is open)."""
+    sess = _session(request)
+    if sess is None:
+        return Response(status_code=401)
+    try:
+        scope = _scope(request.query_params.get("scope", "global"))
+        _, tgt = _state(_svc(request), scope)
+    except (ConfigRejected, ApolloError):
+        return Response(status_code=400)
+    return _page(request, "panel.html", sess, panel=_live(_svc(request), scope, tgt))
+
+
+def _plan(form: dict[str, str]) -> hotconfig.PushPlan:
+    sets, deletes = _parse_changes(form.get("changes", ""))
+    ips = [ip.strip() for ip in form.get("ips", "").replace(",", " ").split() if ip.strip()] or None
+    return hotconfig.validate(form.get("scope", "global") or "global", dict(sets), deletes, ips)
+
+
+@router.post("/config/preview")
+async def config_preview(request: Request) -> Response:
+    """Validate as the MetaServer validates, diff against what is in force, list the clients it reaches."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "operator")
+    try:
+        scope = _scope(form.get("scope", "global"))
+        plan = _plan(form)
+        svc = _svc(request)
+        hotconfig.plan_changes(_api(svc), plan)
+    except ConfigRejected as exc:
+        return _config_page(request, sess, catalog.GLOBAL if "scope" in exc.errors else _scope(form["scope"]),
+                            status_code=422, form=form, errors=exc.errors)
+    with db.read(svc.engine) as conn:
+        everyone = clients.current(conn, svc.settings.renew_interval, online=True, limit=100000)
+    reach = [c for c in everyone if loop.reaches(c, scope, plan.ips)]
+    return _config_page(request, sess, scope, form=form, preview={"changes": plan.changes, "reach": reach,
+                                                                  "ips": plan.ips})
+
+
+@router.post("/config/publish")
+async def config_publish(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "operator")
+    svc = _svc(request)
+    try:
+        scope = _scope(form.get("scope", "global"))
+        plan = _plan(form)
+        api = _api(svc)
+        before = hotconfig.plan_changes(api, plan)
+        result = hotconfig.apply(api, plan, f"console:{sess.username}", form.get("comment", "")[:200])
+    except ConfigRejected as exc:
+        return _config_page(request, sess, catalog.GLOBAL, status_code=422, form=form, errors=exc.errors)
+    changed = [c["key"] for c in plan.changes]
+    _audit(svc, sess, "config.gray" if plan.ips else "config.set", plan.namespace,
+           {k: before.get(k) for k in changed},
+           {"values": {c["key"]: c["after"] for c in plan.changes}, "ips": plan.ips,
+            "release": result.get("release")})
+    return RedirectResponse(f"/console/config?scope={scope}&published=1", status_code=303)
+
+
+async def _scope_action(request: Request, action: str) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "operator")
+    svc = _svc(request)
+    try:
+        scope = _scope(form.get("scope", "global"))
+        api = _api(svc)
+        before = hotconfig.current(api, scope)
+        if action == "rollback":
+            hotconfig.rollback(api, scope)
+        elif action == "promote":
+            hotconfig.merge_gray(api, scope, f"console:{sess.username}")
+        else:
+            hotconfig.abandon_gray(api, scope)
+        after = hotconfig.current(api, scope)
+    except ConfigRejected as exc:
+        return _page(request, "error.html", sess, status_code=409, message="; ".join(exc.errors.values()))
+    _audit(svc, sess, {"rollback": "config.rollback", "promote": "config.gray_merge",
+                       "abandon": "config.gray_abandon"}[action], scope.namespace(),
+           {"released": before["released"], "gray": before["gray"]},
+           {"released": after["released"], "gray": after["gray"]})
+    return RedirectResponse(f"/console/config?scope={scope}", status_code=303)
+
+
+@router.post("/config/rollback")
+async def config_rollback(request: Request) -> Response:
+    return await _scope_action(request, "rollback")
+
+
+@router.post("/config/promote")
+async def config_promote(request: Request) -> Response:
+    return await _scope_action(request, "promote")
+
+
+@router.post("/config/abandon")
+async def config_abandon(request: Request) -> Response:
+    return await _scope_action(request, "abandon")
+
+
+def fmt_time(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else ""
+
+
+templates.env.filters["time"] = fmt_time

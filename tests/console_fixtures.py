@@ -1,0 +1,150 @@
+"""Fixtures of the console browser tests: console users on the SDK stack, one Chromium per module, and
+producers running in background threads that count every delivery.
+
+Chromium is Debian's ``/usr/bin/chromium`` (Playwright's own browser download is not reachable); the
+Makefile installs it for ``make test`` or prints a hint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.sdk_fixtures import SdkStack
+from ykafka import Producer
+
+CHROMIUM = os.environ.get("YKAFKA_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "img"
+PASSWORD = "console-pass-1"
+
+
+@dataclass
+class Console:
+    stack: SdkStack
+    url: str
+    users: dict[str, str]  # role -> username (all share PASSWORD)
+
+    def login(self, page: Any, role: str) -> None:
+        page.goto(self.url + "/console/login")
+        page.fill("input[name=username]", self.users[role])
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(self.url + "/console/")
+
+    def shot(self, page: Any, name: str) -> None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"console-{name}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def console(sdk_stack: SdkStack) -> Console:
+    names = {}
+    for role in ("viewer", "operator", "admin"):
+        name = f"{role}-{uuid.uuid4().hex[:6]}"
+        resp = sdk_stack.admin("POST", "/v1/admin/users", {"username": name, "password": PASSWORD, "role": role})
+        assert resp.status_code == 201, resp.text
+        names[role] = name
+    return Console(sdk_stack, sdk_stack.metaserver, names)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} missing: apt-get install -y chromium (make test installs it when it can)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(20_000)
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+class Load:
+    """A real ykafka Producer producing to ``topic`` from a background thread until stopped; counts deliveries."""
+
+    def __init__(self, conf: dict[str, Any], topic: str) -> None:
+        # check_stream wants "<key>:<seq>" with one sequence per key across the topic: keys are per producer
+        self.prefix = uuid.uuid4().hex[:4]
+        self.producer = Producer(conf)
+        self.topic = topic
+        self.sent = 0
+        self.delivered = 0
+        self.failed: list[str] = []
+        self.seq: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def client_id(self) -> str:
+        return str(self.producer._runtime.client_id)
+
+    def _cb(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self.failed.append(str(err))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                key = f"{self.prefix}-{self.sent % 7}"
+                self.producer.produce(self.topic, f"{key}:{self.seq.get(key, 0)}".encode(), key.encode(),
+                                      on_delivery=self._cb)
+                self.seq[key] = self.seq.get(key, 0) + 1
+                self.sent += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.02)
+
+    def start(self) -> Load:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.producer.flush(30)
+        self.producer.close()
+
+
+def admin_clients(stack: SdkStack, app_id: str) -> dict[str, dict[str, Any]]:
+    resp = requests.get(stack.metaserver + f"/v1/admin/clients?app={app_id}", timeout=10,
+                        headers={"Authorization": f"Bearer {stack.admin_token}"})
+    assert resp.status_code == 200, resp.text
+    return {c["client_id"]: c for c in resp.json()}
+
+
+def wait_reported_topic(stack: SdkStack, app_id: str, client_ids: list[str], topic: str,
+                        timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = admin_clients(stack, app_id)
+        if all(topic in (seen.get(cid, {}).get("topics") or []) and seen[cid]["online"] for cid in client_ids):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"clients {client_ids} never reported topic {topic}")

@@ -1,0 +1,202 @@
+"""The console in a real browser (Debian's Chromium through Playwright) against the real stack: MetaServer,
+config service, Tansu brokers, and real ykafka Producers producing throughout.
+
+One browser for the module, the session's SDK stack shared; every test names its own topic and app.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import requests
+
+from tests.console_fixtures import PASSWORD, Console, Load, admin_clients, wait_reported_topic
+from tests.helpers import create_topic, unique, wait_until
+from tests.sdk_fixtures import check_stream, read_topic
+
+pytest_plugins = ["tests.sdk_fixtures", "tests.console_fixtures"]
+
+
+def _producers(console: Console, topic: str, ips: list[str]) -> tuple[str, list[Load]]:
+    st = console.stack
+    app = st.new_app([topic], [topic], ["*"])
+    create_topic(st.clusters["dc-a"], topic, 3)
+    loads = [Load(st.client_config(app, **{"ykafka.client.ip": ip, "ykafka.client.id": f"{app[0]}-{ip}"}),
+                  topic).start() for ip in ips]
+    wait_reported_topic(st, app[0], [ld.client_id for ld in loads], topic)
+    return app[0], loads
+
+
+def _stop_and_count(console: Console, loads: list[Load], topic: str) -> None:
+    for ld in loads:
+        ld.stop()
+    sent = sum(ld.sent for ld in loads)
+    assert sent > 0 and not any(ld.failed for ld in loads)
+    result = check_stream(read_topic(console.stack.clusters["dc-a"], topic, sent), sent)
+    assert result["lost"] == 0 and sum(ld.delivered for ld in loads) == sent, result
+
+
+def _wait_until(predicate: Any, timeout: float = 20.0) -> None:
+    wait_until(predicate, timeout=timeout)
+
+
+def _status(page: Any, client_id: str) -> str:
+    return str(page.locator(f"#live-panel tr[data-client='{client_id}'] .status").inner_text())
+
+
+def _wait_status(page: Any, client_id: str, pattern: str, timeout_ms: int = 20_000) -> None:
+    page.locator(f"#live-panel tr[data-client='{client_id}'] .status").filter(
+        has_text=re.compile(pattern)).wait_for(timeout=timeout_ms)
+
+
+def _preview(page: Any, console: Console, scope: str, changes: str, ips: str = "") -> None:
+    page.goto(f"{console.url}/console/config?scope={scope}")
+    page.fill("textarea[name=changes]", changes)
+    page.fill("input[name=ips]", ips)
+    page.click("#preview-btn")
+
+
+def test_an_operator_changes_linger_for_one_topic_sees_diff_and_reach_publishes_and_both_producers_apply(
+        console: Console, page: Any) -> None:
+    topic = unique("console-linger")
+    app_id, loads = _producers(console, topic, ["127.0.0.11", "127.0.0.12"])
+    try:
+        console.login(page, "operator")
+        console.shot(page, "overview")
+        _preview(page, console, f"topic:{topic}", "producer.linger.ms=25")
+        diff = page.locator("#diff").inner_text()
+        assert "producer.linger.ms" in diff and "25" in diff
+        reach = page.locator("#reach li")
+        assert reach.count() == 2
+        assert {ld.client_id for ld in loads} <= set(page.locator("#reach").inner_text().split())
+        console.shot(page, "config-preview")
+        page.click("#publish")
+        for ld in loads:
+            _wait_status(page, ld.client_id, "^applied$")
+        console.shot(page, "config-applied")
+        assert "producer.linger.ms" in page.locator("#history").inner_text()
+        seen = admin_clients(console.stack, app_id)
+        assert all(f"ykafka.topic.{topic}" in seen[ld.client_id]["config_release_keys"] for ld in loads)
+        page.goto(f"{console.url}/console/clients?app={app_id}")
+        assert page.locator("#clients tbody tr").count() == 2
+        console.shot(page, "clients")
+        page.click(f"text={loads[0].client_id}")
+        assert f"ykafka.topic.{topic}" in page.content()
+        console.shot(page, "client")
+    finally:
+        _stop_and_count(console, loads, topic)
+    page.goto(f"{console.url}/console/audit")
+    assert f"console:{console.users['operator']}" in page.locator("#audit").inner_text()
+    console.shot(page, "audit")
+
+
+def test_a_gray_release_to_one_ip_reaches_only_that_client_then_promote_then_roll_back_reverts_both(
+        console: Console, page: Any) -> None:
+    topic = unique("console-gray")
+    _, loads = _producers(console, topic, ["127.0.0.21", "127.0.0.22"])
+    gray, other = loads
+    try:
+        console.login(page, "operator")
+        _preview(page, console, f"topic:{topic}", "producer.linger.ms=7")
+        page.click("#publish")
+        for ld in loads:
+            _wait_status(page, ld.client_id, "^applied$")
+        _preview(page, console, f"topic:{topic}", "producer.linger.ms=40", ips="127.0.0.21")
+        assert page.locator("#reach li").count() == 1
+        assert gray.client_id in page.locator("#reach").inner_text()
+        page.click("#publish")
+        _wait_status(page, gray.client_id, "^applied$")
+        assert "gray" in page.locator(f"#live-panel tr[data-client='{gray.client_id}']").inner_text()
+        assert "main" in page.locator(f"#live-panel tr[data-client='{other.client_id}']").inner_text()
+        assert _status(page, other.client_id) == "applied"
+        console.shot(page, "config-gray")
+        assert gray.producer._runtime.effective(topic=topic)["producer.linger.ms"] == 40
+        assert other.producer._runtime.effective(topic=topic)["producer.linger.ms"] == 7
+        page.once("dialog", lambda d: d.accept())
+        page.click("#promote")
+        for ld in loads:
+            _wait_status(page, ld.client_id, "^applied$")
+        _wait_until(lambda: other.producer._runtime.effective(topic=topic)["producer.linger.ms"] == 40)
+        page.once("dialog", lambda d: d.accept())
+        page.click("#rollback")
+        for ld in loads:
+            _wait_status(page, ld.client_id, "^applied$")
+        _wait_until(lambda: all(ld.producer._runtime.effective(topic=topic)["producer.linger.ms"] == 7
+                                for ld in loads))
+        assert "7" in page.locator("#in-force").inner_text()
+    finally:
+        _stop_and_count(console, loads, topic)
+
+
+def test_an_invalid_value_is_refused_in_the_form_with_the_catalogs_reason_and_nothing_is_published(
+        console: Console, page: Any) -> None:
+    topic = unique("console-invalid")
+    console.login(page, "operator")
+    _preview(page, console, f"topic:{topic}", "producer.linger.ms=-3\nproducer.acks=most")
+    errors = page.locator("#form-errors").inner_text()
+    assert "Refused, nothing was published" in errors
+    assert "producer.linger.ms" in errors and "producer.acks" in errors
+    assert page.locator("#publish").count() == 0
+    console.shot(page, "config-invalid")
+    resp = console.stack.admin("GET", f"/v1/admin/config?scope=topic:{topic}")
+    assert resp.status_code == 200 and resp.json()["released"] == {} and resp.json()["release"] is None
+
+
+def test_a_value_written_straight_into_the_config_center_that_clients_reject_shows_rejected_with_the_reason(
+        console: Console, page: Any) -> None:
+    topic = unique("console-raw")
+    _, loads = _producers(console, topic, ["127.0.0.31"])
+    try:
+        console.stack.publish_raw(f"ykafka.topic.{topic}", {"producer.linger.ms": "soon"})
+        console.login(page, "viewer")
+        page.goto(f"{console.url}/console/config?scope=topic:{topic}")
+        _wait_status(page, loads[0].client_id, "^rejected: producer.linger.ms=soon: ")
+        console.shot(page, "config-rejected")
+    finally:
+        _stop_and_count(console, loads, topic)
+
+
+def test_a_viewer_cannot_publish_forged_posts_and_missing_csrf_are_403_script_renders_as_text(
+        console: Console, page: Any) -> None:
+    topic = unique("console-xss")
+    console.stack.publish_raw(f"ykafka.topic.{topic}", {"producer.linger.ms": "<script>window.pwned=1</script>"})
+    console.login(page, "viewer")
+    page.goto(f"{console.url}/console/config?scope=topic:{topic}")
+    assert page.locator("#publish, #preview-btn, #rollback").count() == 0
+    assert "<script>window.pwned=1</script>" in page.locator("#in-force").inner_text()
+    assert page.evaluate("window.pwned") is None
+    csrf = page.locator("header input[name=csrf]").get_attribute("value")
+    forged = page.request.post(f"{console.url}/console/config/publish",
+                               form={"csrf": csrf, "scope": f"topic:{topic}", "changes": "producer.linger.ms=9"})
+    assert forged.status == 403
+    page.context.clear_cookies()
+    console.login(page, "operator")
+    no_csrf = page.request.post(f"{console.url}/console/config/publish",
+                                form={"scope": f"topic:{topic}", "changes": "producer.linger.ms=9"})
+    assert no_csrf.status == 403
+    released = console.stack.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()["released"]
+    assert released == {"producer.linger.ms": "<script>window.pwned=1</script>"}
+
+
+def test_five_wrong_passwords_lock_login_for_that_user_and_source(console: Console, page: Any) -> None:
+    st = console.stack
+    name = unique("locked")
+    assert st.admin("POST", "/v1/admin/users", {"username": name, "password": PASSWORD,
+                                                "role": "viewer"}).status_code == 201
+    login = console.url + "/console/login"
+    for _ in range(5):
+        wrong = requests.post(login, data={"username": name, "password": "wrong-password"}, timeout=10,
+                              allow_redirects=False)
+        assert wrong.status_code == 401
+    right = requests.post(login, data={"username": name, "password": PASSWORD}, timeout=10, allow_redirects=False)
+    assert right.status_code == 429 and "Too many failed logins" in right.text
+    page.goto(login)
+    page.fill("input[name=username]", name)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    assert "Too many failed logins" in page.locator(".error").inner_text()
+    console.shot(page, "login-locked")
+    console.login(page, "viewer")  # another user from the same source is not locked
+    cookie = [c for c in page.context.cookies() if c["name"] == "ykafka_console"][0]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
