@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,15 +25,13 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ykafka.devstack import free_port  # noqa: E402
+
 TOKEN = "bench-token"
 APP = "bench"
 NS = "bench.longpoll"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def raise_fd_limit(needed: int) -> None:

@@ -8,7 +8,7 @@ one message and waits for its delivery report:
 * ``cold``: servers up, empty cache directory (signed grant, global + topic namespaces fetched);
 * ``warm``: servers up, the cache of a previous client present;
 * ``cached_down``: the MetaServer and the config center stopped, the client starts from its cached grant
-  and namespaces (DESIGN.md §2: a client starts while the control plane is away).
+  and namespaces (docs/architecture.md: a client starts while the control plane is away).
 
 ``ready_ms`` is the part until ``Producer(...)`` returned and the first ``produce`` was accepted: the client's
 own work (grant, namespaces, clients built); the rest is librdkafka's, the same for the raw peer (with

@@ -17,8 +17,8 @@ from ykafka.consumer.ordering import Dispatcher
 from ykafka.consumer.pool import WorkerPool
 from ykafka.consumer.retry import RetryPolicy, RetryRouter, dlq_topic, retry_topic
 from ykafka.consumer.settings import Settings
-from ykafka.consumer.throttle import TokenBucket
 from ykafka.errors import ConfigError
+from ykafka.throttle import TokenBucket
 
 
 def msg(offset: int, key: bytes | None = None, partition: int = 0, topic: str = "t",
@@ -178,7 +178,7 @@ def test_none_ordering_chunks_a_run_so_every_worker_gets_work() -> None:
 # --- throttle -----------------------------------------------------------------------------------------
 
 def test_token_bucket_limits_and_unlimited() -> None:
-    bucket = TokenBucket(0)
+    bucket = TokenBucket.for_dispatch(0)
     assert bucket.allowance(500) == 500 and bucket.wait_time() == 0
     bucket.set_rate(100)
     taken = 0

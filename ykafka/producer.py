@@ -63,6 +63,7 @@ _RETIRED_GRACE_S = 1.0
 _NOTHING = object()
 _DR_RECHECK_S = 1.0  # a topic sent through the DR engine re-checks the direct path this often
 _PENDING_MAX = 100_000
+_CALLBACKS = ("on_delivery", "delivery.report.callback", "dr_cb", "dr_msg_cb", "error_cb", "stats_cb")
 
 
 class _Client:
@@ -423,9 +424,22 @@ class Producer:
                 self._states[topic] = state
             return state
 
-    def _client_props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
+    def _settings(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
+        """librdkafka settings from the catalog's ``producer.*`` keys over the cluster's and the local ones."""
         props = self._runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "producer."))
-        props["partitioner"] = "murmur2_random"
+        props["partitioner"] = "murmur2_random"  # keyed partitioning (Java-compatible murmur2)
+        return props
+
+    def client_settings(self, cluster: str) -> dict[str, Any]:
+        """The librdkafka settings of a producer on ``cluster`` without callbacks (the DR engine's own
+        standby / replay clients start from these)."""
+        props = self._settings(cluster, self._runtime.effective(cluster=cluster))
+        for name in _CALLBACKS:
+            props.pop(name, None)
+        return props
+
+    def _client_props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
+        props = self._settings(cluster, effective)
         props["error_cb"] = self._error_cb
         props.update(self._obs.rdkafka_settings())  # statistics -> __ykafka_metrics
         if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled

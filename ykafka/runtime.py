@@ -5,8 +5,8 @@ cache and background renewal), the ACL cache, the cluster registry, the hot-conf
 Apollo long poll, and client reports. Producer / Consumer build their librdkafka clients from what it
 resolves and re-resolve when :attr:`Runtime.version` moves.
 
-Start-up (DESIGN.md §2): local config -> authenticate (signed) -> grant -> fetch the global namespace ->
-start long poll + renewal -> report. In local mode (no ``ykafka.metaserver``) there is no grant: the
+Start-up (docs/architecture.md, "Data flow"): local config -> authenticate (signed) -> grant -> fetch the
+global namespace -> start long poll + renewal -> report. In local mode (no ``ykafka.metaserver``) there is no grant: the
 clusters come from ``bootstrap.servers`` (cluster ``default``) and ``ykafka.local.clusters``, everything is
 allowed, and hot config is on only if ``ykafka.configcenter.url`` is given.
 

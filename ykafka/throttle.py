@@ -16,17 +16,29 @@ from ykafka.errors import ThrottledError
 
 
 class TokenBucket:
-    """A token bucket whose rate can change in place; burst = one second's worth (at least one unit)."""
+    """A token bucket whose rate can change in place; rate 0 = unlimited.
 
-    def __init__(self, rate: float, name: str = "") -> None:
+    The burst is ``burst_s`` seconds' worth (at least one unit). A producer limit starts with a full burst
+    and reserves (:meth:`reserve`, may go into debt: later callers wait behind it); the consumer's dispatch
+    limit (:meth:`for_dispatch`) has a 100 ms burst, starts empty and asks :meth:`allowance` / :meth:`take`.
+    """
+
+    def __init__(self, rate: float = 0.0, name: str = "", burst_s: float = 1.0, start_full: bool = True) -> None:
         self.name = name
+        self._burst_s = burst_s
         self._lock = threading.Lock()
         self._rate = 0.0
         self._burst = 1.0
         self._tokens = 0.0
         self._stamp = time.monotonic()
         self.set_rate(rate)
-        self._tokens = self._burst  # a new limit starts with a full second of budget
+        if start_full:
+            self._tokens = self._burst  # a new limit starts with a full burst of budget
+
+    @classmethod
+    def for_dispatch(cls, rate: float = 0.0) -> TokenBucket:
+        """``consumer.rate.limit.msgs``: bounds how many messages are dispatched per second."""
+        return cls(rate, "consumer", burst_s=0.1, start_full=False)
 
     @property
     def rate(self) -> float:
@@ -35,14 +47,37 @@ class TokenBucket:
     def set_rate(self, rate: float) -> None:
         with self._lock:
             self._refill(time.monotonic())
-            self._rate = float(rate)
-            self._burst = max(self._rate, 1.0)
-            self._tokens = min(self._tokens, self._burst)
+            self._rate = max(0.0, float(rate))
+            self._burst = max(self._rate * self._burst_s, 1.0)
+            self._tokens = min(self._tokens, self._burst) if self._rate else 0.0
 
     def _refill(self, now: float) -> None:
         if self._rate > 0:
             self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._rate)
         self._stamp = now
+
+    def allowance(self, wanted: int) -> int:
+        """How many of ``wanted`` units may be taken now (all of them when unlimited)."""
+        if not self._rate:
+            return wanted
+        with self._lock:
+            self._refill(time.monotonic())
+            return min(wanted, int(self._tokens))
+
+    def take(self, count: int) -> None:
+        if not self._rate or count <= 0:
+            return
+        with self._lock:
+            self._refill(time.monotonic())
+            self._tokens -= count
+
+    def wait_time(self) -> float:
+        """Seconds until one unit is available (0 when one is)."""
+        if not self._rate:
+            return 0.0
+        with self._lock:
+            self._refill(time.monotonic())
+            return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self._rate
 
     def reserve(self, amount: float, max_wait_s: float) -> float:
         """Take ``amount``; return how long to wait before sending, or raise if that exceeds ``max_wait_s``."""

@@ -34,9 +34,9 @@ from ykafka.consumer.ordering import FAST_HANDLER_S, Dispatcher, Ordering
 from ykafka.consumer.pool import AsyncPool, Pool, WorkerPool
 from ykafka.consumer.retry import RetryPolicy, RetryRouter, Routed
 from ykafka.consumer.settings import Settings
-from ykafka.consumer.throttle import TokenBucket
 from ykafka.errors import InvalidConfigValue
 from ykafka.metrics import Metrics
+from ykafka.throttle import TokenBucket
 from ykafka.transport import KafkaException, Message, TopicPartition
 from ykafka.transport import RawKafkaError as CKError
 
@@ -86,7 +86,7 @@ class Engine:
         self.trackers: dict[S.TP, PartitionTracker] = {}
         self.pool: Pool | None = None
         self.dispatcher: Dispatcher | None = None
-        self.bucket = TokenBucket(float(catalog.value(self.effective, "consumer.rate.limit.msgs")))
+        self.bucket = TokenBucket.for_dispatch(float(catalog.value(self.effective, "consumer.rate.limit.msgs")))
         self.processed = 0  # messages the handler returned from (approximate under concurrency)
         self.msg_cost = 1e-3  # seconds per message, a moving average measured by the workers
         self._inline: Callable[[Task], None] | None = None  # set per batch: run tasks on the fetch thread

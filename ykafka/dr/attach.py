@@ -10,7 +10,6 @@ from typing import Any
 
 import structlog
 
-from ykafka import catalog
 from ykafka.catalog import boolean
 from ykafka.config import register_option
 from ykafka.dr.engine import DisasterRecovery, DrOptions, RouteSpec
@@ -74,16 +73,8 @@ def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
         specs[topic] = (version, spec)
         return spec
 
-    def rdkafka_config(cluster: str) -> dict[str, Any]:
-        props = catalog.rdkafka_properties(rt.effective(cluster=cluster), "producer.")
-        conf = rt.rdkafka_config(cluster, props)
-        for name in ("on_delivery", "delivery.report.callback", "dr_cb", "dr_msg_cb", "error_cb", "stats_cb"):
-            conf.pop(name, None)
-        conf["partitioner"] = "murmur2_random"  # the Producer's keyed partitioning (Java-compatible)
-        return conf
-
     engine = DisasterRecovery(
-        rdkafka_config, route, opts,
+        producer.client_settings, route, opts,
         spill_after_ms=lambda cluster: int(rt.effective(cluster=cluster)["spill.after.ms"]),
         health_policy=lambda cluster: HealthPolicy.from_effective(rt.effective(cluster=cluster)))
     default_dr = producer.default_delivery

@@ -32,6 +32,10 @@ class ProducerPort(Protocol):
         """The ``on_delivery`` given in the producer's config (used when a send passes none)."""
         ...
 
+    def client_settings(self, cluster: str) -> dict[str, Any]:
+        """librdkafka settings of a producer on ``cluster`` (catalog keys, cluster, local), no callbacks."""
+        ...
+
     def tracer(self) -> Tracer:
         """The producer's message tracer (spill and replay steps join the message's trace)."""
         ...
