@@ -28,6 +28,7 @@ EXPECTED: dict[str, set[str]] = {
     "metaserver_clients": {"clients", "reports_s", "grants_s", "sqlite"},
     "pipeline_throughput": {"events", "events_s", "event_to_alert_s"},
     "producer_throughput": {"raw_msgs_s", "ykafka_msgs_s", "ratio", "messages"},
+    "scale_client": {"rdkafka_producers", "longest_request_line", "release_ms"},
     "spill_replay": {"spill_msgs_s", "replay_msgs_s", "lost", "duplicated"},
     "startup": {"raw_ms", "cold_ms", "warm_ms", "median_ms"},
     "trace_overhead": {"raw_msgs_s", "off_ratio", "sampled_1pct_ratio", "full_ratio"},
