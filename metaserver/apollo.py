@@ -168,13 +168,6 @@ class ApolloOpenApi:
         self._call("PUT", f"{self._ns_path(namespace)}/branches/{_q(branch)}/rules",
                    params={"operator": self.operator}, body=body)
 
-    def branch_items(self, namespace: str, branch: str) -> dict[str, str]:
-        data = self._call("GET", f"{self._ns_path(namespace)}/branches/{_q(branch)}/items", ok_missing=True)
-        if data is None:
-            return self.items(namespace, cluster=branch)
-        rows = (data.get("content") if isinstance(data, dict) else data) or []
-        return {str(row["key"]): str(row.get("value", "")) for row in rows if row.get("key")}
-
     def set_branch_item(self, namespace: str, branch: str, key: str, value: str) -> None:
         try:  # Apollo: a branch is a child cluster of the namespace
             self.set_item(namespace, key, value, cluster=branch)

@@ -177,7 +177,3 @@ def parse_duration(text: str) -> dt.timedelta:
     except (ValueError, OverflowError):  # 1e400d, inf, nan: not a duration either
         raise ValueError("invalid duration: use a number with s, m, h, d or w, e.g. 90s, 15m, 1h, 2d") from None
 
-
-def arrow_from_spark(df: Any) -> Any:
-    """Collect a (small, per micro-batch) Spark DataFrame as an Arrow table."""
-    return df.toArrow()

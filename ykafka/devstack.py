@@ -8,7 +8,6 @@ user runs. Each service is a background process with a pid file and a log under 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -16,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -445,17 +444,6 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-@contextlib.contextmanager
-def running_stack(cfg: StackConfig, names: list[str] | None = None) -> Iterator[Stack]:
-    """Start the stack for the duration of a block (used by tests and benchmarks)."""
-    stack = Stack(cfg)
-    try:
-        stack.up(names)
-        yield stack
-    finally:
-        stack.down()
-
-
 def ephemeral_config(home: Path, **overrides: Any) -> StackConfig:
     """A stack on free ports under ``home`` with fresh random tokens: for tests and benchmarks."""
     cfg = StackConfig.load(env={}, home=home)
@@ -470,7 +458,3 @@ def ephemeral_config(home: Path, **overrides: Any) -> StackConfig:
     for name, value in overrides.items():
         setattr(cfg, name, value)
     return cfg
-
-
-def status_json(stack: Stack) -> str:
-    return json.dumps(stack.status())

@@ -111,11 +111,6 @@ class HotConfig:
         with self._lock:
             self._listeners.append(listener)
 
-    def remove_listener(self, listener: Listener) -> None:
-        with self._lock:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
     def add_validator(self, validator: Validator) -> None:
         self._validators.append(validator)
 
