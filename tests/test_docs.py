@@ -2,13 +2,15 @@
 `ykafka dev up` starts, as a user would run it from a fresh folder.
 
 A small transcript runner of our own (sybil / pytest-markdown-docs do not start a stack or rewrite the
-documented default ports): the module's stack runs on free ports (``YKAFKA_DEV_*_PORT``) in a temp folder
-holding ``.ykafka/`` and links to ``samples/`` and ``configs/``; the documented default addresses in a block
-are rewritten to those ports; the block runs with ``.ykafka/dev.env`` sourced and must exit 0. A
-```` ```console ```` block's ``$ `` lines are commands and the lines after them the output shown: each shown
-line must appear in what the command printed (``…`` matches anything). A block that cannot run here says so
-on the line before it, visibly in the source: ``<!-- docs-test: skip: REASON -->``; the reason is the skip
-message. The stack is stopped by its pid files at the end (``ykafka dev down``).
+documented default ports). An untyped fence runs when its first line is a command (``ykafka``, ``python``,
+``curl``, ...); else it is a diagram or a listing. The module's stack runs on free ports
+(``YKAFKA_DEV_*_PORT``) in a temp folder holding ``.ykafka/`` and links to ``samples/`` and ``configs/``;
+the documented default addresses in a block are rewritten to those ports; the block runs with
+``.ykafka/dev.env`` sourced and must exit 0. A ```` ```console ```` block's ``$ `` lines are commands and
+the lines after them the output shown: each shown line must appear in what the command printed (``…``
+matches anything). A block that cannot run here says so on the line before it, visibly in the source:
+``<!-- docs-test: skip: REASON -->``; the reason is the skip message. The stack is stopped by its pid
+files at the end (``ykafka dev down``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ class Block:
         return f"{self.path.relative_to(ROOT)}:{self.line}"
 
 
+COMMANDS = ("ykafka ", "python ", "curl ", "make ", "source ", "export ", "bash ")
+
+
+def _commands(body: list[str]) -> bool:
+    first = next((line for line in body if line.strip() and not line.startswith("#")), "")
+    return first.startswith(COMMANDS)
+
+
 def blocks(path: Path) -> list[Block]:
     out: list[Block] = []
     lines = path.read_text().splitlines()
@@ -64,6 +74,8 @@ def blocks(path: Path) -> list[Block]:
             i += 1
         i += 1
         marker = SKIP.search(lines[start - 1]) if start else None
+        if lang == "" and not _commands(body):
+            continue  # an untyped fence that is a diagram or a listing, not commands
         if lang in SHELL | {"console", "python"}:
             out.append(Block(path, start + 1, lang or "bash", "\n".join(body), marker.group(1) if marker else None))
     return out
