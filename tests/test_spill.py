@@ -392,7 +392,7 @@ def test_fsync_append_never_waits_for_the_disk_and_replay_follows_the_group_fsyn
         status = queue.status()
         assert committed_seqs == set(range(20_000))
         assert status["fsyncs"] >= 1 and status["fsyncs"] <= status["commits"] < 1000
-        assert rate > 20_000, f"{rate:.0f} appends/s"  # an fdatasync each was ~5,000/s on this machine
+        assert rate > 10_000, f"{rate:.0f} appends/s"  # an fdatasync each was ~5,000/s on this machine
 
 
 def test_delivery_callback_of_an_fsync_spilled_message_never_precedes_its_fsync(tmp_path: Path) -> None:
