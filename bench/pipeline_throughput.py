@@ -34,7 +34,7 @@ from pipeline.session import spark_session  # noqa: E402
 from tests.dr_fixtures import Broker  # noqa: E402
 from ykafka import events  # noqa: E402
 from ykafka.events import MetricName  # noqa: E402
-from ykafka.tracing import EventSink  # noqa: E402
+from ykafka.sink import EventSink  # noqa: E402
 
 KINDS = ("produced", "acked", "consumed", "processed")
 

@@ -23,7 +23,8 @@ from pipeline.cli import trace
 from pipeline.runner import Pipeline, PipelineConfig
 from ykafka.metrics import Metrics, local_versions
 from ykafka.oneline import run
-from ykafka.tracing import EventSink, Tracer
+from ykafka.sink import EventSink
+from ykafka.tracing import Tracer
 
 TRACE_ALL = {"trace.enabled": True, "trace.sample.rate": 1.0}
 

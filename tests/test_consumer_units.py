@@ -16,7 +16,7 @@ from ykafka.consumer.offsets import PartitionTracker
 from ykafka.consumer.ordering import Dispatcher
 from ykafka.consumer.pool import WorkerPool
 from ykafka.consumer.retry import RetryPolicy, RetryRouter, dlq_topic, retry_topic
-from ykafka.consumer.settings import Settings
+from ykafka.consumer.settings import ConsumerSettings
 from ykafka.errors import ConfigError
 from ykafka.throttle import TokenBucket
 
@@ -248,7 +248,7 @@ def test_settings_from_local_options() -> None:
     from ykafka import config
 
     conf = config.load({"bootstrap.servers": "x:1", "ykafka.consumer.max.inflight.per.partition": "50"}, "consumer")
-    assert Settings.from_options(conf.options).max_inflight_per_partition == 50
+    assert ConsumerSettings.from_options(conf.options).max_inflight_per_partition == 50
     with pytest.raises(ConfigError, match="max.inflight"):
         config.load({"bootstrap.servers": "x:1", "ykafka.consumer.max.inflight.per.partition": "0"}, "consumer")
 

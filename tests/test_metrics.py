@@ -13,7 +13,7 @@ from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
 from ykafka import events
 from ykafka.events import MetricName
 from ykafka.metrics import Metrics, client_event_from_report, local_versions
-from ykafka.tracing import EventSink
+from ykafka.sink import EventSink
 
 pytest_plugins = ["tests.pipeline_fixtures"]
 

@@ -33,7 +33,8 @@ from ykafka import __version__, events
 from ykafka.consumer import Consumer as YConsumer
 from ykafka.consumer import dlq_topic, retry_topic
 from ykafka.metrics import Metrics, local_versions
-from ykafka.tracing import EventSink, Tracer
+from ykafka.sink import EventSink
+from ykafka.tracing import Tracer
 
 pytest_plugins = ["tests.pipeline_fixtures"]
 

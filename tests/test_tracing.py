@@ -9,7 +9,8 @@ from confluent_kafka import Producer
 
 from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
 from ykafka import events
-from ykafka.tracing import EventSink, Tracer
+from ykafka.sink import EventSink
+from ykafka.tracing import Tracer
 
 pytest_plugins = ["tests.pipeline_fixtures"]
 

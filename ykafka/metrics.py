@@ -10,7 +10,7 @@ Sources:
   hand-over) and processing time, summarised per interval into count / sum / max / p50 / p95 / p99;
 * counters the SDK bumps on errors (:meth:`Metrics.count`).
 
-Everything goes through the same non-blocking :class:`~ykafka.tracing.EventSink` as trace events, and to
+Everything goes through the same non-blocking :class:`~ykafka.sink.EventSink` as trace events, and to
 an optional Prometheus endpoint (``ykafka.prometheus.port``) served by ``prometheus_client``.
 
 Client events (:meth:`Metrics.client_event`, or :meth:`Metrics.watch_client` for a periodic report from a
@@ -33,7 +33,7 @@ import structlog
 from ykafka import catalog, events
 from ykafka.config import register_option
 from ykafka.events import MetricName
-from ykafka.tracing import EventSink
+from ykafka.sink import EventSink
 
 log = structlog.get_logger(__name__)
 
@@ -494,7 +494,7 @@ class Observability:
 
     def sink(self) -> EventSink | None:
         if self._sink is None and not self._failed:
-            from ykafka.tracing import sink_conf
+            from ykafka.sink import sink_conf
 
             with self._lock:
                 if self._sink is None and not self._failed:

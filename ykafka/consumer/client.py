@@ -26,7 +26,7 @@ from ykafka.consumer import session as S
 from ykafka.consumer.engine import Engine, retry_policy
 from ykafka.consumer.observe import ConsumerObserver
 from ykafka.consumer.retry import RetryRouter, shared_properties
-from ykafka.consumer.settings import Settings
+from ykafka.consumer.settings import ConsumerSettings
 from ykafka.consumer.shutdown import stop_on_signals
 from ykafka.errors import ClosedError, ConfigError, InvalidConfigValue
 from ykafka.runtime import Runtime
@@ -56,13 +56,13 @@ class Consumer:
         try:
             if self.group:
                 self.runtime.check_acl("group", self.group)
-            self.settings = Settings.from_options(conf.options)
+            self.settings = ConsumerSettings.from_options(conf.options)
             self._topics: list[str] = []
             self.cluster = self.runtime.route(group=self.group)
             self.effective = self._resolve(self.cluster)
             # trace steps, handler timings, librdkafka statistics and client events (docs/observability.md)
             self._observer = ConsumerObserver(self.runtime, self.group, self.cluster)
-            self._session = S.Session(self._props(self.cluster, self.effective), facade=self)
+            self._session = S.ConsumerSession(self._props(self.cluster, self.effective), facade=self)
             self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None,
                                  self._observer)
             # Values in force at start-up (local config or a namespace) apply from the first join on.

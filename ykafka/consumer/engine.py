@@ -33,7 +33,7 @@ from ykafka.consumer.offsets import PartitionTracker, Task
 from ykafka.consumer.ordering import FAST_HANDLER_S, Dispatcher, Ordering
 from ykafka.consumer.pool import AsyncPool, Pool, WorkerPool
 from ykafka.consumer.retry import RetryPolicy, RetryRouter, Routed
-from ykafka.consumer.settings import Settings
+from ykafka.consumer.settings import ConsumerSettings
 from ykafka.errors import InvalidConfigValue
 from ykafka.metrics import Metrics
 from ykafka.throttle import TokenBucket
@@ -73,9 +73,9 @@ def migration_strategy(new: str, current: str) -> str:
 
 
 class Engine:
-    """Runs a handler over a :class:`~ykafka.consumer.session.Session` until stopped."""
+    """Runs a handler over a :class:`~ykafka.consumer.session.ConsumerSession` until stopped."""
 
-    def __init__(self, session: S.Session, group: str, effective: Mapping[str, Any], settings: Settings,
+    def __init__(self, session: S.ConsumerSession, group: str, effective: Mapping[str, Any], settings: ConsumerSettings,
                  router: RetryRouter | None, observer: ConsumerObserver | None = None) -> None:
         self.session = session
         self.group = group

@@ -35,7 +35,7 @@ class RebalanceHooks(Protocol):
     def lost(self, partitions: list[TopicPartition]) -> None: ...
 
 
-class Session:
+class ConsumerSession:
     """Owns the current confluent-kafka ``Consumer`` and rebuilds it when its settings change."""
 
     def __init__(self, props: Mapping[str, Any], facade: Any = None,

@@ -36,7 +36,7 @@ for _field, _name, _parse, _default, _help in _OPTIONS:
 
 
 @dataclass(frozen=True)
-class Settings:
+class ConsumerSettings:
     max_inflight_per_partition: int = 1000
     batch_size: int = 500
     commit_interval_ms: int = 1000
@@ -46,6 +46,6 @@ class Settings:
     retry_topics: bool = True
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> Settings:
+    def from_options(cls, options: Mapping[str, Any]) -> ConsumerSettings:
         """From a parsed option dict (``LocalConfig.options``); missing options keep their defaults."""
         return cls(**{field: options[name] for field, name, *_ in _OPTIONS if name in options})
