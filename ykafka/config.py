@@ -14,6 +14,7 @@ Identity can also come from the environment (``YKAFKA_APP_ID``, ``YKAFKA_APP_SEC
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -72,8 +73,20 @@ def register_option(name: str, parse: Callable[[Any], Any], default: Any, help: 
     _OPTIONS[name] = Option(name, parse, default, help, env)
 
 
+#: Modules that register options when imported: every one is loaded before a config is parsed, so whether
+#: ``ykafka.dr.enabled`` is known never depends on which parts of the SDK an application imported first.
+OPTION_MODULES = ("ykafka.dr.attach", "ykafka.dr.queue", "ykafka.producer", "ykafka.tracing", "ykafka.metrics",
+                  "ykafka.consumer.settings")
+
+
+def _register_all() -> None:
+    for module in OPTION_MODULES:
+        importlib.import_module(module)
+
+
 def options() -> dict[str, Option]:
     """All known ``ykafka.*`` options (for docs and the CLI)."""
+    _register_all()
     return dict(_OPTIONS)
 
 
@@ -188,6 +201,7 @@ class LocalConfig:
 
 def load(conf: Mapping[str, Any] | None, role: Role, env: Mapping[str, str] | None = None) -> LocalConfig:
     """Parse a client config dict (plus env); raise :class:`ConfigError` naming the bad key and why."""
+    _register_all()
     env = os.environ if env is None else env
     raw = dict(conf or {})
     values: dict[str, Any] = {}
