@@ -9,6 +9,7 @@ against the branch release, the rest against the main one (docs/architecture.md,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,16 +51,32 @@ def reaches(client: dict[str, Any], scope: Scope, ips: list[str] | None = None) 
     return scope.name in (client.get("topics") or [])
 
 
-def status(client: dict[str, Any], tgt: Target) -> tuple[str, str]:
-    """("applied" | "rejected" | "pending", detail) of one client against the release in force for it."""
+RejectionsOf = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+def _embedded(client: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((client.get("extra") or {}).get("errors") or [])
+
+
+def status(client: dict[str, Any], tgt: Target, rejections_of: RejectionsOf = _embedded) -> tuple[str, str]:
+    """("applied" | "rejected" | "pending" | "none", detail) of one client against the release in force for it.
+
+    ``rejections_of`` reads the client's structured rejections; it is called only when the client holds the
+    release and reports errors at all (the ``errors`` strings), so a large panel reads few ``extra`` blobs.
+    """
     want = tgt.key_for(client.get("ip"))
-    held = ((client.get("config_release_keys") or {}).get(tgt.namespace)) or ""
+    if "held" in client:  # picked out in SQL (console.queries.reached)
+        held, has_errors = client["held"] or "", bool(client.get("has_errors"))
+    else:
+        held, has_errors = ((client.get("config_release_keys") or {}).get(tgt.namespace)) or "", True
     if not want:
         return "none", "no release at this scope yet"
     if want not in held.split("+"):
         return "pending", "waiting for the client's report"
+    if not has_errors:
+        return "applied", ""
     reasons = [f"{e.get('key')}={e.get('value')}: {e.get('reason')}"
-               for e in ((client.get("extra") or {}).get("errors") or [])
+               for e in rejections_of(client)
                if isinstance(e, dict) and e.get("type") == "config_rejected" and e.get("namespace") == tgt.namespace
                and e.get("release_key") == held]
     if reasons:
@@ -67,13 +84,14 @@ def status(client: dict[str, Any], tgt: Target) -> tuple[str, str]:
     return "applied", ""
 
 
-def panel(clients: list[dict[str, Any]], scope: Scope, tgt: Target) -> list[dict[str, Any]]:
+def panel(clients: list[dict[str, Any]], scope: Scope, tgt: Target,
+          rejections_of: RejectionsOf = _embedded) -> list[dict[str, Any]]:
     """The live clients a scope reaches, each with its status against the release in force."""
     rows = []
     for client in clients:
-        if not client.get("online") or not reaches(client, scope):
+        if not client.get("online") or ("held" not in client and not reaches(client, scope)):
             continue
-        state, detail = status(client, tgt)
+        state, detail = status(client, tgt, rejections_of)
         rows.append({"client": client, "status": state, "detail": detail,
                      "gray": bool(tgt.gray_key and client.get("ip") in tgt.gray_ips)})
     return rows

@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from metaserver import audit, clients, db, hotconfig, registry
 from metaserver.apollo import ApolloError, ApolloOpenApi
-from metaserver.console import loop, users
+from metaserver.console import loop, queries, users
 from metaserver.hotconfig import ConfigRejected
 from metaserver.models import alerts, apps
 from metaserver.services import Services
@@ -122,26 +122,17 @@ def overview(request: Request) -> Response:
     with db.read(svc.engine) as conn:
         clusters = registry.all_clusters(conn)
         app_count = conn.execute(select(func.count()).select_from(apps)).scalar_one()
-        live = clients.current(conn, svc.settings.renew_interval, online=True, limit=100000)
+        roles = queries.live_roles(conn, svc.settings.renew_interval)
+        firing_count = conn.execute(select(func.count()).select_from(alerts)
+                                    .where(alerts.c.status == "firing")).scalar_one()
         firing = conn.execute(select(alerts).where(alerts.c.status == "firing")
                               .order_by(alerts.c.last_seen.desc()).limit(20)).mappings().all()
-    roles: dict[str, int] = {}
-    for c in live:
-        roles[c["role"] or "?"] = roles.get(c["role"] or "?", 0) + 1
     return _page(request, "overview.html", sess, clusters=list(clusters.values()), app_count=app_count,
-                 live_count=len(live), roles=sorted(roles.items()), firing=firing)
+                 live_count=sum(n for _, n in roles), roles=roles, firing=firing, firing_count=firing_count)
 
 
 _CLIENT_FILTERS = ("app", "cluster", "group", "topic", "ip", "role", "version")
-
-
-def _matches(c: dict[str, Any], f: dict[str, str]) -> bool:
-    versions = c.get("versions") or {}
-    return ((not f.get("topic") or f["topic"] in (c.get("topics") or []))
-            and (not f.get("ip") or f["ip"] in (c.get("ip") or "") or f["ip"] in (c.get("hostname") or ""))
-            and (not f.get("role") or c.get("role") == f["role"])
-            and (not f.get("version") or f["version"] in (versions.get("ykafka") or "")
-                 or f["version"] in (versions.get("librdkafka") or "")))
+PAGE_ROWS = 200
 
 
 @router.get("/clients")
@@ -153,11 +144,8 @@ def client_list(request: Request) -> Response:
     f = {k: request.query_params.get(k, "").strip()[:200] for k in _CLIENT_FILTERS}
     online = request.query_params.get("online", "")
     with db.read(svc.engine) as conn:
-        rows = clients.current(conn, svc.settings.renew_interval, app=f["app"] or None,
-                               cluster=f["cluster"] or None, group=f["group"] or None,
-                               online=True if online == "1" else None, limit=5000)
-    rows = [c for c in rows if _matches(c, f)][:500]
-    return _page(request, "clients.html", sess, rows=rows, f=f, online=online)
+        rows, total = queries.client_list(conn, svc.settings.renew_interval, f, online == "1", PAGE_ROWS)
+    return _page(request, "clients.html", sess, rows=rows, total=total, f=f, online=online)
 
 
 @router.get("/clients/{app_id}/{client_id}")
@@ -176,7 +164,26 @@ def client_page(request: Request, app_id: str, client_id: str) -> Response:
     extra = client.get("extra") or {}
     rejections = [e for e in extra.get("errors") or [] if isinstance(e, dict) and e.get("type") == "config_rejected"]
     return _page(request, "client.html", sess, c=client, history=history, rejections=rejections,
-                 effective=extra.get("effective_config") or {})
+                 effective=extra.get("effective_config") or {}, dr=dr_summary(extra.get("dr")))
+
+
+def dr_summary(dr: Any) -> list[str]:
+    """One line per route, spill queue and replay from a producer's DR status (spilled / replaying / standby)."""
+    if not isinstance(dr, dict):
+        return []
+    lines = []
+    for topic, route in (dr.get("routes") or {}).items():
+        standby = " (on standby)" if route.get("failed_over") else ""
+        lines.append(f"{topic}: writes to {route.get('active')}{standby}, primary {route.get('primary')}, "
+                     f"standby {route.get('standby') or '-'}, failover {route.get('failover')}")
+    for cluster, spill in (dr.get("spill") or {}).items():
+        if spill.get("depth") or spill.get("spilled"):
+            lines.append(f"spill {cluster}: {spill.get('depth', 0)} queued, {spill.get('spilled', 0)} spilled")
+    for cluster, replay in (dr.get("replay") or {}).items():
+        if replay.get("active") or replay.get("replayed"):
+            lines.append(f"replay {cluster}: {'active, ' if replay.get('active') else ''}"
+                         f"{replay.get('replayed', 0)} replayed, {replay.get('left', 0)} left")
+    return lines or ["no spill, no replay, on primary"]
 
 
 @router.get("/alerts")
@@ -238,10 +245,19 @@ def _state(svc: Services, scope: Scope) -> tuple[dict[str, Any], loop.Target]:
     return current, loop.target(current, main, gray)
 
 
-def _live(svc: Services, scope: Scope, tgt: loop.Target) -> list[dict[str, Any]]:
+PANEL_ROWS = 300
+
+
+def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
+    """The panel: counts per status over every live client the scope reaches, rows for the first few hundred
+    (rejected and pending first, since those need the operator)."""
     with db.read(svc.engine) as conn:
-        everyone = clients.current(conn, svc.settings.renew_interval, online=True, limit=100000)
-    return loop.panel(everyone, scope, tgt)
+        reached = queries.reached(conn, svc.settings.renew_interval, scope.kind.value, scope.name, tgt.namespace)
+        rows = loop.panel(reached, scope, tgt, lambda c: queries.rejections(conn, c["app_id"], c["client_id"]))
+    counts = {state: sum(1 for r in rows if r["status"] == state) for state in ("applied", "pending", "rejected")}
+    order = {"rejected": 0, "pending": 1, "none": 2, "applied": 3}
+    rows.sort(key=lambda r: order.get(r["status"], 9))
+    return {"rows": rows[:PANEL_ROWS], "total": len(rows), "counts": counts}
 
 
 def _history(svc: Services, namespace: str) -> list[dict[str, Any]]:
@@ -261,7 +277,7 @@ def _config_page(request: Request, sess: users.Session, scope: Scope, status_cod
     ctx.setdefault("form", {"changes": "", "ips": "", "comment": ""})
     return _page(request, "config.html", sess, status_code=status_code, scope=str(scope), keys=keys,
                  current=current, error=ctx.pop("error", None) or error,
-                 panel=_live(svc, scope, tgt) if tgt else [], history=_history(svc, scope.namespace()),
+                 panel=_live(svc, scope, tgt) if tgt else None, history=_history(svc, scope.namespace()),
                  can_edit=sess.can("operator"), **ctx)
 
 
@@ -313,8 +329,8 @@ async def config_preview(request: Request) -> Response:
         return _config_page(request, sess, catalog.GLOBAL if "scope" in exc.errors else _scope(form["scope"]),
                             status_code=422, form=form, errors=exc.errors)
     with db.read(svc.engine) as conn:
-        everyone = clients.current(conn, svc.settings.renew_interval, online=True, limit=100000)
-    reach = [c for c in everyone if loop.reaches(c, scope, plan.ips)]
+        everyone = queries.reached(conn, svc.settings.renew_interval, scope.kind.value, scope.name, plan.namespace)
+    reach = [c for c in everyone if plan.ips is None or c["ip"] in plan.ips]
     return _config_page(request, sess, scope, form=form, preview={"changes": plan.changes, "reach": reach,
                                                                   "ips": plan.ips})
 

@@ -1,0 +1,179 @@
+"""Console page latency at scale, and how soon a publish shows every client "applied".
+
+Part 1 (pages): 10,000 client reports over 1,000 topics and 200 groups (plus alerts and audit rows) in the
+MetaServer's database; every console page is requested repeatedly in-process (Starlette's TestClient: the
+time is the server's, no network) and its p95 reported; the clients page is also timed with filters.
+Part 2 (closed loop): real ykafka Producers on the local stack; an operator publishes through the console
+(login, CSRF, POST) and polls the live panel; per client, the time from the publish answer to the panel
+showing it "applied" — p50 / p99 over every client and round.
+
+    python bench/console_pages.py [--clients 10000] [--producers 12] [--rounds 10] [--quick]
+
+Last line: RESULT {"pages_p95_ms": {...}, "clients_filter_p95_ms": ..., "publish_applied_p99_ms": ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import requests  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from bench._stack import bench_stack  # noqa: E402
+from metaserver import db  # noqa: E402
+from metaserver.app import create_app  # noqa: E402
+from metaserver.console import users  # noqa: E402
+from metaserver.models import alerts, audit, client_state  # noqa: E402
+from metaserver.settings import Settings  # noqa: E402
+from ykafka import Producer  # noqa: E402
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else 0.0
+
+
+def _seed(engine: Any, n_clients: int, n_topics: int, n_groups: int) -> None:
+    now = time.time()
+    rng = random.Random(7)
+    rows = []
+    for i in range(n_clients):
+        consumer = i % 3 == 0
+        topics = [f"topic-{rng.randrange(n_topics):04d}" for _ in range(2)]
+        rows.append({"app_id": f"app-{i % 50:02d}", "client_id": f"client-{i:05d}", "ip": f"10.0.{i // 250}.{i % 250}",
+                     "hostname": f"host-{i // 8}", "pid": 1000 + i, "language": "python", "ykafka_version": "0.1.0",
+                     "confluent_kafka_version": "2.16.1", "librdkafka_version": "2.16.0" if i % 4 else "1.9.2",
+                     "role": "consumer" if consumer else "producer", "topics": topics,
+                     "group_id": f"group-{i % n_groups:03d}" if consumer else None, "cluster": "dc-a",
+                     "config_release_keys": {f"ykafka.topic.{t}": uuid.uuid4().hex for t in topics},
+                     "state": "running", "errors": [], "extra": {"dr": None, "errors": []},
+                     "first_seen": now - 3600, "last_seen": now - rng.random() * 120})
+    with db.write(engine) as conn:
+        for start in range(0, len(rows), 1000):
+            conn.execute(client_state.insert(), rows[start:start + 1000])
+        conn.execute(alerts.insert(), [{"id": f"a{i}", "rule": "lag", "level": "warning", "status": "firing" if i % 3
+                                        else "resolved", "topic": f"topic-{i:04d}", "group_id": f"group-{i % 200:03d}",
+                                        "partition": 0, "client_id": None, "reason": "lag rising", "evidence": {},
+                                        "ts": int(now * 1000), "first_seen": now, "last_seen": now, "posts": 1,
+                                        "reported_by": "bench"} for i in range(300)])
+        conn.execute(audit.insert(), [{"at": now - i, "operator": "bench", "action": "config.set",
+                                       "target": f"ykafka.topic.topic-{i % n_topics:04d}", "before": {},
+                                       "after": {"values": {"producer.linger.ms": str(i)}}} for i in range(2000)])
+
+
+def pages(cc_url: str, cc_token: str, n_clients: int, repeats: int) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="ykafka-console-bench-"))
+    settings = Settings(db_url=f"sqlite:///{home / 'ms.db'}", configcenter_url=cc_url,
+                        configcenter_openapi_token=cc_token, apollo_app_id=f"bench{uuid.uuid4().hex[:6]}",
+                        admin_tokens={"bench": "bench-token"}, renew_interval=60)
+    app = create_app(settings)
+    engine = app.state.services.engine
+    _seed(engine, n_clients, 1000, 200)
+    users.create(engine, "bench", "bench-password", "operator")
+    client = TestClient(app)
+    assert client.post("/console/login", data={"username": "bench", "password": "bench-password"},
+                       follow_redirects=False).status_code == 303
+    urls = {"overview": "/console/", "clients": "/console/clients", "client": "/console/clients/app-01/client-00001",
+            "config": "/console/config?scope=topic:topic-0001", "config_panel": "/console/config/panel?scope=global",
+            "alerts": "/console/alerts", "audit": "/console/audit"}
+    filters = ["/console/clients?topic=topic-0042", "/console/clients?group=group-007",
+               "/console/clients?app=app-03&role=producer", "/console/clients?ip=10.0.7.",
+               "/console/clients?version=1.9"]
+    out: dict[str, float] = {}
+    for name, url in urls.items():
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            resp = client.get(url)
+            times.append((time.perf_counter() - t0) * 1000)
+            assert resp.status_code == 200, (url, resp.status_code, resp.text[:300])
+        out[name] = _p(times, 0.95)
+    ftimes = []
+    for _ in range(repeats):
+        for url in filters:
+            t0 = time.perf_counter()
+            assert client.get(url).status_code == 200
+            ftimes.append((time.perf_counter() - t0) * 1000)
+    engine.dispose()
+    return {"pages_p95_ms": out, "clients_filter_p95_ms": _p(ftimes, 0.95)}
+
+
+def closed_loop(n_producers: int, rounds: int) -> dict[str, Any]:
+    with bench_stack() as st:
+        base = st.cfg.metaserver_url
+        topic = f"console-bench-{uuid.uuid4().hex[:6]}"
+        producers = [Producer(st.client_config(**{"ykafka.client.id": f"bench-{i}",
+                                                  "ykafka.cache.dir": str(st.home / f"c{i}")}))
+                     for i in range(n_producers)]
+        for p in producers:
+            p.produce(topic, b"x", b"k")
+            p.flush(30)
+        sess = requests.Session()
+        resp = sess.post(base + "/console/login", data={"username": st.env["YKAFKA_CONSOLE_USER"],
+                                                        "password": st.env["YKAFKA_CONSOLE_PASSWORD"]}, timeout=10)
+        resp.raise_for_status()
+        csrf = re.search(r'name="csrf" value="([^"]+)"', resp.text)
+        assert csrf, "no CSRF token on the overview page"
+        panel = f"{base}/console/config/panel?scope=topic:{topic}"
+        deadline = time.monotonic() + 60
+        while len(re.findall(r"data-client=", sess.get(panel, timeout=10).text)) < n_producers:
+            assert time.monotonic() < deadline, "producers never reported the topic"
+            time.sleep(0.2)
+        latencies: list[float] = []
+        for r in range(rounds):
+            t0 = time.monotonic()
+            resp = sess.post(base + "/console/config/publish", timeout=30, allow_redirects=False,
+                             data={"csrf": csrf.group(1), "scope": f"topic:{topic}",
+                                   "changes": f"producer.rate.limit.msgs={1000 + r}"})
+            assert resp.status_code == 303, (resp.status_code, resp.text[:300])
+            published = time.monotonic()
+            pending = {f"bench-{i}" for i in range(n_producers)}
+            while pending and time.monotonic() - published < 30:
+                html = sess.get(panel, timeout=10).text
+                now = time.monotonic()
+                for cid, state in re.findall(r'data-client="([^"]+)" data-status="([a-z]+)"', html):
+                    if cid in pending and state == "applied":
+                        pending.discard(cid)
+                        latencies.append((now - published) * 1000)
+                time.sleep(0.02)
+            assert not pending, f"round {r}: never applied: {sorted(pending)} ({published - t0:.2f}s to publish)"
+        for p in producers:
+            p.close()
+    return {"publish_applied_p50_ms": _p(latencies, 0.5), "publish_applied_p99_ms": _p(latencies, 0.99),
+            "publish_applied_max_ms": _p(latencies, 1.0), "producers": n_producers, "rounds": rounds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=10_000)
+    parser.add_argument("--producers", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--quick", action="store_true", help="2,000 clients, 3 producers, 3 rounds")
+    args = parser.parse_args()
+    if args.quick:
+        args.clients, args.producers, args.rounds, args.repeats = 2000, 3, 3, 10
+    result: dict[str, Any] = {"clients": args.clients, "topics": 1000, "groups": 200}
+    loop = closed_loop(args.producers, args.rounds)
+    with bench_stack() as st:
+        result.update(pages(st.cfg.configcenter_url, st.cfg.openapi_token, args.clients, args.repeats))
+    result.update(loop)
+    result["pages_p95_max_ms"] = max(result["pages_p95_ms"].values())
+    result["median_page_p95_ms"] = statistics.median(result["pages_p95_ms"].values())
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
