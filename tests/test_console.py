@@ -200,3 +200,22 @@ def test_five_wrong_passwords_lock_login_for_that_user_and_source(console: Conso
     console.login(page, "viewer")  # another user from the same source is not locked
     cookie = [c for c in page.context.cookies() if c["name"] == "ykafka_console"][0]
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+
+def test_the_console_sample_publishes_and_sees_its_producer_apply(console: Console, tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    st = console.stack
+    app_id, secret = st.new_app(["*"], [], [])
+    env = {**os.environ, "YKAFKA_APP_ID": app_id, "YKAFKA_APP_SECRET": secret, "YKAFKA_METASERVER": st.metaserver,
+           "YKAFKA_ADMIN_TOKEN": st.admin_token, "YKAFKA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("YKAFKA_CONSOLE_USER", None)
+    sample = Path(__file__).resolve().parent.parent / "samples" / "console_publish.py"
+    result = subprocess.run([sys.executable, str(sample), "--topic", unique("console-sample")], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "reaches 1 live client(s)" in result.stdout and "all 1 applied after" in result.stdout
+    assert result.stdout.strip().endswith("OK")

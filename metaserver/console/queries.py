@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Connection, String, Text, cast, func, or_, select
+from sqlalchemy import Connection, String, Text, and_, cast, false, func, not_, or_, select
 
 from metaserver.models import client_state as cs
 
@@ -67,30 +67,61 @@ def live_roles(conn: Connection, heartbeat_s: int) -> list[tuple[str, int]]:
     return sorted((str(role), int(n)) for role, n in conn.execute(stmt))
 
 
-def reached(conn: Connection, heartbeat_s: int, kind: str, name: str, namespace: str) -> list[dict[str, Any]]:
+def _scope_filter(stmt: Any, kind: str, name: str) -> Any:
+    if kind == "cluster":
+        return stmt.where(cs.c.cluster == name)
+    if kind == "group":
+        return stmt.where(cs.c.group_id == name)
+    if kind == "topic":
+        # names are [A-Za-z0-9._-]: the quoted name matches exactly one list element of the JSON text
+        return stmt.where(_topic_filter(name))
+    return stmt
+
+
+def _held(namespace: str) -> Any:
+    return cs.c.config_release_keys[namespace].as_string()
+
+
+def _has_errors() -> Any:
+    text = cast(cs.c.errors, Text)
+    return and_(text.is_not(None), text.not_in(["[]", "null"]))
+
+
+def reached(conn: Connection, heartbeat_s: int, kind: str, name: str, namespace: str,
+            where: Any = None, limit: int | None = None) -> list[dict[str, Any]]:
     """Live clients reading a scope (kind global / cluster / group / topic) with the release key each holds
     for ``namespace`` (``held``) and whether it reports errors; the JSON is picked apart in SQL so ten
     thousand clients do not mean thirty thousand JSON decodes here."""
-    columns = [cs.c.app_id, cs.c.client_id, cs.c.ip, cs.c.hostname, cs.c.role,
-               cs.c.config_release_keys[namespace].as_string().label("held"),
-               cast(cs.c.errors, Text).label("errors_text")]
-    stmt = select(*columns).where(cs.c.last_seen >= online_after(heartbeat_s))
-    if kind == "cluster":
-        stmt = stmt.where(cs.c.cluster == name)
-    elif kind == "group":
-        stmt = stmt.where(cs.c.group_id == name)
-    elif kind == "topic":
-        stmt = stmt.add_columns(cs.c.topics).where(_topic_filter(name))
-    out = []
-    for row in conn.execute(stmt.order_by(cs.c.app_id, cs.c.client_id)).mappings():
-        item = dict(row)
-        if kind == "topic" and name not in (item["topics"] or []):
-            continue
-        errors_text = item.pop("errors_text")
-        item["has_errors"] = bool(errors_text) and errors_text not in ("[]", "null")
-        item["online"] = True
-        out.append(item)
-    return out
+    stmt = select(cs.c.app_id, cs.c.client_id, cs.c.ip, cs.c.hostname, cs.c.role, _held(namespace).label("held"),
+                  _has_errors().label("has_errors")).where(cs.c.last_seen >= online_after(heartbeat_s))
+    stmt = _scope_filter(stmt, kind, name)
+    if where is not None:
+        stmt = stmt.where(where)
+    stmt = stmt.order_by(cs.c.app_id, cs.c.client_id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return [{**row, "has_errors": bool(row["has_errors"]), "online": True} for row in conn.execute(stmt).mappings()]
+
+
+def reached_summary(conn: Connection, heartbeat_s: int, kind: str, name: str, namespace: str,
+                    gray_ips: tuple[str, ...]) -> list[tuple[str | None, bool, bool, int]]:
+    """(held key, has errors, on a gray IP, how many) over the live clients a scope reaches: the panel's
+    counts without a row per client."""
+    held, errs = _held(namespace), _has_errors()
+    groups = [held, errs] + ([cs.c.ip.in_(gray_ips)] if gray_ips else [])
+    stmt = select(*groups, func.count()).where(cs.c.last_seen >= online_after(heartbeat_s))
+    stmt = _scope_filter(stmt, kind, name).group_by(*groups)
+    rows = conn.execute(stmt).all()
+    if gray_ips:
+        return [(h, bool(e), bool(g), int(n)) for h, e, g, n in rows]
+    return [(h, bool(e), False, int(n)) for h, e, n in rows]
+
+
+def not_settled(namespace: str, keys: list[str]) -> Any:
+    """Clients that do not hold one of ``keys`` yet, or report errors (the rows an operator looks at first)."""
+    held = _held(namespace)
+    holds = or_(*(held.like(_like(k), escape="\\") for k in keys)) if keys else false()
+    return or_(held.is_(None), not_(holds), _has_errors())
 
 
 def rejections(conn: Connection, app_id: str, client_id: str) -> list[dict[str, Any]]:

@@ -249,15 +249,38 @@ PANEL_ROWS = 300
 
 
 def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
-    """The panel: counts per status over every live client the scope reaches, rows for the first few hundred
-    (rejected and pending first, since those need the operator)."""
+    """The panel: counts per status over every live client the scope reaches (grouped in SQL), rows for the
+    first few hundred, the unsettled ones (pending, rejected) first since those need the operator."""
+    beat, kind = svc.settings.renew_interval, scope.kind.value
+    counts = {"applied": 0, "pending": 0, "rejected": 0}
+    total = 0
+    keys = [k for k in (tgt.main_key, tgt.gray_key) if k]
     with db.read(svc.engine) as conn:
-        reached = queries.reached(conn, svc.settings.renew_interval, scope.kind.value, scope.name, tgt.namespace)
-        rows = loop.panel(reached, scope, tgt, lambda c: queries.rejections(conn, c["app_id"], c["client_id"]))
-    counts = {state: sum(1 for r in rows if r["status"] == state) for state in ("applied", "pending", "rejected")}
+        def rejections_of(c: dict[str, Any]) -> list[dict[str, Any]]:
+            return queries.rejections(conn, c["app_id"], c["client_id"])
+
+        for held, has_errors, gray, n in queries.reached_summary(conn, beat, kind, scope.name, tgt.namespace,
+                                                                   tgt.gray_ips):
+            total += n
+            want = tgt.gray_key if gray and tgt.gray_key else tgt.main_key
+            if not want or want not in (held or "").split("+"):
+                counts["pending"] += n
+            elif not has_errors:
+                counts["applied"] += n
+        unsettled = queries.reached(conn, beat, kind, scope.name, tgt.namespace,
+                                    where=queries.not_settled(tgt.namespace, keys), limit=5000)
+        rows = loop.panel(unsettled, scope, tgt, rejections_of)
+        for row in rows:  # errors reported, key held: rejected, or applied when the errors are not this release's
+            if row["client"]["has_errors"] and row["status"] != "pending":
+                counts[row["status"]] = counts.get(row["status"], 0) + 1
+        if len(rows) < PANEL_ROWS:
+            seen = {(r["client"]["app_id"], r["client"]["client_id"]) for r in rows}
+            more = queries.reached(conn, beat, kind, scope.name, tgt.namespace, limit=PANEL_ROWS + len(seen))
+            rows += [r for r in loop.panel(more, scope, tgt, rejections_of)
+                     if (r["client"]["app_id"], r["client"]["client_id"]) not in seen]
     order = {"rejected": 0, "pending": 1, "none": 2, "applied": 3}
     rows.sort(key=lambda r: order.get(r["status"], 9))
-    return {"rows": rows[:PANEL_ROWS], "total": len(rows), "counts": counts}
+    return {"rows": rows[:PANEL_ROWS], "total": total, "counts": counts}
 
 
 def _history(svc: Services, namespace: str) -> list[dict[str, Any]]:
