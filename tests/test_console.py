@@ -219,3 +219,58 @@ def test_the_console_sample_publishes_and_sees_its_producer_apply(console: Conso
     assert result.returncode == 0, result.stdout + result.stderr
     assert "reaches 1 live client(s)" in result.stdout and "all 1 applied after" in result.stdout
     assert result.stdout.strip().endswith("OK")
+
+
+def test_who_can_produce_to_a_topic_lists_exactly_the_apps_whose_acl_allows_it(console: Console, page: Any) -> None:
+    st = console.stack
+    topic = unique("acl-orders")
+    allowed, _ = st.new_app([f"{topic[:8]}*"], [], [])
+    denied, _ = st.new_app(["other-*"], [topic], [])
+    console.login(page, "viewer")
+    page.goto(f"{console.url}/console/apps")
+    page.select_option("select[name=op]", "produce")
+    page.fill("#who-can input[name=name]", topic)
+    page.click("#who-can button")
+    answer = page.locator("#who-answer").inner_text()
+    assert allowed in answer and denied not in answer
+    console.shot(page, "apps")
+    page.select_option("select[name=op]", "consume")
+    page.click("#who-can button")
+    answer = page.locator("#who-answer").inner_text()
+    assert denied in answer and allowed not in answer
+
+
+def _writes_to(page: Any, cluster: str, where: str) -> None:
+    page.locator(f"#clusters tr[data-cluster='{cluster}'] .writes-to").filter(
+        has_text=re.compile(f"^{where}$")).wait_for()
+    page.wait_for_load_state()
+
+
+def test_an_admin_fails_a_cluster_over_to_its_standby_with_confirmation_and_back(console: Console, page: Any) -> None:
+    st = console.stack
+    console.login(page, "operator")
+    page.goto(f"{console.url}/console/clusters")
+    assert page.locator("#clusters button").count() == 0  # operators see the state, admins switch
+    page.context.clear_cookies()
+    console.login(page, "admin")
+    page.goto(f"{console.url}/console/clusters")
+    row = page.locator("#clusters tr[data-cluster='dc-a']")
+    assert row.locator(".writes-to").inner_text() == "primary"
+    page.once("dialog", lambda d: d.dismiss())  # the confirmation refused: nothing happens
+    row.locator("button[data-to=standby]").click()
+    assert row.locator(".writes-to").inner_text() == "primary"
+    try:
+        page.once("dialog", lambda d: d.accept())
+        row.locator("button[data-to=standby]").click()
+        _writes_to(page, "dc-a", "standby")
+        console.shot(page, "clusters")
+        released = st.admin("GET", "/v1/admin/config?scope=cluster:dc-a").json()["released"]
+        assert released.get("route.active") == "standby"
+        page.once("dialog", lambda d: d.accept())
+        page.locator("#clusters tr[data-cluster='dc-a'] button[data-to=clear]").click()
+        _writes_to(page, "dc-a", "primary")
+    finally:  # the session's stack is shared: never leave dc-a switched
+        if st.admin("GET", "/v1/admin/config?scope=cluster:dc-a").json()["released"].get("route.active"):
+            st.push("cluster:dc-a", delete=["route.active"])
+    audit = st.admin("GET", "/v1/admin/audit?action=cluster.failover").json()
+    assert [a["after"]["to"] for a in audit[:2]] == ["clear", "standby"]
