@@ -59,6 +59,7 @@ def main() -> int:
     parser.add_argument("--work-ms", type=float, default=20.0, help="handler time per message")
     parser.add_argument("--fail-every", type=int, default=0, help="fail every Nth message (0 = never)")
     parser.add_argument("--produce-rate", type=float, default=300.0, help="messages per second fed in")
+    parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0 = until Ctrl-C)")
     parser.add_argument("--bootstrap", help="local mode: bootstrap servers (no MetaServer)")
     parser.add_argument("--configcenter", help="local mode: config-center URL for hot config")
     args = parser.parse_args()
@@ -121,6 +122,8 @@ def main() -> int:
             last = now
 
     threading.Thread(target=report, daemon=True).start()
+    if args.seconds:
+        threading.Timer(args.seconds, consumer.stop).start()  # as Ctrl-C would: finish, commit, return
     try:
         consumer.run(handler, topics=[args.topic])  # returns after Ctrl-C / SIGTERM, work finished and committed
     finally:

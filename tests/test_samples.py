@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import StackInfo
+import pytest
+
+from tests.conftest import StackInfo, unique
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,3 +43,61 @@ def test_asyncio_service_produces_and_consumes_every_message_through_live_change
     last = result.stdout.strip().splitlines()[-1]
     sent = int(last.split()[1].rstrip(","))
     assert sent > 1000 and last == f"sent {sent}, acknowledged {sent}, handled {sent}: OK"
+
+
+def _run_sample(stack: StackInfo, tmp_path: Path, name: str, *args: str, timeout: float = 120,
+                env: dict[str, str] | None = None) -> list[str]:
+    result = subprocess.run([sys.executable, str(ROOT / "samples" / name), *args], capture_output=True, text=True,
+                            timeout=timeout, env={**_sample_env(stack, tmp_path), **(env or {})}, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert lines, result.stderr
+    return lines
+
+
+def test_admin_push_sample_pushes_and_reads_back(stack: StackInfo, tmp_path: Path) -> None:
+    topic = unique("push")
+    last = _run_sample(stack, tmp_path, "admin_push.py", "--topic", topic, "--acks", "1",
+                       env={"YKAFKA_CONFIGCENTER": stack.configcenter})[-1]
+    assert last.startswith(f"config service serves ykafka.topic.{topic}: ") and "'producer.acks': '1'" in last
+
+
+def test_configcenter_watch_sample_sees_its_change_by_long_poll(stack: StackInfo, tmp_path: Path) -> None:
+    last = _run_sample(stack, tmp_path, "configcenter_watch.py", "--url", stack.configcenter, "--token",
+                       stack.openapi_token, "--app-id", unique("watch"), "--value", "0.5")[-1]
+    assert last.startswith("fetched trace.sample.rate = '0.5'"), last
+
+
+def test_hot_producer_sample_runs_for_its_seconds(stack: StackInfo, tmp_path: Path) -> None:
+    last = _run_sample(stack, tmp_path, "hot_producer.py", "--topic", unique("hot"), "--seconds", "3",
+                       "--rate", "100")[-1]
+    assert re.fullmatch(r"sent \d+ messages; 0 undelivered at close", last), last
+
+
+def test_worker_consumer_sample_stops_after_its_seconds(stack: StackInfo, tmp_path: Path) -> None:
+    last = _run_sample(stack, tmp_path, "worker_consumer.py", "--topic", unique("work"), "--group", unique("g"),
+                       "--seconds", "12", "--work-ms", "1")[-1]
+    handled = re.fullmatch(r"stopped; handled (\d+) messages", last)
+    assert handled and int(handled.group(1)) > 0, last
+
+
+def test_failover_sample_without_an_outage_loses_nothing(stack: StackInfo, tmp_path: Path) -> None:
+    last = _run_sample(stack, tmp_path, "failover.py", "--topic", unique("fo"), "--seconds", "4",
+                       "--rate", "100")[-1]
+    assert last.startswith("final: sent=") and " failed=0 lost=0 " in last, last
+
+
+@pytest.mark.slow  # one Spark pass (about 40 s on 2 cores)
+def test_trace_lookup_sample_traces_a_key(stack: StackInfo, tmp_path: Path) -> None:
+    lines = _run_sample(stack, tmp_path, "trace_lookup.py", "--store", str(tmp_path / "store"),
+                        env={"YKAFKA_BOOTSTRAP_DC_A": stack.clusters["dc-a"]}, timeout=300)
+    assert any(line.startswith("pipeline done in ") for line in lines)
+    timeline = "\n".join(lines[lines.index(next(x for x in lines if x.startswith("$ ykafka trace order-1"))):])
+    assert "produced" in timeline and "acked" in timeline, timeline
+    assert lines[-1].startswith("└"), lines[-1]  # the final line closes the key's timeline
+
+
+def test_every_sample_runs_in_this_suite() -> None:
+    source = Path(__file__).read_text()
+    missing = [p.name for p in sorted((ROOT / "samples").glob("*.py")) if f'"{p.name}"' not in source]
+    assert not missing, f"samples without a test here: {missing}"
