@@ -274,3 +274,16 @@ def test_an_admin_fails_a_cluster_over_to_its_standby_with_confirmation_and_back
             st.push("cluster:dc-a", delete=["route.active"])
     audit = st.admin("GET", "/v1/admin/audit?action=cluster.failover").json()
     assert [a["after"]["to"] for a in audit[:2]] == ["clear", "standby"]
+
+
+def test_the_overview_fetches_only_its_own_vendored_assets_and_says_why_charts_are_empty(
+        console: Console, page: Any) -> None:
+    requested: list[str] = []
+    page.on("request", lambda req: requested.append(req.url))
+    console.login(page, "viewer")
+    page.locator("#charts-note").wait_for()
+    assert page.evaluate("typeof window.Chart") == "function"  # the vendored chart.js loaded
+    assert "No charts:" in page.locator("#charts-note").inner_text()
+    assert requested and all(url.startswith(console.url + "/") for url in requested), requested
+    assert any(url.endswith("/console/static/vendor/chart-4.4.9.umd.js") for url in requested)
+    assert int(page.locator("#live-count").inner_text()) >= 0

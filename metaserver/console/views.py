@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
@@ -133,6 +133,36 @@ def overview(request: Request) -> Response:
 
 _CLIENT_FILTERS = ("app", "cluster", "group", "topic", "ip", "role", "version")
 PAGE_ROWS = 200
+
+
+CHART_METRICS = ("send.msgs", "consume.msgs", "lag")
+
+
+@router.get("/data/overview")
+def overview_data(request: Request) -> Response:
+    """Produce / consume rates and max lag per minute over the last hour, from the pipeline's aggregates
+    (the overview's charts); ``available: false`` with the reason when there is no pipeline store."""
+    sess = _session(request)
+    if sess is None:
+        return JSONResponse({"detail": "log in"}, status_code=401)
+    from fastapi import HTTPException
+
+    from metaserver import routes_observe
+
+    try:
+        store = routes_observe._store(_svc(request))
+        from pipeline.aggregates import read_aggregates
+
+        rows = routes_observe._read(read_aggregates, store, routes_observe.parse_since("1h"),
+                                    names=list(CHART_METRICS), by=("name",))
+    except HTTPException as exc:
+        return JSONResponse({"available": False, "reason": str(exc.detail)})
+    series: dict[str, list[list[float]]] = {name: [] for name in CHART_METRICS}
+    for row in sorted(rows, key=lambda r: r.get("window_start") or 0):
+        name, value = row.get("name"), row.get("value")
+        if name in series and value is not None and row.get("window_start") is not None:
+            series[name].append([row["window_start"], value / 60.0 if name != "lag" else value])
+    return JSONResponse({"available": True, "series": series})
 
 
 @router.get("/clients")

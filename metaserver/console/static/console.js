@@ -10,6 +10,39 @@
       .catch(function () {})
       .finally(function () { setTimeout(function () { poll(el); }, 1000); });
   }
+  function line(canvas, datasets) {
+    return new window.Chart(canvas, {
+      type: "line",
+      data: {datasets: datasets},
+      options: {animation: false, parsing: false, normalized: true, maintainAspectRatio: false,
+                scales: {x: {type: "linear", ticks: {callback: function (v) {
+                  return new Date(v).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"}); }}},
+                         y: {beginAtZero: true}}}
+    });
+  }
+  function points(rows) { return rows.map(function (r) { return {x: r[0], y: r[1]}; }); }
+  function charts(el) {
+    var note = document.getElementById("charts-note");
+    fetch(el.getAttribute("data-src"), {credentials: "same-origin"})
+      .then(function (r) { return r.json(); })
+      .then(function (data) {
+        if (!data.available || !window.Chart) {
+          note.textContent = "No charts: " + (data.reason || "chart library not loaded");
+          note.hidden = false;
+          return;
+        }
+        line(document.getElementById("chart-rates"), [
+          {label: "produced", data: points(data.series["send.msgs"]), borderColor: "#2457c5"},
+          {label: "consumed", data: points(data.series["consume.msgs"]), borderColor: "#1d7a46"}]);
+        line(document.getElementById("chart-lag"), [
+          {label: "max lag", data: points(data.series["lag"]), borderColor: "#b42318"}]);
+      })
+      .catch(function (err) { note.textContent = "No charts: " + err; note.hidden = false; });
+  }
+  window.addEventListener("load", function () {
+    var el = document.getElementById("charts");
+    if (el) { charts(el); }
+  });
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-poll]").forEach(function (el) { setTimeout(function () { poll(el); }, 1000); });
   });
