@@ -83,6 +83,9 @@ def test_an_operator_changes_linger_for_one_topic_sees_diff_and_reach_publishes_
         console.shot(page, "clients")
         page.click(f"text={loads[0].client_id}")
         assert f"ykafka.topic.{topic}" in page.content()
+        effective = page.locator("#effective").inner_text()
+        row = rf"{re.escape(topic)}\s+producer.linger.ms\s+25\s+ykafka.topic.{re.escape(topic)}"
+        assert re.search(row, effective), effective
         console.shot(page, "client")
     finally:
         _stop_and_count(console, loads, topic)

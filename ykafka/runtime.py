@@ -65,6 +65,10 @@ def _error_text(error: Mapping[str, Any]) -> str:
     return f"{error.get('type', 'error')} {details}".strip()
 
 
+#: topics whose effective config a client report carries (the console's client page)
+_EFFECTIVE_TOPICS = 20
+
+
 class Runtime:
     """Identity, grant, ACL, clusters, hot config and reports of one Producer or Consumer."""
 
@@ -312,6 +316,7 @@ class Runtime:
                 log.warning("ykafka.report.provider_failed", error=repr(exc))
             extra = dict(provided.pop("extra", {}) or {})
             body.update({k: v for k, v in provided.items() if k in body})
+        extra["effective_config"] = self._effective_report(list(body["topics"] or [])[:_EFFECTIVE_TOPICS])
         structured = [r.as_dict() for r in self.hot.rejections()] + list(self._errors)
         body["errors"] = [_error_text(e) for e in structured]  # the MetaServer stores strings
         extra["errors"] = structured
@@ -319,6 +324,17 @@ class Runtime:
             extra.setdefault("configcenter_last_error", self.apollo.last_error)
         body["extra"] = extra
         return body
+
+    def _effective_report(self, topics: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per topic ("*": no topic) the values not at their defaults and the layer each comes from, for the
+        console's client page (topic > group > cluster > global > local > default)."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for topic in [None, *topics]:
+            values = self.effective(topic, self.group, self.default_cluster)
+            sources = self.sources(topic, self.group, self.default_cluster)
+            out[topic or "*"] = {name: {"value": catalog.render(name, values[name]), "scope": source}
+                                 for name, source in sources.items() if source != "default" and name in values}
+        return out
 
     def _report(self) -> bool:
         grant, client = self._grant, self._grant_client
