@@ -29,6 +29,8 @@ from ykafka import YKafkaError
 from ykafka.admin import AdminClient
 from ykafka.aio import AIOConsumer, AIOProducer
 from ykafka.logs import configure
+from ykafka.oneline import debug_requested, explain
+from ykafka.oneline import run as run_sample
 
 GROUP = "aio-service"
 
@@ -118,9 +120,11 @@ def main() -> int:
     try:
         return asyncio.run(run(args))
     except YKafkaError as exc:
+        if explain(exc) is not None or debug_requested():
+            raise  # configuration / identity / connection: run() answers one line naming the fix
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_sample(main)  # configuration, identity and connection errors: one line and exit 2 (--debug: traceback)
