@@ -1,7 +1,8 @@
 """Fixtures for the MetaServer tests: real processes over real HTTP, on free ports, stopped by their pid.
 
 - ``ms_cc``: one embedded config center (``python -m metaserver.configcenter serve``) per module.
-- ``ms_backend``: ``"sqlite"`` and ``"postgres"`` (skipped with a reason when PostgreSQL does not answer);
+- ``ms_backend``: ``"sqlite"`` and ``"postgres"`` (skipped with a reason when PostgreSQL
+  does not answer, failed instead under ``YKAFKA_TEST_PG_REQUIRED=1``);
   each PostgreSQL run gets a fresh schema that is dropped afterwards, so runs repeat cleanly.
 - ``ms``: a MetaServer on that backend, wired to the config center with its own Apollo app id.
 - ``ms_factory``: extra MetaServers (e.g. two peers on one database, or one with a short token TTL).
@@ -184,14 +185,25 @@ def pg_unavailable(dsn: str = PG_DSN) -> str | None:
         return f"PostgreSQL at {dsn} does not answer ({type(exc).__name__}: {str(exc).splitlines()[0][:150]})"
 
 
+def require_pg(dsn: str = PG_DSN) -> None:
+    """Skip (locally) or fail (CI: ``YKAFKA_TEST_PG_REQUIRED=1``, set by ``.ci/run``) when PostgreSQL is down.
+
+    CI machines are expected to have a server, so a missing one must not pass silently as skips.
+    """
+    reason = pg_unavailable(dsn)
+    if reason is None:
+        return
+    if os.environ.get("YKAFKA_TEST_PG_REQUIRED", "") not in ("", "0"):
+        pytest.fail(f"{reason}; YKAFKA_TEST_PG_REQUIRED is set, so PostgreSQL tests must run", pytrace=False)
+    pytest.skip(f"{reason} (set YKAFKA_TEST_PG_REQUIRED=1 to fail instead)")
+
+
 @pytest.fixture(scope="session")
 def pg_schema_factory() -> Iterator[Callable[[], str]]:
     """Fresh PostgreSQL schemas (DSN with search_path); all dropped at the end of the session."""
     import sqlalchemy as sa
 
-    reason = pg_unavailable()
-    if reason:
-        pytest.skip(reason)
+    require_pg()
     created: list[str] = []
     engine = sa.create_engine(PG_DSN)
 
@@ -253,9 +265,7 @@ def ms_factory(tmp_path_factory: pytest.TempPathFactory, ms_cc: Proc) -> Iterato
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def ms_backend(request: pytest.FixtureRequest) -> str:
     if request.param == "postgres":
-        reason = pg_unavailable()
-        if reason:
-            pytest.skip(reason)
+        require_pg()
     return str(request.param)
 
 
