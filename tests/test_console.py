@@ -290,3 +290,38 @@ def test_the_overview_fetches_only_its_own_vendored_assets_and_says_why_charts_a
     assert requested and all(url.startswith(console.url + "/") for url in requested), requested
     assert any(url.endswith("/console/static/vendor/chart-4.4.9.umd.js") for url in requested)
     assert int(page.locator("#live-count").inner_text()) >= 0
+
+
+def test_dlq_replay_republishes_every_dead_letter_and_the_pending_count_drops_to_zero(
+        console: Console, page: Any) -> None:
+    """Dead letters written as the consumer framework writes them (``<group>.<topic>.dlq`` with its failure
+    headers, straight to the broker); the page's replay re-publishes them to the topic."""
+    from confluent_kafka import Producer as RawProducer
+
+    from ykafka import headers as H
+
+    st = console.stack
+    bootstrap = st.clusters["dc-a"]
+    group, topic = unique("dlq-group"), unique("dlq-orders")
+    create_topic(bootstrap, topic, 1)
+    create_topic(bootstrap, f"{group}.{topic}.dlq", 1)
+    raw = RawProducer({"bootstrap.servers": bootstrap})
+    for i in range(7):
+        raw.produce(f"{group}.{topic}.dlq", f"order-{i}".encode(), f"k{i}".encode(),
+                    headers=[(H.ERROR, f"ValueError: bad order {i} <script>x</script>"), (H.ATTEMPT, "3"),
+                             (H.ORIGINAL_TOPIC, topic), (H.ORIGINAL_PARTITION, "0"), (H.ORIGINAL_OFFSET, str(i)),
+                             (H.MESSAGE_ID, f"id-{i}")])
+    assert raw.flush(10) == 0
+    console.login(page, "operator")
+    page.goto(f"{console.url}/console/dlq?group={group}&topic={topic}&cluster=dc-a")
+    assert page.locator("#dlq-pending b").inner_text() == "7"
+    assert page.locator("#dlq tbody tr").count() == 7
+    assert "ValueError: bad order 3 <script>x</script>" in page.locator("#dlq").inner_text()
+    console.shot(page, "dlq")
+    page.once("dialog", lambda d: d.accept())
+    page.click("#replay-all")
+    page.locator("#replay-result").wait_for()
+    assert "Replayed 7 messages" in page.locator("#replay-result").inner_text()
+    assert page.locator("#dlq-pending b").inner_text() == "0"
+    records = read_topic(bootstrap, topic, 7)
+    assert sorted(r.value for r in records) == [f"order-{i}" for i in range(7)]

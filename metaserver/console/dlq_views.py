@@ -1,0 +1,138 @@
+"""The DLQ page: a consumer group's dead letters for a topic (``<group>.<topic>.dlq``) with their failure
+headers, and replay of all of them to the original topic (``ykafka.admin.dlq.replay``: progress is the
+committed position of ``ykafka-dlq-replay.<group>``, so "pending" is what no replay has re-published yet)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from metaserver import db, registry
+from metaserver.console.views import _audit, _form, _login_redirect, _page, _session, _svc, router
+from ykafka import headers as H
+from ykafka.catalog import Scope
+from ykafka.errors import InvalidConfigValue
+
+PEEK = 50
+COUNT_CAP = 100_000
+
+
+def _row(msg: Any) -> dict[str, Any]:
+    raw_headers = msg.headers() or []
+    pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+    hdrs = {k: _text(v) for k, v in pairs}
+    return {"partition": msg.partition(), "offset": msg.offset(), "key": _text(msg.key())[:200],
+            "value": _text(msg.value())[:300], "error": hdrs.get(H.ERROR, ""), "failed_at": hdrs.get(H.FAILED_AT, ""),
+            "attempt": hdrs.get(H.ATTEMPT, ""),
+            "original": f"{hdrs.get(H.ORIGINAL_TOPIC, '')}/{hdrs.get(H.ORIGINAL_PARTITION, '')}@"
+                        f"{hdrs.get(H.ORIGINAL_OFFSET, '')}"}
+
+
+def _connection(svc: Any, cluster: str | None) -> tuple[str, dict[str, Any]]:
+    with db.read(svc.engine) as conn:
+        clusters = registry.all_clusters(conn)
+    name = cluster or svc.settings.default_cluster or (sorted(clusters)[0] if clusters else "")
+    if name not in clusters:
+        raise LookupError(f"unknown cluster {name!r}")
+    spec = clusters[name]
+    props: dict[str, Any] = {"bootstrap.servers": spec["bootstrap_servers"]}
+    sasl = spec.get("sasl")
+    if sasl:
+        props.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": sasl["mechanism"],
+                      "sasl.username": sasl["username"], "sasl.password": sasl["password"]})
+    return name, props
+
+
+def _text(raw: str | bytes | None) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else (raw or "")
+
+
+def _check_names(group: str, topic: str) -> None:
+    for kind, name in (("group", group), ("topic", topic)):
+        try:
+            Scope.parse(f"{kind}:{name}")
+        except ValueError as exc:
+            raise InvalidConfigValue(kind, name, str(exc)) from None
+
+
+def peek(props: dict[str, Any], group: str, topic: str) -> dict[str, Any]:
+    """Pending count per partition (end − replay position) and the first ``PEEK`` pending messages."""
+    from ykafka.admin.dlq import replay_group
+    from ykafka.consumer.retry import dlq_topic
+    from ykafka.transport import RawConsumer, TopicPartition
+
+    dlq = dlq_topic(group, topic)
+    consumer = RawConsumer({**props, "group.id": replay_group(group), "enable.auto.commit": False,
+                            "auto.offset.reset": "earliest", "enable.partition.eof": False})
+    try:
+        meta = consumer.list_topics(dlq, timeout=5).topics.get(dlq)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return {"dlq": dlq, "exists": False, "pending": 0, "messages": []}
+        parts = sorted(meta.partitions)
+        committed = consumer.committed([TopicPartition(dlq, p) for p in parts], timeout=5)
+        starts, pending = {}, 0
+        for tp in committed:
+            low, high = consumer.get_watermark_offsets(TopicPartition(dlq, tp.partition), timeout=5)
+            starts[tp.partition] = tp.offset if tp.offset is not None and tp.offset >= 0 else low
+            pending += max(0, high - starts[tp.partition])
+        messages: list[dict[str, Any]] = []
+        # counted by reading, even when the watermarks say 0 (a broker's high watermark can lag a freshly
+        # written batch); bounded in time and count
+        counted = 0
+        consumer.assign([TopicPartition(dlq, p, starts[p]) for p in parts])
+        deadline, idle_since = time.monotonic() + 5, time.monotonic()
+        while counted < COUNT_CAP and time.monotonic() < deadline and time.monotonic() - idle_since < 0.5:
+            batch = [m for m in consumer.consume(500, 0.1) if m.error() is None]
+            if batch:
+                idle_since = time.monotonic()
+            counted += len(batch)
+            for msg in batch[:max(0, PEEK - len(messages))]:
+                messages.append(_row(msg))
+        pending = max(pending, counted)
+        return {"dlq": dlq, "exists": True, "pending": pending, "messages": messages}
+    finally:
+        consumer.close()
+
+
+@router.get("/dlq")
+async def dlq_page(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    q = {k: request.query_params.get(k, "").strip()[:200] for k in ("group", "topic", "cluster")}
+    ctx: dict[str, Any] = {"q": q, "view": None, "error": None, "replayed": request.query_params.get("replayed")}
+    if q["group"] and q["topic"]:
+        try:
+            _check_names(q["group"], q["topic"])
+            ctx["cluster"], props = _connection(_svc(request), q["cluster"] or None)
+            ctx["view"] = await run_in_threadpool(peek, props, q["group"], q["topic"])
+        except (InvalidConfigValue, LookupError) as exc:
+            ctx["error"] = str(exc.reason if isinstance(exc, InvalidConfigValue) else exc.args[0])
+    return _page(request, "dlq.html", sess, can_replay=sess.can("operator"), **ctx)
+
+
+@router.post("/dlq/replay")
+async def dlq_replay(request: Request) -> Response:
+    """Re-publish every pending dead letter to its topic (waits for the broker's acknowledgements)."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "operator")
+    group, topic = form.get("group", ""), form.get("topic", "")
+    svc = _svc(request)
+    try:
+        _check_names(group, topic)
+        cluster, props = _connection(svc, form.get("cluster") or None)
+    except (InvalidConfigValue, LookupError) as exc:
+        return _page(request, "error.html", sess, status_code=422, message=str(exc))
+    from ykafka.admin.dlq import replay
+
+    result = await run_in_threadpool(replay, props, group, topic, None, None, False, 1.0)
+    _audit(svc, sess, "dlq.replay", result.dlq, None,
+           {"replayed": result.replayed, "failed": result.failed, "cluster": cluster})
+    return RedirectResponse(f"/console/dlq?group={group}&topic={topic}&cluster={cluster}"
+                            f"&replayed={result.replayed}", status_code=303)
