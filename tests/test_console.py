@@ -63,6 +63,7 @@ def test_an_operator_changes_linger_for_one_topic_sees_diff_and_reach_publishes_
     app_id, loads = _producers(console, topic, ["127.0.0.11", "127.0.0.12"])
     try:
         console.login(page, "operator")
+        page.locator("#charts-note").wait_for()
         console.shot(page, "overview")
         _preview(page, console, f"topic:{topic}", "producer.linger.ms=25")
         diff = page.locator("#diff").inner_text()

@@ -29,6 +29,7 @@
         if (!data.available || !window.Chart) {
           note.textContent = "No charts: " + (data.reason || "chart library not loaded");
           note.hidden = false;
+          el.hidden = true;
           return;
         }
         line(document.getElementById("chart-rates"), [
