@@ -63,6 +63,11 @@ async def run(args: argparse.Namespace) -> int:
         await asyncio.sleep(0.002)  # the service's own async work (a database call, an HTTP request)
         handled.add(msg.value().decode())
 
+    # the first message creates the topic (auto-create) before the consumer subscribes: a consumer subscribed
+    # to a topic that does not exist yet only sees it at its next metadata refresh
+    first = await producer.produce(args.topic, b"user-0:0", b"user-0")
+    await first
+    sent = acked = 1
     consuming = asyncio.create_task(consumer.run(handler, [args.topic]))
     started = time.monotonic()
     next_report = started + 1.0
