@@ -326,3 +326,31 @@ def test_dlq_replay_republishes_every_dead_letter_and_the_pending_count_drops_to
     assert page.locator("#dlq-pending b").inner_text() == "0"
     records = read_topic(bootstrap, topic, 7)
     assert sorted(r.value for r in records) == [f"order-{i}" for i in range(7)]
+
+
+def test_an_admin_adds_a_viewer_who_can_log_in_and_an_operator_cannot_add_users(console: Console, page: Any) -> None:
+    name = unique("newviewer")
+    console.login(page, "admin")
+    page.goto(f"{console.url}/console/users")
+    page.fill("#new-user input[name=username]", name)
+    page.select_option("#new-user select[name=role]", "viewer")
+    page.fill("#new-user input[name=password]", "short")
+    page.click("#new-user button")
+    assert "at least 8 characters" in page.locator("#user-error").inner_text()
+    page.fill("#new-user input[name=username]", name)
+    page.fill("#new-user input[name=password]", PASSWORD)
+    page.click("#new-user button")
+    page.locator("#users td", has_text=name).wait_for()
+    console.shot(page, "users")
+    page.context.clear_cookies()
+    console.users["new"] = name
+    console.login(page, "new")
+    assert "(viewer)" in page.locator("header").inner_text()
+    page.context.clear_cookies()
+    console.login(page, "operator")
+    assert page.locator("header a[href='/console/users']").count() == 0
+    assert page.request.get(f"{console.url}/console/users").status == 403
+    csrf = page.locator("header input[name=csrf]").get_attribute("value")
+    forged = page.request.post(f"{console.url}/console/users",
+                               form={"csrf": csrf, "username": unique("x"), "password": PASSWORD, "role": "admin"})
+    assert forged.status == 403

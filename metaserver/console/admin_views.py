@@ -11,7 +11,8 @@ from sqlalchemy import select
 
 from metaserver import db, hotconfig, registry
 from metaserver.apollo import ApolloError
-from metaserver.console.views import _api, _audit, _form, _login_redirect, _page, _session, _svc, router
+from metaserver.console import users
+from metaserver.console.views import Denied, _api, _audit, _form, _login_redirect, _page, _session, _svc, router
 from metaserver.hotconfig import ConfigRejected
 from metaserver.models import apps
 from ykafka import acl as acl_rules
@@ -81,3 +82,34 @@ async def cluster_failover(request: Request) -> Response:
     _audit(svc, sess, "cluster.failover", plan.namespace, {"route.active": before.get("route.active")},
            {"to": to, "release": result.get("release")})
     return RedirectResponse("/console/clusters", status_code=303)
+
+
+@router.get("/users")
+def user_list(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    if not sess.can("admin"):
+        raise Denied()
+    return _page(request, "users.html", sess, rows=users.list_users(_svc(request).engine), error=None)
+
+
+@router.post("/users")
+async def user_create(request: Request) -> Response:
+    """An admin adds a console user (or resets one's password and role)."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "admin")
+    svc = _svc(request)
+    username, role = form.get("username", "").strip(), form.get("role", "viewer")
+    try:
+        created = users.create(svc.engine, username, form.get("password", ""), role,
+                               replace=form.get("replace") == "1")
+        if not created:
+            raise users.UserError("that user exists (tick 'reset' to change its password and role)")
+    except users.UserError as exc:
+        return _page(request, "users.html", sess, status_code=422, rows=users.list_users(svc.engine),
+                     error=str(exc))
+    _audit(svc, sess, "user.create", username, None, {"role": role})
+    return RedirectResponse("/console/users", status_code=303)
