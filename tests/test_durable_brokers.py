@@ -6,10 +6,7 @@ survive a SIGKILL of every broker, and two brokers on one bucket serve the same 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,71 +14,20 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from tests.helpers import create_topic, unique, wait_until
-from ykafka.devstack import free_port, port_open, tansu_binary
+from ykafka.devstack import Stack, _pid_alive, ephemeral_config
 
-pytest.importorskip("moto", reason="moto[server] is needed for the durable (S3) brokers")
-boto3 = pytest.importorskip("boto3")
-
-AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-       "AWS_ALLOW_HTTP": "true"}
-
-
-def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A moto S3 server on a free port (stopped by its pid) with one bucket; yields the endpoint."""
-    port = free_port()
-    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("wb")
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: port_open("127.0.0.1", port), 20, message="moto_server")
-        endpoint = f"http://127.0.0.1:{port}"
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket="tansu")
-        yield endpoint
-    finally:
-        _stop(proc)
-        log.close()
-
-
-class DurableBroker:
-    """One Tansu process on the S3 engine; ``kill()`` is SIGKILL, ``start()`` restarts it on the same port."""
-
-    def __init__(self, endpoint: str, cluster: str, log: Path) -> None:
-        self.port = free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        self.endpoint, self.cluster, self.log = endpoint, cluster, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> DurableBroker:
-        url = f"tcp://{self.bootstrap}"
-        env = {**os.environ, **AWS, "AWS_ENDPOINT": self.endpoint}
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([tansu_binary(), "broker", "--listener-url", url,
-                                          "--advertised-listener-url", url, "--storage-engine", "s3://tansu/",
-                                          "--cluster-id", self.cluster], env=env, stdout=out, stderr=out)
-        wait_until(lambda: port_open("127.0.0.1", self.port), 20, message=f"tansu on {self.port}")
-        return self
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        _stop(self.proc, signal.SIGKILL)
-
+pytest.importorskip("moto", reason="moto[server] (dev extra) is needed for the durable (S3) brokers")
 
 @pytest.fixture()
-def brokers(s3: str, tmp_path: Path) -> Iterator[list[DurableBroker]]:
-    cluster = unique("durable")
-    started = [DurableBroker(s3, cluster, tmp_path / f"tansu-{i}.log").start() for i in range(2)]
-    yield started
-    for broker in started:
-        if broker.proc is not None:
-            _stop(broker.proc)
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    """Cluster dc-a durable with two brokers and the local S3 server, as ``ykafka dev up --storage durable``
+    starts them (no config service / MetaServer: not needed here); stopped by pid."""
+    stack = Stack(ephemeral_config(tmp_path / "stack", storage="durable"))
+    try:
+        stack.up(["s3", "dc-a", "dc-a-b2"], seed=False)
+        yield stack
+    finally:
+        stack.down()
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> int:
@@ -127,16 +73,31 @@ def _check_exact(seen: list[tuple[str, int]], count: int) -> None:
         last[key] = value
 
 
-def test_acked_messages_survive_sigkill_of_every_broker_and_both_brokers_serve_them(
-        brokers: list[DurableBroker]) -> None:
-    first, second = brokers
+def test_acked_messages_survive_sigkill_of_every_broker_and_both_brokers_serve_them(stack: Stack) -> None:
+    status = stack.status()
+    brokers = status["brokers"]["dc-a"]["brokers"]
+    assert status["brokers"]["dc-a"]["storage"] == "durable" and [b["name"] for b in brokers] == ["dc-a", "dc-a-b2"]
+    assert all(b["pid"] for b in brokers) and status["clusters"]["dc-a"] == ",".join(b["address"] for b in brokers)
+    first, second = (b["address"] for b in brokers)
     topic = unique("durable")
-    create_topic(first.bootstrap, topic, partitions=3)
+    create_topic(first, topic, partitions=3)
     count = 3000
-    assert _produce(first.bootstrap, topic, count) == count
+    assert _produce(first, topic, count) == count
     for broker in brokers:
-        broker.kill()
-    for broker in brokers:
-        broker.start()
-    _check_exact(_read_all(first.bootstrap, topic, count), count)
-    _check_exact(_read_all(second.bootstrap, topic, count), count)  # the other broker on the same bucket
+        stack.kill(broker["name"])
+    assert not any(b["pid"] for b in stack.status()["brokers"]["dc-a"]["brokers"])
+    stack.up(["dc-a", "dc-a-b2"], seed=False)
+    _check_exact(_read_all(first, topic, count), count)
+    _check_exact(_read_all(second, topic, count), count)  # the other broker on the same bucket
+
+
+def test_down_stops_every_broker_and_the_s3_server(tmp_path: Path) -> None:
+    stack = Stack(ephemeral_config(tmp_path / "stack", storage="durable"))
+    stack.up(["s3", "dc-a", "dc-a-b2"], seed=False)
+    pids = [b["pid"] for b in stack.status()["brokers"]["dc-a"]["brokers"]] + [stack.status()["running"]["s3"]]
+    later = copy.deepcopy(stack.cfg)
+    later.set_storage("memory")  # a later `ykafka dev down` has no --storage: the stack remembers its layout
+    again = Stack(later)
+    stopped = again.down()
+    assert sorted(stopped.values()) == sorted(pids)
+    assert not any(_pid_alive(pid) for pid in pids)

@@ -79,10 +79,15 @@ def dev() -> None:
 
 
 @dev.command("up")
+@click.option("--storage", type=click.Choice(["memory", "durable"]), default=None,
+              help="every cluster's storage (env YKAFKA_DEV_STORAGE): memory (one broker, fastest) or durable "
+                   "(2 brokers on a local S3 server, survives SIGKILL)")
 @stack_options
-def dev_up(**kw: Any) -> None:
+def dev_up(storage: str | None, **kw: Any) -> None:
     """Start the whole stack (idempotent) and seed a demo app; writes .ykafka/dev.env."""
     stack = _build(kw)
+    if storage:
+        stack.cfg.set_storage(storage)
     try:
         stack.up()
     except StackError as exc:
@@ -143,8 +148,9 @@ def dev_status(as_json: bool, **kw: Any) -> None:
 
 def _print_status(stack: Stack) -> None:
     status = stack.status()
+    addresses = {b["name"]: b["address"] for c in status["brokers"].values() for b in c["brokers"]}
     show_table(["service", "address", "pid"],
-               [[name, status["clusters"][name] if name in status["clusters"] else status.get(name, ""),
+               [[name, addresses.get(name) or status["clusters"].get(name) or status.get(name, ""),
                  str(pid) if pid else "[red]not running[/]"] for name, pid in status["running"].items()],
                console=console, markup=True)
 

