@@ -26,19 +26,26 @@
     fetch(el.getAttribute("data-src"), {credentials: "same-origin"})
       .then(function (r) { return r.json(); })
       .then(function (data) {
-        if (!data.available || !window.Chart) {
-          note.textContent = "No charts: " + (data.reason || "chart library not loaded");
+        var s = data.series || {};
+        var points_ = ["send.msgs", "consume.msgs", "lag"].reduce(function (n, k) { return n + (s[k] || []).length; }, 0);
+        if (!data.available || !window.Chart || points_ === 0) {
+          note.textContent = "No charts: " + (data.reason || (window.Chart ? "no produce / consume / lag data in the last hour"
+                                                                          : "chart library not loaded"));
           note.hidden = false;
           el.hidden = true;
+          el.setAttribute("data-state", "empty");
           return;
         }
+        el.setAttribute("data-state", "drawn");
         line(document.getElementById("chart-rates"), [
           {label: "produced", data: points(data.series["send.msgs"]), borderColor: "#2457c5"},
           {label: "consumed", data: points(data.series["consume.msgs"]), borderColor: "#1d7a46"}]);
         line(document.getElementById("chart-lag"), [
           {label: "max lag", data: points(data.series["lag"]), borderColor: "#b42318"}]);
       })
-      .catch(function (err) { note.textContent = "No charts: " + err; note.hidden = false; });
+      .catch(function (err) {
+        note.textContent = "No charts: " + err; note.hidden = false; el.setAttribute("data-state", "empty");
+      });
   }
   window.addEventListener("load", function () {
     var el = document.getElementById("charts");
