@@ -87,7 +87,8 @@ def pages(cc_url: str, cc_token: str, n_clients: int, repeats: int) -> dict[str,
                        follow_redirects=False).status_code == 303
     urls = {"overview": "/console/", "clients": "/console/clients", "client": "/console/clients/app-01/client-00001",
             "config": "/console/config?scope=topic:topic-0001", "config_panel": "/console/config/panel?scope=global",
-            "alerts": "/console/alerts", "audit": "/console/audit"}
+            "alerts": "/console/alerts", "audit": "/console/audit", "topics": "/console/topics",
+            "apps": "/console/apps?op=produce&name=topic-0001", "clusters": "/console/clusters"}
     filters = ["/console/clients?topic=topic-0042", "/console/clients?group=group-007",
                "/console/clients?app=app-03&role=producer", "/console/clients?ip=10.0.7.",
                "/console/clients?version=1.9"]

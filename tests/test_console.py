@@ -80,6 +80,8 @@ def test_an_operator_changes_linger_for_one_topic_sees_diff_and_reach_publishes_
         assert "producer.linger.ms" in page.locator("#history").inner_text()
         seen = admin_clients(console.stack, app_id)
         assert all(f"ykafka.topic.{topic}" in seen[ld.client_id]["config_release_keys"] for ld in loads)
+        page.goto(f"{console.url}/console/topics?q={topic}")
+        assert page.locator(f"#topics tr[data-topic='{topic}'] .producers").inner_text() == "2"
         page.goto(f"{console.url}/console/clients?app={app_id}")
         assert page.locator("#clients tbody tr").count() == 2
         console.shot(page, "clients")

@@ -1,0 +1,58 @@
+"""The Topics page: every topic the live clients report, with its producers, consumer groups and their
+consumers (from the client reports), and the max lag per group over the last 15 minutes when the pipeline's
+aggregates are there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import HTTPException, Request
+from fastapi.responses import Response
+from sqlalchemy import select
+
+from metaserver import db
+from metaserver.console import queries
+from metaserver.console.views import _login_redirect, _page, _session, _svc, router
+from metaserver.models import client_state as cs
+
+
+def _lags(svc: Any) -> tuple[dict[tuple[str, str], float], str | None]:
+    from metaserver import routes_observe
+
+    try:
+        store = routes_observe._store(svc)
+        from pipeline.aggregates import read_aggregates
+
+        rows = routes_observe._read(read_aggregates, store, routes_observe.parse_since("15m"), names=["lag"],
+                                    by=("topic", "group"), whole_range=True)
+    except HTTPException as exc:
+        return {}, str(exc.detail)
+    return {(r.get("topic") or "", r.get("group") or ""): r.get("value") or 0 for r in rows}, None
+
+
+@router.get("/topics")
+def topic_list(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    svc = _svc(request)
+    needle = request.query_params.get("q", "").strip()[:200]
+    topics: dict[str, dict[str, Any]] = {}
+    with db.read(svc.engine) as conn:
+        stmt = select(cs.c.topics, cs.c.role, cs.c.group_id).where(
+            cs.c.last_seen >= queries.online_after(svc.settings.renew_interval))
+        for names, role, group in conn.execute(stmt):
+            for name in names or []:
+                if needle and needle not in name:
+                    continue
+                t = topics.setdefault(name, {"producers": 0, "groups": {}})
+                if role == "producer":
+                    t["producers"] += 1
+                elif group:
+                    t["groups"][group] = t["groups"].get(group, 0) + 1
+    lags, lag_note = _lags(svc)
+    rows = [{"topic": name, "producers": t["producers"],
+             "groups": [{"group": g, "consumers": n, "lag": lags.get((name, g))}
+                        for g, n in sorted(t["groups"].items())]}
+            for name, t in sorted(topics.items())][:500]
+    return _page(request, "topics.html", sess, rows=rows, q=needle, total=len(topics), lag_note=lag_note)
