@@ -17,6 +17,9 @@ What it does, as Apollo's Java client does:
 * The client's IP goes with every request, so gray releases (rules matching client IPs) apply.
 * The last good content of each namespace is cached on disk, so a client starts while the config
   center is down; the optional access-key signature (``Authorization: Apollo appId:sig``) is supported.
+* The URL may list several config-service instances (comma-separated): the client starts on a random one
+  and moves to another on a connection error, timeout or 5xx (:mod:`ykafka.endpoints`), re-parking its long
+  poll there with its current notification ids.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ykafka.auth import _write_private
+from ykafka.endpoints import Endpoints
 
 log = structlog.get_logger(__name__)
 
@@ -144,7 +148,7 @@ class ApolloClient:
                  on_update: UpdateCallback, secret: str | None = None, longpoll_timeout_s: float = 90.0,
                  refresh_interval_s: float = 300.0, fetch_timeout_s: float = 5.0,
                  max_request_line: int = MAX_REQUEST_LINE) -> None:
-        self.url = url.rstrip("/")
+        self.endpoints = Endpoints(url)  # one URL or a comma-separated list of instances
         self.max_request_line = max_request_line
         self.app_id = app_id
         self.cluster = cluster
@@ -170,6 +174,11 @@ class ApolloClient:
         self.last_error: str | None = None
 
     # --- public API -------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The config-service instance this client talks to now."""
+        return self.endpoints.current
 
     @property
     def namespaces(self) -> list[str]:
@@ -220,12 +229,24 @@ class ApolloClient:
         if release_key:
             query["releaseKey"] = release_key
         path_q = f"{path}?{urlencode(query)}"
-        try:
-            with self._fetch_lock:
-                resp = self._fetch_session.get(self.url + path_q, headers=_sign_headers(
-                    self.app_id, self.secret, path_q), timeout=timeout_s or self.fetch_timeout_s)
-        except requests.RequestException as exc:
-            raise ApolloError(f"fetch {namespace}: {type(exc).__name__}: {exc}") from None
+        error = ""
+        for attempt in range(len(self.endpoints.urls)):  # each instance at most once per fetch
+            url = self.endpoints.current
+            try:
+                with self._fetch_lock:
+                    resp = self._fetch_session.get(url + path_q, headers=_sign_headers(
+                        self.app_id, self.secret, path_q), timeout=timeout_s or self.fetch_timeout_s)
+            except requests.RequestException as exc:
+                error = f"fetch {namespace}: {type(exc).__name__}: {exc}"
+            else:
+                if resp.status_code < 500:
+                    self.endpoints.succeeded()
+                    break
+                error = f"fetch {namespace}: HTTP {resp.status_code} {resp.text[:200]}"
+            self.endpoints.failed(url)
+            log.warning("ykafka.configcenter.instance_failed", url=url, error=error, attempt=attempt)
+        else:
+            raise ApolloError(error) from None
         if resp.status_code == 304:
             with self._lock:
                 state.applied_seq = max(state.applied_seq, seq)
@@ -405,6 +426,7 @@ class ApolloClient:
             if not ids:
                 self._wake.wait(1.0)
                 continue
+            url = self.endpoints.current
             try:
                 changed = self._poll_parts(ids)
                 backoff = 1.0
@@ -414,10 +436,20 @@ class ApolloClient:
                 if self._wake.is_set():
                     continue  # interrupted on purpose: re-poll with the new namespace set
                 self.last_error = str(exc)
+                if len(self.endpoints.urls) > 1:
+                    # another instance: re-park there at once with the same notification ids (they come
+                    # from the shared database), back off only once every instance failed in a row
+                    wait = self.endpoints.failed(url)
+                    log.warning("ykafka.configcenter.longpoll_failed", url=url, error=str(exc),
+                                next_url=self.endpoints.current, retry_in_s=round(wait, 3))
+                    if wait:
+                        self._wake.wait(wait)
+                    continue
                 log.warning("ykafka.configcenter.longpoll_failed", error=str(exc), retry_in_s=backoff)
                 self._wake.wait(backoff)
                 backoff = min(backoff * 2, 60.0)
                 continue
+            self.endpoints.succeeded()
             self.polls += 1
             failed = False
             for ns, notification_id in changed:

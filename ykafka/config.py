@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ykafka import catalog
+from ykafka.endpoints import parse_urls
 from ykafka.errors import ConfigError, InvalidConfigValue
 
 Role = Literal["producer", "consumer"]
@@ -56,6 +57,12 @@ def _url(value: Any) -> str | None:
     if not text.startswith(("http://", "https://")):
         raise ValueError("expected an http:// or https:// URL")
     return text.rstrip("/")
+
+
+def _urls(value: Any) -> str | None:
+    """One URL or a comma-separated list of equivalent instances (ykafka.endpoints picks among them)."""
+    text = _opt_str(value)
+    return None if text is None else ",".join(parse_urls(text))
 
 
 _ms = catalog.int_range
@@ -98,8 +105,8 @@ for _name, _parse, _default, _help, _env in [
     ("ykafka.client.id", _opt_str, None, "client id reported to the MetaServer (default app-host-pid)", None),
     ("ykafka.client.ip", _opt_str, None, "IP sent to the config center for gray releases (default: detected)",
      "YKAFKA_CLIENT_IP"),
-    ("ykafka.configcenter.url", _url, None, "config-center URL; overrides the grant's (local mode: enables "
-     "hot config)", "YKAFKA_CONFIGCENTER_URL"),
+    ("ykafka.configcenter.url", _urls, None, "config-center URL, or several instances comma-separated (random "
+     "start, failover); overrides the grant's (local mode: enables hot config)", "YKAFKA_CONFIGCENTER_URL"),
     ("ykafka.configcenter.app.id", _str, "ykafka", "Apollo appId of the hot-config namespaces", None),
     ("ykafka.configcenter.cluster", _str, "default", "Apollo cluster", None),
     ("ykafka.configcenter.namespace.prefix", _str, catalog.NAMESPACE_PREFIX, "namespace prefix", None),

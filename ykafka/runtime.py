@@ -85,7 +85,8 @@ class Runtime:
         self.hot = HotConfig(conf.catalog_defaults, prefix=str(conf.get("ykafka.configcenter.namespace.prefix")))
         self.hot.add_validator(self._validate_cluster_names)
         self.apollo: ApolloClient | None = None
-        self.ip: str = conf.get("ykafka.client.ip") or local_ip(conf.metaserver or conf.get("ykafka.configcenter.url"))
+        self.ip: str = conf.get("ykafka.client.ip") or local_ip(
+            conf.metaserver or (conf.get("ykafka.configcenter.url") or "").split(",")[0] or None)
         self._grant_listeners: list[GrantListener] = []
         self._report_provider: ReportProvider | None = None
         self._errors: deque[dict[str, Any]] = deque(maxlen=50)

@@ -1,0 +1,66 @@
+"""A list of equivalent service instances (config services, MetaServers) and which one to talk to now.
+
+Why: several instances of a control-plane service can serve the same clients (docs/architecture.md). Each
+client starts on a random instance, so load spreads without coordination, moves to the next one on a
+connection error, timeout or 5xx, and never jumps back to a recovered instance on its own: it is only picked
+again at random when the client later has to move (no thundering herd back to a restarted instance).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+
+def parse_urls(value: str) -> list[str]:
+    """Split a comma-separated list of http(s) URLs; each is stripped of surrounding space and trailing '/'."""
+    urls = [part.strip().rstrip("/") for part in value.split(",")]
+    urls = [url for url in urls if url]
+    if not urls:
+        raise ValueError("must not be empty")
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("expected http:// or https:// URLs, comma-separated")
+    return list(dict.fromkeys(urls))  # duplicates would only skew the random spread
+
+
+class Endpoints:
+    """The instances of one service, the current one, and a jittered back-off once all of them failed."""
+
+    def __init__(self, urls: str | list[str], rng: random.Random | None = None,
+                 base_backoff_s: float = 0.2, max_backoff_s: float = 30.0) -> None:
+        self.urls = parse_urls(urls) if isinstance(urls, str) else parse_urls(",".join(urls))
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._current = self._rng.choice(self.urls)
+        self._failures = 0  # consecutive failures since the last success
+        self.base_backoff_s = base_backoff_s
+        self.max_backoff_s = max_backoff_s
+
+    @property
+    def current(self) -> str:
+        with self._lock:
+            return self._current
+
+    def succeeded(self) -> None:
+        with self._lock:
+            self._failures = 0
+
+    def failed(self, url: str) -> float:
+        """``url`` failed: move to another instance (random among the others); return the wait before retrying.
+
+        The wait is 0 while untried instances remain in this round, then grows (full jitter) so a service that
+        is down everywhere is not hammered. A failure reported for an instance already left is ignored.
+        """
+        with self._lock:
+            if url != self._current:
+                return 0.0
+            self._failures += 1
+            others = [u for u in self.urls if u != url]
+            if others:
+                self._current = self._rng.choice(others)
+            if self._failures < len(self.urls):
+                return 0.0
+            rounds = self._failures // len(self.urls)
+            cap = min(self.max_backoff_s, self.base_backoff_s * 2 ** min(rounds, 16))
+            return self._rng.uniform(cap / 2, cap)
