@@ -23,6 +23,7 @@ import structlog
 from cachetools import TTLCache
 
 from ykafka import acl as acl_patterns
+from ykafka.endpoints import Endpoints
 from ykafka.errors import AclDenied, AuthError, MetaServerUnavailable
 from ykafka.signing import derive_key, signed_headers
 
@@ -150,7 +151,7 @@ class GrantClient:
 
     def __init__(self, metaserver: str, app_id: str, secret: str, client_id: str, ip: str,
                  cache_dir: Path, timeout_s: float = 5.0) -> None:
-        self.metaserver = metaserver.rstrip("/")
+        self.endpoints = Endpoints(metaserver)  # one URL or a comma-separated list of peer instances
         self.app_id = app_id
         self.client_id = client_id
         self.ip = ip
@@ -160,6 +161,32 @@ class GrantClient:
         self._key: bytes | None = None
         self._session = requests.Session()
         self._lock = threading.Lock()
+
+    @property
+    def metaserver(self) -> str:
+        """The MetaServer instance this client talks to now."""
+        return self.endpoints.current
+
+    def _post(self, path: str, **kwargs: Any) -> requests.Response:
+        """POST to the current instance; on a connection error, timeout or 5xx move to the next peer and retry
+        (each instance at most once per call). The last failure is raised or returned."""
+        for attempt in range(len(self.endpoints.urls)):
+            url = self.endpoints.current
+            try:
+                with self._lock:
+                    resp = self._session.post(url + path, timeout=self.timeout_s, **kwargs)
+            except requests.RequestException:
+                if attempt == len(self.endpoints.urls) - 1:
+                    raise
+                log.warning("ykafka.metaserver.instance_failed", url=url, path=path, attempt=attempt)
+            else:
+                if resp.status_code < 500 or attempt == len(self.endpoints.urls) - 1:
+                    if resp.status_code < 500:
+                        self.endpoints.succeeded()
+                    return resp
+                log.warning("ykafka.metaserver.instance_failed", url=url, path=path, status=resp.status_code)
+            self.endpoints.failed(url)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _signing_key(self) -> bytes:
         if self._key is None:
@@ -202,10 +229,8 @@ class GrantClient:
                 f"{self.store.path}") from None
 
     def _grant_request(self, path: str, body: bytes, headers: dict[str, str]) -> Grant:
-        url = self.metaserver + path
         try:
-            with self._lock:
-                resp = self._session.post(url, data=body, headers=headers, timeout=self.timeout_s)
+            resp = self._post(path, data=body, headers=headers)
         except requests.RequestException as exc:
             raise MetaServerUnavailable(f"{type(exc).__name__}: {exc}") from None
         if resp.status_code in (401, 403):
@@ -225,9 +250,7 @@ class GrantClient:
     def report(self, grant: Grant, body: Mapping[str, Any]) -> bool:
         """Post a client report; best-effort (False on any failure)."""
         try:
-            with self._lock:
-                resp = self._session.post(self.metaserver + REPORT_PATH, json=dict(body), timeout=self.timeout_s,
-                                          headers={"Authorization": f"Bearer {grant.token}"})
+            resp = self._post(REPORT_PATH, json=dict(body), headers={"Authorization": f"Bearer {grant.token}"})
         except requests.RequestException as exc:
             log.debug("ykafka.report.failed", error=str(exc))
             return False

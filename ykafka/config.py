@@ -100,7 +100,8 @@ def options() -> dict[str, Option]:
 for _name, _parse, _default, _help, _env in [
     ("ykafka.app.id", _opt_str, None, "application id registered at the MetaServer", "YKAFKA_APP_ID"),
     ("ykafka.app.secret", _opt_str, None, "application secret (never sent; signs requests)", "YKAFKA_APP_SECRET"),
-    ("ykafka.metaserver", _url, None, "MetaServer base URL; unset = local mode", "YKAFKA_METASERVER"),
+    ("ykafka.metaserver", _urls, None, "MetaServer base URL, or several peer instances comma-separated "
+     "(random start, failover); unset = local mode", "YKAFKA_METASERVER"),
     ("ykafka.cache.dir", _opt_str, None, "grant / config disk cache (default ~/.cache/ykafka)", "YKAFKA_CACHE_DIR"),
     ("ykafka.client.id", _opt_str, None, "client id reported to the MetaServer (default app-host-pid)", None),
     ("ykafka.client.ip", _opt_str, None, "IP sent to the config center for gray releases (default: detected)",

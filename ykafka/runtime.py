@@ -86,7 +86,7 @@ class Runtime:
         self.hot.add_validator(self._validate_cluster_names)
         self.apollo: ApolloClient | None = None
         self.ip: str = conf.get("ykafka.client.ip") or local_ip(
-            conf.metaserver or (conf.get("ykafka.configcenter.url") or "").split(",")[0] or None)
+            (conf.metaserver or conf.get("ykafka.configcenter.url") or "").split(",")[0] or None)
         self._grant_listeners: list[GrantListener] = []
         self._report_provider: ReportProvider | None = None
         self._errors: deque[dict[str, Any]] = deque(maxlen=50)
@@ -112,7 +112,7 @@ class Runtime:
         if not self.local_mode:
             assert self.conf.metaserver and self.conf.app_id and self.conf.app_secret
             if not self.conf.get("ykafka.client.ip"):
-                self.ip = local_ip(self.conf.metaserver)
+                self.ip = local_ip(self.conf.metaserver.split(",")[0])
             self._grant_client = GrantClient(self.conf.metaserver, self.conf.app_id, self.conf.app_secret,
                                              self.client_id, self.ip, self.conf.cache_dir,
                                              self.conf.ms("ykafka.metaserver.timeout.ms"))
