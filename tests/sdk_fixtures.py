@@ -153,13 +153,13 @@ class ConfigService:
                 self.proc.wait(5)
 
 
-def start_config_service(workdir: Path, longpoll_timeout: float = 5) -> ConfigService:
+def start_config_service(workdir: Path, longpoll_timeout: float = 5, db: Path | None = None) -> ConfigService:
     port = free_port()
     token = uuid.uuid4().hex
     workdir.mkdir(parents=True, exist_ok=True)
     log = open(workdir / f"cc-{port}.log", "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen([sys.executable, "-m", "metaserver.configcenter", "serve", "--host", "127.0.0.1",
-                             "--port", str(port), "--db", str(workdir / f"cc-{port}.db"),
+                             "--port", str(port), "--db", str(db or workdir / f"cc-{port}.db"),
                              "--longpoll-timeout", str(longpoll_timeout), "--openapi-token", token],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

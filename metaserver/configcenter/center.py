@@ -22,6 +22,7 @@ from metaserver.configcenter.store import Change, Store
 log = structlog.get_logger(__name__)
 
 CREDENTIAL_REFRESH_S = 1.0
+RELEASE_SCAN_S = 0.5  # several instances on one database: another's release reaches our polls within this
 
 
 class ConfigCenter:
@@ -36,6 +37,8 @@ class ConfigCenter:
         self.closing = False  # shutting down: parked polls were answered, new ones are refused (503)
         self._write_lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
+        self._scanner: asyncio.Task[None] | None = None
+        self._known: dict[str, int] = {}  # release-message key -> latest id this process has published
 
     async def start(self, openapi_token: str | None = None) -> None:
         if openapi_token:
@@ -45,7 +48,9 @@ class ConfigCenter:
             self.model.set_namespace(app_id, ns, state)
         self.model.set_app_namespaces(app_namespaces)
         self.model.set_credentials(await run_in_threadpool(self.store.load_credentials))
+        self._known = await run_in_threadpool(self.store.latest_messages)
         self._refresher = asyncio.create_task(self._refresh_credentials())
+        self._scanner = asyncio.create_task(self._scan_releases())
         self.instances.start()
         log.info("configcenter.started", db=self.store.db_path, namespaces=len(states),
                  longpoll_timeout=self.longpoll_timeout)
@@ -59,10 +64,11 @@ class ConfigCenter:
     async def stop(self) -> None:
         await self.instances.stop()
         self.begin_shutdown()
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+        for task in (self._refresher, self._scanner):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self.store.close()
 
     async def _refresh_credentials(self) -> None:
@@ -73,6 +79,28 @@ class ConfigCenter:
                 self.model.set_credentials(await run_in_threadpool(self.store.load_credentials))
             except Exception:  # a locked or briefly unavailable DB must not kill the refresher
                 log.warning("configcenter.credential_refresh_failed", exc_info=True)
+
+    async def _scan_releases(self) -> None:
+        """Apollo's ReleaseMessageScanner: pick up releases committed by other instances on the same database,
+        reload the read model and wake the polls parked here. The table keeps one row (the latest id) per key,
+        so comparing every key's id misses nothing, even when ids commit out of order."""
+        while True:
+            await asyncio.sleep(RELEASE_SCAN_S)
+            try:
+                latest = await run_in_threadpool(self.store.latest_messages)
+                if all(i <= self._known.get(msg, -1) for msg, i in latest.items()):
+                    continue
+                async with self._write_lock:  # ordered with this process's own writes
+                    states, app_namespaces = await run_in_threadpool(self.store.load_all)
+                    for (app_id, ns), state in states.items():
+                        self.model.set_namespace(app_id, ns, state)
+                    self.model.set_app_namespaces(app_namespaces)
+                    for msg, notification_id in latest.items():
+                        if notification_id > self._known.get(msg, -1):
+                            self._known[msg] = notification_id
+                            self.registry.publish(msg, notification_id)
+            except Exception:  # a locked or briefly unavailable DB must not kill the scanner
+                log.warning("configcenter.release_scan_failed", exc_info=True)
 
     async def write(self, fn: Callable[..., Change], *args: Any, **kwargs: Any) -> Any:
         """Run a store write, swap its snapshots in, then wake the long polls; returns its result."""
@@ -85,5 +113,6 @@ class ConfigCenter:
             if change.credentials is not None:
                 self.model.set_credentials(change.credentials)
             for message, notification_id in change.messages:
+                self._known[message] = max(notification_id, self._known.get(message, -1))
                 self.registry.publish(message, notification_id)
             return change.result

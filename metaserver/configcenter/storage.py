@@ -127,6 +127,13 @@ class StoreBase:
             states = {(a, n): self.load_state(s, a, n) for a, n in pairs}
             return states, self.load_app_namespaces(s)
 
+    def latest_messages(self) -> dict[str, int]:
+        """Release-message key -> its latest id (one row per key is kept): what the scanner compares."""
+        with self._sessions() as s:
+            rows = s.execute(select(m.ReleaseMessage.message, func.max(m.ReleaseMessage.id))
+                             .group_by(m.ReleaseMessage.message)).all()
+            return {str(msg): int(msg_id) for msg, msg_id in rows}
+
     def load_app_namespaces(self, s: Session) -> list[AppNamespaceView]:
         rows = s.scalars(select(m.AppNamespace)).all()
         return [AppNamespaceView(r.app_id, r.name, r.format, r.is_public) for r in rows]

@@ -1,0 +1,90 @@
+"""Several config-service processes on one database: a release through one reaches polls parked on another
+(release-message scanning, metaserver/configcenter/center.py), with notification ids from the database."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import requests
+
+from tests.sdk_fixtures import start_config_service, wait_until
+from ykafka.apollo import ApolloClient, NamespaceConfig
+from ykafka.endpoints import Endpoints
+
+pytest_plugins = ["tests.sdk_fixtures"]
+
+PARKED = 200
+
+
+def _park(url: str, ns: str, notification_id: int, out: list[tuple[float, int]], lock: threading.Lock) -> None:
+    """One plain-Apollo-protocol client: a single long poll, recording when and with what id it returned."""
+    notifications = json.dumps([{"namespaceName": ns, "notificationId": notification_id}])
+    resp = requests.get(f"{url}/notifications/v2", params={"appId": "ykafka", "cluster": "default",
+                                                          "notifications": notifications}, timeout=30)
+    got = resp.json()[0]["notificationId"] if resp.status_code == 200 else -1
+    with lock:
+        out.append((time.monotonic(), got))
+
+
+def test_release_through_a_wakes_200_polls_parked_on_b(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    a = start_config_service(tmp_path / "a", longpoll_timeout=20, db=db)
+    b = start_config_service(tmp_path / "b", longpoll_timeout=20, db=db)
+    ns = f"ykafka.topic.t-{uuid.uuid4().hex[:8]}"
+    try:
+        a.publish(ns, {"k": "1"})
+        first = requests.get(f"{b.url}/notifications/v2", params={"appId": "ykafka", "cluster": "default",
+                             "notifications": json.dumps([{"namespaceName": ns, "notificationId": -1}])},
+                             timeout=10)
+        seen = first.json()[0]["notificationId"]  # B knows A's release (loaded or scanned)
+        out: list[tuple[float, int]] = []
+        lock = threading.Lock()
+        threads = [threading.Thread(target=_park, args=(b.url, ns, seen, out, lock), daemon=True)
+                   for _ in range(PARKED)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)  # all parked on B
+        assert not out
+        published = time.monotonic()
+        a.publish(ns, {"k": "2"})
+        for t in threads:
+            t.join(timeout=10)
+        assert len(out) == PARKED
+        assert all(nid > seen for _, nid in out)
+        worst = max(at for at, _ in out) - published
+        assert worst <= 1.0, worst
+        config = requests.get(f"{b.url}/configs/ykafka/default/{ns}", timeout=5).json()
+        assert config["configurations"] == {"k": "2"}
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_client_parked_on_a_killed_instance_gets_the_release_made_through_the_survivor(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    a = start_config_service(tmp_path / "a", longpoll_timeout=20, db=db)
+    b = start_config_service(tmp_path / "b", longpoll_timeout=20, db=db)
+    ns = f"ykafka.topic.t-{uuid.uuid4().hex[:8]}"
+    got: list[NamespaceConfig] = []
+    client = ApolloClient(f"{a.url},{b.url}", "ykafka", "default", "127.0.0.1", None, got.append)
+    try:
+        a.publish(ns, {"k": "1"})
+        while client.endpoints.current != a.url:
+            client.endpoints = Endpoints([a.url, b.url])
+        client.subscribe(ns)
+        client.start()
+        wait_until(lambda: bool(got) and got[-1].configurations == {"k": "1"}, timeout=5)
+        time.sleep(0.5)  # parked on A
+        a.proc.kill()
+        a.proc.wait()
+        b.publish(ns, {"k": "2"})
+        wait_until(lambda: got[-1].configurations == {"k": "2"}, timeout=5, message="latest value via B")
+        assert client.url == b.url
+    finally:
+        client.close()
+        a.stop()
+        b.stop()
