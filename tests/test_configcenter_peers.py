@@ -88,3 +88,28 @@ def test_client_parked_on_a_killed_instance_gets_the_release_made_through_the_su
         client.close()
         a.stop()
         b.stop()
+
+
+def test_services_config_lists_every_live_instance_and_drops_a_killed_one(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    a = start_config_service(tmp_path / "a", db=db)
+    b = start_config_service(tmp_path / "b", db=db)
+    try:
+        for path in ("/services/config", "/services/admin"):
+            listed = {i["homepageUrl"] for i in requests.get(b.url + path, timeout=5).json()}
+            assert listed == {a.url + "/", b.url + "/"}
+        # an Apollo client with only the meta URL resolves both config services, and fails over between them
+        metas = requests.get(a.url + "/services/config", timeout=5).json()
+        client = ApolloClient(",".join(i["homepageUrl"] for i in metas), "ykafka", "default", "127.0.0.1", None,
+                              lambda c: None)
+        assert sorted(client.endpoints.urls) == sorted([a.url, b.url])
+        client.close()
+        a.proc.kill()
+        a.proc.wait()
+        killed = time.monotonic()
+        wait_until(lambda: [i["homepageUrl"] for i in requests.get(b.url + "/services/config", timeout=5).json()]
+                   == [b.url + "/"], timeout=12, message="killed instance dropped out")
+        assert time.monotonic() - killed <= 10.0
+    finally:
+        a.stop()
+        b.stop()

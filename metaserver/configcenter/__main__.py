@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--openapi-token", default=_env("YKAFKA_CC_OPENAPI_TOKEN"),
                        help="seed this Open API token (all apps), env YKAFKA_CC_OPENAPI_TOKEN")
     serve.add_argument("--log-level", default=_env("YKAFKA_CC_LOG_LEVEL", "info"), help="env YKAFKA_CC_LOG_LEVEL")
+    serve.add_argument("--advertise-url", default=_env("YKAFKA_CC_ADVERTISE_URL"),
+                       help="URL /services/config lists for this process (default http://HOST:PORT), "
+                            "env YKAFKA_CC_ADVERTISE_URL")
     serve.add_argument("--log-json", action="store_true", help="JSON log lines")
 
     token = sub.add_parser("token", help="Open API tokens").add_subparsers(dest="action", required=True)
@@ -73,7 +76,9 @@ def _serve(args: argparse.Namespace) -> int:
     from ykafka.logs import configure
 
     configure(args.log_level, args.log_json)
-    app = create_app(args.db, args.longpoll_timeout, args.openapi_token)
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+    app = create_app(args.db, args.longpoll_timeout, args.openapi_token,
+                     advertise_url=args.advertise_url or f"http://{host}:{args.port}")
     center: ConfigCenter = app.state.center
 
     class Server(uvicorn.Server):

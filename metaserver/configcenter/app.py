@@ -37,13 +37,14 @@ class OpenApiTrailingSlash:
         await self.app(scope, receive, send)
 
 
-def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str | None = None) -> FastAPI:
+def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str | None = None,
+               advertise_url: str | None = None) -> FastAPI:
     """The config service over the SQLite database at `db_path`.
 
     `longpoll_timeout` is how long `/notifications/v2` holds a poll before answering 304;
     `openapi_token`, when given, is seeded (idempotently) as an Open API token allowed on every app.
     """
-    center = ConfigCenter(db_path, longpoll_timeout)
+    center = ConfigCenter(db_path, longpoll_timeout, advertise_url)  # advertise_url: listed by /services/*
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

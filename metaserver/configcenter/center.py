@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -22,14 +23,18 @@ from metaserver.configcenter.store import Change, Store
 log = structlog.get_logger(__name__)
 
 CREDENTIAL_REFRESH_S = 1.0
+HEARTBEAT_S = 2.0  # discovery: each process upserts its row this often ...
+INSTANCE_TTL_S = 6.0  # ... and is listed while its last heartbeat is younger than this (stopped: gone ≤ 6 s)
 RELEASE_SCAN_S = 0.5  # several instances on one database: another's release reaches our polls within this
 
 
 class ConfigCenter:
     """Owns the store, the read model and the long polls of one service process."""
 
-    def __init__(self, db_path: str, longpoll_timeout: float = 60.0) -> None:
+    def __init__(self, db_path: str, longpoll_timeout: float = 60.0, advertise_url: str | None = None) -> None:
         self.store = Store(db_path)
+        self.advertise_url = advertise_url.rstrip("/") + "/" if advertise_url else None
+        self.instance_id = f"{uuid.uuid4().hex[:12]}"
         self.model = ReadModel()
         self.registry = LongPollRegistry()
         self.longpoll_timeout = longpoll_timeout
@@ -38,6 +43,7 @@ class ConfigCenter:
         self._write_lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
         self._scanner: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
         self._known: dict[str, int] = {}  # release-message key -> latest id this process has published
 
     async def start(self, openapi_token: str | None = None) -> None:
@@ -51,6 +57,9 @@ class ConfigCenter:
         self._known = await run_in_threadpool(self.store.latest_messages)
         self._refresher = asyncio.create_task(self._refresh_credentials())
         self._scanner = asyncio.create_task(self._scan_releases())
+        if self.advertise_url:
+            await run_in_threadpool(self.store.heartbeat, self.instance_id, self.advertise_url)
+            self._heartbeat = asyncio.create_task(self._beat())
         self.instances.start()
         log.info("configcenter.started", db=self.store.db_path, namespaces=len(states),
                  longpoll_timeout=self.longpoll_timeout)
@@ -64,11 +73,14 @@ class ConfigCenter:
     async def stop(self) -> None:
         await self.instances.stop()
         self.begin_shutdown()
-        for task in (self._refresher, self._scanner):
+        for task in (self._refresher, self._scanner, self._heartbeat):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self.advertise_url:
+            with contextlib.suppress(Exception):  # a dead database: the row ages out instead
+                await run_in_threadpool(self.store.forget_instance, self.instance_id)
         self.store.close()
 
     async def _refresh_credentials(self) -> None:
@@ -79,6 +91,18 @@ class ConfigCenter:
                 self.model.set_credentials(await run_in_threadpool(self.store.load_credentials))
             except Exception:  # a locked or briefly unavailable DB must not kill the refresher
                 log.warning("configcenter.credential_refresh_failed", exc_info=True)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                await run_in_threadpool(self.store.heartbeat, self.instance_id, self.advertise_url or "")
+            except Exception:
+                log.warning("configcenter.heartbeat_failed", exc_info=True)
+
+    async def live_instances(self) -> list[tuple[str, str]]:
+        """Every config-service process on this database that heartbeated lately (discovery)."""
+        return await run_in_threadpool(self.store.live_instances, INSTANCE_TTL_S)
 
     async def _scan_releases(self) -> None:
         """Apollo's ReleaseMessageScanner: pick up releases committed by other instances on the same database,

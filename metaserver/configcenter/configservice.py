@@ -211,22 +211,27 @@ async def poll_notifications(request: Request) -> Response:
         center.registry.unregister(waiter)
 
 
-def _service_instances(request: Request, name: str) -> list[dict[str, str]]:
-    base = str(request.base_url)
-    parts = urlsplit(base)
-    return [{"appName": name, "instanceId": f"{parts.hostname}:{name.lower()}:{parts.port or 80}",
-             "homepageUrl": base}]
+async def _service_instances(request: Request, name: str) -> list[dict[str, str]]:
+    """Every live instance on this database (heartbeats); this one alone when it does not advertise."""
+    live = await _center(request).live_instances()
+    if not live:
+        base = str(request.base_url)
+        parts = urlsplit(base)
+        return [{"appName": name, "instanceId": f"{parts.hostname}:{name.lower()}:{parts.port or 80}",
+                 "homepageUrl": base}]
+    return [{"appName": name, "instanceId": f"{instance_id}:{name.lower()}", "homepageUrl": url}
+            for instance_id, url in live]
 
 
 @router.get("/services/config")
 async def services_config(request: Request) -> list[dict[str, str]]:
-    """Meta-server discovery: Apollo clients configured with a meta URL find the config service here."""
-    return _service_instances(request, "APOLLO-CONFIGSERVICE")
+    """Meta-server discovery: Apollo clients configured with a meta URL find every config service here."""
+    return await _service_instances(request, "APOLLO-CONFIGSERVICE")
 
 
 @router.get("/services/admin")
 async def services_admin(request: Request) -> list[dict[str, str]]:
-    return _service_instances(request, "APOLLO-ADMINSERVICE")
+    return await _service_instances(request, "APOLLO-ADMINSERVICE")
 
 
 class AccessKeyMiddleware:

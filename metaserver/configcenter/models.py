@@ -13,6 +13,7 @@ from datetime import datetime
 from sqlalchemy import (
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -164,6 +165,16 @@ class ReleaseMessage(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     message: Mapped[str] = mapped_column(ident(1024), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=local_now)
+
+
+class ServiceInstance(Base):
+    """A running config-service process (discovery): upserted every heartbeat, listed while fresh."""
+
+    __tablename__ = "service_instances"
+
+    instance_id: Mapped[str] = mapped_column(ident(128), primary_key=True)
+    homepage_url: Mapped[str] = mapped_column(ident(512))
+    heartbeat_at: Mapped[float] = mapped_column(Float)
 
 
 class ConsumerToken(Base):

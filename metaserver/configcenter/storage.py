@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -126,6 +127,23 @@ class StoreBase:
             pairs = s.execute(select(m.Namespace.app_id, m.Namespace.namespace_name).distinct()).all()
             states = {(a, n): self.load_state(s, a, n) for a, n in pairs}
             return states, self.load_app_namespaces(s)
+
+    def heartbeat(self, instance_id: str, homepage_url: str) -> None:
+        """Record this process as live now (discovery)."""
+        with self._sessions() as s, s.begin():
+            s.merge(m.ServiceInstance(instance_id=instance_id, homepage_url=homepage_url, heartbeat_at=time.time()))
+
+    def forget_instance(self, instance_id: str) -> None:
+        with self._sessions() as s, s.begin():
+            s.execute(delete(m.ServiceInstance).where(m.ServiceInstance.instance_id == instance_id))
+
+    def live_instances(self, max_age_s: float) -> list[tuple[str, str]]:
+        """(instance id, homepage URL) of every process that heartbeated within ``max_age_s``."""
+        with self._sessions() as s:
+            rows = s.execute(select(m.ServiceInstance.instance_id, m.ServiceInstance.homepage_url)
+                             .where(m.ServiceInstance.heartbeat_at >= time.time() - max_age_s)
+                             .order_by(m.ServiceInstance.instance_id)).all()
+            return [(str(i), str(u)) for i, u in rows]
 
     def latest_messages(self) -> dict[str, int]:
         """Release-message key -> its latest id (one row per key is kept): what the scanner compares."""
