@@ -4,20 +4,28 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import uuid
 from pathlib import Path
 
+import pytest
 import requests
 
 from tests.sdk_fixtures import start_config_service, wait_until
 from ykafka.apollo import ApolloClient, NamespaceConfig
-from ykafka.endpoints import Endpoints
+from ykafka.endpoints import Endpoints, resolve_meta
 
 pytest_plugins = ["tests.sdk_fixtures"]
 
 PARKED = 200
+
+
+def _dead() -> str:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def _park(url: str, ns: str, notification_id: int, out: list[tuple[float, int]], lock: threading.Lock) -> None:
@@ -99,14 +107,17 @@ def test_services_config_lists_every_live_instance_and_drops_a_killed_one(tmp_pa
             listed = {i["homepageUrl"] for i in requests.get(b.url + path, timeout=5).json()}
             assert listed == {a.url + "/", b.url + "/"}
         # an Apollo client with only the meta URL resolves both config services, and fails over between them
-        metas = requests.get(a.url + "/services/config", timeout=5).json()
-        client = ApolloClient(",".join(i["homepageUrl"] for i in metas), "ykafka", "default", "127.0.0.1", None,
+        assert sorted(resolve_meta(a.url)) == sorted([a.url, b.url])  # ykafka.configcenter.meta
+        assert sorted(resolve_meta(f"{_dead()},{b.url}")) == sorted([a.url, b.url])  # a dead meta URL skipped
+        client = ApolloClient(",".join(resolve_meta(a.url)), "ykafka", "default", "127.0.0.1", None,
                               lambda c: None)
         assert sorted(client.endpoints.urls) == sorted([a.url, b.url])
         client.close()
         a.proc.kill()
         a.proc.wait()
         killed = time.monotonic()
+        with pytest.raises(ValueError, match="no config service"):
+            resolve_meta(_dead(), timeout_s=1)
         wait_until(lambda: [i["homepageUrl"] for i in requests.get(b.url + "/services/config", timeout=5).json()]
                    == [b.url + "/"], timeout=12, message="killed instance dropped out")
         assert time.monotonic() - killed <= 10.0

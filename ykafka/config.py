@@ -108,6 +108,8 @@ for _name, _parse, _default, _help, _env in [
      "YKAFKA_CLIENT_IP"),
     ("ykafka.configcenter.url", _urls, None, "config-center URL, or several instances comma-separated (random "
      "start, failover); overrides the grant's (local mode: enables hot config)", "YKAFKA_CONFIGCENTER_URL"),
+    ("ykafka.configcenter.meta", _urls, None, "meta URL(s): the config-service instances are those its "
+     "/services/config lists (used when ykafka.configcenter.url is unset)", "YKAFKA_CONFIGCENTER_META"),
     ("ykafka.configcenter.app.id", _str, "ykafka", "Apollo appId of the hot-config namespaces", None),
     ("ykafka.configcenter.cluster", _str, "default", "Apollo cluster", None),
     ("ykafka.configcenter.namespace.prefix", _str, catalog.NAMESPACE_PREFIX, "namespace prefix", None),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 import threading
 
+import requests
+
 
 def parse_urls(value: str) -> list[str]:
     """Split a comma-separated list of http(s) URLs; each is stripped of surrounding space and trailing '/'."""
@@ -64,3 +66,20 @@ class Endpoints:
             rounds = self._failures // len(self.urls)
             cap = min(self.max_backoff_s, self.base_backoff_s * 2 ** min(rounds, 16))
             return self._rng.uniform(cap / 2, cap)
+
+
+def resolve_meta(meta: str, timeout_s: float = 5.0) -> list[str]:
+    """The config-service instances a meta URL (or a comma-separated list of them) lists at /services/config,
+    as Apollo clients configured with ``apollo.meta`` find them. Raises ``ValueError`` when none answers."""
+    errors: list[str] = []
+    for url in random.sample(parse_urls(meta), len(parse_urls(meta))):
+        try:
+            resp = requests.get(url + "/services/config", timeout=timeout_s)
+            if resp.status_code == 200:
+                found = [str(i["homepageUrl"]) for i in resp.json() if i.get("homepageUrl")]
+                if found:
+                    return parse_urls(",".join(found))
+            errors.append(f"{url}: HTTP {resp.status_code}")
+        except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError) as exc:
+            errors.append(f"{url}: {type(exc).__name__}")
+    raise ValueError(f"no config service found through the meta URL(s): {'; '.join(errors)}")

@@ -47,6 +47,7 @@ from ykafka.auth import AclCache, ClusterInfo, Grant, GrantClient
 from ykafka.catalog import Scope, ScopeKind
 from ykafka.config import LocalConfig, Role
 from ykafka.config import load as load_config
+from ykafka.endpoints import resolve_meta
 from ykafka.errors import AuthError, MetaServerUnavailable, UnknownClusterError
 from ykafka.hotconfig import ConfigChange, HotConfig
 from ykafka.netutil import local_ip
@@ -213,7 +214,14 @@ class Runtime:
 
     def _start_configcenter(self) -> None:
         grant = self._grant
-        url = self.conf.get("ykafka.configcenter.url") or (grant.configcenter.url if grant else None)
+        url = self.conf.get("ykafka.configcenter.url")
+        meta = self.conf.get("ykafka.configcenter.meta")
+        if not url and meta:
+            try:  # Apollo's apollo.meta: the config-service instances come from /services/config
+                url = ",".join(resolve_meta(meta, self.conf.ms("ykafka.configcenter.fetch.timeout.ms")))
+            except ValueError as exc:
+                log.warning("ykafka.configcenter.meta_failed", error=str(exc))
+        url = url or (grant.configcenter.url if grant else None)
         if not url:
             log.info("ykafka.configcenter.disabled", reason="no config-center URL (local config only)")
             return
