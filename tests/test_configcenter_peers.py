@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.sdk_fixtures import start_config_service, wait_until
+from tests.sdk_fixtures import ConfigService, start_config_service, wait_until
 from ykafka.apollo import ApolloClient, NamespaceConfig
 from ykafka.endpoints import Endpoints, resolve_meta
 
@@ -121,6 +121,27 @@ def test_services_config_lists_every_live_instance_and_drops_a_killed_one(tmp_pa
         wait_until(lambda: [i["homepageUrl"] for i in requests.get(b.url + "/services/config", timeout=5).json()]
                    == [b.url + "/"], timeout=12, message="killed instance dropped out")
         assert time.monotonic() - killed <= 10.0
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_token_created_through_one_instance_works_on_the_other_within_a_second(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    b = start_config_service(tmp_path / "b", db=db)
+    a = start_config_service(tmp_path / "a", db=db)  # seeds its own token after B loaded its credentials
+    ns = f"ykafka.topic.t-{uuid.uuid4().hex[:8]}"
+    try:
+        started = time.monotonic()
+        headers = {"Authorization": a.token}
+        wait_until(lambda: requests.get(f"{b.url}/openapi/v1/apps", headers=headers, timeout=5).status_code == 200,
+                   timeout=5, interval=0.05, message="A's token accepted by B")
+        assert time.monotonic() - started <= 1.5
+        ConfigService(b.url, a.token, b.proc).publish(ns, {"k": "via-b"})  # item write + release through B
+        wait_until(lambda: requests.get(f"{a.url}/configs/ykafka/default/{ns}", timeout=5).status_code == 200,
+                   timeout=2, interval=0.05, message="B's release served by A")
+        assert requests.get(f"{a.url}/configs/ykafka/default/{ns}", timeout=5).json()["configurations"] == {
+            "k": "via-b"}
     finally:
         a.stop()
         b.stop()
