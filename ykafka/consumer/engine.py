@@ -265,7 +265,7 @@ class Engine:
         bucket = self.bucket
         while not self._stop.is_set():
             max_backlog = 2 * pool.size + 2
-            if self._pending:
+            if self._pending or self._pending_switch is not None:  # a route switch waits in its own slot
                 self._apply_pending()
             consumer = session.consumer
             if consumer is None:  # left the group
