@@ -17,7 +17,11 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+import structlog
+
 from ykafka.consumer import Consumer
+
+log = structlog.get_logger(__name__)
 
 _SLICE_S = 0.2  # longest single blocking poll on the consumer thread
 
@@ -170,8 +174,9 @@ class AIOConsumer:
             try:
                 self._loop.add_signal_handler(sig, self._consumer.stop)
                 installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread's loop
-                pass
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread's loop (or Windows)
+                log.info("ykafka.aio.consumer.no_signal_handler", signal=sig.name,
+                         hint="call consumer.stop() to end run() gracefully")
         try:
             await self._loop.run_in_executor(
                 None, functools.partial(self._consumer.run_async, handler, topics, self._loop))
