@@ -131,6 +131,26 @@ class ApolloOpenApi:
         self._call("PUT", f"/openapi/v1/envs/{_q(self.env)}/releases/{int(release_id)}/rollback",
                    params={"operator": self.operator})
 
+    # --- who holds which release (Apollo's instance view) ---------------------------------------
+
+    def instances(self, namespace: str, cluster: str | None = None, page_size: int = 500,
+                  max_pages: int = 4) -> list[dict[str, Any]]:
+        """The clients that fetched a release of the namespace at ``cluster`` (a gray branch's name for its
+        holders), as Apollo's ``instances/by-namespace`` lists them (InstanceDTO with its configs), at most
+        ``page_size * max_pages``; [] when the config center has no instance view (404)."""
+        out: list[dict[str, Any]] = []
+        for page in range(max_pages):
+            data = self._call("GET", f"/openapi/v1/envs/{_q(self.env)}/instances/by-namespace", ok_missing=True,
+                              params={"appId": self.app_id, "clusterName": cluster or self.cluster,
+                                      "namespaceName": namespace, "page": page, "size": page_size})
+            if not isinstance(data, dict):
+                break
+            rows = data.get("content") or []
+            out.extend(r for r in rows if isinstance(r, dict))
+            if len(rows) < page_size or len(out) >= int(data.get("total") or 0):
+                break
+        return out
+
     # --- gray release (branches) -------------------------------------------------------------
 
     def find_branch(self, namespace: str) -> str | None:

@@ -77,7 +77,8 @@ def test_an_operator_changes_linger_for_one_topic_sees_diff_and_reach_publishes_
         for ld in loads:
             _wait_status(page, ld.client_id, "^applied$")
         console.shot(page, "config-applied")
-        assert "producer.linger.ms" in page.locator("#history").inner_text()
+        history = page.locator("#history tbody tr").first.inner_text()
+        assert "producer.linger.ms: 25 (added)" in history and "{" not in history, history  # a diff, not JSON
         seen = admin_clients(console.stack, app_id)
         assert all(f"ykafka.topic.{topic}" in seen[ld.client_id]["config_release_keys"] for ld in loads)
         page.goto(f"{console.url}/console/topics?q={topic}")
@@ -134,6 +135,41 @@ def test_a_gray_release_to_one_ip_reaches_only_that_client_then_promote_then_rol
         assert "7" in page.locator("#in-force").inner_text()
     finally:
         _stop_and_count(console, loads, topic)
+
+
+def test_a_plain_apollo_client_fetching_configs_shows_among_the_affected_clients_with_its_ip_and_release_key(
+        console: Console, page: Any) -> None:
+    """A third-party Apollo client (plain HTTP, no ykafka report) is listed from the config service's instance
+    records: in the live panel with the release key it holds, in the publish preview's reach, and it moves
+    from pending to applied when it fetches the new release."""
+    st = console.stack
+    topic, ip = unique("console-apollo"), "10.77.0.9"
+    namespace = f"ykafka.topic.{topic}"
+    st.publish_raw(namespace, {"producer.linger.ms": "5"})
+
+    def fetch() -> str:
+        resp = requests.get(f"{st.configcenter}/configs/ykafka/default/{namespace}",
+                            params={"ip": ip, "dataCenter": "dc-x"}, timeout=5)
+        assert resp.status_code == 200, resp.text
+        return str(resp.json()["releaseKey"])
+
+    first = fetch()
+    console.login(page, "operator")
+    page.goto(f"{console.url}/console/config?scope=topic:{topic}")
+    row = page.locator(f"#live-panel tr[data-client='apollo:{ip}']")
+    _wait_status(page, f"apollo:{ip}", "^applied$")
+    assert row.locator(".held").inner_text() == first
+    assert "Apollo client, no ykafka report" in row.inner_text()
+    _preview(page, console, f"topic:{topic}", "producer.linger.ms=6")
+    reach = page.locator(f"#reach li[data-client='apollo:{ip}']").inner_text()
+    assert ip in reach and first in reach and "Apollo client" in reach
+    page.click("#publish")
+    _wait_status(page, f"apollo:{ip}", "^pending$")
+    second = fetch()
+    assert second != first
+    _wait_status(page, f"apollo:{ip}", "^applied$")
+    assert page.locator(f"#live-panel tr[data-client='apollo:{ip}'] .held").inner_text() == second
+    console.shot(page, "config-apollo-clients")
 
 
 def test_an_invalid_value_is_refused_in_the_form_with_the_catalogs_reason_and_nothing_is_published(
@@ -292,6 +328,7 @@ def test_the_overview_fetches_only_its_own_vendored_assets_and_says_why_charts_a
     assert page.evaluate("typeof window.Chart") == "function"  # the vendored chart.js loaded
     if page.locator("#charts").get_attribute("data-state") == "empty":
         assert "No charts:" in page.locator("#charts-note").inner_text()
+    assert str(console.stack.home) not in page.content()  # the store's location is not shown
     assert requested and all(url.startswith(console.url + "/") for url in requested), requested
     assert any(url.endswith("/console/static/vendor/chart-4.4.9.umd.js") for url in requested)
     assert int(page.locator("#live-count").inner_text()) >= 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ykafka.catalog import Scope, ScopeKind
@@ -24,6 +25,7 @@ class Target:
     main_key: str | None
     gray_key: str | None = None
     gray_ips: tuple[str, ...] = ()
+    gray_branch: str | None = None
 
     def key_for(self, ip: str | None) -> str | None:
         if self.gray_key and ip in self.gray_ips:
@@ -35,7 +37,8 @@ def target(current: dict[str, Any], main_release: dict[str, Any] | None,
            gray_release: dict[str, Any] | None) -> Target:
     gray = current.get("gray") or {}
     return Target(current["namespace"], (main_release or {}).get("releaseKey"),
-                  (gray_release or {}).get("releaseKey") if gray else None, tuple(gray.get("ips") or ()))
+                  (gray_release or {}).get("releaseKey") if gray else None, tuple(gray.get("ips") or ()),
+                  gray.get("branch") if gray else None)
 
 
 def reaches(client: dict[str, Any], scope: Scope, ips: list[str] | None = None) -> bool:
@@ -95,3 +98,37 @@ def panel(clients: list[dict[str, Any]], scope: Scope, tgt: Target,
         rows.append({"client": client, "status": state, "detail": detail,
                      "gray": bool(tgt.gray_key and client.get("ip") in tgt.gray_ips)})
     return rows
+
+
+def _seen(text: Any) -> float | None:
+    try:
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+    except ValueError:
+        return None
+
+
+def apollo_clients(instances: list[dict[str, Any]], namespace: str, known_ips: set[str],
+                   fresh_after: float) -> list[dict[str, Any]]:
+    """Clients the config service saw fetch ``namespace`` (its Apollo instance records) that send no ykafka
+    report (their IP is in no report), seen after ``fresh_after``: third-party Apollo clients. Each is
+    shaped as a panel client with ``held`` (the release key it holds) and ``apollo`` set."""
+    out: dict[str, dict[str, Any]] = {}
+    for inst in instances:
+        ip = str(inst.get("ip") or "")
+        if not ip or ip in known_ips:
+            continue
+        for cfg in inst.get("configs") or []:
+            release = cfg.get("release") or {}
+            if str(release.get("namespaceName", namespace)).lower() != namespace.lower():
+                continue
+            seen = _seen(cfg.get("dataChangeLastModifiedTime"))
+            if seen is None or seen < fresh_after:
+                continue
+            key = f"{inst.get('appId')}/{inst.get('clusterName')}/{inst.get('dataCenter') or ''}/{ip}"
+            if key in out and out[key]["last_seen"] >= seen:
+                continue
+            out[key] = {"app_id": str(inst.get("appId") or ""), "client_id": f"apollo:{ip}", "ip": ip,
+                        "hostname": str(inst.get("dataCenter") or ""), "role": "Apollo client",
+                        "held": str(release.get("releaseKey") or ""), "has_errors": False, "online": True,
+                        "apollo": True, "last_seen": seen, "cluster": str(inst.get("clusterName") or "")}
+    return sorted(out.values(), key=lambda c: (c["ip"], c["app_id"]))

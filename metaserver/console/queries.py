@@ -129,3 +129,10 @@ def rejections(conn: Connection, app_id: str, client_id: str) -> list[dict[str, 
     extra = conn.execute(select(cs.c.extra).where(cs.c.app_id == app_id, cs.c.client_id == client_id)).scalar()
     return [e for e in ((extra or {}).get("errors") or [])
             if isinstance(e, dict) and e.get("type") == "config_rejected"]
+
+
+def reported_ips(conn: Connection, ips: set[str]) -> set[str]:
+    """Which of ``ips`` appear in any client report (live or not): those hosts run ykafka clients."""
+    if not ips:
+        return set()
+    return {str(ip) for ip in conn.execute(select(cs.c.ip).where(cs.c.ip.in_(sorted(ips))).distinct()).scalars()}

@@ -6,27 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import HTTPException, Request
+from fastapi import Request
 from fastapi.responses import Response
 from sqlalchemy import select
 
 from metaserver import db
 from metaserver.console import queries
-from metaserver.console.views import _login_redirect, _page, _session, _svc, router
+from metaserver.console.views import StoreUnavailable, _login_redirect, _page, _session, _svc, read_store, router
 from metaserver.models import client_state as cs
 
 
 def _lags(svc: Any) -> tuple[dict[tuple[str, str], float], str | None]:
-    from metaserver import routes_observe
+    from metaserver.routes_observe import parse_since
 
     try:
-        store = routes_observe._store(svc)
-        from pipeline.aggregates import read_aggregates
-
-        rows = routes_observe._read(read_aggregates, store, routes_observe.parse_since("15m"), names=["lag"],
-                                    by=("topic", "group"), whole_range=True)
-    except HTTPException as exc:
-        return {}, str(exc.detail)
+        rows = read_store(svc, "pipeline.aggregates:read_aggregates", parse_since("15m"), names=["lag"],
+                          by=("topic", "group"), whole_range=True)
+    except StoreUnavailable as exc:
+        return {}, str(exc)
     return {(r.get("topic") or "", r.get("group") or ""): r.get("value") or 0 for r in rows}, None
 
 

@@ -10,17 +10,16 @@ from fastapi import HTTPException, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from metaserver.console.views import _login_redirect, _page, _session, _svc, router
+from metaserver.console.views import StoreUnavailable, _login_redirect, _page, _session, _svc, read_store, router
 
 
 def _lookup(svc: Any, key: str, msg_id: str, topic: str, since: str) -> list[dict[str, Any]]:
-    from metaserver import routes_observe
+    from metaserver.routes_observe import parse_since
 
-    store = routes_observe._store(svc)
-    from pipeline.trace_store import lookup, timelines
+    rows = read_store(svc, "pipeline.trace_store:lookup", key or None, msg_id=msg_id or None, topic=topic or None,
+                      since=parse_since(since), limit=2000)
+    from pipeline.trace_store import timelines
 
-    rows = routes_observe._read(lookup, store, key or None, msg_id=msg_id or None, topic=topic or None,
-                                since=routes_observe.parse_since(since), limit=2000)
     out = []
     for mid, steps in timelines(rows).items():
         first = steps[0].get("ts") or 0
@@ -45,6 +44,8 @@ async def trace_page(request: Request) -> Response:
     if q["key"] or q["msg_id"]:
         try:
             messages = await run_in_threadpool(_lookup, _svc(request), q["key"], q["msg_id"], q["topic"], q["since"])
-        except HTTPException as exc:
+        except StoreUnavailable as exc:
+            error = str(exc)
+        except HTTPException as exc:  # a bad window (parse_since's message does not echo it)
             error = str(exc.detail)
     return _page(request, "trace.html", sess, q=q, messages=messages, error=error)

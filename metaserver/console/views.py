@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -29,6 +30,7 @@ COOKIE = "ykafka_console"
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 router = APIRouter(prefix="/console", include_in_schema=False)
+log = structlog.get_logger("metaserver.console")
 
 
 class Denied(Exception):
@@ -138,6 +140,30 @@ PAGE_ROWS = 200
 CHART_METRICS = ("send.msgs", "consume.msgs", "lag")
 
 
+class StoreUnavailable(Exception):
+    """The pipeline store cannot be read; the message says why without naming its path or URI."""
+
+
+def read_store(svc: Services, reader: str, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """Rows from a pipeline-store reader (``"module:function"``, imported once the store is known to be
+    readable), through the observe API's checks; the store's location never reaches a page."""
+    import importlib
+
+    from fastapi import HTTPException
+
+    from metaserver import routes_observe
+
+    try:
+        store = routes_observe._store(svc)
+        module, _, name = reader.partition(":")
+        return routes_observe._read(getattr(importlib.import_module(module), name), store, *args, **kwargs)
+    except HTTPException as exc:
+        detail, root = str(exc.detail), svc.settings.pipeline_store or ""
+        for shown in (repr(root), root) if root else ():
+            detail = detail.replace(shown, "the configured pipeline store")
+        raise StoreUnavailable(detail) from None
+
+
 @router.get("/data/overview")
 def overview_data(request: Request) -> Response:
     """Produce / consume rates and max lag per minute over the last hour, from the pipeline's aggregates
@@ -145,18 +171,13 @@ def overview_data(request: Request) -> Response:
     sess = _session(request)
     if sess is None:
         return JSONResponse({"detail": "log in"}, status_code=401)
-    from fastapi import HTTPException
-
-    from metaserver import routes_observe
+    from metaserver.routes_observe import parse_since
 
     try:
-        store = routes_observe._store(_svc(request))
-        from pipeline.aggregates import read_aggregates
-
-        rows = routes_observe._read(read_aggregates, store, routes_observe.parse_since("1h"),
-                                    names=list(CHART_METRICS), by=("name",))
-    except HTTPException as exc:
-        return JSONResponse({"available": False, "reason": str(exc.detail)})
+        rows = read_store(_svc(request), "pipeline.aggregates:read_aggregates", parse_since("1h"),
+                          names=list(CHART_METRICS), by=("name",))
+    except StoreUnavailable as exc:
+        return JSONResponse({"available": False, "reason": str(exc)})
     series: dict[str, list[list[float]]] = {name: [] for name in CHART_METRICS}
     for row in sorted(rows, key=lambda r: r.get("window_start") or 0):
         name, value = row.get("name"), row.get("value")
@@ -276,6 +297,26 @@ def _state(svc: Services, scope: Scope) -> tuple[dict[str, Any], loop.Target]:
 
 
 PANEL_ROWS = 300
+#: a third-party Apollo client counts as live when the config service saw it within this many seconds (its
+#: record is refreshed at least once a minute while it polls)
+APOLLO_FRESH_S = 600
+
+
+def apollo_clients(svc: Services, tgt: loop.Target) -> list[dict[str, Any]]:
+    """Third-party Apollo clients holding a release of the target's namespace (main line, and the gray
+    branch's holders), from the config service's instance records; [] when it cannot tell."""
+    if svc.apollo is None:
+        return []
+    try:
+        found = svc.apollo.instances(tgt.namespace)
+        if tgt.gray_branch:
+            found += svc.apollo.instances(tgt.namespace, cluster=tgt.gray_branch)
+    except ApolloError as exc:
+        log.warning("console.instances_unavailable", namespace=tgt.namespace, error=str(exc))
+        return []
+    with db.read(svc.engine) as conn:
+        known = queries.reported_ips(conn, {str(i.get("ip")) for i in found if i.get("ip")})
+    return loop.apollo_clients(found, tgt.namespace, known, time.time() - APOLLO_FRESH_S)
 
 
 def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
@@ -308,14 +349,45 @@ def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
             more = queries.reached(conn, beat, kind, scope.name, tgt.namespace, limit=PANEL_ROWS + len(seen))
             rows += [r for r in loop.panel(more, scope, tgt, rejections_of)
                      if (r["client"]["app_id"], r["client"]["client_id"]) not in seen]
+    for row in loop.panel(apollo_clients(svc, tgt), scope, tgt):  # third-party Apollo clients: no report
+        total += 1
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+        rows.insert(0, row)
     order = {"rejected": 0, "pending": 1, "none": 2, "applied": 3}
     rows.sort(key=lambda r: order.get(r["status"], 9))
     return {"rows": rows[:PANEL_ROWS], "total": total, "counts": counts}
 
 
+def readable_change(before: Any, after: Any) -> dict[str, Any]:
+    """An audited config action as the history shows it: ``changes`` (key, before, after) for every key whose
+    value moved, and ``notes`` (release name, gray IPs). Handles both shapes the console writes: a publish
+    (``before`` = old values, ``after.values`` = new ones) and a rollback / promote / abandon (``released``
+    and ``gray`` on both sides)."""
+    before, after = before if isinstance(before, dict) else {}, after if isinstance(after, dict) else {}
+    notes: list[str] = []
+    if "released" in after or "released" in before:
+        old, new = dict(before.get("released") or {}), dict(after.get("released") or {})
+        for side, label in ((before, "gray before"), (after, "gray after")):
+            gray = side.get("gray")
+            if isinstance(gray, dict):
+                notes.append(f"{label}: {', '.join(gray.get('ips') or []) or 'no IPs'}")
+    else:
+        old, new = dict(before), dict(after.get("values") or {})
+        new = {**{k: old[k] for k in old if k not in new}, **new}
+        if after.get("ips"):
+            notes.append(f"gray to {', '.join(str(ip) for ip in after['ips'])}")
+        release = after.get("release")
+        if isinstance(release, dict) and release.get("name"):
+            notes.append(f"release {release['name']}")
+    changes = [{"key": k, "before": old.get(k), "after": new.get(k)}
+               for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return {"changes": changes, "notes": notes}
+
+
 def _history(svc: Services, namespace: str) -> list[dict[str, Any]]:
     with db.read(svc.engine) as conn:
-        return [r for r in audit.query(conn, target=namespace, limit=50) if r["action"].startswith("config.")]
+        rows = [r for r in audit.query(conn, target=namespace, limit=50) if r["action"].startswith("config.")]
+    return [{**r, **readable_change(r.get("before"), r.get("after"))} for r in rows]
 
 
 def _config_page(request: Request, sess: users.Session, scope: Scope, status_code: int = 200,
@@ -383,6 +455,11 @@ async def config_preview(request: Request) -> Response:
                             status_code=422, form=form, errors=exc.errors)
     with db.read(svc.engine) as conn:
         everyone = queries.reached(conn, svc.settings.renew_interval, scope.kind.value, scope.name, plan.namespace)
+    try:
+        _, tgt = _state(svc, scope)
+        everyone += apollo_clients(svc, tgt)
+    except (ApolloError, ConfigRejected) as exc:
+        log.warning("console.preview_instances", error=str(exc))
     reach = [c for c in everyone if plan.ips is None or c["ip"] in plan.ips]
     return _config_page(request, sess, scope, form=form, preview={"changes": plan.changes, "reach": reach,
                                                                   "ips": plan.ips})
