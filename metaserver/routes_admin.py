@@ -82,23 +82,30 @@ def get_app(app_id: str, svc: Services = Depends(services)) -> dict[str, Any]:
         return app_json(_get_app(conn, app_id))
 
 
+def insert_app(conn: Connection, who: str, app_id: str, description: str = "", default_cluster: str | None = None,
+               acl: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """Create an app (audited in ``conn``'s transaction); the answer carries its secret, shown only this once.
+    409 when it exists, 422 for an unknown default cluster."""
+    secret = secrets.token_urlsafe(32)
+    now = time.time()
+    key = signing.derive_key(app_id, secret)
+    if conn.execute(select(apps.c.app_id).where(apps.c.app_id == app_id)).first() is not None:
+        raise HTTPException(status_code=409, detail=f"app {app_id!r} already exists")
+    _check_cluster_exists(conn, default_cluster, "default_cluster")
+    conn.execute(apps.insert().values(app_id=app_id, signing_key=key, key_generation=1, description=description,
+                                      default_cluster=default_cluster, enabled=True, acl=acl or Acl().model_dump(),
+                                      created_at=now, updated_at=now))
+    row = _get_app(conn, app_id)
+    audit.record(conn, who, "app.create", f"app:{app_id}", None, app_json(row))
+    return {**app_json(row), "secret": secret}
+
+
 @router.post("/apps", status_code=201)
 def create_app_(body: AppCreate, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
     """Create an app; the answer carries its secret, the only time it is ever shown."""
-    secret = secrets.token_urlsafe(32)
-    now = time.time()
-    acl = (body.acl or Acl()).model_dump()
-    key = signing.derive_key(body.app_id, secret)
     with db.write(svc.engine) as conn:
-        if conn.execute(select(apps.c.app_id).where(apps.c.app_id == body.app_id)).first() is not None:
-            raise HTTPException(status_code=409, detail=f"app {body.app_id!r} already exists")
-        _check_cluster_exists(conn, body.default_cluster, "default_cluster")
-        conn.execute(apps.insert().values(app_id=body.app_id, signing_key=key, key_generation=1,
-                                          description=body.description, default_cluster=body.default_cluster,
-                                          enabled=True, acl=acl, created_at=now, updated_at=now))
-        row = _get_app(conn, body.app_id)
-        audit.record(conn, who, "app.create", f"app:{body.app_id}", None, app_json(row))
-    return {**app_json(row), "secret": secret}
+        return insert_app(conn, who, body.app_id, body.description, body.default_cluster,
+                          (body.acl or Acl()).model_dump())
 
 
 @router.patch("/apps/{app_id}")
@@ -127,19 +134,24 @@ def delete_app(app_id: str, who: str = Depends(operator), svc: Services = Depend
         audit.record(conn, who, "app.delete", f"app:{app_id}", before, None)
 
 
+def new_secret(conn: Connection, who: str, app_id: str) -> dict[str, Any]:
+    """A new secret for an app (audited in ``conn``'s transaction), shown only in this answer."""
+    secret = secrets.token_urlsafe(32)
+    key = signing.derive_key(app_id, secret)
+    before = app_json(_get_app(conn, app_id))
+    conn.execute(update(apps).where(apps.c.app_id == app_id).values(
+        signing_key=key, key_generation=apps.c.key_generation + 1, updated_at=time.time()))
+    after = app_json(_get_app(conn, app_id))
+    audit.record(conn, who, "app.rotate_secret", f"app:{app_id}",
+                 {"key_generation": before["key_generation"]}, {"key_generation": after["key_generation"]})
+    return {**after, "secret": secret}
+
+
 @router.post("/apps/{app_id}/rotate-secret")
 def rotate_secret(app_id: str, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
     """A new secret (shown once); the old one stops signing at once and its tokens stop renewing."""
-    secret = secrets.token_urlsafe(32)
-    key = signing.derive_key(app_id, secret)
     with db.write(svc.engine) as conn:
-        before = app_json(_get_app(conn, app_id))
-        conn.execute(update(apps).where(apps.c.app_id == app_id).values(
-            signing_key=key, key_generation=apps.c.key_generation + 1, updated_at=time.time()))
-        after = app_json(_get_app(conn, app_id))
-        audit.record(conn, who, "app.rotate_secret", f"app:{app_id}",
-                     {"key_generation": before["key_generation"]}, {"key_generation": after["key_generation"]})
-    return {**after, "secret": secret}
+        return new_secret(conn, who, app_id)
 
 
 # --- ACL -------------------------------------------------------------------------------------
@@ -151,15 +163,20 @@ def get_acl(app_id: str, svc: Services = Depends(services)) -> dict[str, Any]:
         return dict(_get_app(conn, app_id)["acl"])
 
 
+def replace_acl(conn: Connection, who: str, app_id: str, acl: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Replace an app's ACL (already validated; audited in ``conn``'s transaction); clients get it at their
+    next renewal."""
+    before = dict(_get_app(conn, app_id)["acl"])
+    conn.execute(update(apps).where(apps.c.app_id == app_id).values(acl=acl, updated_at=time.time()))
+    audit.record(conn, who, "acl.set", f"app:{app_id}", before, acl)
+    return acl
+
+
 @router.put("/apps/{app_id}/acl")
 def put_acl(app_id: str, body: Acl, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
     """Replace the app's ACL; running clients get it at their next renewal."""
-    acl = body.model_dump()
     with db.write(svc.engine) as conn:
-        before = dict(_get_app(conn, app_id)["acl"])
-        conn.execute(update(apps).where(apps.c.app_id == app_id).values(acl=acl, updated_at=time.time()))
-        audit.record(conn, who, "acl.set", f"app:{app_id}", before, acl)
-    return acl
+        return dict(replace_acl(conn, who, app_id, body.model_dump()))
 
 
 # --- clusters --------------------------------------------------------------------------------

@@ -422,3 +422,67 @@ def test_trace_lookup_finds_a_produced_and_consumed_messages_full_timeline(conso
     assert kinds[:2] == ["produced", "acked"] and "retried" in kinds and kinds[-1] == "processed", kinds
     assert "TimeoutError: payment service" in page.locator(".timeline").inner_text()
     console.shot(page, "trace")
+
+
+def test_an_admin_creates_an_app_edits_its_acl_and_rotates_its_secret_and_a_viewer_or_operator_gets_403(
+        console: Console, page: Any) -> None:
+    """The secret shown once signs a grant; a rotation's new secret does and the old one stops; patterns are
+    refused by ``ykafka.acl``'s rules; every step is audited with the console user; forged POSTs are 403."""
+    from tests.ms_fixtures import SdkClient, fake_ip
+
+    st = console.stack
+    app_id, topic = unique("con-app"), unique("con-acl")
+    console.login(page, "admin")
+    page.goto(f"{console.url}/console/apps")
+    page.fill("#new-app input[name=app_id]", app_id)
+    page.fill("#new-app input[name=produce]", "ok-*, bad*pattern")
+    page.click("#new-app button[type=submit]")
+    assert "produce pattern 2: '*' may only end a prefix" in page.locator("#app-error").inner_text()
+    assert st.admin("GET", f"/v1/admin/apps/{app_id}").status_code == 404
+    page.fill("#new-app input[name=app_id]", app_id)
+    page.fill("#new-app input[name=produce]", f"{topic[:7]}*")
+    page.click("#new-app button[type=submit]")
+    first = page.locator("#secret-value").inner_text()
+    assert len(first) > 30 and SdkClient(st.metaserver, app_id, first, fake_ip()).grant().status_code == 200
+    console.shot(page, "app-created")
+    page.goto(f"{console.url}/console/apps/{app_id}")
+    assert page.locator("#secret").count() == 0  # shown once, never again
+    page.select_option("#add-pattern select[name=op]", "consume")
+    page.fill("#add-pattern input[name=pattern]", ".hidden")
+    page.click("#add-pattern button")
+    assert "pattern: starts with '.'" in page.locator("#app-error").inner_text()
+    page.select_option("#add-pattern select[name=op]", "consume")
+    page.fill("#add-pattern input[name=pattern]", topic)
+    page.click("#add-pattern button")
+    page.locator(f"#acl tr[data-op=consume][data-pattern='{topic}']").wait_for()
+    page.goto(f"{console.url}/console/apps?op=produce&name={topic}")
+    assert app_id in page.locator("#who-answer").inner_text()
+    page.goto(f"{console.url}/console/apps/{app_id}")
+    page.once("dialog", lambda d: d.accept())
+    page.locator(f"#acl tr[data-op=produce][data-pattern='{topic[:7]}*'] button").click()
+    page.wait_for_url(f"{console.url}/console/apps/{app_id}")
+    page.goto(f"{console.url}/console/apps?op=produce&name={topic}")
+    assert app_id not in page.locator("#who-answer").inner_text()
+    assert st.admin("GET", f"/v1/admin/apps/{app_id}/acl").json() == {"produce": [], "consume": [topic], "group": []}
+    page.goto(f"{console.url}/console/apps/{app_id}")
+    page.once("dialog", lambda d: d.accept())
+    page.click("#rotate")
+    second = page.locator("#secret-value").inner_text()
+    assert second != first and page.locator("#generation").inner_text() == "2"
+    assert SdkClient(st.metaserver, app_id, second, fake_ip()).grant().status_code == 200
+    assert SdkClient(st.metaserver, app_id, first, fake_ip()).grant().status_code == 401
+    console.shot(page, "app")
+    actions = [a["action"] for a in st.admin("GET", f"/v1/admin/audit?operator=console:{console.users['admin']}"
+                                                    f"&limit=20").json() if a["target"] == f"app:{app_id}"]
+    assert actions == ["app.rotate_secret", "acl.set", "acl.set", "app.create"]
+    for role in ("viewer", "operator"):
+        page.context.clear_cookies()
+        console.login(page, role)
+        page.goto(f"{console.url}/console/apps/{app_id}")
+        assert page.locator("#rotate, #add-pattern, #new-app").count() == 0
+        csrf = page.locator("header input[name=csrf]").get_attribute("value")
+        for path, form in ((f"/console/apps/{app_id}/acl", {"op": "produce", "action": "add", "pattern": "*"}),
+                           (f"/console/apps/{app_id}/rotate", {}), ("/console/apps", {"app_id": unique("x")})):
+            assert page.request.post(console.url + path, form={"csrf": csrf, **form}).status == 403, (role, path)
+    assert st.admin("GET", f"/v1/admin/apps/{app_id}").json()["key_generation"] == 2
+    assert st.admin("GET", f"/v1/admin/apps/{app_id}/acl").json()["produce"] == []

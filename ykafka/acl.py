@@ -46,11 +46,23 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+def pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is not an ACL pattern (a name, a prefix of one ending in ``*``, or ``*`` alone), or None.
+
+    The name (or prefix) follows :func:`name_problem`, except that a prefix may start with ``.``.
+    """
+    if pattern == "*":
+        return None
+    prefix = pattern.endswith("*")
+    body = pattern[:-1] if prefix else pattern
+    if "*" in body:
+        return "'*' may only end a prefix or stand alone"
+    problem = name_problem(body)
+    if problem is not None and not (prefix and body and problem.startswith("starts with '.'")):
+        return problem
+    return None
+
+
 def valid_pattern(pattern: str) -> bool:
     """A name, a prefix of one ending in ``*``, or ``*`` alone."""
-    if pattern == "*":
-        return True
-    body = pattern[:-1] if pattern.endswith("*") else pattern
-    if not body or "*" in body or len(body) > 128 or not set(body) <= _LEGAL:
-        return False
-    return pattern.endswith("*") or not body.startswith(".")
+    return pattern_problem(pattern) is None

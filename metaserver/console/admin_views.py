@@ -4,12 +4,13 @@ failover / failback (hot config ``route.active`` at ``cluster:<name>``, as ``yka
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 
-from metaserver import db, hotconfig, registry
+from metaserver import audit, db, hotconfig, registry, routes_admin
 from metaserver.apollo import ApolloError
 from metaserver.console import users
 from metaserver.console.views import Denied, _api, _audit, _form, _login_redirect, _page, _session, _svc, router
@@ -21,21 +22,153 @@ from ykafka.catalog import Scope, ScopeKind
 _OPS: dict[str, acl_rules.Operation] = {op: op for op in acl_rules.OPERATIONS}
 
 
+def _apps(svc: Any) -> list[dict[str, Any]]:
+    with db.read(svc.engine) as conn:
+        return [dict(r) for r in conn.execute(
+            select(apps.c.app_id, apps.c.description, apps.c.default_cluster, apps.c.enabled, apps.c.acl,
+                   apps.c.key_generation, apps.c.updated_at).order_by(apps.c.app_id)).mappings()]
+
+
+def _cluster_names(svc: Any) -> list[str]:
+    with db.read(svc.engine) as conn:
+        return sorted(registry.all_clusters(conn))
+
+
+def _apps_page(request: Request, sess: users.Session, status_code: int = 200, **ctx: Any) -> Response:
+    svc = _svc(request)
+    op = _OPS.get(request.query_params.get("op", "produce"), "produce")
+    name = request.query_params.get("name", "").strip()[:255]
+    rows = _apps(svc)
+    who = None
+    if name:
+        who = [r["app_id"] for r in rows if r["enabled"] and acl_rules.check(r["acl"] or {}, op, name)]
+    ctx.setdefault("error", None)
+    resp = _page(request, "apps.html", sess, status_code=status_code, rows=rows, op=op, target=name, who=who,
+                 can_admin=sess.can("admin"), clusters=_cluster_names(svc), **ctx)
+    resp.headers["Cache-Control"] = "no-store"  # a page may carry a secret shown once
+    return resp
+
+
 @router.get("/apps")
 def app_list(request: Request) -> Response:
     sess = _session(request)
     if sess is None:
         return _login_redirect()
-    op = _OPS.get(request.query_params.get("op", "produce"), "produce")
-    name = request.query_params.get("name", "").strip()[:255]
-    with db.read(_svc(request).engine) as conn:
-        rows = [dict(r) for r in conn.execute(
-            select(apps.c.app_id, apps.c.description, apps.c.default_cluster, apps.c.enabled, apps.c.acl,
-                   apps.c.key_generation, apps.c.updated_at).order_by(apps.c.app_id)).mappings()]
-    who = None
-    if name:
-        who = [r["app_id"] for r in rows if r["enabled"] and acl_rules.check(r["acl"] or {}, op, name)]
-    return _page(request, "apps.html", sess, rows=rows, op=op, target=name, who=who)
+    return _apps_page(request, sess)
+
+
+def _patterns(text: str) -> tuple[list[str], list[str]]:
+    """Patterns from a comma / space separated field, and the problems found (``ykafka.acl`` rules)."""
+    found = [p.strip() for p in text.replace(",", " ").split() if p.strip()]
+    problems = [f"pattern {i + 1}: {problem}" for i, p in enumerate(found)
+                if (problem := acl_rules.pattern_problem(p)) is not None]
+    return sorted(set(found)), problems
+
+
+def _admin_error(exc: HTTPException) -> str:
+    return str(exc.detail)
+
+
+@router.post("/apps")
+async def app_create(request: Request) -> Response:
+    """An admin creates an app; its secret is shown on the answer page only, once."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "admin")
+    app_id = form.get("app_id", "").strip()
+    problems = []
+    if (problem := acl_rules.name_problem(app_id)) is not None:
+        problems.append(f"app id: {problem}")
+    acl: dict[str, list[str]] = {}
+    for op in acl_rules.OPERATIONS:
+        acl[op], bad = _patterns(form.get(op, ""))
+        problems += [f"{op} {b}" for b in bad]
+    if problems:
+        return _apps_page(request, sess, status_code=422, error="; ".join(problems))
+    try:
+        with db.write(_svc(request).engine) as conn:
+            created = routes_admin.insert_app(conn, f"console:{sess.username}", app_id,
+                                              form.get("description", "").strip()[:2000],
+                                              form.get("default_cluster") or None, acl)
+    except HTTPException as exc:
+        return _apps_page(request, sess, status_code=exc.status_code, error=_admin_error(exc))
+    return _apps_page(request, sess, status_code=201, secret={"app_id": app_id, "secret": created["secret"],
+                                                              "generation": created["key_generation"]})
+
+
+def _app(svc: Any, app_id: str) -> dict[str, Any] | None:
+    with db.read(svc.engine) as conn:
+        row = conn.execute(select(apps).where(apps.c.app_id == app_id)).mappings().first()
+    return routes_admin.app_json(row) if row is not None else None
+
+
+def _app_page(request: Request, sess: users.Session, app_id: str, status_code: int = 200, **ctx: Any) -> Response:
+    svc = _svc(request)
+    app = _app(svc, app_id)
+    if app is None:
+        return _page(request, "error.html", sess, status_code=404, message="No such app.")
+    ctx.setdefault("error", None)
+    with db.read(svc.engine) as conn:
+        history = audit.query(conn, target=f"app:{app_id}", limit=30)
+    resp = _page(request, "app.html", sess, status_code=status_code, app=app, acl=app["acl"] or {},
+                 ops=acl_rules.OPERATIONS, can_admin=sess.can("admin"), history=history, **ctx)
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+@router.get("/apps/{app_id}")
+def app_page(request: Request, app_id: str) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    return _app_page(request, sess, app_id)
+
+
+@router.post("/apps/{app_id}/rotate")
+async def app_rotate(request: Request, app_id: str) -> Response:
+    """A new secret, shown once on the answer; the old one stops signing at once."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    await _form(request, sess, "admin")
+    try:
+        with db.write(_svc(request).engine) as conn:
+            rotated = routes_admin.new_secret(conn, f"console:{sess.username}", app_id)
+    except HTTPException as exc:
+        return _page(request, "error.html", sess, status_code=exc.status_code, message=_admin_error(exc))
+    return _app_page(request, sess, app_id, secret={"app_id": app_id, "secret": rotated["secret"],
+                                                    "generation": rotated["key_generation"]})
+
+
+@router.post("/apps/{app_id}/acl")
+async def app_acl(request: Request, app_id: str) -> Response:
+    """Add or remove one ACL pattern (``action`` add | remove, ``op`` produce | consume | group)."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "admin")
+    op, action, pattern = form.get("op", ""), form.get("action", ""), form.get("pattern", "").strip()
+    if op not in _OPS or action not in ("add", "remove"):
+        return _app_page(request, sess, app_id, status_code=422, error="op: produce, consume or group; "
+                                                                        "action: add or remove")
+    if action == "add" and (problem := acl_rules.pattern_problem(pattern)) is not None:
+        return _app_page(request, sess, app_id, status_code=422, error=f"pattern: {problem}")
+    svc = _svc(request)
+    try:
+        with db.write(svc.engine) as conn:
+            row = conn.execute(select(apps.c.acl).where(apps.c.app_id == app_id)).first()
+            if row is None:
+                raise HTTPException(status_code=404, detail="app not found")
+            acl: dict[str, list[str]] = {o: list((row[0] or {}).get(o) or []) for o in acl_rules.OPERATIONS}
+            if action == "add":
+                acl[op] = sorted(set(acl[op]) | {pattern})
+            else:
+                acl[op] = [p for p in acl[op] if p != pattern]
+            routes_admin.replace_acl(conn, f"console:{sess.username}", app_id, acl)
+    except HTTPException as exc:
+        return _page(request, "error.html", sess, status_code=exc.status_code, message=_admin_error(exc))
+    return RedirectResponse(f"/console/apps/{quote(app_id, safe='')}", status_code=303)
 
 
 def _writes_to(svc: Any, cluster: str) -> str:
