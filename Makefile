@@ -4,16 +4,18 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,pipeline,postgres,prometheus
+EXTRAS ?= dev
+SERVER_EXTRAS ?= pipeline,postgres,devstack
 PYTEST_ARGS ?=
 
-.PHONY: help prereqs chromium venv install lint typecheck test test-fast demo dev dev-down dev-status bench clean
+.PHONY: help prereqs chromium venv install lint typecheck test test-fast demo dev dev-down dev-status bench dist clean
 
 help:
 	@echo "make demo      start the local stack and run the quickstart sample"
 	@echo "make test      install, lint (ruff + mypy) and run the whole test suite"
 	@echo "make dev       start the local stack (ykafka dev up);  make dev-down stops it"
 	@echo "make lint      ruff + mypy;  make bench  run every benchmark"
+	@echo "make dist      build the wheels and sdists of ykafka and ykafka-server into dist/ and check them"
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null \
@@ -33,14 +35,15 @@ $(BIN)/python: | prereqs
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+# the client (ykafka) and the servers (server/pyproject.toml: ykafka-server) editable from this checkout
+$(STAMP): pyproject.toml server/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' -e './server[$(SERVER_EXTRAS)]'
 	@touch $(STAMP)
 
 venv install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check ykafka metaserver pipeline tests samples bench
+	$(BIN)/ruff check ykafka metaserver pipeline server tests samples bench
 	$(BIN)/mypy
 
 test: lint chromium
@@ -69,5 +72,14 @@ demo: $(STAMP)
 bench: $(STAMP)
 	@set -e; for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b | tail -n 1; done
 
+# the client and the server distributions (server/build_dist.py), checked as PyPI would
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python server/build_dist.py --out dist
+	$(BIN)/check-wheel-contents --toplevel ykafka dist/ykafka-*.whl
+	@# W004: alembic loads the migration scripts by path, they are not modules
+	$(BIN)/check-wheel-contents --toplevel ykafka_metaserver,ykafka_pipeline --ignore W004 dist/ykafka_server-*.whl
+	$(BIN)/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info dist build

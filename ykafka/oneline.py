@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import click
 import requests
 
 from ykafka.errors import AuthError, ConfigError, MetaServerUnavailable
@@ -63,7 +62,7 @@ def one_line_errors(debug: bool | None = None) -> Iterator[None]:
         line = explain(exc)
         if line is None or (debug_requested() if debug is None else debug):
             raise
-        click.echo(line, err=True)
+        sys.stderr.write(line + "\n")  # no click: samples run on the client alone
         raise SystemExit(EXIT_USER_ERROR) from None
 
 
