@@ -11,12 +11,13 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, Table, create_engine, event, text
+from sqlalchemy import Connection, Engine, MetaData, Table, create_engine, event, inspect, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.dml import Insert
@@ -85,26 +86,54 @@ def insert_ignore(conn: Connection, table: Table, values: Mapping[str, Any], key
     return conn.execute(stmt).first() is not None
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to head; peers starting together take turns (file lock / advisory lock)."""
+@dataclass(frozen=True)
+class Schema:
+    """One component's migrations: where its revisions live, its version table and its tables."""
+
+    versions: Path
+    version_table: str
+    metadata: MetaData
+    lock_key: int
+    #: a table that exists when the schema was made before migrations existed (then it is stamped, not made)
+    legacy_table: str | None = None
+    legacy_revision: str | None = None
+
+
+def migrate(engine: Engine, schema: Schema | None = None) -> None:
+    """Bring the schema to head; peers starting together take turns (file lock / advisory lock).
+
+    ``schema`` defaults to the MetaServer's; the config service passes its own (same env.py, own versions
+    directory and version table), so both components share one migration set-up.
+    """
+    from metaserver.models import metadata
+
+    schema = schema or Schema(ALEMBIC_INI.with_name("migrations") / "versions", "ms_alembic_version", metadata,
+                              _PG_MIGRATION_LOCK)
     cfg = Config(str(ALEMBIC_INI))
     cfg.set_main_option("script_location", str(ALEMBIC_INI.with_name("migrations")))
-    with _migration_lock(engine), engine.connect() as conn:
+    cfg.set_main_option("version_locations", str(schema.versions))
+    cfg.set_main_option("version_table", schema.version_table)
+    cfg.attributes["metadata"] = schema.metadata
+    with _migration_lock(engine, schema.lock_key), engine.connect() as conn:
         cfg.attributes["connection"] = conn
+        if schema.legacy_table and schema.legacy_revision:
+            tables = inspect(conn).get_table_names()
+            if schema.legacy_table in tables and schema.version_table not in tables:
+                command.stamp(cfg, schema.legacy_revision)
         command.upgrade(cfg, "head")
         conn.commit()
 
 
 @contextlib.contextmanager
-def _migration_lock(engine: Engine) -> Iterator[None]:
+def _migration_lock(engine: Engine, key: int) -> Iterator[None]:
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
-            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
             conn.commit()
             try:
                 yield
             finally:
-                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_MIGRATION_LOCK})
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
                 conn.commit()
         return
     database = engine.url.database

@@ -4,6 +4,10 @@
 extra servers for tests that restart one or need their own. Servers are stopped by their own pid.
 Test modules load this file with `pytest_plugins = ["tests.cc_fixtures"]` and import its names only for
 type checking, so pytest can rewrite its asserts.
+
+`YKAFKA_TEST_CC_DB=postgres` runs every server of these fixtures on a fresh PostgreSQL schema instead of a
+SQLite file (a manual check of the PostgreSQL backend; the suite's PostgreSQL cases are in
+tests/test_configcenter_peers.py).
 """
 
 from __future__ import annotations
@@ -55,11 +59,32 @@ class ParkedPoll:
         return self.result
 
 
+_PG_SCHEMAS: list[Any] = []  # the PgSchemas of YKAFKA_TEST_CC_DB=postgres, dropped at exit
+_PG_BY_FILE: dict[str, str] = {}  # DB file name -> its schema's URL
+
+
+def _database(db: Path) -> str:
+    """The `--db` of a server: the SQLite file, or under YKAFKA_TEST_CC_DB=postgres one schema per file name."""
+    if os.environ.get("YKAFKA_TEST_CC_DB") != "postgres":
+        return str(db)
+    import atexit
+
+    from tests.ms_fixtures import PgSchemas
+
+    if not _PG_SCHEMAS:
+        _PG_SCHEMAS.append(PgSchemas("cc_test"))
+        atexit.register(_PG_SCHEMAS[0].drop)
+    if str(db) not in _PG_BY_FILE:
+        _PG_BY_FILE[str(db)] = _PG_SCHEMAS[0].make()
+    return _PG_BY_FILE[str(db)]
+
+
 class CCServer:
-    """`python -m metaserver.configcenter serve` on a free port with its own DB file."""
+    """`python -m metaserver.configcenter serve` on a free port with its own DB file (or PostgreSQL URL)."""
 
     def __init__(self, db: Path, longpoll_timeout: float = 2.0, token: str = TOKEN) -> None:
         self.db = db
+        self.database = _database(db)
         self.longpoll_timeout = longpoll_timeout
         self.token = token
         self.port = free_port()
@@ -72,7 +97,7 @@ class CCServer:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "metaserver.configcenter", "serve", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--db", str(self.db), "--longpoll-timeout", str(self.longpoll_timeout),
+                 "--port", str(self.port), "--db", self.database, "--longpoll-timeout", str(self.longpoll_timeout),
                  "--openapi-token", self.token],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
@@ -115,7 +140,7 @@ class CCServer:
 
     def cli(self, *args: str) -> str:
         """Run the admin CLI against this server's DB; returns stdout stripped."""
-        out = subprocess.run([sys.executable, "-m", "metaserver.configcenter", *args, "--db", str(self.db)],
+        out = subprocess.run([sys.executable, "-m", "metaserver.configcenter", *args, "--db", self.database],
                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
                              text=True, check=True, timeout=30)
         return out.stdout.strip()

@@ -198,28 +198,43 @@ def require_pg(dsn: str = PG_DSN) -> None:
     pytest.skip(f"{reason} (set YKAFKA_TEST_PG_REQUIRED=1 to fail instead)")
 
 
-@pytest.fixture(scope="session")
-def pg_schema_factory() -> Iterator[Callable[[], str]]:
-    """Fresh PostgreSQL schemas (DSN with search_path); all dropped at the end of the session."""
-    import sqlalchemy as sa
+class PgSchemas:
+    """Fresh PostgreSQL schemas, each a DSN with its search_path; ``drop()`` removes every one made."""
 
-    require_pg()
-    created: list[str] = []
-    engine = sa.create_engine(PG_DSN)
+    def __init__(self, prefix: str = "ms_test") -> None:
+        import sqlalchemy as sa
 
-    def make() -> str:
-        schema = f"ms_test_{uuid.uuid4().hex[:10]}"
-        with engine.begin() as conn:
+        self.prefix = prefix
+        self.created: list[str] = []
+        self.engine = sa.create_engine(PG_DSN)
+
+    def make(self) -> str:
+        import sqlalchemy as sa
+
+        schema = f"{self.prefix}_{uuid.uuid4().hex[:10]}"
+        with self.engine.begin() as conn:
             conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-        created.append(schema)
+        self.created.append(schema)
         sep = "&" if "?" in PG_DSN else "?"
         return f"{PG_DSN}{sep}options=-csearch_path%3D{schema}"
 
-    yield make
-    with engine.begin() as conn:
-        for schema in created:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    engine.dispose()
+    def drop(self) -> None:
+        import sqlalchemy as sa
+
+        with self.engine.begin() as conn:
+            for schema in self.created:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        self.created.clear()
+        self.engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_schema_factory() -> Iterator[Callable[[], str]]:
+    """Fresh PostgreSQL schemas (DSN with search_path); all dropped at the end of the session."""
+    require_pg()
+    schemas = PgSchemas()
+    yield schemas.make
+    schemas.drop()
 
 
 @pytest.fixture(scope="module")

@@ -153,7 +153,8 @@ class ConfigService:
                 self.proc.wait(5)
 
 
-def start_config_service(workdir: Path, longpoll_timeout: float = 5, db: Path | None = None) -> ConfigService:
+def start_config_service(workdir: Path, longpoll_timeout: float = 5, db: Path | str | None = None) -> ConfigService:
+    """A config service on ``db`` (a SQLite file, or a database URL; default a fresh file in ``workdir``)."""
     port = free_port()
     token = uuid.uuid4().hex
     workdir.mkdir(parents=True, exist_ok=True)

@@ -8,11 +8,13 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
+from tests.ms_fixtures import PgSchemas, require_pg
 from tests.sdk_fixtures import ConfigService, start_config_service, wait_until
 from ykafka.apollo import ApolloClient, NamespaceConfig
 from ykafka.endpoints import Endpoints, resolve_meta
@@ -38,24 +40,44 @@ def _park(url: str, ns: str, notification_id: int, out: list[tuple[float, int]],
         out.append((time.monotonic(), got))
 
 
-def test_release_through_a_wakes_200_polls_parked_on_b(tmp_path: Path) -> None:
-    db = tmp_path / "shared.db"
-    a = start_config_service(tmp_path / "a", longpoll_timeout=20, db=db)
-    b = start_config_service(tmp_path / "b", longpoll_timeout=20, db=db)
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """One database for several config services: a SQLite file, or a fresh PostgreSQL schema dropped after."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "shared.db")
+        return
+    require_pg()
+    schemas = PgSchemas("cc_test")
+    try:
+        yield schemas.make()
+    finally:
+        schemas.drop()
+
+
+def _served(url: str, ns: str) -> tuple[dict[str, str], int]:
+    """What an instance serves for ``ns``: its configurations and its notification id (the poll waits until
+    the instance knows of a release)."""
+    resp = requests.get(f"{url}/notifications/v2", params={"appId": "ykafka", "cluster": "default",
+                        "notifications": json.dumps([{"namespaceName": ns, "notificationId": -1}])}, timeout=10)
+    config = requests.get(f"{url}/configs/ykafka/default/{ns}", timeout=5).json()["configurations"]
+    return config, resp.json()[0]["notificationId"]
+
+
+def test_release_through_a_wakes_200_polls_parked_on_b(tmp_path: Path, shared_db: str) -> None:
+    a = start_config_service(tmp_path / "a", longpoll_timeout=20, db=shared_db)
+    b = start_config_service(tmp_path / "b", longpoll_timeout=20, db=shared_db)
     ns = f"ykafka.topic.t-{uuid.uuid4().hex[:8]}"
     try:
         a.publish(ns, {"k": "1"})
-        first = requests.get(f"{b.url}/notifications/v2", params={"appId": "ykafka", "cluster": "default",
-                             "notifications": json.dumps([{"namespaceName": ns, "notificationId": -1}])},
-                             timeout=10)
-        seen = first.json()[0]["notificationId"]  # B knows A's release (loaded or scanned)
+        _, seen = _served(b.url, ns)  # B knows A's release (loaded or scanned)
         out: list[tuple[float, int]] = []
         lock = threading.Lock()
         threads = [threading.Thread(target=_park, args=(b.url, ns, seen, out, lock), daemon=True)
                    for _ in range(PARKED)]
         for t in threads:
             t.start()
-        time.sleep(1.5)  # all parked on B
+        wait_until(lambda: requests.get(b.url + "/stats", timeout=5).json()["longPolls"] >= PARKED, timeout=10,
+                   interval=0.05, message="all polls parked on B")
         assert not out
         published = time.monotonic()
         a.publish(ns, {"k": "2"})
@@ -65,11 +87,19 @@ def test_release_through_a_wakes_200_polls_parked_on_b(tmp_path: Path) -> None:
         assert all(nid > seen for _, nid in out)
         worst = max(at for at, _ in out) - published
         assert worst <= 1.0, worst
-        config = requests.get(f"{b.url}/configs/ykafka/default/{ns}", timeout=5).json()
-        assert config["configurations"] == {"k": "2"}
+        served = _served(b.url, ns)
+        assert served == ({"k": "2"}, out[0][1])
+        if shared_db.startswith("postgresql"):  # woken by A's NOTIFY, not only by the scan
+            assert requests.get(b.url + "/stats", timeout=5).json()["notifiesReceived"] >= 1
     finally:
         a.stop()
         b.stop()
+    # both stopped: a fresh instance on the same database serves the release with the same notification id
+    c = start_config_service(tmp_path / "c", db=shared_db)
+    try:
+        assert _served(c.url, ns) == served
+    finally:
+        c.stop()
 
 
 def test_client_parked_on_a_killed_instance_gets_the_release_made_through_the_survivor(tmp_path: Path) -> None:

@@ -1,12 +1,18 @@
 """Command line of the config center.
 
-    python -m metaserver.configcenter serve --host 127.0.0.1 --port 8080 --db PATH.sqlite
+    python -m metaserver.configcenter serve --host 127.0.0.1 --port 8080 --db PATH.sqlite|URL
         [--longpoll-timeout 60] [--openapi-token TOKEN] [--log-level info] [--log-json]
+        [--scan-interval 0.5] [--no-notify]
+
+--db is a SQLite file or a SQLAlchemy URL (``postgresql+psycopg://user@host/db``); several instances may
+share one database (releases reach the others by release-message scanning, woken by LISTEN/NOTIFY on
+PostgreSQL). The schema is migrated to head at start (Alembic, version table ``cc_alembic_version``).
     python -m metaserver.configcenter token create --db PATH [--token T] [--app-id A ...] [--name N]
     python -m metaserver.configcenter accesskey add --db PATH --app-id A [--secret S]
 
 Every serve flag also reads an env var (YKAFKA_CC_HOST, YKAFKA_CC_PORT, YKAFKA_CC_DB,
-YKAFKA_CC_LONGPOLL_TIMEOUT, YKAFKA_CC_OPENAPI_TOKEN, YKAFKA_CC_LOG_LEVEL); a flag wins over its env var.
+YKAFKA_CC_LONGPOLL_TIMEOUT, YKAFKA_CC_OPENAPI_TOKEN, YKAFKA_CC_LOG_LEVEL, YKAFKA_CC_SCAN_INTERVAL,
+YKAFKA_CC_NOTIFY=0); a flag wins over its env var.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=_env("YKAFKA_CC_HOST", "127.0.0.1"), help="env YKAFKA_CC_HOST")
     serve.add_argument("--port", type=int, default=int(_env("YKAFKA_CC_PORT", "8080") or 8080),
                        help="env YKAFKA_CC_PORT")
-    serve.add_argument("--db", default=_env("YKAFKA_CC_DB"), help="SQLite file, env YKAFKA_CC_DB")
+    serve.add_argument("--db", default=_env("YKAFKA_CC_DB"), help="SQLite file or database URL, env YKAFKA_CC_DB")
     serve.add_argument("--longpoll-timeout", type=float,
                        default=float(_env("YKAFKA_CC_LONGPOLL_TIMEOUT", "60") or 60),
                        help="seconds a notification long poll is held, env YKAFKA_CC_LONGPOLL_TIMEOUT")
@@ -46,10 +52,17 @@ def _parser() -> argparse.ArgumentParser:
                        help="URL /services/config lists for this process (default http://HOST:PORT), "
                             "env YKAFKA_CC_ADVERTISE_URL")
     serve.add_argument("--log-json", action="store_true", help="JSON log lines")
+    serve.add_argument("--scan-interval", type=float, default=float(_env("YKAFKA_CC_SCAN_INTERVAL", "0.5") or 0.5),
+                       help="seconds between release-message scans (other instances' releases), "
+                            "env YKAFKA_CC_SCAN_INTERVAL")
+    serve.add_argument("--no-notify", dest="notify", action="store_false",
+                       default=_env("YKAFKA_CC_NOTIFY", "1") != "0",
+                       help="PostgreSQL: do not LISTEN for other instances' releases (scan only), "
+                            "env YKAFKA_CC_NOTIFY=0")
 
     token = sub.add_parser("token", help="Open API tokens").add_subparsers(dest="action", required=True)
     create = token.add_parser("create", help="create an Open API token and print it")
-    create.add_argument("--db", default=_env("YKAFKA_CC_DB"), help="SQLite file, env YKAFKA_CC_DB")
+    create.add_argument("--db", default=_env("YKAFKA_CC_DB"), help="SQLite file or database URL, env YKAFKA_CC_DB")
     create.add_argument("--token", default=None, help="the token value (default: random)")
     create.add_argument("--app-id", action="append", default=[],
                         help="limit the token to this app (repeatable; default: every app)")
@@ -58,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     accesskey = sub.add_parser("accesskey", help="config-service access keys").add_subparsers(
         dest="action", required=True)
     add = accesskey.add_parser("add", help="add an access-key secret to an app and print it")
-    add.add_argument("--db", default=_env("YKAFKA_CC_DB"), help="SQLite file, env YKAFKA_CC_DB")
+    add.add_argument("--db", default=_env("YKAFKA_CC_DB"), help="SQLite file or database URL, env YKAFKA_CC_DB")
     add.add_argument("--app-id", required=True)
     add.add_argument("--secret", default=None, help="the secret (default: random 32 hex chars)")
     return parser
@@ -78,7 +91,8 @@ def _serve(args: argparse.Namespace) -> int:
     configure(args.log_level, args.log_json)
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     app = create_app(args.db, args.longpoll_timeout, args.openapi_token,
-                     advertise_url=args.advertise_url or f"http://{host}:{args.port}")
+                     advertise_url=args.advertise_url or f"http://{host}:{args.port}",
+                     scan_interval=args.scan_interval, notify=args.notify)
     center: ConfigCenter = app.state.center
 
     class Server(uvicorn.Server):
@@ -93,7 +107,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                             backlog=8192, timeout_keep_alive=75, timeout_graceful_shutdown=1,
                             h11_max_incomplete_event_size=256 * 1024)  # long polls list many namespaces
-    log.info("configcenter.serving", host=args.host, port=args.port, db=args.db)
+    log.info("configcenter.serving", host=args.host, port=args.port, db=center.store.engine.url.render_as_string())
     Server(config).run()
     return 0
 

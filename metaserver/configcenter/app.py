@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from metaserver.configcenter import configservice, openapi
-from metaserver.configcenter.center import ConfigCenter
+from metaserver.configcenter.center import RELEASE_SCAN_S, ConfigCenter
 from metaserver.configcenter.errors import error_body, install_error_handlers
 from metaserver.httpguard import BodyLimit, SingleValuedQuery
 
@@ -38,13 +38,15 @@ class OpenApiTrailingSlash:
 
 
 def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str | None = None,
-               advertise_url: str | None = None) -> FastAPI:
-    """The config service over the SQLite database at `db_path`.
+               advertise_url: str | None = None, scan_interval: float = RELEASE_SCAN_S,
+               notify: bool = True) -> FastAPI:
+    """The config service over the database `db_path` (a SQLite file or a SQLAlchemy URL).
 
     `longpoll_timeout` is how long `/notifications/v2` holds a poll before answering 304;
     `openapi_token`, when given, is seeded (idempotently) as an Open API token allowed on every app.
     """
-    center = ConfigCenter(db_path, longpoll_timeout, advertise_url)  # advertise_url: listed by /services/*
+    center = ConfigCenter(db_path, longpoll_timeout, advertise_url,  # advertise_url: listed by /services/*
+                          scan_interval=scan_interval, notify=notify)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -72,6 +74,7 @@ def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str 
     @app.get("/stats")
     async def stats() -> dict[str, int]:
         """Operational counters (parked long polls, known namespaces); used by the benchmark."""
-        return {"longPolls": len(center.registry), "namespaces": len(center.model.namespaces)}
+        return {"longPolls": len(center.registry), "namespaces": len(center.model.namespaces),
+                "releaseScans": center.scans, "notifiesReceived": center.notifies_received}
 
     return app

@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from metaserver.configcenter.instances import InstanceRecorder
 from metaserver.configcenter.longpoll import LongPollRegistry
+from metaserver.configcenter.notify import ReleaseListener
 from metaserver.configcenter.readmodel import ReadModel
 from metaserver.configcenter.store import Change, Store
 
@@ -31,8 +32,12 @@ RELEASE_SCAN_S = 0.5  # several instances on one database: another's release rea
 class ConfigCenter:
     """Owns the store, the read model and the long polls of one service process."""
 
-    def __init__(self, db_path: str, longpoll_timeout: float = 60.0, advertise_url: str | None = None) -> None:
+    def __init__(self, db_path: str, longpoll_timeout: float = 60.0, advertise_url: str | None = None,
+                 scan_interval: float = RELEASE_SCAN_S, notify: bool = True) -> None:
         self.store = Store(db_path)
+        self.scan_interval = scan_interval
+        self.notify = notify and self.store.dialect == "postgresql"
+        self.scans = 0  # release-message scans run (each one query)
         self.advertise_url = advertise_url.rstrip("/") + "/" if advertise_url else None
         self.instance_id = f"{uuid.uuid4().hex[:12]}"
         self.model = ReadModel()
@@ -45,6 +50,8 @@ class ConfigCenter:
         self._scanner: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._known: dict[str, int] = {}  # release-message key -> latest id this process has published
+        self._wake = asyncio.Event()  # set by the PostgreSQL listener: scan now
+        self._listener: ReleaseListener | None = None
 
     async def start(self, openapi_token: str | None = None) -> None:
         if openapi_token:
@@ -57,12 +64,19 @@ class ConfigCenter:
         self._known = await run_in_threadpool(self.store.latest_messages)
         self._refresher = asyncio.create_task(self._refresh_credentials())
         self._scanner = asyncio.create_task(self._scan_releases())
+        if self.notify:
+            self._listener = ReleaseListener(self.store.engine.url, asyncio.get_running_loop(), self._wake)
+            self._listener.start()
         if self.advertise_url:
             await run_in_threadpool(self.store.heartbeat, self.instance_id, self.advertise_url)
             self._heartbeat = asyncio.create_task(self._beat())
         self.instances.start()
-        log.info("configcenter.started", db=self.store.db_path, namespaces=len(states),
+        log.info("configcenter.started", db=self.store.engine.url.render_as_string(), namespaces=len(states),
                  longpoll_timeout=self.longpoll_timeout)
+
+    @property
+    def notifies_received(self) -> int:
+        return self._listener.received if self._listener is not None else 0
 
     def begin_shutdown(self) -> int:
         """Answer every parked poll with 304 now and refuse new ones, so clients move on at once instead of
@@ -72,6 +86,8 @@ class ConfigCenter:
 
     async def stop(self) -> None:
         await self.instances.stop()
+        if self._listener is not None:
+            await run_in_threadpool(self._listener.stop)
         self.begin_shutdown()
         for task in (self._refresher, self._scanner, self._heartbeat):
             if task is not None:
@@ -106,25 +122,35 @@ class ConfigCenter:
 
     async def _scan_releases(self) -> None:
         """Apollo's ReleaseMessageScanner: pick up releases committed by other instances on the same database,
-        reload the read model and wake the polls parked here. The table keeps one row (the latest id) per key,
-        so comparing every key's id misses nothing, even when ids commit out of order."""
+        reload those namespaces into the read model and wake the polls parked here. The table keeps one row
+        (the latest id) per key, so comparing every key's id misses nothing, even when ids commit out of order.
+        Runs every ``scan_interval`` seconds, and at once when PostgreSQL NOTIFY says another instance released."""
         while True:
-            await asyncio.sleep(RELEASE_SCAN_S)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.scan_interval)
+            self._wake.clear()
             try:
-                latest = await run_in_threadpool(self.store.latest_messages)
-                if all(i <= self._known.get(msg, -1) for msg, i in latest.items()):
-                    continue
-                async with self._write_lock:  # ordered with this process's own writes
-                    states, app_namespaces = await run_in_threadpool(self.store.load_all)
-                    for (app_id, ns), state in states.items():
-                        self.model.set_namespace(app_id, ns, state)
-                    self.model.set_app_namespaces(app_namespaces)
-                    for msg, notification_id in latest.items():
-                        if notification_id > self._known.get(msg, -1):
-                            self._known[msg] = notification_id
-                            self.registry.publish(msg, notification_id)
+                await self.scan_once()
             except Exception:  # a locked or briefly unavailable DB must not kill the scanner
                 log.warning("configcenter.release_scan_failed", exc_info=True)
+
+    async def scan_once(self) -> int:
+        """One scan: returns how many release-message keys moved since the last one."""
+        self.scans += 1
+        latest = await run_in_threadpool(self.store.latest_messages)
+        moved = [msg for msg, i in latest.items() if i > self._known.get(msg, -1)]
+        if not moved:
+            return 0
+        async with self._write_lock:  # ordered with this process's own writes
+            states, app_namespaces = await run_in_threadpool(self.store.load_changed, moved)
+            for (app_id, ns), state in states.items():
+                self.model.set_namespace(app_id, ns, state)
+            self.model.set_app_namespaces(app_namespaces)
+            for msg in moved:
+                if latest[msg] > self._known.get(msg, -1):
+                    self._known[msg] = latest[msg]
+                    self.registry.publish(msg, latest[msg])
+        return len(moved)
 
     async def write(self, fn: Callable[..., Change], *args: Any, **kwargs: Any) -> Any:
         """Run a store write, swap its snapshots in, then wake the long polls; returns its result."""

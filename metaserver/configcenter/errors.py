@@ -14,6 +14,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = structlog.get_logger(__name__)
@@ -98,6 +99,13 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.headers:
             resp.headers.update(exc.headers)
         return resp
+
+    @app.exception_handler(DataError)
+    async def _data(request: Request, exc: DataError) -> JSONResponse:
+        # PostgreSQL checks what SQLite does not (an id beyond the column's range, a value over its length):
+        # the request is bad, the value is not echoed back
+        log.info("configcenter.bad_value", path=request.url.path, error=type(exc.orig).__name__)
+        return error_response(400, "a value is out of range or too long", _PKG + "BadRequestException")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -34,6 +35,10 @@ def local_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
+#: row ids: BIGINT (Apollo's) on PostgreSQL; INTEGER on SQLite, where only that aliases the rowid
+ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
 def ident(length: int = 64) -> String:
     """An identifier column compared case-insensitively, as Apollo's MySQL collation does."""
     return String(length, collation="NOCASE")
@@ -51,7 +56,7 @@ class Audited:
 class App(Audited, Base):
     __tablename__ = "apps"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     app_id: Mapped[str] = mapped_column(ident(64), unique=True)
     name: Mapped[str] = mapped_column(String(500), default="")
     org_id: Mapped[str] = mapped_column(String(32), default="")
@@ -64,11 +69,11 @@ class Cluster(Audited, Base):
     __tablename__ = "clusters"
     __table_args__ = (UniqueConstraint("app_id", "name"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     app_id: Mapped[str] = mapped_column(ident(64), index=True)
     name: Mapped[str] = mapped_column(ident(64))
     # 0 for a real cluster; the parent's id for a gray-release branch.
-    parent_cluster_id: Mapped[int] = mapped_column(Integer, default=0)
+    parent_cluster_id: Mapped[int] = mapped_column(ID, default=0)
     comment: Mapped[str] = mapped_column(String(64), default="")
 
 
@@ -76,7 +81,7 @@ class AppNamespace(Audited, Base):
     __tablename__ = "app_namespaces"
     __table_args__ = (UniqueConstraint("app_id", "name"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     app_id: Mapped[str] = mapped_column(ident(64), index=True)
     name: Mapped[str] = mapped_column(ident(32 * 8), index=True)
     format: Mapped[str] = mapped_column(String(32), default="properties")
@@ -88,7 +93,7 @@ class Namespace(Audited, Base):
     __tablename__ = "namespaces"
     __table_args__ = (UniqueConstraint("app_id", "cluster_name", "namespace_name"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     app_id: Mapped[str] = mapped_column(ident(64))
     cluster_name: Mapped[str] = mapped_column(ident(64))
     namespace_name: Mapped[str] = mapped_column(ident(32 * 8))
@@ -98,8 +103,8 @@ class Item(Audited, Base):
     __tablename__ = "items"
     __table_args__ = (UniqueConstraint("namespace_id", "key"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="CASCADE"), index=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    namespace_id: Mapped[int] = mapped_column(ID, ForeignKey("namespaces.id", ondelete="CASCADE"), index=True)
     key: Mapped[str] = mapped_column(String(128))
     type: Mapped[int] = mapped_column(Integer, default=0)
     value: Mapped[str] = mapped_column(Text, default="")
@@ -111,7 +116,7 @@ class Release(Audited, Base):
     __tablename__ = "releases"
     __table_args__ = (Index("ix_release_ns", "app_id", "namespace_name", "cluster_name", "is_abandoned"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
     release_key: Mapped[str] = mapped_column(String(64), unique=True)
     name: Mapped[str] = mapped_column(String(64), default="")
     comment: Mapped[str] = mapped_column(String(256), default="")
@@ -130,13 +135,13 @@ class ReleaseHistory(Base):
 
     __tablename__ = "release_histories"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
     app_id: Mapped[str] = mapped_column(ident(64))
     cluster_name: Mapped[str] = mapped_column(ident(64))
     namespace_name: Mapped[str] = mapped_column(ident(32 * 8))
     branch_name: Mapped[str] = mapped_column(ident(64))
-    release_id: Mapped[int] = mapped_column(Integer, default=0)
-    previous_release_id: Mapped[int] = mapped_column(Integer, default=0)
+    release_id: Mapped[int] = mapped_column(ID, default=0)
+    previous_release_id: Mapped[int] = mapped_column(ID, default=0)
     operation: Mapped[int] = mapped_column(Integer)
     operation_context: Mapped[str] = mapped_column(Text, default="{}")
     created_by: Mapped[str] = mapped_column(String(64), default="")
@@ -146,13 +151,13 @@ class ReleaseHistory(Base):
 class GrayReleaseRule(Audited, Base):
     __tablename__ = "gray_release_rules"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
     app_id: Mapped[str] = mapped_column(ident(64))
     cluster_name: Mapped[str] = mapped_column(ident(64))  # the parent (main) cluster
     namespace_name: Mapped[str] = mapped_column(ident(32 * 8))
     branch_name: Mapped[str] = mapped_column(ident(64))
     rules: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of rule items
-    release_id: Mapped[int] = mapped_column(Integer, default=0)
+    release_id: Mapped[int] = mapped_column(ID, default=0)
     branch_status: Mapped[int] = mapped_column(Integer, default=1)
 
 
@@ -162,7 +167,7 @@ class ReleaseMessage(Base):
     __tablename__ = "release_messages"
     __table_args__ = {"sqlite_autoincrement": True}
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
     message: Mapped[str] = mapped_column(ident(1024), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=local_now)
 
@@ -182,7 +187,7 @@ class ConsumerToken(Base):
 
     __tablename__ = "consumer_tokens"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     token: Mapped[str] = mapped_column(String(128), unique=True)
     name: Mapped[str] = mapped_column(String(128), default="")
     all_apps: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -195,8 +200,8 @@ class ConsumerApp(Base):
     __tablename__ = "consumer_apps"
     __table_args__ = (UniqueConstraint("token_id", "app_id"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    token_id: Mapped[int] = mapped_column(ForeignKey("consumer_tokens.id", ondelete="CASCADE"))
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    token_id: Mapped[int] = mapped_column(ID, ForeignKey("consumer_tokens.id", ondelete="CASCADE"))
     app_id: Mapped[str] = mapped_column(ident(64))
 
 
@@ -208,7 +213,7 @@ class AccessKey(Audited, Base):
 
     __tablename__ = "access_keys"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     app_id: Mapped[str] = mapped_column(ident(64), index=True)
     secret: Mapped[str] = mapped_column(String(128))
     mode: Mapped[int] = mapped_column(Integer, default=0)
@@ -221,7 +226,7 @@ class Instance(Base):
     __tablename__ = "instances"
     __table_args__ = (UniqueConstraint("app_id", "cluster_name", "ip", "data_center", name="uq_instance"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
     app_id: Mapped[str] = mapped_column(ident(64))
     cluster_name: Mapped[str] = mapped_column(ident(64))
     data_center: Mapped[str] = mapped_column(String(64), default="")
@@ -239,8 +244,8 @@ class InstanceConfig(Base):
         Index("ix_instance_config_ns", "config_app_id", "config_cluster_name", "config_namespace_name"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    instance_id: Mapped[int] = mapped_column(ForeignKey("instances.id", ondelete="CASCADE"), index=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    instance_id: Mapped[int] = mapped_column(ID, ForeignKey("instances.id", ondelete="CASCADE"), index=True)
     config_app_id: Mapped[str] = mapped_column(ident(64))
     config_cluster_name: Mapped[str] = mapped_column(ident(64))
     config_namespace_name: Mapped[str] = mapped_column(ident(32 * 8))

@@ -1,4 +1,4 @@
-"""SQLite storage of the config center: engine, short transactions, snapshots and shared lookups.
+"""Storage of the config center (SQLite or PostgreSQL): engine, short transactions, snapshots and shared lookups.
 
 Every write is one short transaction run off the event loop (the app serializes them). After it commits,
 the affected (app, namespace) snapshots are rebuilt for the read model and the release messages it
@@ -18,10 +18,12 @@ from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from metaserver.configcenter import models as m
 from metaserver.configcenter.errors import BadRequest, NotFound
+from metaserver.configcenter.notify import notify
 from metaserver.configcenter.readmodel import (
     AppNamespaceView,
     Credentials,
@@ -32,6 +34,7 @@ from metaserver.configcenter.readmodel import (
     TokenView,
     message_key,
 )
+from metaserver.db import Schema, make_engine, migrate
 
 log = structlog.get_logger(__name__)
 
@@ -67,11 +70,25 @@ class Change:
     credentials: Credentials | None = None
 
 
-def _engine(db_path: str) -> Engine:
-    path = Path(db_path)
-    if db_path != ":memory:":
-        path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(f"sqlite:///{db_path}", connect_args={"check_same_thread": False, "timeout": 30})
+#: the config service's migrations: metaserver's Alembic set-up (env.py, locks), its own revisions and version
+#: table; a SQLite file made before migrations existed (tables, no version table) is stamped at cc0001
+SCHEMA = Schema(Path(__file__).with_name("migrations"), "cc_alembic_version", m.Base.metadata,
+                lock_key=707_020_252, legacy_table="release_messages", legacy_revision="cc0001")
+
+
+def database_url(db: str) -> str:
+    """``db`` as a SQLAlchemy URL: a URL is kept (``postgresql+psycopg://…``), anything else is a SQLite path."""
+    return db if "://" in db else f"sqlite:///{db}"
+
+
+def _engine(db: str) -> Engine:
+    url = make_url(database_url(db))
+    if url.get_backend_name() != "sqlite":
+        return make_engine(url.render_as_string(hide_password=False))
+    path = url.database or ":memory:"
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(f"sqlite:///{path}", connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn: Any, _: Any) -> None:
@@ -86,15 +103,17 @@ def _engine(db_path: str) -> Engine:
 
 
 class StoreBase:
-    """Engine, transactions, read-model snapshots and the lookups every write shares."""
+    """Engine, transactions, read-model snapshots and the lookups every write shares.
 
-    """The config center's database: schema, snapshot loading, and every write operation."""
+    ``db`` is a SQLite file path or a SQLAlchemy URL (PostgreSQL: several config services share one database).
+    """
 
-    def __init__(self, db_path: str) -> None:
-        self.db_path = db_path
-        self.engine = _engine(db_path)
+    def __init__(self, db: str) -> None:
+        self.db_path = db
+        self.engine = _engine(db)
+        self.dialect = self.engine.dialect.name
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        m.Base.metadata.create_all(self.engine)
+        migrate(self.engine, SCHEMA)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -152,6 +171,12 @@ class StoreBase:
                              .group_by(m.ReleaseMessage.message)).all()
             return {str(msg): int(msg_id) for msg, msg_id in rows}
 
+    def load_changed(self, keys: list[str]) -> tuple[dict[tuple[str, str], NamespaceState], list[AppNamespaceView]]:
+        """Fresh snapshots of the namespaces named by release-message keys (``app+cluster+namespace``)."""
+        pairs = {(app, ns) for app, _, ns in (key.split("+", 2) for key in keys if key.count("+") >= 2)}
+        with self._sessions() as s:
+            return {p: self.load_state(s, *p) for p in pairs}, self.load_app_namespaces(s)
+
     def load_app_namespaces(self, s: Session) -> list[AppNamespaceView]:
         rows = s.scalars(select(m.AppNamespace)).all()
         return [AppNamespaceView(r.app_id, r.name, r.format, r.is_public) for r in rows]
@@ -193,11 +218,12 @@ class StoreBase:
                 if gray_rel is not None and not gray_rel.is_abandoned:
                     state.releases[gray_rel.id] = _release_view(gray_rel)
         state.gray = {k: tuple(v) for k, v in gray.items()}
-        prefix = app_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        suffix = namespace.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        # keys of this namespace in every cluster of the app (an equality list, not LIKE: PostgreSQL's
+        # case-insensitive collation does not support LIKE)
+        keys = [message_key(app_id, c, namespace) for c in clusters]
         msgs = s.execute(select(m.ReleaseMessage.message, func.max(m.ReleaseMessage.id))
-                         .where(m.ReleaseMessage.message.like(f"{prefix}+%+{suffix}", escape="\\"))
-                         .group_by(m.ReleaseMessage.message)).all()
+                         .where(m.ReleaseMessage.message.in_(keys))
+                         .group_by(m.ReleaseMessage.message)).all() if keys else []
         for msg, msg_id in msgs:
             a, cluster, n = msg.split("+", 2)
             if a.lower() == app_id.lower() and n.lower() == namespace.lower():
@@ -306,6 +332,8 @@ class StoreBase:
         s.add(row)
         s.flush()
         s.execute(delete(m.ReleaseMessage).where(m.ReleaseMessage.message == msg, m.ReleaseMessage.id < row.id))
+        if s.get_bind().dialect.name == "postgresql":
+            notify(s.connection(), row.id)  # wakes the other instances' scanners on commit
         change.messages.append((msg, row.id))
         change.touched.add((app_id, namespace))
 

@@ -1,14 +1,20 @@
-"""Alembic environment: runs on the connection metaserver.db.migrate hands over (online only)."""
+"""Alembic environment: runs on the connection metaserver.db.migrate hands over (online only).
+
+Shared by the MetaServer (versions/, ms_alembic_version) and the config service
+(configcenter/migrations/, cc_alembic_version); ``metaserver.db.migrate`` picks which.
+"""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine
 
-from metaserver.models import metadata
+from metaserver.models import metadata as ms_metadata
 
 config = context.config
 VERSION_TABLE = config.get_main_option("version_table") or "ms_alembic_version"
+# metaserver.db.migrate hands over the component's tables (the MetaServer's or the config service's)
+metadata = config.attributes.get("metadata", ms_metadata)
 
 
 def run() -> None:
