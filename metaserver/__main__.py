@@ -49,6 +49,8 @@ def main() -> None:
               show_default=True)
 @click.option("--auth-switch-ttl", "auth_switch_ttl_s", default=2.0, type=float, envvar=_env("auth_switch_ttl_s"),
               show_default=True)
+@click.option("--route-cache", "route_cache_s", default=30.0, type=float, envvar=_env("route_cache_s"),
+              show_default=True, help="seconds the config center's route values (what a grant reaches) are trusted")
 @click.option("--pipeline-store", envvar=_env("pipeline_store"),
               help="the pipeline's Parquet store (path or URI) served by /v1/admin/aggregates")
 @click.option("--workers", default=1, type=int, envvar=_env("workers"), show_default=True)

@@ -91,6 +91,11 @@ class ApolloOpenApi:
 
     # --- items and releases ------------------------------------------------------------------
 
+    def namespaces(self) -> list[dict[str, Any]]:
+        """Every namespace of our (app, cluster) with its items, in one call."""
+        path = f"/openapi/v1/envs/{_q(self.env)}/apps/{_q(self.app_id)}/clusters/{_q(self.cluster)}/namespaces"
+        return list(self._call("GET", path, ok_missing=True) or [])
+
     def items(self, namespace: str, cluster: str | None = None) -> dict[str, str]:
         """All items, following Apollo's pages (50 a page by default) when the server pages them."""
         items: dict[str, str] = {}

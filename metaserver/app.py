@@ -8,6 +8,7 @@ reasons for bad input, 502 when the config center fails.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from metaserver.authswitch import AuthSwitch
 from metaserver.console import install as install_console
 from metaserver.hotconfig import ConfigRejected
 from metaserver.httpguard import BodyLimit, SingleValuedQuery, validation_errors
+from metaserver.reach import RouteBook
 from metaserver.services import Services
 from metaserver.settings import Settings
 from metaserver.tokens import TokenCodec, load_or_create_key
@@ -39,13 +41,16 @@ def build_services(settings: Settings) -> Services:
         apollo = ApolloOpenApi(settings.openapi_url, settings.configcenter_openapi_token, env=settings.apollo_env,
                                app_id=settings.apollo_app_id, cluster=settings.apollo_cluster,
                                operator=settings.apollo_operator)
+    key = load_or_create_key(engine)
     return Services(
         settings=settings,
         engine=engine,
-        tokens=TokenCodec(load_or_create_key(engine)),
+        tokens=TokenCodec(key),
         auth_switch=AuthSwitch(settings.configcenter_url, settings.apollo_app_id, settings.apollo_cluster,
                                ttl_s=settings.auth_switch_ttl_s),
         apollo=apollo,
+        routes=RouteBook(apollo, max_age_s=settings.route_cache_s),
+        issuer=hashlib.sha256(b"ykafka-issuer:" + key).hexdigest()[:16],
     )
 
 

@@ -14,12 +14,15 @@ from typing import Any
 import structlog
 from sqlalchemy import select
 
-from metaserver import db, hotpath, ratelimit, registry
+from metaserver import db, hotpath, ratelimit, reach, registry
 from metaserver.models import apps
 from metaserver.services import Services
 from metaserver.tokens import TokenClaims
 from ykafka import signing
 from ykafka.catalog import NAMESPACE_PREFIX
+from ykafka.grants import grant_json
+
+Wants = list[tuple[str, str]]  # (namespace, cluster) pairs a client asks to have confirmed
 
 log = structlog.get_logger("metaserver.auth")
 
@@ -42,7 +45,7 @@ def _retry_after(svc: Services, now: float) -> int:
 
 
 def signed_grant(svc: Services, headers: Mapping[str, str], method: str, path: str, body: bytes,
-                 app_id: str, client_id: str, source_ip: str | None) -> dict[str, Any]:
+                 app_id: str, client_id: str, source_ip: str | None, wants: Wants | None = None) -> dict[str, Any]:
     """Check a signed grant request and answer the grant (token, ACL, registry, config-center)."""
     settings = svc.settings
     now = time.time()
@@ -85,7 +88,7 @@ def signed_grant(svc: Services, headers: Mapping[str, str], method: str, path: s
         log.info("grant refused", app_id=app_id, client_id=client_id, source_ip=source_ip, reason=exc.reason)
         ratelimit.record_failure(svc.engine, app_id, source_ip, now, window_s)
         raise
-    return build_grant(svc, app, client_id, clusters, now)
+    return build_grant(svc, app, client_id, clusters, now, wants or [])
 
 
 def _cluster(row: Any) -> dict[str, Any]:
@@ -134,35 +137,27 @@ def check_bearer(svc: Services, authorization: str | None, source_ip: str | None
     return claims
 
 
-def renew(svc: Services, claims: TokenClaims) -> dict[str, Any]:
+def renew(svc: Services, claims: TokenClaims, wants: Wants | None = None) -> dict[str, Any]:
     """A fresh grant for the holder of an unexpired token: current ACL and registry, new token."""
     with db.read(svc.engine) as conn:
         app = conn.execute(select(apps).where(apps.c.app_id == claims.app_id)).mappings().first()
         if app is None or not app["enabled"] or app["key_generation"] != claims.generation:
             raise AuthFailed("app gone, disabled or secret rotated")
         clusters = registry.all_clusters(conn)
-    return build_grant(svc, dict(app), claims.client_id, clusters, time.time())
+    return build_grant(svc, dict(app), claims.client_id, clusters, time.time(), wants or [])
 
 
 def build_grant(svc: Services, app: Mapping[str, Any], client_id: str, clusters: dict[str, dict[str, Any]],
-                now: float) -> dict[str, Any]:
+                now: float, wants: Wants) -> dict[str, Any]:
+    """The grant: only the clusters this app can reach, with credentials only for those (metaserver/reach.py)."""
     settings = svc.settings
     token, expires_at = svc.tokens.issue(app["app_id"], client_id, app["key_generation"], settings.token_ttl, now)
     acl = app["acl"] or {}
-    return {
-        "app_id": app["app_id"],
-        "token": token,
-        "expires_at": expires_at,
-        "renew_interval_s": settings.renew_interval,
-        "acl": {"produce": list(acl.get("produce", [])), "consume": list(acl.get("consume", [])),
-                "group": list(acl.get("group", []))},
-        "clusters": clusters,
-        "default_cluster": registry.default_cluster(app["default_cluster"], settings.default_cluster, clusters),
-        "configcenter": {
-            "url": settings.configcenter_url,
-            "app_id": settings.apollo_app_id,
-            "cluster": settings.apollo_cluster,
-            "namespace_prefix": NAMESPACE_PREFIX,
-            "access_key_secret": settings.configcenter_access_key_secret,
-        },
-    }
+    default = registry.default_cluster(app["default_cluster"], settings.default_cluster, clusters)
+    return grant_json(
+        app_id=app["app_id"], token=token, expires_at=expires_at, renew_interval_s=settings.renew_interval,
+        acl=acl, clusters=reach.grant_clusters(svc.routes, acl, default, clusters, wants),
+        default_cluster=default, issuer=svc.issuer,
+        configcenter={"url": settings.configcenter_url, "app_id": settings.apollo_app_id,
+                      "cluster": settings.apollo_cluster, "namespace_prefix": NAMESPACE_PREFIX,
+                      "access_key_secret": settings.configcenter_access_key_secret})

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from metaserver import auth, clients
-from metaserver.schemas import ClientReport, Grant, GrantRequest
+from metaserver.schemas import ClientReport, Grant, GrantRequest, RenewRequest, Want
 
 router = APIRouter(tags=["sdk"])
 
@@ -29,7 +29,7 @@ async def grant(body: GrantRequest, request: Request) -> Response:
     raw = await request.body()
     svc = request.app.state.services
     args = (svc, request.headers, request.method, request.url.path, raw, body.app_id, body.client_id,
-            source_ip(request))
+            source_ip(request), _wants(body.want))
     if svc.engine.dialect.name == "sqlite":
         # a few hundred microseconds of local file I/O: cheaper inline than a hop to the thread pool
         return JSONResponse(auth.signed_grant(*args))
@@ -37,15 +37,21 @@ async def grant(body: GrantRequest, request: Request) -> Response:
 
 
 @router.post("/v1/auth/renew", responses={200: {"model": Grant}, **_AUTH_RESPONSES})
-async def renew(request: Request, authorization: str | None = Header(default=None)) -> Response:
-    """A fresh grant (new token, current ACL and registry) for the holder of an unexpired token."""
+async def renew(request: Request, body: RenewRequest | None = None,
+                authorization: str | None = Header(default=None)) -> Response:
+    """A fresh grant (new token, current ACL and reachable clusters) for the holder of an unexpired token."""
     svc = request.app.state.services
+    wants = _wants(body.want) if body else []
 
     def work() -> dict[str, Any]:
         claims = auth.check_bearer(svc, authorization, source_ip(request))
-        return auth.renew(svc, claims)
+        return auth.renew(svc, claims, wants)
 
     return JSONResponse(await run_in_threadpool(work))
+
+
+def _wants(wants: list[Want]) -> list[tuple[str, str]]:
+    return [(want.namespace, want.cluster) for want in wants]
 
 
 @router.post("/v1/clients/report", status_code=204, responses=_AUTH_RESPONSES)

@@ -27,10 +27,22 @@ def _name(value: str) -> str:
 # --- SDK-facing ------------------------------------------------------------------------------
 
 
+class Want(Strict):
+    """A cluster a route value in force names, and the namespace it is in (see metaserver/reach.py)."""
+
+    namespace: str = Field(min_length=1, max_length=255)
+    cluster: str = Field(min_length=1, max_length=255)
+
+
 class GrantRequest(Strict):
     app_id: str = Field(min_length=1, max_length=128)
     client_id: str = Field(min_length=1, max_length=255)
     ip: str = Field(max_length=64)
+    want: list[Want] = Field(default_factory=list, max_length=100)
+
+
+class RenewRequest(Strict):
+    want: list[Want] = Field(default_factory=list, max_length=100)
 
 
 class Versions(Strict):
@@ -105,6 +117,7 @@ class Grant(BaseModel):
     clusters: dict[str, ClusterOut]
     default_cluster: str | None
     configcenter: ConfigCenterInfo
+    issuer: str = Field(description="the issuing deployment's id; every peer on one database reports the same")
 
 
 # --- admin -----------------------------------------------------------------------------------

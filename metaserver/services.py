@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from metaserver.apollo import ApolloOpenApi
 from metaserver.authswitch import AuthSwitch
+from metaserver.reach import RouteBook
 from metaserver.settings import Settings
 from metaserver.tokens import TokenCodec
 
@@ -24,6 +25,8 @@ class Services:
     tokens: TokenCodec
     auth_switch: AuthSwitch
     apollo: ApolloOpenApi | None
+    routes: RouteBook
+    issuer: str  # the deployment's id, derived from the shared token key: the same on every peer
 
 
 def services(request: Request) -> Services:

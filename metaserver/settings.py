@@ -59,6 +59,8 @@ class Settings:
     auth_fail_window_s: int = 60
     #: how long a read of ``auth.enabled`` from the config center is trusted
     auth_switch_ttl_s: float = 2.0
+    #: how long the config center's route values (what a grant may reach) are trusted before a re-read
+    route_cache_s: float = 30.0
     #: root of the pipeline's Parquet store (path or pyarrow URI) served by ``GET /v1/admin/aggregates``
     pipeline_store: str | None = None
     log_level: str = "info"

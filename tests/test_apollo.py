@@ -14,6 +14,7 @@ import requests
 
 from tests.sdk_fixtures import ConfigService, start_config_service, wait_until
 from ykafka.apollo import ApolloClient, ApolloError, NamespaceConfig
+from ykafka.devstack import free_port
 
 pytest_plugins = ["tests.sdk_fixtures"]
 
@@ -126,8 +127,16 @@ def test_last_good_config_is_served_from_disk_when_the_service_is_down(tmp_path:
             offline.fetch(ns)
     finally:
         offline.close()
-    cached = next((cache / "config").iterdir())
-    assert oct(cached.stat().st_mode & 0o777) == "0o600"
+    folder = next((cache / "config").iterdir())  # one folder per config center
+    cached = next(folder.iterdir())
+    assert oct(cached.stat().st_mode & 0o777) == "0o600" and oct(folder.stat().st_mode & 0o777) == "0o700"
+    # the same cache folder, a client of another config center: nothing of this one's is read
+    other = ApolloClient(f"http://127.0.0.1:{free_port()}", offline.app_id, offline.cluster, "127.0.0.1", cache,
+                         Updates(), fetch_timeout_s=0.5)
+    try:
+        assert other.subscribe(ns) is None
+    finally:
+        other.close()
 
 
 def test_access_key_signature(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from confluent_kafka import KafkaError as CKError
 
 from tests.sdk_fixtures import SdkStack, check_stream, read_topic, wait_until
 from ykafka import AclDenied, ClosedError, ConfigError, Producer
+from ykafka.auth import GrantStore
 
 pytest_plugins = ["tests.sdk_fixtures"]
 
@@ -96,7 +98,17 @@ def test_bad_local_config_is_a_clear_error() -> None:
 
 def test_grant_cached_with_owner_only_mode(sdk_stack: SdkStack) -> None:
     conf = sdk_stack.client_config()
+    topic = f"cachemode-{uuid.uuid4().hex[:8]}"
+    sdk_stack.push(f"topic:{topic}", {"producer.linger.ms": "7"})
     with Producer(conf) as producer:
         assert producer.runtime.grant is not None
-    path = os.path.join(conf["ykafka.cache.dir"], "grants", f"{sdk_stack.app_id}.json")
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        producer.produce(topic, b"x")
+        assert producer.flush(15) == 0
+    store = GrantStore(Path(conf["ykafka.cache.dir"]), sdk_stack.app_id, [sdk_stack.metaserver])
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    for folder in (store.folder, store.folder.parent, Path(conf["ykafka.cache.dir"])):  # 0700 all the way up
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, folder
+    config_files = list(Path(conf["ykafka.cache.dir"]).glob("config/*/*.json"))
+    assert config_files, "config namespaces are cached per config center"
+    for path in config_files:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700

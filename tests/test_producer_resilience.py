@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import TcpRelay
 from tests.sdk_fixtures import SdkStack, read_topic, start_config_service, wait_until
 from ykafka import AclDenied, AuthError, MetaServerUnavailable, Producer
+from ykafka.auth import GrantStore
 from ykafka.devstack import free_port
 
 pytest_plugins = ["tests.sdk_fixtures"]
@@ -25,14 +27,20 @@ def _dead_url() -> str:
     return f"http://127.0.0.1:{free_port()}"  # nothing listens there
 
 
+def _grant_path(conf: dict[str, object]) -> Path:
+    return GrantStore(Path(str(conf["ykafka.cache.dir"])), str(conf["ykafka.app.id"]),
+                      str(conf["ykafka.metaserver"]).split(",")).path
+
+
 def test_starts_with_metaserver_down_from_a_valid_cached_grant(sdk_stack: SdkStack) -> None:
     app = sdk_stack.new_app(produce=["cached-*"])
-    conf = sdk_stack.client_config(app)
+    relay = TcpRelay(sdk_stack.metaserver.removeprefix("http://"))  # the MetaServer's address, to take down
+    conf = sdk_stack.client_config(app, **{"ykafka.metaserver": relay.url})
     with Producer(conf) as producer:
         assert producer.runtime.grant is not None
     topic = _topic("cached")
-    offline = dict(conf, **{"ykafka.metaserver": _dead_url()})
-    with Producer(offline) as producer:
+    relay.close()  # the same address, nothing answering now
+    with Producer(conf) as producer:
         grant = producer.runtime.grant
         assert grant is not None and grant.app_id == app[0]
         with pytest.raises(AclDenied):  # the cached grant's ACL is enforced too
@@ -44,15 +52,31 @@ def test_starts_with_metaserver_down_from_a_valid_cached_grant(sdk_stack: SdkSta
 
 
 def test_expired_cached_grant_does_not_start(sdk_stack: SdkStack) -> None:
-    conf = sdk_stack.client_config()
+    relay = TcpRelay(sdk_stack.metaserver.removeprefix("http://"))
+    conf = sdk_stack.client_config(**{"ykafka.metaserver": relay.url})
     with Producer(conf):
         pass
-    path = Path(conf["ykafka.cache.dir"]) / "grants" / f"{sdk_stack.app_id}.json"
+    path = _grant_path(conf)
     data = json.loads(path.read_text())
     data["expires_at"] = time.time() - 1
     path.write_text(json.dumps(data))
+    relay.close()
     with pytest.raises(MetaServerUnavailable, match="no unexpired cached grant"):
+        Producer(conf)
+
+
+def test_a_grant_cached_from_one_metaserver_never_starts_a_client_pointed_at_another(sdk_stack: SdkStack) -> None:
+    conf = sdk_stack.client_config()
+    with Producer(conf) as producer:
+        issuer = producer.runtime.grant.issuer if producer.runtime.grant else ""
+    assert len(issuer) == 16 and _grant_path(conf).exists()
+    with pytest.raises(MetaServerUnavailable, match="no unexpired cached grant"):  # valid grant, other server
         Producer(dict(conf, **{"ykafka.metaserver": _dead_url()}))
+    # the same address now answered by another deployment (another id): the old folder's caches are dropped
+    store = GrantStore(Path(conf["ykafka.cache.dir"]), sdk_stack.app_id, [sdk_stack.metaserver])
+    assert store.load() is not None
+    (store.folder / "server.id").write_text("another-deployment")
+    assert store.load() is None, "a grant from another issuer is never used"
 
 
 def test_wrong_secret_is_refused_even_with_a_cached_grant(sdk_stack: SdkStack) -> None:

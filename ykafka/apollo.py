@@ -46,7 +46,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from ykafka.auth import _write_private
+from ykafka.cachefiles import safe_name, server_dir, write_private
 from ykafka.endpoints import Endpoints
 
 log = structlog.get_logger(__name__)
@@ -312,15 +312,16 @@ class ApolloClient:
     def _cache_path(self, namespace: str) -> Path | None:
         if self.cache_dir is None:
             return None
-        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in f"{self.app_id}+{self.cluster}+{namespace}")
-        return self.cache_dir / "config" / f"{safe}.json"
+        # keyed by the config center's URLs: a client pointed at another config center never reads this one's
+        folder = server_dir(self.cache_dir, "config", self.endpoints.urls)
+        return folder / f"{safe_name(f'{self.app_id}+{self.cluster}+{namespace}')}.json"
 
     def _write_cache(self, config: NamespaceConfig) -> None:
         path = self._cache_path(config.namespace)
         if path is None:
             return
         try:
-            _write_private(path, json.dumps({"namespace": config.namespace, "releaseKey": config.release_key,
+            write_private(path, json.dumps({"namespace": config.namespace, "releaseKey": config.release_key,
                                              "configurations": config.configurations}))
         except OSError as exc:
             log.warning("ykafka.configcenter.cache_write_failed", path=str(path), error=str(exc))

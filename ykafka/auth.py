@@ -8,13 +8,10 @@ credentials). A rejected secret (401) is never papered over with the cache.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +20,15 @@ import structlog
 from cachetools import TTLCache
 
 from ykafka import acl as acl_patterns
+from ykafka.cachefiles import ID_FILE, bind_server_id, safe_name, server_dir, write_private
 from ykafka.endpoints import Endpoints
 from ykafka.errors import AclDenied, AuthError, MetaServerUnavailable
+from ykafka.grants import ClusterInfo, ConfigCenterInfo, Grant
 from ykafka.signing import derive_key, signed_headers
+
+__all__ = ["AclCache", "ClusterInfo", "ConfigCenterInfo", "Grant", "GrantClient", "GrantStore", "Want"]
+
+Want = tuple[str, str]  # (namespace, cluster): a route value in force that names a cluster beyond the grant
 
 log = structlog.get_logger(__name__)
 
@@ -34,116 +37,35 @@ RENEW_PATH = "/v1/auth/renew"
 REPORT_PATH = "/v1/clients/report"
 
 
-@dataclass(frozen=True)
-class ClusterInfo:
-    """One Kafka cluster the app may use, as the grant describes it."""
-
-    name: str
-    bootstrap_servers: str
-    dc: str = ""
-    standby: str | None = None
-    status: str = "active"
-    sasl: dict[str, str] | None = None
-
-    @classmethod
-    def from_json(cls, name: str, data: Mapping[str, Any]) -> ClusterInfo:
-        sasl = data.get("sasl")
-        return cls(name=str(data.get("name") or name), bootstrap_servers=str(data["bootstrap_servers"]),
-                   dc=str(data.get("dc") or ""), standby=data.get("standby") or None,
-                   status=str(data.get("status") or "active"), sasl=dict(sasl) if sasl else None)
-
-    def rdkafka(self) -> dict[str, Any]:
-        """librdkafka connection properties for this cluster."""
-        props: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
-        if self.sasl:
-            props.update({
-                "security.protocol": self.sasl.get("security_protocol", "SASL_PLAINTEXT"),
-                "sasl.mechanism": self.sasl.get("mechanism", "PLAIN"),
-                "sasl.username": self.sasl.get("username", ""),
-                "sasl.password": self.sasl.get("password", ""),
-            })
-        return props
-
-
-@dataclass(frozen=True)
-class ConfigCenterInfo:
-    """Where the hot-config namespaces live (Apollo coordinates)."""
-
-    url: str | None
-    app_id: str = "ykafka"
-    cluster: str = "default"
-    namespace_prefix: str = "ykafka"
-    access_key_secret: str | None = None
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What the MetaServer allows this app, and where things are."""
-
-    app_id: str
-    token: str
-    expires_at: float
-    renew_interval_s: float
-    acl: dict[str, list[str]]
-    clusters: dict[str, ClusterInfo]
-    default_cluster: str
-    configcenter: ConfigCenterInfo
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Grant:
-        try:
-            clusters = {name: ClusterInfo.from_json(name, spec) for name, spec in (data.get("clusters") or {}).items()}
-            cc = data.get("configcenter") or {}
-            return cls(
-                app_id=str(data["app_id"]),
-                token=str(data["token"]),
-                expires_at=float(data["expires_at"]),
-                renew_interval_s=max(1.0, float(data.get("renew_interval_s") or 60)),
-                acl={op: list((data.get("acl") or {}).get(op) or []) for op in acl_patterns.OPERATIONS},
-                clusters=clusters,
-                default_cluster=str(data.get("default_cluster") or next(iter(clusters), "")),
-                configcenter=ConfigCenterInfo(
-                    url=(cc.get("url") or None), app_id=str(cc.get("app_id") or "ykafka"),
-                    cluster=str(cc.get("cluster") or "default"),
-                    namespace_prefix=str(cc.get("namespace_prefix") or "ykafka"),
-                    access_key_secret=cc.get("access_key_secret") or None),
-                raw=dict(data),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AuthError(f"malformed grant from the MetaServer: {exc!r}") from None
-
-    def expired(self, now: float | None = None) -> bool:
-        return (time.time() if now is None else now) >= self.expires_at
-
-    def summary(self) -> dict[str, Any]:
-        """Loggable view (no token, no credentials)."""
-        return {"app_id": self.app_id, "expires_at": self.expires_at, "clusters": sorted(self.clusters),
-                "default_cluster": self.default_cluster, "acl": self.acl,
-                "configcenter": asdict(self.configcenter) | {"access_key_secret": None}}
-
-
 class GrantStore:
-    """The on-disk grant cache: one JSON file per app, written atomically with mode 0600."""
+    """The on-disk grant cache: one JSON file per app in the folder of the MetaServer that issued it."""
 
-    def __init__(self, cache_dir: Path, app_id: str) -> None:
-        self.path = cache_dir / "grants" / f"{_safe(app_id)}.json"
+    def __init__(self, cache_dir: Path, app_id: str, urls: Iterable[str] = ()) -> None:
+        self.folder = server_dir(cache_dir, "grants", urls)
+        self.path = self.folder / f"{safe_name(app_id)}.json"
 
     def save(self, grant: Grant) -> None:
         try:
-            _write_private(self.path, json.dumps(grant.raw))
+            bind_server_id(self.folder, grant.issuer)
+            write_private(self.path, json.dumps(grant.raw))
         except OSError as exc:
             log.warning("ykafka.grant.cache_write_failed", path=str(self.path), error=str(exc))
 
     def load(self) -> Grant | None:
+        """The cached grant, if it was issued by the server this folder belongs to."""
         try:
             data = json.loads(self.path.read_text())
+            known = (self.folder / ID_FILE).read_text().strip()
         except (OSError, ValueError):
             return None
         try:
-            return Grant.from_json(data)
+            grant = Grant.from_json(data)
         except AuthError:
             return None
+        if grant.issuer != known:
+            log.warning("ykafka.grant.cache_foreign", path=str(self.path), issuer=grant.issuer, expected=known)
+            return None
+        return grant
 
 
 class GrantClient:
@@ -156,7 +78,7 @@ class GrantClient:
         self.client_id = client_id
         self.ip = ip
         self.timeout_s = timeout_s
-        self.store = GrantStore(cache_dir, app_id)
+        self.store = GrantStore(cache_dir, app_id, self.endpoints.urls)
         self._secret = secret
         self._key: bytes | None = None
         self._session = requests.Session()
@@ -193,9 +115,13 @@ class GrantClient:
             self._key = derive_key(self.app_id, self._secret)
         return self._key
 
-    def authenticate(self) -> Grant:
-        """A fresh grant; raises :class:`AuthError` if refused, :class:`MetaServerUnavailable` if unreachable."""
-        body = json.dumps({"app_id": self.app_id, "client_id": self.client_id, "ip": self.ip}).encode()
+    def authenticate(self, wants: Iterable[Want] = ()) -> Grant:
+        """A fresh grant; raises :class:`AuthError` if refused, :class:`MetaServerUnavailable` if unreachable.
+
+        ``wants`` name clusters that route values in force point at; the MetaServer adds each one it can
+        confirm in that namespace of the config center (docs/metaserver.md, "What a grant carries")."""
+        body = json.dumps({"app_id": self.app_id, "client_id": self.client_id, "ip": self.ip,
+                           **_want_body(wants)}).encode()
         headers = signed_headers(self.app_id, self._signing_key(), "POST", GRANT_PATH, body)
         headers["Content-Type"] = "application/json"
         grant = self._grant_request(GRANT_PATH, body, headers)
@@ -203,16 +129,17 @@ class GrantClient:
             raise AuthError(f"MetaServer returned a grant for {grant.app_id!r}, expected {self.app_id!r}")
         return grant
 
-    def renew(self, grant: Grant) -> Grant:
+    def renew(self, grant: Grant, wants: Iterable[Want] = ()) -> Grant:
         """Renew with the bearer token; re-authenticate when the token is rejected."""
+        wants = list(wants)
         headers = {"Authorization": f"Bearer {grant.token}", "Content-Type": "application/json"}
         try:
-            return self._grant_request(RENEW_PATH, b"{}", headers)
+            return self._grant_request(RENEW_PATH, json.dumps(_want_body(wants)).encode(), headers)
         except MetaServerUnavailable:
             raise
         except AuthError:
             log.info("ykafka.grant.token_rejected", app_id=self.app_id)
-            return self.authenticate()
+            return self.authenticate(wants)
 
     def obtain(self) -> Grant:
         """Start-up: authenticate, else fall back to an unexpired cached grant while the MetaServer is down."""
@@ -305,24 +232,6 @@ def _detail(resp: requests.Response) -> str:
     return resp.text[:200]
 
 
-def _safe(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
-    if cleaned != name:
-        cleaned += "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
-    return cleaned
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, readable by the owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def _want_body(wants: Iterable[Want]) -> dict[str, Any]:
+    listed = [{"namespace": ns, "cluster": cluster} for ns, cluster in sorted(set(wants))]
+    return {"want": listed} if listed else {}

@@ -62,6 +62,17 @@ class Scope:
             raise ValueError(f"invalid scope name {name!r}: 1-200 characters of letters, digits, '.', '_', '-'")
         return cls(scope_kind, name)
 
+    @classmethod
+    def from_namespace(cls, namespace: str, prefix: str = NAMESPACE_PREFIX) -> Scope | None:
+        """Inverse of :meth:`namespace`; names may contain dots (``ykafka.topic.orders.eu``)."""
+        if namespace == f"{prefix}.global":
+            return cls(ScopeKind.GLOBAL)
+        for kind in (ScopeKind.TOPIC, ScopeKind.GROUP, ScopeKind.CLUSTER):
+            head = f"{prefix}.{kind.value}."
+            if namespace.startswith(head) and len(namespace) > len(head):
+                return cls(kind, namespace[len(head):])
+        return None
+
     def namespace(self, prefix: str = NAMESPACE_PREFIX) -> str:
         """The Apollo namespace holding this scope's keys."""
         if self.kind is ScopeKind.GLOBAL:

@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from ykafka import catalog
-from ykafka.catalog import Scope, ScopeKind
+from ykafka.catalog import Scope
 from ykafka.errors import InvalidConfigValue
 
 log = structlog.get_logger(__name__)
@@ -96,14 +96,7 @@ class HotConfig:
         return scope.namespace(self.prefix)
 
     def scope_of(self, namespace: str) -> Scope | None:
-        """Inverse of :meth:`namespace`; names may contain dots (``ykafka.topic.orders.eu``)."""
-        if namespace == f"{self.prefix}.global":
-            return catalog.GLOBAL
-        for kind in (ScopeKind.TOPIC, ScopeKind.GROUP, ScopeKind.CLUSTER):
-            head = f"{self.prefix}.{kind.value}."
-            if namespace.startswith(head) and len(namespace) > len(head):
-                return Scope(kind, namespace[len(head):])
-        return None
+        return Scope.from_namespace(namespace, self.prefix)
 
     # --- updates ------------------------------------------------------------------------------------
 

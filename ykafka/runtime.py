@@ -43,7 +43,7 @@ import structlog
 from ykafka import acl as acl_patterns
 from ykafka import catalog, transport
 from ykafka.apollo import ApolloClient, NamespaceConfig
-from ykafka.auth import AclCache, ClusterInfo, Grant, GrantClient
+from ykafka.auth import AclCache, ClusterInfo, Grant, GrantClient, Want
 from ykafka.catalog import Scope, ScopeKind
 from ykafka.config import LocalConfig, Role
 from ykafka.config import load as load_config
@@ -66,6 +66,10 @@ def _error_text(error: Mapping[str, Any]) -> str:
     return f"{error.get('type', 'error')} {details}".strip()
 
 
+ROUTE_KEYS = ("route.cluster", "route.standby")
+#: a cluster a route names but the MetaServer did not confirm is asked for again after this long
+WANT_INTERVAL_S = 5.0
+
 #: topics whose effective config a client report carries (the console's client page)
 _EFFECTIVE_TOPICS = 20
 
@@ -82,6 +86,8 @@ class Runtime:
         self.app_id: str = conf.app_id or "local"
         self._grant: Grant | None = None
         self._grant_client: GrantClient | None = None
+        # clusters beyond the grant that route values in force name: asked for at each renewal (reach.py)
+        self._wants: dict[Want, float] = {}
         self.acl = AclCache(conf.ms("ykafka.acl.cache.ttl.ms"))
         self.hot = HotConfig(conf.catalog_defaults, prefix=str(conf.get("ykafka.configcenter.namespace.prefix")))
         self.hot.add_validator(self._validate_cluster_names)
@@ -245,10 +251,43 @@ class Runtime:
         self.apollo.start()
 
     def _on_namespace(self, config: NamespaceConfig) -> None:
+        self._want_routes(config.namespace, config.configurations)
         self.hot.apply(config.namespace, config.configurations, config.release_key)
         if self._started:
             # the console's closed loop: report the applied / rejected release key soon after each change
             self.report_now()
+
+    def _want_routes(self, namespace: str, raw: Mapping[str, Any]) -> None:
+        """A route naming a cluster the grant lacks: ask the MetaServer for it before the value is checked.
+
+        The grant carries only clusters this app can reach; a route released (or gray-released to this IP) a
+        moment ago names one the grant may not have yet. The MetaServer confirms it in that namespace."""
+        grant, client = self._grant, self._grant_client
+        if grant is None or client is None:
+            return
+        asked = [(namespace, str(raw[key])) for key in ROUTE_KEYS
+                 if raw.get(key) and str(raw[key]) not in grant.clusters]
+        now = time.monotonic()
+        if not [want for want in asked if now - self._wants.get(want, -WANT_INTERVAL_S) >= WANT_INTERVAL_S]:
+            return
+        self._wants.update(dict.fromkeys(asked, now))
+        try:
+            self._set_grant(client.renew(grant, self._held_wants(asked)))
+        except (AuthError, MetaServerUnavailable) as exc:
+            log.warning("ykafka.grant.want_failed", namespace=namespace, clusters=[c for _, c in asked],
+                        error=str(exc))
+
+    def _held_wants(self, extra: list[Want] | None = None) -> list[Want]:
+        """Wants whose route value is still in force (plus ``extra``, about to be applied)."""
+        held = list(extra or [])
+        for want in list(self._wants):
+            namespace, cluster = want
+            scope = self.hot.scope_of(namespace)
+            if scope is not None and cluster in (str(v) for k, v in self.hot.layer(scope).items() if k in ROUTE_KEYS):
+                held.append(want)
+            elif want not in held:
+                self._wants.pop(want, None)
+        return sorted(set(held))[:100]
 
     def subscribe_scope(self, scope: Scope, timeout_s: float | None = None) -> None:
         """Watch one scope's namespace (no-op without a config center); first call fetches it (bounded)."""
@@ -386,7 +425,7 @@ class Runtime:
         if grant is None or client is None:
             return 60.0
         try:
-            self._set_grant(client.renew(grant))
+            self._set_grant(client.renew(grant, self._held_wants()))
             return self._renew_interval()
         except MetaServerUnavailable as exc:
             left = grant.expires_at - time.time()

@@ -1,0 +1,142 @@
+"""A grant carries only the clusters the app can reach, and credentials only for those (issue 14).
+
+Over HTTP against a real MetaServer and config service: an app allowed only ``orders.*`` is never sent the
+SASL password of a cluster only ``payments.*`` is routed to; a route released later (or a gray release
+the main copy does not show) reaches the client through a confirmed *want*; a want for a cluster no
+namespace of the app names is refused. Then the SDK end to end: a running Producer follows a route to a
+cluster its first grant did not carry, with every message counted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from metaserver.apollo import ApolloOpenApi
+from tests.helpers import wait_until
+from tests.ms_fixtures import OPENAPI_TOKEN, MetaServer, new_app
+from tests.sdk_fixtures import SdkStack, read_topic
+from ykafka import Producer
+from ykafka.auth import GrantClient
+
+pytest_plugins = ["tests.ms_fixtures", "tests.sdk_fixtures"]
+
+SECRET_B = "pw-only-for-payments"
+SECRET_C = "pw-for-nobody"
+
+
+@pytest.fixture(scope="module")
+def server(ms_factory: object) -> MetaServer:
+    ms: MetaServer = ms_factory()  # type: ignore[operator]
+    admin = ms.admin()
+    admin.set_cluster("home", "127.0.0.1:19101", dc="a")
+    admin.set_cluster("pay", "127.0.0.1:19102", dc="a", standby="pay-dr",
+                      sasl={"mechanism": "SCRAM-SHA-256", "username": "pay", "password": SECRET_B})
+    admin.set_cluster("pay-dr", "127.0.0.1:19103", dc="b")
+    admin.set_cluster("vault", "127.0.0.1:19104", dc="b",
+                      sasl={"mechanism": "SCRAM-SHA-256", "username": "vault", "password": SECRET_C})
+    push(ms, "topic:payments.eu", {"route.cluster": "pay"})
+    return ms
+
+
+def push(ms: MetaServer, scope: str, values: dict[str, str], ips: list[str] | None = None) -> None:
+    ms.admin().push_config(scope, values, ips=ips)
+
+
+def grant_client(ms: MetaServer, app_id: str, secret: str, tmp_path: Path) -> GrantClient:
+    return GrantClient(ms.url, app_id, secret, f"c-{uuid.uuid4().hex[:6]}", "10.9.8.7", tmp_path / "cache")
+
+
+@pytest.fixture()
+def clients(tmp_path: Path) -> Iterator[list[GrantClient]]:
+    made: list[GrantClient] = []
+    yield made
+    for client in made:
+        client.close()
+
+
+def test_a_grant_names_only_reachable_clusters_and_no_other_password(
+        server: MetaServer, tmp_path: Path, clients: list[GrantClient]) -> None:
+    orders = new_app(server, acl={"produce": ["orders.*"], "consume": [], "group": []}, default_cluster="home")
+    payments = new_app(server, acl={"produce": ["payments.*"], "consume": [], "group": []}, default_cluster="home")
+    clients += [grant_client(server, orders.app_id, orders.secret, tmp_path / "o"),
+                grant_client(server, payments.app_id, payments.secret, tmp_path / "p")]
+    granted_orders = clients[0].authenticate()
+    assert sorted(granted_orders.clusters) == ["home"]
+    text = json.dumps(granted_orders.raw)
+    assert SECRET_B not in text and SECRET_C not in text and "19102" not in text
+    granted_pay = clients[1].authenticate()
+    assert sorted(granted_pay.clusters) == ["home", "pay", "pay-dr"]  # the route and its standby
+    assert granted_pay.clusters["pay"].sasl == {"mechanism": "SCRAM-SHA-256", "username": "pay",
+                                                "password": SECRET_B}
+    assert SECRET_C not in json.dumps(granted_pay.raw)
+    renewed = clients[1].renew(granted_pay)  # renewal narrows the same way
+    assert sorted(renewed.clusters) == ["home", "pay", "pay-dr"]
+
+
+def test_a_want_is_granted_only_when_the_config_center_confirms_it(
+        server: MetaServer, tmp_path: Path, clients: list[GrantClient]) -> None:
+    app = new_app(server, acl={"produce": ["orders.*"], "consume": [], "group": []}, default_cluster="home")
+    client = grant_client(server, app.app_id, app.secret, tmp_path)
+    clients.append(client)
+    grant = client.authenticate()
+    # asking for a cluster nothing routes the app to: refused (not listed), whatever the namespace claimed
+    assert sorted(client.renew(grant, [("ykafka.topic.orders.eu", "vault")]).clusters) == ["home"]
+    assert sorted(client.renew(grant, [("ykafka.topic.payments.eu", "pay")]).clusters) == ["home"]  # not its topic
+    # a route written straight into the config center (a hand edit in Apollo): confirmed on demand
+    api = ApolloOpenApi(server.configcenter_url or "", OPENAPI_TOKEN, app_id=server.apollo_app_id)
+    api.ensure_app()
+    api.ensure_namespace("ykafka.topic.orders.eu")
+    api.set_item("ykafka.topic.orders.eu", "route.cluster", "vault")
+    api.release("ykafka.topic.orders.eu", "hand-edit", "test")
+    wanted = wait_until(lambda: (g := client.renew(grant, [("ykafka.topic.orders.eu", "vault")])).clusters.get(
+        "vault") and g, timeout=5, interval=0.3, message="the hand-edited route confirmed")  # refusals last 1 s
+    assert sorted(wanted.clusters) == ["home", "vault"] and wanted.clusters["vault"].sasl is not None
+    # a gray release to one IP: only the main copy is cached, the gray value is read when wanted
+    push(server, "topic:orders.us", {"producer.linger.ms": "5"})
+    push(server, "topic:orders.us", {"route.cluster": "pay"}, ips=["10.9.8.7"])
+    assert "pay" not in client.renew(grant).clusters  # the main copy does not route orders.us to pay
+    gray = client.renew(grant, [("ykafka.topic.orders.us", "pay")])
+    assert sorted(gray.clusters) == ["home", "pay", "pay-dr", "vault"]  # vault: orders.eu's route, now cached
+
+
+def test_a_running_producer_follows_a_route_to_a_cluster_its_grant_lacked(sdk_stack: SdkStack) -> None:
+    alias = f"reach-{uuid.uuid4().hex[:6]}"  # another registry name for dc-b's broker, standby of nothing
+    resp = sdk_stack.admin("PUT", f"/v1/admin/clusters/{alias}",
+                           {"bootstrap_servers": sdk_stack.clusters["dc-b"], "dc": "b", "status": "active"})
+    assert resp.status_code == 200, resp.text
+    app = sdk_stack.new_app([f"{alias}.*"])
+    topic = f"{alias}.t"
+    try:
+        with Producer(sdk_stack.client_config(app, **{"ykafka.local.default.cluster": "dc-a"})) as producer:
+            assert alias not in producer.runtime.clusters()
+            sent = 0
+            for _ in range(20):
+                producer.produce(topic, f"k:{sent}".encode(), b"k")
+                sent += 1
+            assert producer.flush(15) == 0
+            sdk_stack.publish_raw(f"ykafka.topic.{topic}", {"route.cluster": alias})  # straight into Apollo
+            deadline = time.monotonic() + 20
+            while producer.runtime.route(topic) != alias and time.monotonic() < deadline:
+                producer.produce(topic, f"k:{sent}".encode(), b"k")
+                sent += 1
+                producer.poll(0.05)
+            assert producer.runtime.route(topic) == alias, "route to the wanted cluster never applied"
+            assert producer.flush(15) == 0
+            after = sent
+            for _ in range(20):
+                producer.produce(topic, f"k:{sent}".encode(), b"k")
+                sent += 1
+            assert producer.flush(15) == 0
+        on_a = read_topic(sdk_stack.clusters["dc-a"], topic, 1, timeout=5)
+        on_b = read_topic(sdk_stack.clusters["dc-b"], topic, sent - after)
+        values = sorted(int(r.value.split(":")[1]) for r in [*on_a, *on_b])
+        assert values == list(range(sent)), "every message exactly once across the two clusters"
+        assert on_b and min(int(r.value.split(":")[1]) for r in on_b) <= after
+    finally:
+        sdk_stack.admin("DELETE", f"/v1/admin/clusters/{alias}")
