@@ -486,3 +486,67 @@ def test_an_admin_creates_an_app_edits_its_acl_and_rotates_its_secret_and_a_view
             assert page.request.post(console.url + path, form={"csrf": csrf, **form}).status == 403, (role, path)
     assert st.admin("GET", f"/v1/admin/apps/{app_id}").json()["key_generation"] == 2
     assert st.admin("GET", f"/v1/admin/apps/{app_id}/acl").json()["produce"] == []
+
+
+def test_an_operator_requests_a_topic_and_a_group_an_admin_approves_them_onto_a_cluster_and_the_app_writes_there(
+        console: Console, page: Any) -> None:
+    """Approval creates the topic on the chosen cluster with the requested partitions (AdminClient), grants the
+    app's ACL and sets the topic's route: a ykafka Producer of the app, which had no ACL, then writes there."""
+    from ykafka import Producer
+    from ykafka.admin.topics import partition_count
+
+    st = console.stack
+    app_id, secret = st.new_app([], [], [])
+    topic, group = unique("req-orders"), unique("req-group")
+    console.login(page, "operator")
+    page.goto(f"{console.url}/console/apps/{app_id}")
+    form = page.locator("#request-topic")
+    form.locator("input[name=name]").fill(topic)
+    form.locator("input[name=partitions]").fill("0")
+    form.locator("button").click()
+    assert "partitions: a whole number from 1 to 1000" in page.locator("#app-error").inner_text()
+    form.locator("input[name=name]").fill(topic)
+    form.locator("input[name=partitions]").fill("4")
+    form.locator("input[name=retention_h]").fill("2")
+    form.locator("input[name=rate]").fill("50")
+    form.locator("button").click()
+    page.locator(f"#app-requests tr[data-name='{topic}']", has_text="pending").wait_for()
+    page.locator("#request-group input[name=name]").fill(group)
+    page.locator("#request-group button").click()
+    page.locator(f"#app-requests tr[data-name='{group}']", has_text="pending").wait_for()
+    csrf = page.locator("header input[name=csrf]").get_attribute("value")
+    rid = page.request.get(f"{console.url}/console/requests").text()
+    req_id = re.search(rf'data-request="(\d+)" data-name="{re.escape(topic)}"', rid)
+    assert req_id, "request not listed"
+    assert page.request.post(f"{console.url}/console/requests/{req_id.group(1)}/approve",
+                             form={"csrf": csrf, "cluster": "dc-a"}).status == 403  # operators ask, admins decide
+    page.context.clear_cookies()
+    console.login(page, "admin")
+    page.goto(f"{console.url}/console/requests")
+    suggested = page.locator("#loads tr", has=page.locator("#suggested")).get_attribute("data-cluster")
+    row = page.locator(f"#requests tr[data-name='{topic}']")
+    assert row.locator("select[name=cluster]").input_value() == suggested
+    console.shot(page, "requests")
+    row.locator("select[name=cluster]").select_option("dc-b")
+    page.once("dialog", lambda d: d.accept())
+    row.locator("button.primary").click()
+    page.locator(f"#requests tr[data-name='{topic}'][data-status=approved]").wait_for()
+    page.once("dialog", lambda d: d.accept())
+    page.locator(f"#requests tr[data-name='{group}'] button.primary").click()
+    page.locator(f"#requests tr[data-name='{group}'][data-status=approved]").wait_for()
+    assert page.locator("#loads tr", has=page.locator("#suggested")).get_attribute("data-cluster") == "dc-a"
+    assert partition_count({"bootstrap.servers": st.clusters["dc-b"]}, topic) == 4
+    assert partition_count({"bootstrap.servers": st.clusters["dc-a"]}, topic) is None
+    assert st.admin("GET", f"/v1/admin/apps/{app_id}/acl").json() == {"produce": [topic], "consume": [topic],
+                                                                       "group": [group]}
+    assert st.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()["released"] == {"route.cluster": "dc-b"}
+    producer = Producer(st.client_config((app_id, secret)))
+    try:
+        for i in range(5):
+            producer.produce(topic, f"v{i}".encode(), f"k{i}".encode())
+        assert producer.flush(30) == 0
+    finally:
+        producer.close()
+    assert sorted(r.value for r in read_topic(st.clusters["dc-b"], topic, 5)) == [f"v{i}" for i in range(5)]
+    approvals = st.admin("GET", "/v1/admin/audit?action=request.approve&limit=5").json()
+    assert {a["target"] for a in approvals[:2]} == {f"topic:{topic}", f"group:{group}"}

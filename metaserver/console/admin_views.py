@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from metaserver import audit, db, hotconfig, registry, routes_admin
 from metaserver.apollo import ApolloError
-from metaserver.console import users
+from metaserver.console import provision, users
 from metaserver.console.views import Denied, _api, _audit, _form, _login_redirect, _page, _session, _svc, router
 from metaserver.hotconfig import ConfigRejected
 from metaserver.models import apps
@@ -111,8 +111,10 @@ def _app_page(request: Request, sess: users.Session, app_id: str, status_code: i
     ctx.setdefault("error", None)
     with db.read(svc.engine) as conn:
         history = audit.query(conn, target=f"app:{app_id}", limit=30)
+        app_requests = provision.listing(conn, app_id)
     resp = _page(request, "app.html", sess, status_code=status_code, app=app, acl=app["acl"] or {},
-                 ops=acl_rules.OPERATIONS, can_admin=sess.can("admin"), history=history, **ctx)
+                 ops=acl_rules.OPERATIONS, can_admin=sess.can("admin"), history=history, app_requests=app_requests,
+                 can_request=sess.can("operator"), **ctx)
     resp.headers["Cache-Control"] = "no-store"
     return resp
 

@@ -11,7 +11,7 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import db, registry
+from metaserver.console.brokers import connection
 from metaserver.console.views import _audit, _form, _login_redirect, _page, _session, _svc, router
 from ykafka import headers as H
 from ykafka.catalog import Scope
@@ -30,21 +30,6 @@ def _row(msg: Any) -> dict[str, Any]:
             "attempt": hdrs.get(H.ATTEMPT, ""),
             "original": f"{hdrs.get(H.ORIGINAL_TOPIC, '')}/{hdrs.get(H.ORIGINAL_PARTITION, '')}@"
                         f"{hdrs.get(H.ORIGINAL_OFFSET, '')}"}
-
-
-def _connection(svc: Any, cluster: str | None) -> tuple[str, dict[str, Any]]:
-    with db.read(svc.engine) as conn:
-        clusters = registry.all_clusters(conn)
-    name = cluster or svc.settings.default_cluster or (sorted(clusters)[0] if clusters else "")
-    if name not in clusters:
-        raise LookupError(f"unknown cluster {name!r}")
-    spec = clusters[name]
-    props: dict[str, Any] = {"bootstrap.servers": spec["bootstrap_servers"]}
-    sasl = spec.get("sasl")
-    if sasl:
-        props.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": sasl["mechanism"],
-                      "sasl.username": sasl["username"], "sasl.password": sasl["password"]})
-    return name, props
 
 
 def _text(raw: str | bytes | None) -> str:
@@ -108,7 +93,7 @@ async def dlq_page(request: Request) -> Response:
     if q["group"] and q["topic"]:
         try:
             _check_names(q["group"], q["topic"])
-            ctx["cluster"], props = _connection(_svc(request), q["cluster"] or None)
+            ctx["cluster"], props = connection(_svc(request), q["cluster"] or None)
             ctx["view"] = await run_in_threadpool(peek, props, q["group"], q["topic"])
         except (InvalidConfigValue, LookupError) as exc:
             ctx["error"] = str(exc.reason if isinstance(exc, InvalidConfigValue) else exc.args[0])
@@ -126,7 +111,7 @@ async def dlq_replay(request: Request) -> Response:
     svc = _svc(request)
     try:
         _check_names(group, topic)
-        cluster, props = _connection(svc, form.get("cluster") or None)
+        cluster, props = connection(svc, form.get("cluster") or None)
     except (InvalidConfigValue, LookupError) as exc:
         return _page(request, "error.html", sess, status_code=422, message=str(exc))
     from ykafka.admin.dlq import replay

@@ -6,7 +6,7 @@ creates exactly these.
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, Float, Index, Integer, String, Table
+from sqlalchemy import BigInteger, Boolean, Column, Float, Index, Integer, String, Table
 
 from metaserver.models import metadata
 
@@ -40,4 +40,25 @@ logins = Table(
     Column("failures", Integer, nullable=False),
     Column("locked_until", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+)
+
+requests = Table(
+    "ms_console_requests", metadata,
+    # a topic or consumer-group request by an app owner, decided by an admin (ZMS style)
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(8), nullable=False),  # topic | group
+    Column("app_id", String(255), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("partitions", Integer),
+    Column("retention_ms", BigInteger),
+    Column("expected_rate", Float),  # messages per second the owner expects
+    Column("note", String(500), nullable=False, default=""),
+    Column("status", String(16), nullable=False),  # pending | approved | rejected
+    Column("cluster", String(255)),
+    Column("requested_by", String(64), nullable=False),
+    Column("decided_by", String(64)),
+    Column("reason", String(1000)),
+    Column("created_at", Float, nullable=False),
+    Column("decided_at", Float),
+    Index("ix_ms_console_requests_status", "status"),
 )

@@ -1,0 +1,68 @@
+"""Topic and consumer-group administration through confluent-kafka's AdminClient (``ykafka.transport``):
+what the console's topic requests and group lifecycle use. Each call takes the cluster's connection
+properties (``bootstrap.servers`` and SASL settings) and answers with plain values or a clear error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ykafka.transport import KafkaException, NewTopic, RawAdminClient
+
+
+class TopicAdminError(Exception):
+    """The cluster refused or did not answer; the message says what and why."""
+
+
+def _admin(props: Mapping[str, Any]) -> Any:
+    return RawAdminClient(dict(props))
+
+
+def partition_count(props: Mapping[str, Any], topic: str, timeout: float = 10.0) -> int | None:
+    """How many partitions ``topic`` has on the cluster, or None when it does not exist."""
+    admin = _admin(props)
+    try:
+        # the whole listing: a metadata request naming the topic lets a broker auto-create it
+        meta = admin.list_topics(timeout=timeout).topics.get(topic)
+    except KafkaException as exc:
+        raise TopicAdminError(f"cannot list topic {topic}: {exc}") from None
+    if meta is None or meta.error is not None or not meta.partitions:
+        return None
+    return len(meta.partitions)
+
+
+def create_topic(props: Mapping[str, Any], topic: str, partitions: int, config: Mapping[str, str] | None = None,
+                 timeout: float = 15.0) -> bool:
+    """Create ``topic``; False when it already exists with at least ``partitions`` partitions (nothing done),
+    TopicAdminError when it exists with fewer or the cluster refuses."""
+    admin = _admin(props)  # held until the future resolves (a collected client cancels its requests)
+    future = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=dict(config or {}))],
+        request_timeout=timeout)[topic]
+    try:
+        future.result()
+        return True
+    except KafkaException as exc:
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise TopicAdminError(f"cannot create topic {topic}: {exc.args[0] if exc.args else exc}") from None
+    have = partition_count(props, topic, timeout)
+    if have is not None and have < partitions:
+        raise TopicAdminError(f"topic {topic} exists with {have} partitions, fewer than {partitions}")
+    return False
+
+
+def delete_groups(props: Mapping[str, Any], groups: Iterable[str], timeout: float = 15.0) -> dict[str, str | None]:
+    """Delete consumer groups (each must have no members); per group None when deleted, else the reason."""
+    names = list(groups)
+    if not names:
+        return {}
+    out: dict[str, str | None] = {}
+    admin = _admin(props)
+    for name, future in admin.delete_consumer_groups(names, request_timeout=timeout).items():
+        try:
+            future.result()
+            out[name] = None
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            out[name] = str(err.str() if hasattr(err, "str") else err)
+    return out
