@@ -48,6 +48,12 @@ def test_up_status_down_twice_leaves_nothing_behind(tmp_path: Path) -> None:
         assert all(isinstance(pid, int) and _alive(pid) for pid in pids.values())
         env = (tmp_path / "dev.env").read_text()
         assert "YKAFKA_APP_ID=demo" in env and "YKAFKA_APP_SECRET=" in env
+        assert (tmp_path / "dev.env").stat().st_mode & 0o777 == 0o600
+        exported = dict(line.removeprefix("export ").split("=", 1) for line in env.splitlines() if "=" in line)
+        tokens = [exported["YKAFKA_ADMIN_TOKEN"], exported["YKAFKA_CC_OPENAPI_TOKEN"]]
+        for name in ("configcenter", "metaserver"):  # secrets never on a command line `ps` shows
+            cmdline = Path(f"/proc/{pids[name]}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            assert "serve" in cmdline and not any(token in cmdline for token in tokens), (name, cmdline)
 
         down = _ykafka("dev", "down", home=tmp_path, ports=ports)
         assert down.returncode == 0, down.stderr

@@ -244,17 +244,19 @@ def services(cfg: StackConfig) -> list[Service]:
         "configcenter",
         [*_python(), f"{metaserver}.configcenter", "serve", "--host", cfg.host,
          "--port", str(cfg.configcenter_port), "--db", str(home / "data" / "configcenter.db"),
-         "--longpoll-timeout", str(cfg.longpoll_timeout), "--openapi-token", cfg.openapi_token],
-        cfg.configcenter_port, f"{cfg.configcenter_url}/health"))
+         "--longpoll-timeout", str(cfg.longpoll_timeout)],
+        cfg.configcenter_port, f"{cfg.configcenter_url}/health",
+        # secrets travel in the environment, never on the command line where `ps` shows them
+        env={"YKAFKA_CC_OPENAPI_TOKEN": cfg.openapi_token}))
     out.append(Service(
         "metaserver",
         [*_python(), metaserver, "serve", "--host", cfg.host, "--port", str(cfg.metaserver_port),
          "--db-url", f"sqlite:///{home / 'data' / 'metaserver.db'}",
-         "--configcenter-url", cfg.configcenter_url, "--configcenter-openapi-token", cfg.openapi_token,
-         "--admin-token", cfg.admin_token, "--renew-interval", str(cfg.renew_interval),
+         "--configcenter-url", cfg.configcenter_url, "--renew-interval", str(cfg.renew_interval),
          "--default-cluster", cfg.default_cluster,
          "--pipeline-store", str(home / "pipeline")],  # where `ykafka pipeline run` writes by default
-        cfg.metaserver_port, f"{cfg.metaserver_url}/health"))
+        cfg.metaserver_port, f"{cfg.metaserver_url}/health",
+        env={"YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": cfg.openapi_token, "YKAFKA_MS_ADMIN_TOKEN": cfg.admin_token}))
     return out
 
 
