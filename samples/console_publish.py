@@ -60,7 +60,7 @@ def main() -> None:
     form = {"csrf": csrf, "scope": scope, "changes": f"producer.linger.ms={args.linger}", "ips": "",
             "comment": "sample"}
     preview = session.post(base + "/console/config/preview", data=form, timeout=30)
-    reach = re.findall(r"<li>([^ <]+) <small>", preview.text)
+    reach = re.findall(r'<li data-client="([^"]+)"', preview.text)
     print(f"preview: producer.linger.ms -> {args.linger}; reaches {len(reach)} live client(s): {', '.join(reach)}")
     published = session.post(base + "/console/config/publish", data=form, timeout=30, allow_redirects=False)
     if published.status_code != 303:

@@ -6,6 +6,7 @@ One browser for the module, the session's SDK stack shared; every test names its
 
 from __future__ import annotations
 
+import gc
 import re
 from typing import Any
 
@@ -547,6 +548,8 @@ def test_an_operator_requests_a_topic_and_a_group_an_admin_approves_them_onto_a_
         assert producer.flush(30) == 0
     finally:
         producer.close()
+        del producer
+        gc.collect()  # the released librdkafka handles go now, not at the stack's shutdown
     assert sorted(r.value for r in read_topic(st.clusters["dc-b"], topic, 5)) == [f"v{i}" for i in range(5)]
     approvals = st.admin("GET", "/v1/admin/audit?action=request.approve&limit=5").json()
     assert {a["target"] for a in approvals[:2]} == {f"topic:{topic}", f"group:{group}"}
