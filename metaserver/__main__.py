@@ -68,7 +68,7 @@ def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
     db.migrate(engine)
     engine.dispose()
     os.environ.update(settings.to_env())
-    uvicorn.run("metaserver.app:create_app_from_env", factory=True, host=settings.host, port=settings.port,
+    uvicorn.run(f"{__package__}.app:create_app_from_env", factory=True, host=settings.host, port=settings.port,
                 workers=settings.workers if settings.workers > 1 else None, log_level="warning",
                 access_log=False, proxy_headers=True, forwarded_allow_ips="127.0.0.1")
 

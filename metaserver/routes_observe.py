@@ -23,7 +23,7 @@ import structlog
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from sqlalchemy import RowMapping, select
 
-from metaserver import db
+from metaserver import db, pipeline_module
 from metaserver.models import alerts
 from metaserver.routes_admin import operator
 from metaserver.schemas import AlertIn
@@ -40,7 +40,7 @@ INSTALL_HINT = "pip install 'ykafka-server[pipeline]'"
 
 def parse_since(text: str, field: str = "since") -> dt.timedelta:
     """A look-back like ``90s``, ``15m``, ``1h``, ``2d`` (the pipeline's syntax), or 422 naming ``field``."""
-    from pipeline.store import parse_duration  # stdlib only; pyarrow is not needed to parse
+    parse_duration = pipeline_module("store").parse_duration  # stdlib only; pyarrow is not needed to parse
 
     try:
         span = parse_duration(text)
@@ -124,7 +124,7 @@ def _store(svc: Services) -> Any:
     try:
         import pyarrow  # noqa: F401 - the readers below need it
 
-        from pipeline.store import Store
+        Store = pipeline_module("store").Store
     except ImportError as exc:
         raise HTTPException(status_code=503, detail=(
             f"reading the pipeline store needs pyarrow, which is not installed ({exc}): {INSTALL_HINT}")) from None
@@ -168,7 +168,7 @@ def get_aggregates(since: str = Query(default="15m", description="look-back, e.g
         raise HTTPException(status_code=422, detail=(
             f"by: {by!r} must name distinct dimensions among {', '.join(AGGREGATE_DIMENSIONS)}"))
     store = _store(svc)
-    from pipeline.aggregates import read_aggregates
+    read_aggregates = pipeline_module("aggregates").read_aggregates
 
     return _read(read_aggregates, store, span, names=[n for n in name or [] if n] or None, topic=topic,
                  group=group, client_id=client, by=tuple(dims), whole_range=whole_range)
@@ -181,7 +181,7 @@ def get_error_rates(since: str = Query(default="15m", description="look-back, e.
     """Errors / (errors + messages) per topic and window (``pipeline.aggregates.error_rates``)."""
     span = parse_since(since)
     store = _store(svc)
-    from pipeline.aggregates import error_rates
+    error_rates = pipeline_module("aggregates").error_rates
 
     rows = _read(error_rates, store, span, side=side, whole_range=whole_range)
     return [r for r in rows if topic is None or r["topic"] == topic]

@@ -20,7 +20,7 @@ def _lags(svc: Any) -> tuple[dict[tuple[str, str], float], str | None]:
     from metaserver.routes_observe import parse_since
 
     try:
-        rows = read_store(svc, "pipeline.aggregates:read_aggregates", parse_since("15m"), names=["lag"],
+        rows = read_store(svc, "aggregates:read_aggregates", parse_since("15m"), names=["lag"],
                           by=("topic", "group"), whole_range=True)
     except StoreUnavailable as exc:
         return {}, str(exc)

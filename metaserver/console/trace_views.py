@@ -10,15 +10,16 @@ from fastapi import HTTPException, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from metaserver import pipeline_module
 from metaserver.console.views import StoreUnavailable, _login_redirect, _page, _session, _svc, read_store, router
 
 
 def _lookup(svc: Any, key: str, msg_id: str, topic: str, since: str) -> list[dict[str, Any]]:
     from metaserver.routes_observe import parse_since
 
-    rows = read_store(svc, "pipeline.trace_store:lookup", key or None, msg_id=msg_id or None, topic=topic or None,
+    rows = read_store(svc, "trace_store:lookup", key or None, msg_id=msg_id or None, topic=topic or None,
                       since=parse_since(since), limit=2000)
-    from pipeline.trace_store import timelines
+    timelines = pipeline_module("trace_store").timelines
 
     out = []
     for mid, steps in timelines(rows).items():

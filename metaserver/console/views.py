@@ -17,7 +17,7 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import audit, clients, db, hotconfig, registry
+from metaserver import audit, clients, db, hotconfig, pipeline_module, registry
 from metaserver.apollo import ApolloError, ApolloOpenApi
 from metaserver.console import loop, queries, users
 from metaserver.hotconfig import ConfigRejected
@@ -145,10 +145,8 @@ class StoreUnavailable(Exception):
 
 
 def read_store(svc: Services, reader: str, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    """Rows from a pipeline-store reader (``"module:function"``, imported once the store is known to be
-    readable), through the observe API's checks; the store's location never reaches a page."""
-    import importlib
-
+    """Rows from a pipeline-store reader (``"module:function"`` of the pipeline, imported once the store is known
+    to be readable), through the observe API's checks; the store's location never reaches a page."""
     from fastapi import HTTPException
 
     from metaserver import routes_observe
@@ -156,7 +154,7 @@ def read_store(svc: Services, reader: str, *args: Any, **kwargs: Any) -> list[di
     try:
         store = routes_observe._store(svc)
         module, _, name = reader.partition(":")
-        return routes_observe._read(getattr(importlib.import_module(module), name), store, *args, **kwargs)
+        return routes_observe._read(getattr(pipeline_module(module), name), store, *args, **kwargs)
     except HTTPException as exc:
         detail, root = str(exc.detail), svc.settings.pipeline_store or ""
         for shown in (repr(root), root) if root else ():
@@ -174,7 +172,7 @@ def overview_data(request: Request) -> Response:
     from metaserver.routes_observe import parse_since
 
     try:
-        rows = read_store(_svc(request), "pipeline.aggregates:read_aggregates", parse_since("1h"),
+        rows = read_store(_svc(request), "aggregates:read_aggregates", parse_since("1h"),
                           names=list(CHART_METRICS), by=("name",))
     except StoreUnavailable as exc:
         return JSONResponse({"available": False, "reason": str(exc)})

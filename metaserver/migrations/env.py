@@ -6,15 +6,19 @@ Shared by the MetaServer (versions/, ms_alembic_version) and the config service
 
 from __future__ import annotations
 
+import importlib
+
 from alembic import context
 from sqlalchemy import create_engine
 
-from metaserver.models import metadata as ms_metadata
+from ykafka.servers import require_server_package
 
 config = context.config
 VERSION_TABLE = config.get_main_option("version_table") or "ms_alembic_version"
-# metaserver.db.migrate hands over the component's tables (the MetaServer's or the config service's)
-metadata = config.attributes.get("metadata", ms_metadata)
+# metaserver.db.migrate hands over the component's tables (the MetaServer's or the config service's); alembic
+# run by hand gets the MetaServer's, from this package under its installed or checkout name (ykafka.servers)
+metadata = config.attributes.get("metadata") or importlib.import_module(
+    f"{require_server_package('metaserver', 'alembic')}.models").metadata
 
 
 def run() -> None:
