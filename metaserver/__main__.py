@@ -25,7 +25,8 @@ def main() -> None:
 @click.option("--port", default=7070, type=int, envvar=_env("port"), show_default=True)
 @click.option("--db-url", default="sqlite:///metaserver.db", envvar=_env("db_url"), show_default=True,
               help="sqlite:///path.db or postgresql+psycopg://user@host/db")
-@click.option("--configcenter-url", envvar=_env("configcenter_url"), help="config service URL handed to clients")
+@click.option("--configcenter-url", envvar=_env("configcenter_url"),
+              help="config service URL handed to clients (several instances: comma-separated, clients fail over)")
 @click.option("--configcenter-openapi-url", envvar=_env("configcenter_openapi_url"),
               help="Apollo portal URL for the Open API (default: --configcenter-url)")
 @click.option("--configcenter-openapi-token", envvar=_env("configcenter_openapi_token"))

@@ -14,6 +14,8 @@ from urllib.parse import quote
 import requests
 import structlog
 
+from ykafka.endpoints import Endpoints
+
 log = structlog.get_logger("metaserver.apollo")
 
 
@@ -33,7 +35,7 @@ def _q(part: str) -> str:
 class ApolloOpenApi:
     def __init__(self, base_url: str, token: str | None, env: str = "DEV", app_id: str = "ykafka",
                  cluster: str = "default", operator: str = "apollo", timeout_s: float = 10.0) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.endpoints = Endpoints(base_url)  # one config service, or several comma-separated (failover)
         self.env = env
         self.app_id = app_id
         self.cluster = cluster
@@ -48,9 +50,9 @@ class ApolloOpenApi:
 
     def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
               ok_missing: bool = False) -> Any:
-        url = self.base_url + path
         try:
-            response = self._session.request(method, url, params=params, json=body, timeout=self.timeout)
+            response = self.endpoints.call(lambda url: self._session.request(
+                method, url + path, params=params, json=body, timeout=self.timeout), f"openapi {method} {path}")
         except requests.RequestException as exc:
             raise ApolloError(0, f"unreachable: {exc}", method, path) from exc
         if ok_missing and response.status_code == 404:

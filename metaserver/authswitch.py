@@ -16,6 +16,7 @@ import requests
 import structlog
 
 from ykafka import catalog
+from ykafka.endpoints import Endpoints
 from ykafka.errors import InvalidConfigValue
 
 log = structlog.get_logger("metaserver.authswitch")
@@ -25,8 +26,9 @@ KEY = "auth.enabled"
 class AuthSwitch:
     def __init__(self, configcenter_url: str | None, apollo_app_id: str, cluster: str = "default",
                  ttl_s: float = 2.0, timeout_s: float = 1.0) -> None:
-        self._url = (f"{configcenter_url.rstrip('/')}/configs/{apollo_app_id}/{cluster}/"
-                     f"{catalog.GLOBAL.namespace()}") if configcenter_url else None
+        # one config service or several comma-separated (a read moves to the next on failure)
+        self._endpoints = Endpoints(configcenter_url) if configcenter_url else None
+        self._path = f"/configs/{apollo_app_id}/{cluster}/{catalog.GLOBAL.namespace()}"
         self._ttl = ttl_s
         self._timeout = timeout_s
         self._value: bool = bool(catalog.KEYS[KEY].default)
@@ -35,7 +37,7 @@ class AuthSwitch:
         self._session = requests.Session()
 
     def enabled(self) -> bool:
-        if self._url is not None and not self._started:
+        if self._endpoints is not None and not self._started:
             self._start()
         return self._value
 
@@ -63,9 +65,10 @@ class AuthSwitch:
         return self._value
 
     def _fetch(self) -> bool | None:
-        assert self._url is not None
+        assert self._endpoints is not None
         try:
-            response = self._session.get(self._url, timeout=self._timeout)
+            response = self._endpoints.call(lambda url: self._session.get(url + self._path, timeout=self._timeout),
+                                            "auth switch")
         except requests.RequestException as exc:
             log.warning("config center unreachable; keeping last auth switch", error=str(exc), enabled=self._value)
             return None

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 
 from ykafka.devstack import free_port
 
@@ -31,21 +32,32 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _free_pair() -> int:
+    """A free port whose next port is free too (a second replica listens there)."""
+    while True:
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
 @pytest.mark.slow
 def test_up_status_down_twice_leaves_nothing_behind(tmp_path: Path) -> None:
-    ports = {"dc-a": free_port(), "dc-b": free_port(), "configcenter": free_port(), "metaserver": free_port()}
-    for _round in range(2):
-        up = _ykafka("dev", "up", home=tmp_path, ports=ports)
+    """Round 1: one config service and one MetaServer; round 2: `--replicas 2` (peers on one database)."""
+    ports = {"dc-a": free_port(), "dc-b": free_port(), "configcenter": _free_pair(), "metaserver": _free_pair()}
+    cc2, ms2 = f"http://127.0.0.1:{ports['configcenter'] + 1}", f"http://127.0.0.1:{ports['metaserver'] + 1}"
+    for replicas in (1, 2):
+        up = _ykafka("dev", "up", "--replicas", str(replicas), home=tmp_path, ports=ports)
         assert up.returncode == 0, up.stderr + up.stdout
         again = _ykafka("dev", "up", home=tmp_path, ports=ports)  # idempotent
         assert again.returncode == 0, again.stderr
         status = json.loads(_ykafka("dev", "status", "--json", home=tmp_path, ports=ports).stdout)
         assert status["clusters"] == {"dc-a": f"127.0.0.1:{ports['dc-a']}", "dc-b": f"127.0.0.1:{ports['dc-b']}"}
-        assert status["configcenter"] == f"http://127.0.0.1:{ports['configcenter']}"
-        assert status["metaserver"] == f"http://127.0.0.1:{ports['metaserver']}"
+        cc, ms = f"http://127.0.0.1:{ports['configcenter']}", f"http://127.0.0.1:{ports['metaserver']}"
         pids = status["running"]
-        assert set(pids) == {"dc-a", "dc-b", "configcenter", "metaserver"}
-        assert all(isinstance(pid, int) and _alive(pid) for pid in pids.values())
         env = (tmp_path / "dev.env").read_text()
         assert "YKAFKA_APP_ID=demo" in env and "YKAFKA_APP_SECRET=" in env
         assert (tmp_path / "dev.env").stat().st_mode & 0o777 == 0o600
@@ -54,12 +66,29 @@ def test_up_status_down_twice_leaves_nothing_behind(tmp_path: Path) -> None:
         for name in ("configcenter", "metaserver"):  # secrets never on a command line `ps` shows
             cmdline = Path(f"/proc/{pids[name]}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             assert "serve" in cmdline and not any(token in cmdline for token in tokens), (name, cmdline)
+        if replicas == 1:
+            assert (status["configcenter"], status["metaserver"]) == (cc, ms)
+            assert set(pids) == {"dc-a", "dc-b", "configcenter", "metaserver"}
+        else:
+            assert (status["configcenter"], status["metaserver"]) == (f"{cc},{cc2}", f"{ms},{ms2}")
+            assert set(pids) == {"dc-a", "dc-b", "configcenter", "configcenter-2", "metaserver", "metaserver-2"}
+            assert f"YKAFKA_METASERVER={ms},{ms2}\n" in env and f"YKAFKA_CONFIGCENTER_URL={cc},{cc2}\n" in env
+            listed = {i["homepageUrl"] for i in requests.get(cc2 + "/services/config", timeout=5).json()}
+            assert listed == {cc + "/", cc2 + "/"}  # discovery: both config services on one database
+            table = _ykafka("dev", "status", home=tmp_path, ports=ports).stdout
+            assert "configcenter-2" in table and cc2.removeprefix("http://") in table
+            stop = _ykafka("dev", "stop", "configcenter", home=tmp_path, ports=ports)
+            assert stop.returncode == 0, stop.stderr
+            assert [i["homepageUrl"] for i in requests.get(cc2 + "/services/config", timeout=5).json()] == [cc2 + "/"]
+            assert requests.get(ms2 + "/health", timeout=5).status_code == 200
+            pids.pop("configcenter")
+        assert all(isinstance(pid, int) and _alive(pid) for pid in pids.values())
 
         down = _ykafka("dev", "down", home=tmp_path, ports=ports)
         assert down.returncode == 0, down.stderr
         assert not any(_alive(pid) for pid in pids.values())
         after = json.loads(_ykafka("dev", "status", "--json", home=tmp_path, ports=ports).stdout)
-        assert after["running"] == {name: None for name in pids}
+        assert after["running"] and not any(after["running"].values())
 
 
 def test_port_in_use_is_named_with_its_holder(tmp_path: Path) -> None:

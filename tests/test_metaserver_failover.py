@@ -1,9 +1,11 @@
 """SDK failover between peer MetaServers on one database: the GrantClient moves to the survivor when its
-instance is SIGKILLed, and grant, renew (of the dead instance's token) and report keep working."""
+instance is SIGKILLed, and grant, renew (of the dead instance's token) and report keep working; an admin client
+given both moves to the survivor too (admin push)."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import uuid
 from collections.abc import Callable
@@ -11,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.ms_fixtures import MetaServer, new_app
+from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, new_app
+from ykafka.admin.client import AdminClient
 from ykafka.auth import GrantClient
 from ykafka.endpoints import Endpoints
 
@@ -41,5 +44,12 @@ def test_grant_client_fails_over_to_a_peer_on_the_same_database(
         assert client.metaserver == b.url and renewed.app_id == app.app_id
         assert client.report(renewed, {"client_id": client.client_id, "app_id": app.app_id, "role": "producer"})
         assert client.authenticate().app_id == app.app_id
+        # `ykafka admin` given both MetaServers (dev.env of `dev up --replicas 2`): an admin push still works
+        admin = AdminClient(f"{a.url},{b.url}", ADMIN_TOKEN)
+        admin.endpoints = Endpoints([a.url, b.url], rng=random.Random(0))
+        while admin.url != a.url:  # start on the dead one
+            admin.endpoints.failed(admin.url)
+        pushed = admin.push_config(f"topic:orders.{uuid.uuid4().hex[:6]}", {"producer.linger.ms": 7})
+        assert admin.url == b.url and pushed["release"] and pushed["changes"][0]["after"] == "7"
     finally:
         client.close()

@@ -92,23 +92,11 @@ class GrantClient:
     def _post(self, path: str, **kwargs: Any) -> requests.Response:
         """POST to the current instance; on a connection error, timeout or 5xx move to the next peer and retry
         (each instance at most once per call). The last failure is raised or returned."""
-        for attempt in range(len(self.endpoints.urls)):
-            url = self.endpoints.current
-            try:
-                with self._lock:
-                    resp = self._session.post(url + path, timeout=self.timeout_s, **kwargs)
-            except requests.RequestException:
-                if attempt == len(self.endpoints.urls) - 1:
-                    raise
-                log.warning("ykafka.metaserver.instance_failed", url=url, path=path, attempt=attempt)
-            else:
-                if resp.status_code < 500 or attempt == len(self.endpoints.urls) - 1:
-                    if resp.status_code < 500:
-                        self.endpoints.succeeded()
-                    return resp
-                log.warning("ykafka.metaserver.instance_failed", url=url, path=path, status=resp.status_code)
-            self.endpoints.failed(url)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        def send(url: str) -> requests.Response:
+            with self._lock:
+                return self._session.post(url + path, timeout=self.timeout_s, **kwargs)
+
+        return self.endpoints.call(send, f"metaserver {path}")
 
     def _signing_key(self) -> bytes:
         if self._key is None:

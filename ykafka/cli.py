@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 
 from ykafka import __version__
-from ykafka.devstack import Stack, StackConfig, StackError
+from ykafka.devstack import Stack, StackConfig, StackError, replica_name
 from ykafka.logs import configure
 from ykafka.oneline import debug_requested, one_line_errors
 from ykafka.servers import install_hint, server_package
@@ -83,13 +83,18 @@ def dev() -> None:
 @click.option("--storage", type=click.Choice(["memory", "durable"]), default=None,
               help="every cluster's storage (env YKAFKA_DEV_STORAGE): memory (one broker, fastest) or durable "
                    "(2 brokers on a local S3 server, survives SIGKILL)")
+@click.option("--replicas", type=click.IntRange(1, 9), default=None,
+              help="config services and MetaServers each, peers on one database (env YKAFKA_DEV_REPLICAS, "
+                   "default 1); the extra ones are named configcenter-2, metaserver-2, ...")
 @stack_options
-def dev_up(storage: str | None, **kw: Any) -> None:
+def dev_up(storage: str | None, replicas: int | None, **kw: Any) -> None:
     """Start the whole stack (idempotent) and seed a demo app; writes .ykafka/dev.env."""
     stack = _build(kw)
-    if storage:
-        stack.cfg.set_storage(storage)
     try:
+        if storage:
+            stack.cfg.set_storage(storage)
+        if replicas:
+            stack.cfg.set_replicas(replicas)
         stack.up()
     except StackError as exc:
         raise click.ClickException(str(exc)) from None
@@ -98,7 +103,7 @@ def dev_up(storage: str | None, **kw: Any) -> None:
     console.print(f"\nDemo identity (also in {stack.env_file}):")
     for name in ("YKAFKA_APP_ID", "YKAFKA_APP_SECRET", "YKAFKA_METASERVER", "YKAFKA_ADMIN_TOKEN"):
         console.print(f"  {name}={env.get(name, '')}")
-    console.print(f"\nConsole: [bold]{env.get('YKAFKA_METASERVER', '')}/console/[/]  log in as "
+    console.print(f"\nConsole: [bold]{stack.cfg.metaserver_url}/console/[/]  log in as "
                   f"[bold]{env.get('YKAFKA_CONSOLE_USER', '')}[/] / [bold]{env.get('YKAFKA_CONSOLE_PASSWORD', '')}[/]")
     console.print(f"\nUse it with: [bold]source {stack.env_file}[/]   Stop with: [bold]ykafka dev down[/]")
 
@@ -151,9 +156,18 @@ def _print_status(stack: Stack) -> None:
     status = stack.status()
     addresses = {b["name"]: b["address"] for c in status["brokers"].values() for b in c["brokers"]}
     show_table(["service", "address", "pid"],
-               [[name, addresses.get(name) or status["clusters"].get(name) or status.get(name, ""),
+               [[name, addresses.get(name) or status["clusters"].get(name) or _replica_url(stack, name),
                  str(pid) if pid else "[red]not running[/]"] for name, pid in status["running"].items()],
                console=console, markup=True)
+
+
+def _replica_url(stack: Stack, name: str) -> str:
+    """The address of a control-plane service (``configcenter``, ``metaserver-2``, ...), else ``""``."""
+    for service, urls in (("configcenter", stack.cfg.configcenter_urls), ("metaserver", stack.cfg.metaserver_urls)):
+        for index, url in enumerate(urls):
+            if name == replica_name(service, index):
+                return url
+    return ""
 
 
 PIPELINE_HINT = f"needs the pipeline extra (PySpark, pyarrow): {install_hint('pipeline')}"

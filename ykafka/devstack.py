@@ -87,6 +87,11 @@ class StackConfig:
     startup_timeout_s: float = 30.0
     external_bootstrap: str | None = None  # use this Kafka instead of starting brokers
     s3_port: int = 19000  # the local S3 server (moto) of durable clusters
+    #: config services and MetaServers each (``ykafka dev up --replicas 2``): peers on one database, on port,
+    #: port+1, ... unless the extra ports are given
+    replicas: int = 1
+    configcenter_extra_ports: list[int] = field(default_factory=list)
+    metaserver_extra_ports: list[int] = field(default_factory=list)
 
     def set_storage(self, storage: str, brokers: int | None = None) -> None:
         """Every cluster on ``storage`` (``ykafka dev up --storage``); durable defaults to 2 brokers."""
@@ -133,6 +138,7 @@ class StackConfig:
             startup_timeout_s=float(env.get("YKAFKA_DEV_STARTUP_TIMEOUT", raw.get("startup_timeout_s", 30))),
             external_bootstrap=env.get("YKAFKA_DEV_EXTERNAL_BOOTSTRAP") or None,
             s3_port=int(env.get("YKAFKA_DEV_S3_PORT", (raw.get("s3") or {}).get("port", 19000))),
+            replicas=int(env.get("YKAFKA_DEV_REPLICAS", raw.get("replicas", 1))),
         )
         if env.get("YKAFKA_DEV_STORAGE"):
             cfg.set_storage(env["YKAFKA_DEV_STORAGE"])
@@ -143,15 +149,43 @@ class StackConfig:
                 cfg.clusters[name[:-5]].port = int(value)
             else:
                 setattr(cfg, name, value)
+        cfg.set_replicas(cfg.replicas)
         return cfg
+
+    def set_replicas(self, replicas: int) -> None:
+        if not 1 <= replicas <= 9:
+            raise StackError(f"replicas must be 1 to 9, not {replicas}")
+        self.replicas = replicas
+
+    def _replica_ports(self, first: int, extra: list[int]) -> list[int]:
+        more = list(extra) + [first + i for i in range(len(extra) + 1, self.replicas)]
+        return [first, *more[: self.replicas - 1]]
+
+    @property
+    def configcenter_ports(self) -> list[int]:
+        return self._replica_ports(self.configcenter_port, self.configcenter_extra_ports)
+
+    @property
+    def metaserver_ports(self) -> list[int]:
+        return self._replica_ports(self.metaserver_port, self.metaserver_extra_ports)
+
+    @property
+    def configcenter_urls(self) -> list[str]:
+        return [f"http://{self.host}:{port}" for port in self.configcenter_ports]
+
+    @property
+    def metaserver_urls(self) -> list[str]:
+        return [f"http://{self.host}:{port}" for port in self.metaserver_ports]
 
     @property
     def configcenter_url(self) -> str:
-        return f"http://{self.host}:{self.configcenter_port}"
+        """The first config service (tools that take one URL)."""
+        return self.configcenter_urls[0]
 
     @property
     def metaserver_url(self) -> str:
-        return f"http://{self.host}:{self.metaserver_port}"
+        """The first MetaServer (tools that take one URL)."""
+        return self.metaserver_urls[0]
 
     def bootstrap(self, cluster: str) -> str:
         if self.external_bootstrap:
@@ -169,6 +203,11 @@ class StackConfig:
 
 def _envname(name: str) -> str:
     return name.upper().replace("-", "_").replace(".", "_")
+
+
+def replica_name(service: str, index: int) -> str:
+    """``configcenter``, ``configcenter-2``, ...: the first replica keeps the plain name (as brokers do)."""
+    return service if index == 0 else f"{service}-{index + 1}"
 
 
 @dataclass
@@ -240,23 +279,28 @@ def services(cfg: StackConfig) -> list[Service]:
                                    env=s3_env if durable else {}))
     home = cfg.home.resolve()
     metaserver = _server("metaserver")
-    out.append(Service(
-        "configcenter",
-        [*_python(), f"{metaserver}.configcenter", "serve", "--host", cfg.host,
-         "--port", str(cfg.configcenter_port), "--db", str(home / "data" / "configcenter.db"),
-         "--longpoll-timeout", str(cfg.longpoll_timeout)],
-        cfg.configcenter_port, f"{cfg.configcenter_url}/health",
-        # secrets travel in the environment, never on the command line where `ps` shows them
-        env={"YKAFKA_CC_OPENAPI_TOKEN": cfg.openapi_token}))
-    out.append(Service(
-        "metaserver",
-        [*_python(), metaserver, "serve", "--host", cfg.host, "--port", str(cfg.metaserver_port),
-         "--db-url", f"sqlite:///{home / 'data' / 'metaserver.db'}",
-         "--configcenter-url", cfg.configcenter_url, "--renew-interval", str(cfg.renew_interval),
-         "--default-cluster", cfg.default_cluster,
-         "--pipeline-store", str(home / "pipeline")],  # where `ykafka pipeline run` writes by default
-        cfg.metaserver_port, f"{cfg.metaserver_url}/health",
-        env={"YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": cfg.openapi_token, "YKAFKA_MS_ADMIN_TOKEN": cfg.admin_token}))
+    for index, port in enumerate(cfg.configcenter_ports):  # replicas share one database (peers)
+        url = cfg.configcenter_urls[index]
+        out.append(Service(
+            replica_name("configcenter", index),
+            [*_python(), f"{metaserver}.configcenter", "serve", "--host", cfg.host,
+             "--port", str(port), "--db", str(home / "data" / "configcenter.db"),
+             "--longpoll-timeout", str(cfg.longpoll_timeout), "--advertise-url", url],
+            port, f"{url}/health",
+            # secrets travel in the environment, never on the command line where `ps` shows them
+            env={"YKAFKA_CC_OPENAPI_TOKEN": cfg.openapi_token}))
+    for index, port in enumerate(cfg.metaserver_ports):
+        url = cfg.metaserver_urls[index]
+        out.append(Service(
+            replica_name("metaserver", index),
+            [*_python(), metaserver, "serve", "--host", cfg.host, "--port", str(port),
+             "--db-url", f"sqlite:///{home / 'data' / 'metaserver.db'}",
+             "--configcenter-url", ",".join(cfg.configcenter_urls),  # handed to clients: they fail over
+             "--renew-interval", str(cfg.renew_interval),
+             "--default-cluster", cfg.default_cluster,
+             "--pipeline-store", str(home / "pipeline")],  # where `ykafka pipeline run` writes by default
+            port, f"{url}/health",
+            env={"YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": cfg.openapi_token, "YKAFKA_MS_ADMIN_TOKEN": cfg.admin_token}))
     return out
 
 
@@ -350,9 +394,18 @@ class Stack:
     def _layout_file(self) -> Path:
         return self.home / "run" / "clusters.json"
 
+    @property
+    def _replicas_file(self) -> Path:
+        return self.home / "run" / "replicas.json"
+
     def _load_layout(self) -> None:
-        """A running stack's storage and broker count per cluster (written by ``up``), so ``status`` and ``down``
-        see the brokers and the S3 server that ``up --storage durable`` started."""
+        """A running stack's storage and broker count per cluster and its control-plane replicas (written by
+        ``up``), so ``status`` and ``down`` see the brokers, the S3 server and the replicas ``up`` started."""
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            replicas = json.loads(self._replicas_file.read_text())
+            self.cfg.replicas = int(replicas["replicas"])
+            self.cfg.configcenter_port, *self.cfg.configcenter_extra_ports = map(int, replicas["configcenter"])
+            self.cfg.metaserver_port, *self.cfg.metaserver_extra_ports = map(int, replicas["metaserver"])
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             for name, layout in json.loads(self._layout_file.read_text()).items():
                 spec = self.cfg.clusters[name]
@@ -381,6 +434,9 @@ class Stack:
         self._layout_file.write_text(json.dumps({
             name: {"storage": spec.storage, "brokers": spec.brokers, "ports": spec.ports}
             for name, spec in self.cfg.clusters.items()}))
+        self._replicas_file.write_text(json.dumps({"replicas": self.cfg.replicas,
+                                                   "configcenter": self.cfg.configcenter_ports,
+                                                   "metaserver": self.cfg.metaserver_ports}))
         for svc in self.services(names):
             pid = self.pid(svc)
             if pid is not None:
@@ -395,7 +451,7 @@ class Stack:
             started[svc.name] = self._spawn(svc)
             if svc.name == "s3":
                 self._make_buckets()
-        if seed and (names is None or "metaserver" in names):
+        if seed and (names is None or any(name.startswith("metaserver") for name in names)):
             self.seed()
         return started
 
@@ -447,6 +503,7 @@ class Stack:
             pid_path.unlink(missing_ok=True)
         if not names:
             self._layout_file.unlink(missing_ok=True)
+            self._replicas_file.unlink(missing_ok=True)
         return stopped
 
     def kill(self, name: str) -> int | None:
@@ -474,8 +531,9 @@ class Stack:
             "clusters": {name: self.cfg.bootstrap(name) for name in self.cfg.clusters},
             "brokers": brokers,
             **({"s3": self.cfg.s3_url} if self.cfg.durable else {}),
-            "configcenter": self.cfg.configcenter_url,
-            "metaserver": self.cfg.metaserver_url,
+            "configcenter": ",".join(self.cfg.configcenter_urls),  # every replica, comma-separated
+            "metaserver": ",".join(self.cfg.metaserver_urls),
+            "replicas": self.cfg.replicas,
             "running": running,
         }
 
@@ -489,7 +547,7 @@ class Stack:
         """Register the clusters and a demo app with its ACL; write dev.env. Idempotent."""
         from ykafka.admin.client import AdminClient
 
-        admin = AdminClient(self.cfg.metaserver_url, self.cfg.admin_token)
+        admin = AdminClient(",".join(self.cfg.metaserver_urls), self.cfg.admin_token)
         for spec in self.cfg.clusters.values():
             admin.set_cluster(spec.name, bootstrap_servers=self.cfg.bootstrap(spec.name), dc=spec.dc,
                               standby=spec.standby, status="active")
@@ -512,16 +570,20 @@ class Stack:
         return env
 
     def client_env(self, secret: str) -> dict[str, str]:
-        return {
+        env = {
             "YKAFKA_APP_ID": self.cfg.app_id,
             "YKAFKA_APP_SECRET": secret,
-            "YKAFKA_METASERVER": self.cfg.metaserver_url,
+            # every MetaServer replica: the SDK and `ykafka admin` fail over between them
+            "YKAFKA_METASERVER": ",".join(self.cfg.metaserver_urls),
             "YKAFKA_ADMIN_TOKEN": self.cfg.admin_token,
-            "YKAFKA_CONFIGCENTER": self.cfg.configcenter_url,
+            "YKAFKA_CONFIGCENTER": self.cfg.configcenter_url,  # one URL, for tools and curl
             "YKAFKA_CC_OPENAPI_TOKEN": self.cfg.openapi_token,
             "YKAFKA_BOOTSTRAP_DC_A": self.cfg.bootstrap(self.cfg.default_cluster),
             "YKAFKA_PIPELINE_STORE": str(self.home.resolve() / "pipeline"),  # the MetaServer serves this store
         }
+        if self.cfg.replicas > 1:  # the SDK's ykafka.configcenter.url: every config service (failover)
+            env["YKAFKA_CONFIGCENTER_URL"] = ",".join(self.cfg.configcenter_urls)
+        return env
 
     def read_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -570,8 +632,11 @@ def ephemeral_config(home: Path, **overrides: Any) -> StackConfig:
         spec.port = free_port()
         spec.extra_ports = [free_port() for _ in range(spec.brokers - 1)]
     cfg.s3_port = free_port()
+    cfg.set_replicas(int(overrides.pop("replicas", 1)))
     cfg.configcenter_port = free_port()
     cfg.metaserver_port = free_port()
+    cfg.configcenter_extra_ports = [free_port() for _ in range(cfg.replicas - 1)]
+    cfg.metaserver_extra_ports = [free_port() for _ in range(cfg.replicas - 1)]
     cfg.admin_token = secrets.token_hex(16)
     cfg.openapi_token = secrets.token_hex(16)
     cfg.longpoll_timeout = 5

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 
 import requests
+import structlog
+
+log = structlog.get_logger(__name__)
 
 
 def parse_urls(value: str) -> list[str]:
@@ -66,6 +70,29 @@ class Endpoints:
             rounds = self._failures // len(self.urls)
             cap = min(self.max_backoff_s, self.base_backoff_s * 2 ** min(rounds, 16))
             return self._rng.uniform(cap / 2, cap)
+
+
+    def call(self, send: Callable[[str], requests.Response], what: str = "request") -> requests.Response:
+        """``send(url)`` to the current instance; on a connection error, timeout or 5xx move to the next one and
+        retry (each instance at most once per call, no wait). The last failure is raised or returned."""
+        for attempt in range(len(self.urls)):
+            url = self.current
+            try:
+                resp = send(url)
+            except requests.RequestException as exc:
+                if attempt == len(self.urls) - 1:
+                    raise
+                log.warning("ykafka.endpoints.instance_failed", url=url, what=what, attempt=attempt,
+                            error=type(exc).__name__)
+            else:
+                if resp.status_code < 500 or attempt == len(self.urls) - 1:
+                    if resp.status_code < 500:
+                        self.succeeded()
+                    return resp
+                log.warning("ykafka.endpoints.instance_failed", url=url, what=what, attempt=attempt,
+                            status=resp.status_code)
+            self.failed(url)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def resolve_meta(meta: str, timeout_s: float = 5.0) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import requests
 
+from ykafka.endpoints import Endpoints
 from ykafka.errors import YKafkaError
 
 
@@ -42,8 +43,14 @@ def _message(response: requests.Response) -> tuple[str, dict[str, str]]:
 
 
 class AdminClient:
+    """The MetaServer's admin API. ``url`` may list several peer MetaServers, comma-separated: a call moves to
+    the next on a connection error, timeout or 5xx (``ykafka.endpoints``)."""
+
     def __init__(self, url: str, token: str, operator: str | None = None, timeout_s: float = 30.0) -> None:
-        self.url = url.rstrip("/")
+        try:
+            self.endpoints = Endpoints(url)
+        except ValueError as exc:
+            raise AdminError(0, f"bad MetaServer URL (--url / YKAFKA_METASERVER): {exc}") from None
         self.timeout = timeout_s
         self._session = requests.Session()
         self._session.headers["Authorization"] = f"Bearer {token}"
@@ -53,7 +60,8 @@ class AdminClient:
     def _call(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            response = self._session.request(method, self.url + path, json=json, params=clean, timeout=self.timeout)
+            response = self.endpoints.call(lambda url: self._session.request(
+                method, url + path, json=json, params=clean, timeout=self.timeout), f"admin {method} {path}")
         except requests.RequestException as exc:
             raise AdminError(0, f"cannot reach the MetaServer at {self.url}: {exc}") from exc
         if response.status_code >= 400:
@@ -62,6 +70,11 @@ class AdminClient:
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
+
+    @property
+    def url(self) -> str:
+        """The MetaServer instance this client talks to now."""
+        return self.endpoints.current
 
     # --- apps ----------------------------------------------------------------------------------
 
