@@ -148,3 +148,24 @@ def wait_reported_topic(stack: SdkStack, app_id: str, client_ids: list[str], top
             return
         time.sleep(0.2)
     raise AssertionError(f"clients {client_ids} never reported topic {topic}")
+
+
+def write_lag_samples(store_root: Path, rows: list[dict[str, Any]]) -> None:
+    """Lag samples written into the pipeline store's ``metrics`` dataset exactly as the pipeline writes the
+    sampler's events (``ykafka.events`` metric fields and types, partitioned by UTC date / hour)."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from pipeline.store import Store
+    from ykafka import events
+
+    types = {"bigint": pa.int64(), "string": pa.string(), "int": pa.int32(), "double": pa.float64(),
+             "boolean": pa.bool_()}
+    full = [{"name": "lag", "client_id": "ykafka-pipeline", "role": "pipeline", "source": "sampler", **r} for r in rows]
+    columns = {name: pa.array([r.get(name) for r in full], type=types[typ]) for name, typ in events.FIELDS["metric"]}
+    stamps = [dt.datetime.fromtimestamp(r["ts"] / 1000, dt.UTC) for r in full]
+    columns["date"] = pa.array([s.strftime("%Y-%m-%d") for s in stamps])
+    columns["hour"] = pa.array([s.strftime("%H") for s in stamps])
+    Store(str(store_root)).write(pa.table(columns), "metrics", ["date", "hour"], int(time.time() * 1000) % 10**12,
+                                 "console-test")

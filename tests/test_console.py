@@ -553,3 +553,77 @@ def test_an_operator_requests_a_topic_and_a_group_an_admin_approves_them_onto_a_
     assert sorted(r.value for r in read_topic(st.clusters["dc-b"], topic, 5)) == [f"v{i}" for i in range(5)]
     approvals = st.admin("GET", "/v1/admin/audit?action=request.approve&limit=5").json()
     assert {a["target"] for a in approvals[:2]} == {f"topic:{topic}", f"group:{group}"}
+
+
+def test_a_groups_partitions_show_burrow_status_and_a_lag_chart_and_an_idle_group_is_deleted_after_confirmation(
+        console: Console, page: Any) -> None:
+    """A group that caught up on partition 0 and froze with lag 4 on partition 1 and no member: OK and STOP
+    from the pipeline's samples plus the broker's read now; it is an idle candidate and an admin deletes it
+    through the AdminClient only after typing its name (viewers see no delete; forged POST 403)."""
+    import time
+
+    from confluent_kafka import Consumer as RawConsumer
+    from confluent_kafka import Producer as RawProducer
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from tests.console_fixtures import write_lag_samples
+
+    st = console.stack
+    bootstrap = st.clusters["dc-a"]
+    topic, group = unique("lag-orders"), unique("lag-group")
+    create_topic(bootstrap, topic, 2)
+    raw = RawProducer({"bootstrap.servers": bootstrap})
+    for i in range(16):  # one record per batch: Tansu's high watermark is the last batch's base offset + 1
+        raw.produce(topic, f"m{i}".encode(), partition=0 if i < 10 else 1)
+        assert raw.flush(10) == 0
+    del raw
+    gc.collect()  # its librdkafka handle goes now, not at the broker's shutdown
+    committer = RawConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(topic, 0, 10), TopicPartition(topic, 1, 2)], asynchronous=False)
+    committer.close()
+    now = int(time.time() * 1000)
+    samples = []
+    for age, committed0 in ((240, 4), (180, 6), (120, 10), (60, 10)):
+        base = {"ts": now - age * 1000, "cluster": "dc-a", "topic": topic, "group": group, "count": 0}
+        samples += [{**base, "partition": 0, "committed": committed0, "end_offset": 10, "value": 10.0 - committed0},
+                    {**base, "partition": 1, "committed": 2, "end_offset": 6, "value": 4.0}]
+    write_lag_samples(st.home / "pipeline", samples)
+
+    console.login(page, "admin")
+    page.goto(f"{console.url}/console/groups/{group}?cluster=dc-a&since=1h")
+    p0, p1 = page.locator(f"#partitions tr[data-tp='{topic}:0']"), page.locator(f"#partitions tr[data-tp='{topic}:1']")
+    assert p0.get_attribute("data-status") == "OK" and p0.locator(".lag").inner_text() == "0"
+    assert p1.get_attribute("data-status") == "STOP" and p1.locator(".lag").inner_text() == "4"
+    assert "committed offset frozen at 2" in p1.inner_text() and "no live member" in p1.inner_text()
+    assert p1.locator("td").last.inner_text() == "5"  # four stored samples and the read now
+    page.locator("#lag-chart-box[data-state=drawn]").wait_for(state="attached")
+    console.shot(page, "group")
+
+    page.goto(f"{console.url}/console/groups?cluster=dc-a&idle=1m")
+    row = page.locator(f"#candidates tr[data-group='{group}']")
+    assert "idle" in row.inner_text() and "offsets last moved" in row.inner_text()
+    console.shot(page, "groups")
+    page.once("dialog", lambda d: d.accept())
+    row.locator("button").click()  # no name typed: refused
+    assert "type the group's name to confirm" in page.locator("main").inner_text()
+    page.goto(f"{console.url}/console/groups?cluster=dc-a&idle=1m")
+    row.locator("input[name=confirm]").fill(group)
+    page.once("dialog", lambda d: d.accept())
+    row.locator("button").click()
+    assert group in page.locator("#deleted").inner_text()
+    assert page.locator(f"#groups tr[data-group='{group}']").count() == 0
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups(request_timeout=10).result()
+    del admin
+    gc.collect()
+    assert group not in {g.group_id for g in listed.valid}
+    audit = st.admin("GET", "/v1/admin/audit?action=group.delete&limit=1").json()
+    assert audit[0]["target"] == f"group:{group}" and audit[0]["operator"] == f"console:{console.users['admin']}"
+    page.context.clear_cookies()
+    console.login(page, "operator")
+    page.goto(f"{console.url}/console/groups?cluster=dc-a&idle=1m")
+    assert page.locator("form.delete-group").count() == 0
+    csrf = page.locator("header input[name=csrf]").get_attribute("value")
+    assert page.request.post(f"{console.url}/console/groups/delete", form={
+        "csrf": csrf, "cluster": "dc-a", "group": group, "confirm": group}).status == 403

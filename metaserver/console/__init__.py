@@ -10,13 +10,22 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from metaserver.console import admin_views, api, dlq_views, request_views, topic_views, trace_views, views
+from metaserver.console import (
+    admin_views,
+    api,
+    dlq_views,
+    group_views,
+    request_views,
+    topic_views,
+    trace_views,
+    views,
+)
 
 
 def install(app: FastAPI) -> None:
     # the page modules register on the console router
-    assert (admin_views.router is dlq_views.router is request_views.router is topic_views.router is trace_views.router
-            is views.router)
+    assert (admin_views.router is dlq_views.router is group_views.router is request_views.router is topic_views.router
+            is trace_views.router is views.router)
     app.include_router(views.router)
     app.include_router(api.router)
     app.mount("/console/static", StaticFiles(directory=str(views.HERE / "static")), name="console-static")

@@ -144,6 +144,26 @@ class StoreUnavailable(Exception):
     """The pipeline store cannot be read; the message says why without naming its path or URI."""
 
 
+def pipeline_store(svc: Services) -> Any:
+    """The pipeline store (``pipeline.store.Store``) through the observe API's checks, or StoreUnavailable
+    with the reason; the store's location never reaches a page."""
+    from fastapi import HTTPException
+
+    from metaserver import routes_observe
+
+    try:
+        return routes_observe._store(svc)
+    except HTTPException as exc:
+        raise StoreUnavailable(_without_location(svc, str(exc.detail))) from None
+
+
+def _without_location(svc: Services, detail: str) -> str:
+    root = svc.settings.pipeline_store or ""
+    for shown in (repr(root), root) if root else ():
+        detail = detail.replace(shown, "the configured pipeline store")
+    return detail
+
+
 def read_store(svc: Services, reader: str, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """Rows from a pipeline-store reader (``"module:function"`` of the pipeline, imported once the store is known
     to be readable), through the observe API's checks; the store's location never reaches a page."""
@@ -151,15 +171,12 @@ def read_store(svc: Services, reader: str, *args: Any, **kwargs: Any) -> list[di
 
     from metaserver import routes_observe
 
+    store = pipeline_store(svc)
+    module, _, name = reader.partition(":")
     try:
-        store = routes_observe._store(svc)
-        module, _, name = reader.partition(":")
         return routes_observe._read(getattr(pipeline_module(module), name), store, *args, **kwargs)
     except HTTPException as exc:
-        detail, root = str(exc.detail), svc.settings.pipeline_store or ""
-        for shown in (repr(root), root) if root else ():
-            detail = detail.replace(shown, "the configured pipeline store")
-        raise StoreUnavailable(detail) from None
+        raise StoreUnavailable(_without_location(svc, str(exc.detail))) from None
 
 
 @router.get("/data/overview")

@@ -1,10 +1,10 @@
-"""Topic and consumer-group administration through confluent-kafka's AdminClient (``ykafka.transport``):
-what the console's topic requests and group lifecycle use. Each call takes the cluster's connection
+"""Topic administration through confluent-kafka's AdminClient (``ykafka.transport``): what the console's
+topic requests use. Each call takes the cluster's connection
 properties (``bootstrap.servers`` and SASL settings) and answers with plain values or a clear error."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ykafka.transport import KafkaException, NewTopic, RawAdminClient
@@ -49,20 +49,3 @@ def create_topic(props: Mapping[str, Any], topic: str, partitions: int, config: 
     if have is not None and have < partitions:
         raise TopicAdminError(f"topic {topic} exists with {have} partitions, fewer than {partitions}")
     return False
-
-
-def delete_groups(props: Mapping[str, Any], groups: Iterable[str], timeout: float = 15.0) -> dict[str, str | None]:
-    """Delete consumer groups (each must have no members); per group None when deleted, else the reason."""
-    names = list(groups)
-    if not names:
-        return {}
-    out: dict[str, str | None] = {}
-    admin = _admin(props)
-    for name, future in admin.delete_consumer_groups(names, request_timeout=timeout).items():
-        try:
-            future.result()
-            out[name] = None
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else exc
-            out[name] = str(err.str() if hasattr(err, "str") else err)
-    return out

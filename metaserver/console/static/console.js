@@ -47,9 +47,27 @@
         note.textContent = "No charts: " + err; note.hidden = false; el.setAttribute("data-state", "empty");
       });
   }
+  var COLORS = ["#b42318", "#2457c5", "#1d7a46", "#9a6700", "#6e40c9"];
+  function lagChart(box) {
+    // a group's lag per topic over time, from the server-rendered (escaped) JSON in data-series
+    var series = JSON.parse(box.getAttribute("data-series") || "{}");
+    var topics = Object.keys(series);
+    var note = document.getElementById("lag-chart-note");
+    if (!window.Chart || topics.length === 0) {
+      note.textContent = "No chart: " + (window.Chart ? "no lag samples" : "chart library not loaded");
+      note.hidden = false; box.hidden = true; box.setAttribute("data-state", "empty");
+      return;
+    }
+    line(document.getElementById("lag-chart"), topics.map(function (t, i) {
+      return {label: t, data: points(series[t]), borderColor: COLORS[i % COLORS.length]};
+    }));
+    box.setAttribute("data-state", "drawn");
+  }
   window.addEventListener("load", function () {
     var el = document.getElementById("charts");
     if (el) { charts(el); }
+    var box = document.getElementById("lag-chart-box");
+    if (box) { lagChart(box); }
   });
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-poll]").forEach(function (el) { setTimeout(function () { poll(el); }, 1000); });

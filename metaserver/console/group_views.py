@@ -1,0 +1,210 @@
+"""Consumer groups: per-partition lag judged Burrow-style (``pipeline.burrow`` over the pipeline's lag samples
+plus one read from the broker now), the lag over time as a chart, and the group lifecycle — idle groups
+(``pipeline.groups.candidates``) and ephemeral ones whose clients are gone — deleted through the AdminClient
+(``pipeline.groups.delete_groups``) after a typed confirmation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import HTTPException, Request
+from fastapi.responses import RedirectResponse, Response
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+
+from metaserver import db, pipeline_module
+from metaserver.console.brokers import connection
+from metaserver.console.views import (
+    StoreUnavailable,
+    _audit,
+    _form,
+    _login_redirect,
+    _page,
+    _session,
+    _svc,
+    pipeline_store,
+    router,
+)
+from metaserver.models import client_state as cs
+from metaserver.routes_observe import parse_since
+from ykafka.catalog import Scope
+
+STATUS_PILL = {"OK": "ok", "WARN": "warn", "STALL": "warn", "ERR": "bad", "STOP": "bad"}
+
+
+def _sampler(props: dict[str, Any], cluster: str) -> Any:
+    conf = {k: v for k, v in props.items() if k != "bootstrap.servers"}
+    return pipeline_module("lag_sampler").LagSampler(props["bootstrap.servers"], cluster, timeout_s=5.0, conf=conf)
+
+
+def _reported(svc: Any, groups: list[str]) -> dict[str, dict[str, Any]]:
+    """Per group, from the client reports: the topics its clients read and whether any said ``ephemeral``."""
+    out: dict[str, dict[str, Any]] = {g: {"topics": set(), "ephemeral": False} for g in groups}
+    if not groups:
+        return out
+    with db.read(svc.engine) as conn:
+        for group, topics, extra in conn.execute(select(cs.c.group_id, cs.c.topics, cs.c.extra).where(
+                cs.c.group_id.in_(groups))):
+            out[group]["topics"].update(topics or [])
+            out[group]["ephemeral"] |= bool((extra or {}).get("ephemeral"))
+    return out
+
+
+def _history(svc: Any, since: dt.timedelta) -> tuple[dict[tuple[str, str, int], list[Any]], str | None]:
+    try:
+        store = pipeline_store(svc)
+        return pipeline_module("alerts").lag_samples(store, since, dt.datetime.now(dt.UTC)), None
+    except StoreUnavailable as exc:
+        return {}, f"{exc}; the status is judged on the broker's current read alone"
+    except OSError as exc:
+        return {}, f"cannot read the pipeline's lag samples ({type(exc).__name__})"
+
+
+def group_lag(svc: Any, props: dict[str, Any], cluster: str, group: str, since: dt.timedelta) -> dict[str, Any]:
+    """Per partition: committed, end, lag now and the Burrow verdict over the stored samples plus this read;
+    the lag per topic over time for the chart."""
+    burrow = pipeline_module("burrow")
+    expected = sorted(_reported(svc, [group])[group]["topics"])
+    sampler = _sampler(props, cluster)
+    try:
+        now = sampler.sample([group], expected={group: expected})
+        alive = sampler.groups([group])
+    finally:
+        sampler.close()
+    history, note = _history(svc, since)
+    partitions = []
+    series: dict[str, dict[int, float]] = {}
+    keys = {(r["topic"], int(r["partition"])) for r in now} | {(t, p) for g, t, p in history if g == group}
+    live = {(r["topic"], int(r["partition"])): r for r in now}
+    for topic, partition in sorted(keys):
+        window = list(history.get((group, topic, partition), []))
+        row = live.get((topic, partition))
+        if row is not None:
+            window.append(burrow.Sample(int(row["ts"]), int(row["committed"]), int(row["end_offset"]),
+                                        int(row["value"]), bool(row["count"])))
+        verdict = burrow.evaluate(window)
+        last = max(window, key=lambda s: s.ts) if window else None
+        partitions.append({"topic": topic, "partition": partition, "status": verdict.status,
+                           "pill": STATUS_PILL.get(verdict.status, "warn"), "reason": verdict.reason,
+                           "committed": last.committed if last else None, "end": last.end_offset if last else None,
+                           "lag": last.lag if last else None, "samples": len(window)})
+        for s in window:
+            per_ts = series.setdefault(topic, {})
+            per_ts[s.ts] = per_ts.get(s.ts, 0) + s.lag
+    info = alive[0] if alive else None
+    return {"partitions": partitions, "note": note, "state": info.state if info else "UNKNOWN",
+            "members": info.members if info else 0, "expected": expected,
+            "chart": {topic: sorted([ts, lag] for ts, lag in points.items()) for topic, points in series.items()}}
+
+
+def _check_group(name: str) -> str | None:
+    try:
+        Scope.parse(f"group:{name}")
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@router.get("/groups/{group}")
+async def group_page(request: Request, group: str) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    q = {k: request.query_params.get(k, "").strip()[:200] for k in ("cluster", "since")}
+    q["since"] = q["since"] or "1h"
+    ctx: dict[str, Any] = {"group": group, "q": q, "view": None, "error": _check_group(group)}
+    if ctx["error"] is None:
+        try:
+            ctx["cluster"], props = connection(_svc(request), q["cluster"] or None)
+            ctx["view"] = await run_in_threadpool(group_lag, _svc(request), props, ctx["cluster"], group,
+                                                  parse_since(q["since"]))
+        except LookupError as exc:
+            ctx["error"] = str(exc.args[0])
+        except HTTPException as exc:
+            ctx["error"] = str(exc.detail)
+    return _page(request, "group.html", sess, status_code=400 if ctx["error"] and ctx["view"] is None else 200,
+                 **ctx)
+
+
+def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta) -> dict[str, Any]:
+    """Every group on the cluster (state, members) and the cleanup candidates: idle (no member, offsets not
+    moved for ``idle``, per the pipeline's samples when there are any) and ephemeral ones with no member."""
+    lc = pipeline_module("groups")
+    try:
+        store, note = pipeline_store(svc), None
+    except StoreUnavailable as exc:
+        store, note = None, f"{exc}; idle time is counted from now"
+    sampler = _sampler(props, cluster)
+    try:
+        infos = sampler.groups()
+        found = {c["group"]: c for c in lc.candidates(sampler, store, idle)}
+    finally:
+        sampler.close()
+    reported = _reported(svc, [i.group for i in infos if not i.alive])
+    for info in infos:
+        if not info.alive and reported.get(info.group, {}).get("ephemeral") and info.group not in found:
+            found[info.group] = {"group": info.group, "state": info.state, "members": info.members,
+                                 "idle_s": None, "basis": "ephemeral: its clients are gone", "committed": {}}
+    for name, cand in found.items():
+        cand["kind"] = "ephemeral" if reported.get(name, {}).get("ephemeral") else "idle"
+    return {"groups": [i.as_dict() for i in infos], "candidates": sorted(found.values(), key=lambda c: c["group"]),
+            "note": note}
+
+
+@router.get("/groups")
+async def group_list(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    q = {k: request.query_params.get(k, "").strip()[:200] for k in ("cluster", "idle")}
+    q["idle"] = q["idle"] or "7d"
+    ctx: dict[str, Any] = {"q": q, "view": None, "error": None, "deleted": request.query_params.get("deleted")}
+    try:
+        ctx["cluster"], props = connection(_svc(request), q["cluster"] or None)
+        ctx["view"] = await run_in_threadpool(lifecycle, _svc(request), props, ctx["cluster"],
+                                              parse_since(q["idle"], "idle"))
+    except LookupError as exc:
+        ctx["error"] = str(exc.args[0])
+    except HTTPException as exc:
+        ctx["error"] = str(exc.detail)
+    return _page(request, "groups.html", sess, can_delete=sess.can("admin"), **ctx)
+
+
+def _delete(svc: Any, props: dict[str, Any], cluster: str, group: str) -> str | None:
+    delete_groups = pipeline_module("groups").delete_groups
+    sampler = _sampler(props, cluster)
+    try:
+        infos = sampler.groups([group])
+        if infos and infos[0].alive:
+            return f"the group has {infos[0].members} live member(s); stop its consumers first"
+        return delete_groups(sampler.admin, [group]).get(group)
+    finally:
+        sampler.close()
+
+
+@router.post("/groups/delete")
+async def group_delete(request: Request) -> Response:
+    """Delete one group (admin) once its name is typed again as confirmation; refused while it has members."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "admin")
+    svc = _svc(request)
+    group = form.get("group", "")
+    problem = _check_group(group)
+    if problem is None and form.get("confirm", "").strip() != group:
+        problem = "type the group's name to confirm the deletion"
+    if problem is None:
+        try:
+            cluster, props = connection(svc, form.get("cluster") or None)
+            problem = await run_in_threadpool(_delete, svc, props, cluster, group)
+        except LookupError as exc:
+            problem = str(exc.args[0])
+    if problem is not None:
+        return _page(request, "error.html", sess, status_code=422, message=f"Not deleted: {problem}")
+    _audit(svc, sess, "group.delete", f"group:{group}", None, {"cluster": cluster, "at": time.time()})
+    return RedirectResponse(f"/console/groups?cluster={quote(cluster)}&idle={quote(form.get('idle') or '7d')}"
+                            f"&deleted={quote(group)}", status_code=303)
