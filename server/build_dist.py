@@ -14,12 +14,14 @@ The sdist is that folder, so it builds the same wheel again. ``make dist`` runs 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +70,38 @@ def build(project: Path, out: Path, wheel_only: bool, isolation: bool) -> None:
     cmd = [sys.executable, "-m", "build", "--outdir", str(out)]
     cmd += ["--wheel"] if wheel_only else []  # else: the sdist, then the wheel built from that sdist
     cmd += [] if isolation else ["--no-isolation"]
-    subprocess.run([*cmd, str(project)], check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.run([*cmd, str(project)], capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"building {project} failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+
+
+def build_wheels(out: Path) -> dict[str, Path]:
+    """Both wheels, built with this interpreter's hatchling (no download): {"ykafka": ..., "ykafka-server": ...}."""
+    main(["--out", str(out), "--wheel-only", "--no-isolation", "--quiet"])
+    version = client_version()
+    return {"ykafka": out / f"ykafka-{version}-py3-none-any.whl",
+            "ykafka-server": out / f"ykafka_server-{version}-py3-none-any.whl"}
+
+
+def fresh_venv(path: Path, *requirements: str, reuse: Sequence[str] = ()) -> Path:
+    """A new virtualenv at ``path`` holding only ``requirements`` (installed, not editable) and what they
+    depend on; no pip of its own (this interpreter's pip installs into it). Returns its python.
+
+    ``reuse`` names distributions of this interpreter's environment (e.g. pyspark, 500 MB) that are linked in
+    before the install instead of unpacked again: pip then finds them installed, and still checks that their
+    versions meet what the requirements declare."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    python = path / "bin" / "python"
+    site = next((path / "lib").glob("python3*/site-packages"))
+    for name in reuse:
+        dist = importlib.metadata.distribution(name)
+        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}:  # not its scripts in bin/
+            (site / top).symlink_to(Path(str(dist.locate_file(top))))
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                           "--disable-pip-version-check", *requirements], capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"installing {requirements} failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+    return python
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "dist")
     parser.add_argument("--wheel-only", action="store_true", help="wheels only, no sdists")
     parser.add_argument("--no-isolation", action="store_true", help="build with this interpreter's hatchling")
+    parser.add_argument("--quiet", action="store_true", help="do not list what was built")
     args = parser.parse_args(argv)
     version = check_versions()
     out = args.out.resolve()
@@ -83,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     build(ROOT, out, args.wheel_only, not args.no_isolation)
     with tempfile.TemporaryDirectory(prefix="ykafka-server-") as tmp:
         build(stage(Path(tmp) / "ykafka-server"), out, args.wheel_only, not args.no_isolation)
-    for path in sorted(out.glob(f"*-{version}*")):
-        sys.stdout.write(f"{path}\n")
+    if not args.quiet:
+        sys.stdout.writelines(f"{path}\n" for path in sorted(out.glob(f"*-{version}*")))
     return 0
 
 

@@ -24,6 +24,8 @@ EXPECTED: dict[str, set[str]] = {
     "configcenter_longpoll": {"pollers", "p50_ms", "p99_ms", "answered", "errors"},
     "consumer_scaling": {"runs", "raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio"},
     "failover": {"failover_s", "failback_s", "sent", "delivered", "lost", "duplicated"},
+    "install_footprint": {"packages", "mb", "toplevel", "servers_present", "import_ykafka_ms",
+                          "import_confluent_kafka_ms", "ratio", "client_ratio", "targets_met"},
     "metaserver_auth": {"sqlite", "target"},
     "metaserver_clients": {"clients", "reports_s", "grants_s", "sqlite"},
     "pipeline_throughput": {"events", "events_s", "event_to_alert_s"},
