@@ -24,7 +24,7 @@ from metaserver.auth import AuthFailed, RateLimited
 from metaserver.authswitch import AuthSwitch
 from metaserver.console import install as install_console
 from metaserver.hotconfig import ConfigRejected
-from metaserver.httpguard import BodyLimit, SingleValuedQuery, validation_errors
+from metaserver.httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
 from metaserver.reach import RouteBook
 from metaserver.services import Services
 from metaserver.settings import Settings
@@ -62,7 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
         yield
         svc.engine.dispose()
 
-    app = FastAPI(title="ykafka MetaServer", version="1", lifespan=lifespan,
+    app = FastAPI(title="ykafka MetaServer", version="1", lifespan=lifespan, responses=ERROR_RESPONSES,
                   description="Auth grants, ACL, cluster registry, client reports, hot-config push, alerts and "
                               "pipeline aggregates for ykafka.")
     app.state.services = svc

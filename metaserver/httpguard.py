@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -125,3 +126,32 @@ def validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
         out.append({"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", "invalid"))[:200],
                     "type": str(err.get("type", ""))})
     return out
+
+
+class FieldError(BaseModel):
+    loc: list[str]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: ``detail`` is a sentence, or the field errors of a request that failed validation;
+    a rejected hot-config change adds the reason per key in ``errors``."""
+
+    detail: str | list[FieldError]
+    errors: dict[str, str] | None = None
+
+
+#: documented on every route, so the published schema describes the answers clients really get
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text} for status, text in (
+        (400, "malformed request (e.g. a single-valued parameter given twice)"),
+        (401, "authentication failed (never says which part)"),
+        (403, "not allowed"),
+        (404, "not found"),
+        (409, "conflict with the current state"),
+        (413, "request body over the size limit"),
+        (422, "invalid input: field errors, or the reason per key of a rejected change"),
+        (429, "too many failed authentications; retry after Retry-After seconds"),
+        (502, "the config center failed or refused the call"),
+    )}
