@@ -134,7 +134,7 @@ class FieldError(BaseModel):
     type: str
 
 
-class ErrorBody(BaseModel):
+class ErrorAnswer(BaseModel):
     """Every error answer: ``detail`` is a sentence, or the field errors of a request that failed validation;
     a rejected hot-config change adds the reason per key in ``errors``."""
 
@@ -144,7 +144,7 @@ class ErrorBody(BaseModel):
 
 #: documented on every route, so the published schema describes the answers clients really get
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": text} for status, text in (
+    status: {"model": ErrorAnswer, "description": text} for status, text in (
         (400, "malformed request (e.g. a single-valued parameter given twice)"),
         (401, "authentication failed (never says which part)"),
         (403, "not allowed"),

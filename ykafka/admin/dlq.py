@@ -43,14 +43,17 @@ def replay_group(group: str) -> str:
 def parse_since(text: str, now: float | None = None) -> int:
     """Epoch ms of ``--since``: an ISO-8601 time (UTC when no zone) or a duration back from now (``2h``)."""
     now = time.time() if now is None else now
+    hint = "use an ISO-8601 time (2024-05-01T12:00) or a duration (30m, 2h, 1d)"
     match = _DURATION.match(text.strip())
     if match:
-        return int((now - float(match.group(1)) * _UNITS[match.group(2)]) * 1000)
+        back = float(match.group(1)) * _UNITS[match.group(2)]
+        if not back <= now:  # before the epoch, or so many digits the float is infinite
+            raise click.BadParameter(f"a duration of at most {int(now // 86400)}d: {hint}")
+        return int((now - back) * 1000)
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
-        hint = "use an ISO-8601 time (2024-05-01T12:00) or a duration (30m, 2h, 1d)"
-        raise click.BadParameter(f"{text!r}: {hint}") from None
+        raise click.BadParameter(hint) from None  # the input is not echoed back
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
