@@ -150,9 +150,9 @@ def wait_reported_topic(stack: SdkStack, app_id: str, client_ids: list[str], top
     raise AssertionError(f"clients {client_ids} never reported topic {topic}")
 
 
-def write_lag_samples(store_root: Path, rows: list[dict[str, Any]]) -> None:
-    """Lag samples written into the pipeline store's ``metrics`` dataset exactly as the pipeline writes the
-    sampler's events (``ykafka.events`` metric fields and types, partitioned by UTC date / hour)."""
+def write_events(store_root: Path, kind: str, dataset: str, partition_by: list[str], rows: list[dict[str, Any]]) -> None:
+    """Events written into the pipeline store exactly as the pipeline writes them (``ykafka.events`` fields and
+    types of ``kind``, hive-partitioned by UTC ``date`` / ``hour`` and the other ``partition_by`` columns)."""
     import datetime as dt
 
     import pyarrow as pa
@@ -162,10 +162,15 @@ def write_lag_samples(store_root: Path, rows: list[dict[str, Any]]) -> None:
 
     types = {"bigint": pa.int64(), "string": pa.string(), "int": pa.int32(), "double": pa.float64(),
              "boolean": pa.bool_()}
-    full = [{"name": "lag", "client_id": "ykafka-pipeline", "role": "pipeline", "source": "sampler", **r} for r in rows]
-    columns = {name: pa.array([r.get(name) for r in full], type=types[typ]) for name, typ in events.FIELDS["metric"]}
-    stamps = [dt.datetime.fromtimestamp(r["ts"] / 1000, dt.UTC) for r in full]
+    columns = {name: pa.array([r.get(name) for r in rows], type=types[typ]) for name, typ in events.FIELDS[kind]}
+    stamps = [dt.datetime.fromtimestamp(r["ts"] / 1000, dt.UTC) for r in rows]
     columns["date"] = pa.array([s.strftime("%Y-%m-%d") for s in stamps])
     columns["hour"] = pa.array([s.strftime("%H") for s in stamps])
-    Store(str(store_root)).write(pa.table(columns), "metrics", ["date", "hour"], int(time.time() * 1000) % 10**12,
-                                 "console-test")
+    Store(str(store_root)).write(pa.table(columns), dataset, partition_by, int(time.time() * 1000) % 10**12,
+                                 f"console-test-{uuid.uuid4().hex[:6]}")
+
+
+def write_lag_samples(store_root: Path, rows: list[dict[str, Any]]) -> None:
+    """The pipeline's own lag samples (``source=sampler``) in the store's ``metrics`` dataset."""
+    full = [{"name": "lag", "client_id": "ykafka-pipeline", "role": "pipeline", "source": "sampler", **r} for r in rows]
+    write_events(store_root, "metric", "metrics", ["date", "hour"], full)

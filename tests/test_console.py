@@ -627,3 +627,36 @@ def test_a_groups_partitions_show_burrow_status_and_a_lag_chart_and_an_idle_grou
     csrf = page.locator("header input[name=csrf]").get_attribute("value")
     assert page.request.post(f"{console.url}/console/groups/delete", form={
         "csrf": csrf, "cluster": "dc-a", "group": group, "confirm": group}).status == 403
+
+
+def test_the_trace_pages_completeness_audit_shows_per_bucket_and_group_what_was_missed(
+        console: Console, page: Any) -> None:
+    """Traced messages in the store as the pipeline writes them: a closed bucket where one group got all five
+    acknowledged messages (complete) and another three (LOSS, the two missing keys named), and a recent bucket
+    still open."""
+    import time
+
+    from tests.console_fixtures import write_events
+
+    topic = unique("audit-orders")
+    now = int(time.time() * 1000)
+    old, recent = now - 30 * 60_000, now - 5_000
+    rows: list[dict[str, Any]] = []
+    for i in range(5):
+        rows.append({"ts": old + i, "msg_ts": old, "kind": "acked", "msg_id": f"o{i}", "key": f"k{i}", "topic": topic})
+        rows.append({"ts": old + 50 + i, "msg_ts": old, "kind": "consumed", "msg_id": f"o{i}", "topic": topic,
+                     "group": "g-all"})
+        if i < 3:
+            rows.append({"ts": old + 60 + i, "msg_ts": old, "kind": "processed", "msg_id": f"o{i}", "topic": topic,
+                         "group": "g-some"})
+    rows.append({"ts": recent, "msg_ts": recent, "kind": "acked", "msg_id": "r0", "key": "late", "topic": topic})
+    write_events(console.stack.home / "pipeline", "trace", "trace", ["date", "hour", "topic"], rows)
+    console.login(page, "viewer")
+    page.goto(f"{console.url}/console/trace?audit_topic={topic}&audit_since=1h&bucket=10m")
+    cells = page.locator("#audit tr.bucket").evaluate_all(
+        "rows => rows.map(r => [r.dataset.group, r.dataset.state, r.querySelector('.missing').innerText])")
+    assert cells == [["g-all", "open", "1"], ["g-some", "open", "1"], ["g-all", "complete", "0"],
+                     ["g-some", "LOSS", "2"]], cells
+    loss = page.locator("#audit tr.bucket[data-state=LOSS]").inner_text()
+    assert "k3, k4" in loss and "\t5\t3\t2" in loss
+    console.shot(page, "trace-audit")

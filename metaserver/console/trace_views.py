@@ -4,6 +4,7 @@ dead-lettered) by key or message id and time window, read from the pipeline's tr
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -34,19 +35,51 @@ def _lookup(svc: Any, key: str, msg_id: str, topic: str, since: str) -> list[dic
     return out
 
 
+AUDIT_BUCKETS = {"1m": 60, "5m": 300, "10m": 600, "1h": 3600}
+#: a bucket's shortfall counts as loss only after this long past its end (pipeline's default audit grace)
+AUDIT_GRACE_S = 300
+
+
+def completeness(svc: Any, topic: str, since: str, bucket: str) -> list[dict[str, Any]]:
+    """The completeness audit of one topic (``pipeline.audit.buckets``): per bucket of message time and
+    consumer group, messages acknowledged to producers vs received by the group, the missing ones' keys."""
+    import datetime as dt
+
+    from metaserver.routes_observe import parse_since
+
+    bucket_s = AUDIT_BUCKETS.get(bucket, 600)
+    rows = read_store(svc, "audit:buckets", parse_since(since), dt.datetime.now(dt.UTC), bucket_s)
+    now_ms = time.time() * 1000
+    out = []
+    for row in rows:
+        if row.get("topic") != topic:
+            continue
+        closed = row["bucket_end"] + AUDIT_GRACE_S * 1000 <= now_ms
+        state = "complete" if not row["missing"] else ("LOSS" if closed else "open")
+        out.append({**row, "state": state, "examples": [key or mid for mid, key in row["missing_ids"][:5]]})
+    return sorted(out, key=lambda r: (-r["bucket_start"], r["group"]))
+
+
 @router.get("/trace")
 async def trace_page(request: Request) -> Response:
     sess = _session(request)
     if sess is None:
         return _login_redirect()
-    q = {k: request.query_params.get(k, "").strip()[:256] for k in ("key", "msg_id", "topic", "since")}
+    q = {k: request.query_params.get(k, "").strip()[:256] for k in ("key", "msg_id", "topic", "since", "audit_topic",
+                                                                    "audit_since", "bucket")}
     q["since"] = q["since"] or "1h"
-    messages, error = None, None
-    if q["key"] or q["msg_id"]:
-        try:
+    q["audit_since"] = q["audit_since"] or "3h"
+    q["bucket"] = q["bucket"] if q["bucket"] in AUDIT_BUCKETS else "10m"
+    messages, audit, error = None, None, None
+    try:
+        if q["key"] or q["msg_id"]:
             messages = await run_in_threadpool(_lookup, _svc(request), q["key"], q["msg_id"], q["topic"], q["since"])
-        except StoreUnavailable as exc:
-            error = str(exc)
-        except HTTPException as exc:  # a bad window (parse_since's message does not echo it)
-            error = str(exc.detail)
-    return _page(request, "trace.html", sess, q=q, messages=messages, error=error)
+        if q["audit_topic"]:
+            audit = await run_in_threadpool(completeness, _svc(request), q["audit_topic"], q["audit_since"],
+                                            q["bucket"])
+    except StoreUnavailable as exc:
+        error = str(exc)
+    except HTTPException as exc:  # a bad window (parse_since's message does not echo it)
+        error = str(exc.detail)
+    return _page(request, "trace.html", sess, q=q, messages=messages, audit=audit, error=error,
+                 buckets=list(AUDIT_BUCKETS), grace_s=AUDIT_GRACE_S)
