@@ -150,7 +150,8 @@ def wait_reported_topic(stack: SdkStack, app_id: str, client_ids: list[str], top
     raise AssertionError(f"clients {client_ids} never reported topic {topic}")
 
 
-def write_events(store_root: Path, kind: str, dataset: str, partition_by: list[str], rows: list[dict[str, Any]]) -> None:
+def write_events(store_root: Path, kind: str, dataset: str, partition_by: list[str],
+                 rows: list[dict[str, Any]]) -> None:
     """Events written into the pipeline store exactly as the pipeline writes them (``ykafka.events`` fields and
     types of ``kind``, hive-partitioned by UTC ``date`` / ``hour`` and the other ``partition_by`` columns)."""
     import datetime as dt
