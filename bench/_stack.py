@@ -1,5 +1,5 @@
-"""The local stack a producer benchmark runs against: a Tansu broker, the config service and the MetaServer on
-free ports, seeded with one app, stopped by pid when the ``with`` block ends."""
+"""The local stack a producer benchmark runs against: a Tansu broker, the config service and the MetaServer (or
+several of each) on free ports, seeded with one app, stopped by pid when the ``with`` block ends."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ykafka.devstack import Stack, StackConfig, ephemeral_config
+from ykafka.devstack import Stack, StackConfig, ephemeral_config, replica_name
 
 
 @dataclass(frozen=True)
@@ -27,17 +27,19 @@ class BenchStack:
     def client_config(self, **extra: Any) -> dict[str, Any]:
         """Local config of a ykafka client authenticated as the seeded app."""
         return {"ykafka.app.id": self.env["YKAFKA_APP_ID"], "ykafka.app.secret": self.env["YKAFKA_APP_SECRET"],
-                "ykafka.metaserver": self.cfg.metaserver_url, "ykafka.cache.dir": str(self.home / "client"),
+                "ykafka.metaserver": ",".join(self.cfg.metaserver_urls), "ykafka.cache.dir": str(self.home / "client"),
                 **extra}
 
 
 @contextmanager
-def bench_stack() -> Iterator[BenchStack]:
+def bench_stack(replicas: int = 1) -> Iterator[BenchStack]:
+    """``replicas``: config services and MetaServers each (``configcenter``, ``configcenter-2``, ...)."""
     home = Path(tempfile.mkdtemp(prefix="ykafka-bench-"))
-    cfg = ephemeral_config(home)
+    cfg = ephemeral_config(home, replicas=replicas)
     stack = Stack(cfg)
+    control = [replica_name(service, i) for service in ("configcenter", "metaserver") for i in range(replicas)]
     try:
-        stack.up(["dc-a", "configcenter", "metaserver"], seed=False)
+        stack.up(["dc-a", *control], seed=False)
         yield BenchStack(cfg, home, stack.seed(), stack)
     finally:
         stack.down()

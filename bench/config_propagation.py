@@ -54,9 +54,10 @@ def changes(n: int) -> list[tuple[str, str, Any]]:
 
 
 class Load(threading.Thread):
-    def __init__(self, producer: Producer, topic: str, rate: float, keys: int = 16) -> None:
+    def __init__(self, producer: Producer, topic: str, rate: float, keys: int = 16, prefix: str = "") -> None:
         super().__init__(daemon=True)
         self.producer, self.topic, self.rate, self.keys = producer, topic, rate, keys
+        self.prefix = prefix  # several loads on one topic: values stay distinct
         self.sent = 0
         self.failed = 0
         self.stop_event = threading.Event()
@@ -74,7 +75,7 @@ class Load(threading.Thread):
                 k = self.sent % self.keys
                 while True:
                     try:
-                        self.producer.produce(self.topic, f"k{k}:{seq[k]}".encode(), f"k{k}".encode(),
+                        self.producer.produce(self.topic, f"{self.prefix}k{k}:{seq[k]}".encode(), f"k{k}".encode(),
                                               on_delivery=self._cb)
                         break
                     except BufferError:

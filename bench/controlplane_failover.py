@@ -1,0 +1,391 @@
+"""Control-plane failover: clients keep producing and stay steerable while a config service or a MetaServer dies.
+
+Starts, on free ports, a Tansu broker, two config services on one database and two MetaServers on another
+(``ykafka dev up --replicas 2``), all stopped by pid at the end. Then:
+
+1. ``--producers`` ykafka Producers produce ``k<i>:<seq>`` at ``--rate`` msg/s in total, with both MetaServers
+   in ``ykafka.metaserver`` and both config services in their grant;
+2. ``--clients`` watchers are parked on config service A: a fifth are the SDK's Apollo clients
+   (``ykafka.apollo.ApolloClient``, given both instances), the rest speak the plain Apollo protocol (one asyncio
+   long poll each, moving to the other instance on a connection error, as Apollo's clients do);
+3. A is SIGKILLed (by its pid) and ``--releases`` releases are published through B at once:
+   ``repark_p99_s`` is the time from the kill to each plain client's poll re-sent to B, ``all_reparked_s``
+   until B holds a poll of every watcher (its /stats), ``release_after_kill_p99_ms`` from the first release
+   returning to each watcher holding it (or a later one), ``missed`` the watchers not ending on the last one;
+4. a config change is pushed through the MetaServers: ``applied_after_cc_kill_ms`` until every producer has it
+   in force; then MetaServer A is SIGKILLed, another change is pushed (``applied_after_ms_kill_ms``) and a new
+   Producer starts (its grant through the survivor: ``started_after_ms_kill``);
+5. every record is read back from the broker: ``lost`` = sent but not stored (must be 0), ``duplicated``.
+
+``survivor_rss_mb`` is config service B's resident memory after taking A's clients. With PostgreSQL at
+``YKAFKA_TEST_PG_DSN`` (default: the test server), ``notify_p50_ms`` / ``scan_p50_ms`` compare a release through
+one config service reaching a poll parked on another that LISTENs and on one that only scans (every 0.5 s),
+timed on the same releases.
+
+    python bench/controlplane_failover.py [--clients 1000] [--producers 4] [--rate 2000] [--quick]
+
+Last line: RESULT {"clients": 1000, "repark_p99_s": ..., "release_after_kill_p99_ms": ..., "missed": 0,
+"lost": 0, ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import requests  # noqa: E402
+
+from bench._stack import BenchStack, bench_stack  # noqa: E402
+from bench.config_propagation import Load, percentile, read_all  # noqa: E402
+from bench.configcenter_longpoll import http, raise_fd_limit  # noqa: E402
+from metaserver.apollo import ApolloOpenApi  # noqa: E402
+from ykafka import Producer  # noqa: E402
+from ykafka.admin.client import AdminClient  # noqa: E402
+from ykafka.apollo import ApolloClient, NamespaceConfig  # noqa: E402
+from ykafka.devstack import free_port  # noqa: E402
+from ykafka.endpoints import Endpoints  # noqa: E402
+from ykafka.logs import configure  # noqa: E402
+
+APP = "bench-cp"
+NS = "bench.failover"
+PG_DSN = os.environ.get("YKAFKA_TEST_PG_DSN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+class Watcher:
+    """What one parked client saw: each value with when it arrived, and (plain clients) when it moved."""
+
+    def __init__(self) -> None:
+        self.values: list[tuple[float, str]] = []
+        self.moved_at: float | None = None
+
+    def got(self, value: str) -> None:
+        self.values.append((time.monotonic(), value))
+
+    def first_at_least(self, value: int) -> float | None:
+        return next((at for at, v in self.values if v.isdigit() and int(v) >= value), None)
+
+    @property
+    def last(self) -> str | None:
+        return self.values[-1][1] if self.values else None
+
+
+async def plain_client(urls: list[str], notification_id: int, watcher: Watcher, stop: asyncio.Event) -> None:
+    """A plain Apollo client: long poll, fetch on a change, move to the next instance on a connection error."""
+    index = 0
+    while not stop.is_set():
+        host, port = urlsplit(urls[index]).hostname or "", urlsplit(urls[index]).port or 80
+        query = urlencode({"appId": APP, "cluster": "default", "notifications": json.dumps(
+            [{"namespaceName": NS, "notificationId": notification_id}])})
+        try:
+            status, body = await http(host, port, "GET", f"/notifications/v2?{query}")
+            if status == 200:
+                notification_id = json.loads(body)[0]["notificationId"]
+                status, body = await http(host, port, "GET", f"/configs/{APP}/default/{NS}")
+                if status == 200:
+                    watcher.got(json.loads(body)["configurations"]["v"])
+            elif status != 304:
+                raise ConnectionError(f"HTTP {status}")
+        except (OSError, asyncio.IncompleteReadError, ConnectionError):
+            if stop.is_set():
+                return
+            index = (index + 1) % len(urls)
+            if watcher.moved_at is None:
+                watcher.moved_at = time.monotonic()
+
+
+def stats(url: str) -> dict[str, int]:
+    return dict(requests.get(url + "/stats", timeout=5).json())
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def wait_for(check: Any, timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout:
+            raise RuntimeError(f"{what}: not within {timeout:g} s")
+        time.sleep(0.01)
+    return time.monotonic() - start
+
+
+def push_and_wait(admin: AdminClient, producers: list[Producer], topic: str, linger: int) -> float:
+    """Push producer.linger.ms through the MetaServers; ms from sending the push until every producer has it in
+    force (they often have it before the admin call returns)."""
+    pushed = time.monotonic()
+    admin.push_config(f"topic:{topic}", {"producer.linger.ms": str(linger)})
+    wait_for(lambda: all((p.in_force(topic) or {}).get("producer.linger.ms") == linger for p in producers), 60,
+             f"producer.linger.ms={linger} in force")
+    return round((time.monotonic() - pushed) * 1000, 1)
+
+
+def failover(bench: BenchStack, args: argparse.Namespace) -> dict[str, Any]:
+    cfg, stack = bench.cfg, bench.stack
+    a_url, b_url = cfg.configcenter_urls
+    api = ApolloOpenApi(b_url, cfg.openapi_token, app_id=APP)
+    api.ensure_app()
+    api.ensure_namespace(NS)
+    api.set_item(NS, "v", "0")
+    api.release(NS, "v0", "bench")
+    admin = AdminClient(",".join(cfg.metaserver_urls), cfg.admin_token)
+    topic = f"bench-cp-{uuid.uuid4().hex[:6]}"
+    producers = [Producer(bench.client_config()) for _ in range(args.producers)]
+    loads = [Load(p, topic, args.rate / len(producers), prefix=f"p{i}-") for i, p in enumerate(producers)]
+    for load in loads:
+        load.start()
+    wait_for(lambda: all(load.sent > 100 for load in loads), 60, "producers started")
+    push_and_wait(admin, producers, topic, 5)  # every producer watches the topic's namespace
+
+    sdk_count = max(1, args.clients // 5)
+    plain_count = args.clients - sdk_count
+    watchers = [Watcher() for _ in range(args.clients)]
+    sdk: list[ApolloClient] = []
+    for watcher in watchers[:sdk_count]:
+        def on_update(config: NamespaceConfig, watcher: Watcher = watcher) -> None:
+            if "v" in config.configurations:
+                watcher.got(config.configurations["v"])
+
+        client = ApolloClient(f"{a_url},{b_url}", APP, "default", "127.0.0.1", None, on_update,
+                              longpoll_timeout_s=30)
+        client.endpoints = Endpoints([a_url, b_url])
+        while client.endpoints.current != a_url:  # parked on A, moving to B
+            client.endpoints.failed(client.endpoints.current)
+        client.subscribe(NS)
+        client.start()
+        sdk.append(client)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    stop = asyncio.Event()
+    notification_id = json.loads(requests.get(f"{a_url}/notifications/v2", params={
+        "appId": APP, "cluster": "default", "notifications": json.dumps([{"namespaceName": NS,
+                                                                          "notificationId": -1}])},
+        timeout=10).content)[0]["notificationId"]
+    futures = [asyncio.run_coroutine_threadsafe(plain_client([a_url, b_url], notification_id, w, stop), loop)
+               for w in watchers[sdk_count:]]
+    wait_for(lambda: stats(a_url)["longPolls"] >= args.clients, 60, f"{args.clients} watchers parked on A")
+    target = stats(b_url)["longPolls"] + args.clients  # the producers' own polls on B, and every watcher
+    b_pid = stack.pid(stack.services(["configcenter-2"])[0])
+    assert b_pid is not None
+    reparked: list[float] = []
+
+    def watch_b() -> None:
+        while time.monotonic() - killed < 60 and stats(b_url)["longPolls"] < target:
+            time.sleep(0.02)
+        reparked.append(time.monotonic() - killed)
+
+    killed = time.monotonic()
+    if stack.kill("configcenter") is None:  # SIGKILL by its pid
+        raise RuntimeError("config service A was not running")
+    monitor = threading.Thread(target=watch_b, daemon=True)
+    monitor.start()
+    released: float | None = None
+    for n in range(1, args.releases + 1):
+        api.set_item(NS, "v", str(n))
+        api.release(NS, f"v{n}", "bench")
+        released = released or time.monotonic()
+        time.sleep(0.3)
+    last = str(args.releases)
+    wait_for(lambda: all(w.last == last for w in watchers), 60, "every watcher on the last release")
+    monitor.join(60)
+    all_reparked = reparked[0]
+    assert released is not None
+    after_release = [((w.first_at_least(1) or 0) - released) * 1000 for w in watchers]
+    repark = [w.moved_at - killed for w in watchers[sdk_count:] if w.moved_at is not None]
+    applied_cc = push_and_wait(admin, producers, topic, 6)
+
+    if stack.kill("metaserver") is None:  # SIGKILL by its pid
+        raise RuntimeError("MetaServer A was not running")
+    applied_ms = push_and_wait(admin, producers, topic, 7)
+    late = Producer(bench.client_config(**{"ykafka.metaserver": ",".join(cfg.metaserver_urls)}))
+    late_load = Load(late, topic, 200, prefix="late-")
+    late_load.start()
+    wait_for(lambda: late_load.sent >= 100, 30, "a producer started after the MetaServer kill")
+    late_load.stop_event.set()
+    late_load.join(30)
+
+    time.sleep(0.5)
+    for load in loads:
+        load.stop_event.set()
+        load.join(30)
+    errors = [repr(load.error) for load in [*loads, late_load] if load.error is not None]
+    if errors:
+        raise RuntimeError(f"producer thread failed: {errors}")
+    undelivered = sum(p.flush(60) for p in [*producers, late])
+    for p in [*producers, late]:
+        p.close()
+    survivor_rss = rss_mb(b_pid)
+    loop.call_soon_threadsafe(stop.set)
+    for client in sdk:
+        client.close()
+    for future in futures:
+        future.cancel()
+    time.sleep(0.3)  # the cancelled polls close their connections
+    loop.call_soon_threadsafe(loop.stop)
+    sent = sum(load.sent for load in [*loads, late_load])
+    values = read_all(cfg.bootstrap(cfg.default_cluster), topic, sent)
+    unique = set(values)
+    return {
+        "clients": args.clients, "sdk_clients": sdk_count, "plain_clients": plain_count,
+        "repark_p99_s": round(percentile(repark, 0.99), 3) if repark else None,
+        "repark_max_s": round(max(repark), 3) if repark else None,
+        "all_reparked_s": round(all_reparked, 3),
+        "release_after_kill_p50_ms": round(percentile(after_release, 0.5), 1),
+        "release_after_kill_p99_ms": round(percentile(after_release, 0.99), 1),
+        "missed": sum(1 for w in watchers if w.last != last), "releases": args.releases,
+        "applied_after_cc_kill_ms": applied_cc, "applied_after_ms_kill_ms": applied_ms,
+        "started_after_ms_kill": late_load.sent >= 100,
+        "producers": args.producers, "sent": sent, "lost": sent - len(unique),
+        "duplicated": len(values) - len(unique), "undelivered": undelivered, "survivor_rss_mb": survivor_rss,
+    }
+
+
+def notify_vs_scan(releases: int) -> dict[str, Any]:
+    """Release through A -> a poll parked on N (LISTENs) and one parked on S (``--no-notify``: scans only)
+    answered, three config services on one PostgreSQL schema; both timed on the same releases."""
+    import sqlalchemy as sa
+
+    schema = f"cc_bench_{uuid.uuid4().hex[:8]}"
+    try:
+        engine = sa.create_engine(PG_DSN, connect_args={"connect_timeout": 3})
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    except Exception as exc:  # noqa: BLE001 - no PostgreSQL: the comparison is skipped, said so
+        return {"notify_vs_scan": f"skipped: PostgreSQL at {PG_DSN} does not answer ({type(exc).__name__})"}
+    url = f"{PG_DSN}{'&' if '?' in PG_DSN else '?'}options=-csearch_path%3D{schema}"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        urls = []
+        tmp = tempfile.mkdtemp(prefix="ykafka-bench-cc-")
+        for name in ("a", "notify", "scan"):
+            port = free_port()
+            argv = [sys.executable, "-m", "metaserver.configcenter", "serve", "--host", "127.0.0.1", "--port",
+                    str(port), "--db", url, "--longpoll-timeout", "30", "--openapi-token", "bench-token",
+                    "--log-level", "warning"] + (["--no-notify"] if name == "scan" else [])
+            with open(Path(tmp) / f"{name}.log", "ab") as log:
+                procs.append(subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                              stdout=log, stderr=subprocess.STDOUT))
+            urls.append(f"http://127.0.0.1:{port}")
+        for u in urls:
+            wait_for(lambda u=u: _healthy(u), 60, f"config service {u}")
+        return _release_latency(urls[0], {"notify": urls[1], "scan": urls[2]}, releases)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(15)
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        engine.dispose()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(url + "/health", timeout=0.5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _poll(url: str, notification_id: int, timeout: float = 40) -> int:
+    resp = requests.get(f"{url}/notifications/v2", params={
+        "appId": APP, "cluster": "default",
+        "notifications": json.dumps([{"namespaceName": NS, "notificationId": notification_id}])}, timeout=timeout)
+    if resp.status_code != 200:
+        raise RuntimeError(f"poll answered HTTP {resp.status_code}")
+    return int(resp.json()[0]["notificationId"])
+
+
+def _publish(api: ApolloOpenApi, a: str, peers: list[str], value: str) -> int:
+    """Release ``value`` through A; return its notification id once every peer serves it too."""
+    api.set_item(NS, "v", value)
+    api.release(NS, value, "bench")
+    latest = _poll(a, -1)  # A knows its own release at once ...
+    for peer in peers:
+        wait_for(lambda peer=peer: _poll(peer, -1) >= latest, 10, "peer caught up")  # ... the others soon after
+    return latest
+
+
+def _timed_release(api: ApolloOpenApi, peers: dict[str, str], value: str, known: int,
+                   delay: float) -> dict[str, float]:
+    """Park a poll on each peer (with the id it knows), release through A after ``delay``; ms until each
+    poll answers."""
+    answered: dict[str, float] = {}
+
+    def park(mode: str, url: str) -> None:
+        _poll(url, known)
+        answered[mode] = time.monotonic()
+
+    polls = [threading.Thread(target=park, args=item, daemon=True) for item in peers.items()]
+    for poll in polls:
+        poll.start()
+    for url in peers.values():
+        wait_for(lambda url=url: stats(url)["longPolls"] >= 1, 10, "poll parked")
+    time.sleep(delay)
+    api.set_item(NS, "v", value)
+    api.release(NS, value, "bench")
+    released = time.monotonic()
+    for poll in polls:
+        poll.join(40)
+    if set(answered) != set(peers):
+        raise RuntimeError(f"polls not answered: {sorted(set(peers) - set(answered))}")
+    return {mode: (at - released) * 1000 for mode, at in answered.items()}
+
+
+def _release_latency(a: str, peers: dict[str, str], releases: int) -> dict[str, Any]:
+    api = ApolloOpenApi(a, "bench-token", app_id=APP)
+    api.ensure_app()
+    api.ensure_namespace(NS)
+    latencies: dict[str, list[float]] = {mode: [] for mode in peers}
+    known = _publish(api, a, list(peers.values()), "start")
+    for n in range(releases):
+        # the delays spread the releases over the scan period
+        for mode, ms in _timed_release(api, peers, f"r{n}", known, 0.05 + (n % 10) * 0.047).items():
+            latencies[mode].append(ms)
+        known = _publish(api, a, list(peers.values()), f"r{n}-settled")
+    out: dict[str, Any] = {}
+    for mode, values in latencies.items():
+        out.update({f"{mode}_p50_ms": round(percentile(values, 0.5), 1),
+                    f"{mode}_p99_ms": round(percentile(values, 0.99), 1),
+                    f"{mode}_max_ms": round(max(values), 1)})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=1000, help="watchers parked on the killed config service")
+    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--rate", type=float, default=2000.0, help="msgs/s, all producers together")
+    parser.add_argument("--releases", type=int, default=3, help="releases through the survivor after the kill")
+    parser.add_argument("--notify-releases", type=int, default=20, help="releases timed per mode (PostgreSQL)")
+    parser.add_argument("--quick", action="store_true", help="25 watchers, 1 producer (the suite's check)")
+    args = parser.parse_args()
+    if args.quick:
+        args.clients, args.producers, args.rate, args.releases, args.notify_releases = 25, 1, 500.0, 2, 2
+    configure("error")
+    raise_fd_limit(args.clients * 4 + 512)
+    with bench_stack(replicas=2) as bench:
+        result = failover(bench, args)
+        gc.collect()  # closed producers keep their broker connections until collected (the broker's stop waits)
+    result.update(notify_vs_scan(args.notify_releases))
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
