@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from metaserver import audit, db
 from metaserver.console.brokers import connection
 from metaserver.console.views import _audit, _form, _login_redirect, _page, _session, _svc, router
 from ykafka import headers as H
@@ -83,6 +85,32 @@ def peek(props: dict[str, Any], group: str, topic: str) -> dict[str, Any]:
         consumer.close()
 
 
+def _replayed(svc: Any, dlq: str) -> dict[str, dict[str, Any]]:
+    """``"partition@offset"`` -> who re-published it and when, for dead letters replayed one by one (from the
+    audit log: their position cannot move past them while an older one is left)."""
+    with db.read(svc.engine) as conn:
+        rows = audit.query(conn, action="dlq.replay", target=dlq, limit=200)
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        for ref in (row.get("after") or {}).get("offsets") or []:
+            out.setdefault(str(ref), {"by": row["operator"], "at": row["at"]})
+    return out
+
+
+def _refs(values: list[str]) -> list[tuple[int, int]] | None:
+    """``partition@offset`` values as pairs; None when one is not that."""
+    out = []
+    for value in values[:MAX_SELECTED]:
+        part, sep, offset = value.partition("@")
+        if not sep or not part.isdigit() or not offset.isdigit():
+            return None
+        out.append((int(part), int(offset)))
+    return out
+
+
+MAX_SELECTED = 1000
+
+
 @router.get("/dlq")
 async def dlq_page(request: Request) -> Response:
     sess = _session(request)
@@ -95,29 +123,57 @@ async def dlq_page(request: Request) -> Response:
             _check_names(q["group"], q["topic"])
             ctx["cluster"], props = connection(_svc(request), q["cluster"] or None)
             ctx["view"] = await run_in_threadpool(peek, props, q["group"], q["topic"])
+            done = _replayed(_svc(request), ctx["view"]["dlq"])
+            for m in ctx["view"]["messages"]:
+                m["ref"] = f"{m['partition']}@{m['offset']}"
+                m["replayed"] = done.get(m["ref"])
+            ctx["view"]["replayed_count"] = sum(1 for m in ctx["view"]["messages"] if m["replayed"])
         except (InvalidConfigValue, LookupError) as exc:
             ctx["error"] = str(exc.reason if isinstance(exc, InvalidConfigValue) else exc.args[0])
-    return _page(request, "dlq.html", sess, can_replay=sess.can("operator"), **ctx)
+    return _page(request, "dlq.html", sess, can_replay=sess.can("operator"), chunk=CHUNK, **ctx)
+
+
+#: the page re-publishes a selection this many messages per request, showing progress between requests
+CHUNK = 2
 
 
 @router.post("/dlq/replay")
 async def dlq_replay(request: Request) -> Response:
-    """Re-publish every pending dead letter to its topic (waits for the broker's acknowledgements)."""
+    """Re-publish the selected dead letters (``offsets``: ``partition@offset``, repeated), or every pending one
+    but those already re-published one by one, to the topic; waits for the broker's acknowledgements. With
+    ``Accept: application/json`` it answers the counts (the page's progress) instead of redirecting."""
     sess = _session(request)
     if sess is None:
         return _login_redirect()
     form = await _form(request, sess, "operator")
     group, topic = form.get("group", ""), form.get("topic", "")
     svc = _svc(request)
+    wants_json = "application/json" in request.headers.get("accept", "")
+    selected = [str(v) for v in (await request.form()).getlist("offsets")]
+    only = _refs(selected) if selected else None
     try:
         _check_names(group, topic)
         cluster, props = connection(svc, form.get("cluster") or None)
+        if selected and only is None:
+            raise LookupError("offsets: each one partition@offset")
     except (InvalidConfigValue, LookupError) as exc:
-        return _page(request, "error.html", sess, status_code=422, message=str(exc))
+        message = str(exc.reason if isinstance(exc, InvalidConfigValue) else exc.args[0])
+        if wants_json:
+            return JSONResponse({"detail": message}, status_code=422)
+        return _page(request, "error.html", sess, status_code=422, message=message)
     from ykafka.admin.dlq import replay
+    from ykafka.consumer.retry import dlq_topic
 
-    result = await run_in_threadpool(replay, props, group, topic, None, None, False, 1.0)
-    _audit(svc, sess, "dlq.replay", result.dlq, None,
-           {"replayed": result.replayed, "failed": result.failed, "cluster": cluster})
-    return RedirectResponse(f"/console/dlq?group={group}&topic={topic}&cluster={cluster}"
+    done = set(_refs(list(_replayed(svc, dlq_topic(group, topic)))) or [])
+    if only is not None:
+        only = [ref for ref in only if ref not in done]
+    result = await run_in_threadpool(replay, props, group, topic, None, None, False, 1.0, None,
+                                     only, [] if only is not None else done)
+    after: dict[str, Any] = {"replayed": result.replayed, "failed": result.failed, "cluster": cluster}
+    if only is not None:
+        after["offsets"] = [f"{p}@{o}" for p, o in only]
+    _audit(svc, sess, "dlq.replay", result.dlq, None, after)
+    if wants_json:
+        return JSONResponse({"replayed": result.replayed, "failed": result.failed, "asked": len(only or [])})
+    return RedirectResponse(f"/console/dlq?group={quote(group)}&topic={quote(topic)}&cluster={quote(cluster)}"
                             f"&replayed={result.replayed}", status_code=303)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -69,8 +69,18 @@ class ReplayResult:
 
 def replay(connection: Mapping[str, Any], group: str, topic: str, since_ms: int | None = None,
            limit: int | None = None, from_beginning: bool = False, idle_timeout: float = 3.0,
-           progress: Callable[[int, int], None] | None = None) -> ReplayResult:
-    """Re-publish ``<group>.<topic>.dlq`` to ``topic``; ``progress(done, total)`` is called as it goes."""
+           progress: Callable[[int, int], None] | None = None, only: Collection[tuple[int, int]] | None = None,
+           skip: Collection[tuple[int, int]] = ()) -> ReplayResult:
+    """Re-publish ``<group>.<topic>.dlq`` to ``topic``; ``progress(done, total)`` is called as it goes.
+
+    ``only``: re-publish just these (partition, offset) messages; the others are left, as ``since_ms`` leaves
+    older ones (the committed position stays before the first one left). ``skip``: messages already
+    re-published one by one: counted done without publishing them again, so the position can pass them.
+    """
+    if only is not None:
+        only = set(only)
+        limit = len(only) if limit is None else min(limit, len(only))
+    skip = set(skip)
     dlq = dlq_topic(group, topic)
     result = ReplayResult(dlq)
     conn = shared_properties(connection)
@@ -96,7 +106,7 @@ def replay(connection: Mapping[str, Any], group: str, topic: str, since_ms: int 
         taken = 0
         idle_since = time.monotonic()
         while limit is None or taken < limit:
-            want = 500 if limit is None else min(500, limit - taken)
+            want = 500 if limit is None or only is not None else min(500, limit - taken)
             msgs = [m for m in consumer.consume(want, 0.2) if m.error() is None]
             producer.poll(0)
             if not msgs:
@@ -105,10 +115,14 @@ def replay(connection: Mapping[str, Any], group: str, topic: str, since_ms: int 
                 continue
             idle_since = time.monotonic()
             for msg in msgs:
-                if since_ms is not None and msg.timestamp()[1] < since_ms:
-                    # Older than --since: left for a later replay. It stays "not done", so the committed
-                    # position never passes it (what this run re-publishes after it may be re-published
-                    # again by a later full replay; handlers dedupe on ykafka-id).
+                where = (msg.partition(), int(msg.offset() or 0))
+                if where in skip:
+                    trackers[where[0]].add([msg], where[1], where[1]).finished = True
+                    continue
+                if (since_ms is not None and msg.timestamp()[1] < since_ms) or (only is not None and where not in only):
+                    # Older than --since, or not selected: left for a later replay. It stays "not done", so
+                    # the committed position never passes it (what this run re-publishes after it may be
+                    # re-published again by a later full replay unless skipped; handlers dedupe on ykafka-id).
                     offset = int(msg.offset() or 0)
                     trackers[msg.partition()].add([msg], offset, offset)
                     continue

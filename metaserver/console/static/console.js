@@ -63,11 +63,55 @@
     }));
     box.setAttribute("data-state", "drawn");
   }
+  function chunkedReplay(form) {
+    // re-publish the checked dead letters a few per request, showing progress between requests
+    var status = document.getElementById("replay-status");
+    var bar = document.getElementById("replay-progress");
+    var all = document.getElementById("select-all");
+    if (all) {
+      all.addEventListener("change", function () {
+        document.querySelectorAll("input[name=offsets][form=" + form.id + "]").forEach(function (b) { b.checked = all.checked; });
+      });
+    }
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var refs = Array.prototype.map.call(
+        document.querySelectorAll("input[name=offsets][form=" + form.id + "]:checked"), function (b) { return b.value; });
+      if (refs.length === 0) { status.textContent = "Select messages first."; return; }
+      if (!window.confirm("Re-publish the " + refs.length + " selected message(s)?")) { return; }
+      var size = parseInt(form.getAttribute("data-chunk") || "10", 10);
+      var done = 0, failed = 0;
+      bar.max = refs.length; bar.value = 0; bar.hidden = false;
+      form.setAttribute("data-state", "running");
+      function next(i) {
+        if (i >= refs.length) {
+          status.textContent = "Done: " + done + " of " + refs.length + " re-published" + (failed ? ", " + failed + " failed" : "") + ".";
+          form.setAttribute("data-state", "done");
+          return;
+        }
+        var body = new FormData();
+        ["csrf", "group", "topic", "cluster"].forEach(function (n) { body.append(n, form.elements[n].value); });
+        refs.slice(i, i + size).forEach(function (r) { body.append("offsets", r); });
+        fetch(form.action, {method: "POST", body: body, credentials: "same-origin", headers: {"Accept": "application/json"}})
+          .then(function (r) { return r.ok ? r.json() : Promise.reject(new Error("HTTP " + r.status)); })
+          .then(function (res) {
+            done += res.replayed; failed += res.failed;
+            bar.value = Math.min(refs.length, i + size);
+            status.textContent = done + " of " + refs.length + " re-published";
+            next(i + size);
+          })
+          .catch(function (err) { status.textContent = "Stopped after " + done + ": " + err.message; form.setAttribute("data-state", "failed"); });
+      }
+      next(0);
+    });
+  }
   window.addEventListener("load", function () {
     var el = document.getElementById("charts");
     if (el) { charts(el); }
     var box = document.getElementById("lag-chart-box");
     if (box) { lagChart(box); }
+    var selected = document.getElementById("replay-selected");
+    if (selected) { chunkedReplay(selected); }
   });
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-poll]").forEach(function (el) { setTimeout(function () { poll(el); }, 1000); });
