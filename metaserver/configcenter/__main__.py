@@ -33,7 +33,7 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m metaserver.configcenter",
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}",
                                      description="Apollo-compatible config service (ykafka's embedded config center)")
     sub = parser.add_subparsers(dest="command", required=True)
 
