@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy import Engine, create_engine, delete, event, func, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -328,6 +328,11 @@ class StoreBase:
     def send_message(s: Session, change: Change, app_id: str, cluster: str, namespace: str) -> None:
         """Record a release message (new, monotonically increasing id) and note it for publishing."""
         msg = message_key(app_id, cluster, namespace)
+        if s.get_bind().dialect.name == "postgresql":
+            # several instances releasing one namespace at once: the message ids of a key are taken in commit
+            # order (held to the end of the transaction), so the last commit carries the highest id and every
+            # scanner that sees it reloads after both releases committed
+            s.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": msg.lower()})
         row = m.ReleaseMessage(message=msg)
         s.add(row)
         s.flush()
