@@ -1,6 +1,7 @@
 """Console page latency at scale, and how soon a publish shows every client "applied".
 
-Part 1 (pages): 10,000 client reports over 1,000 topics and 200 groups (plus alerts and audit rows) in the
+Part 1 (pages): 10,000 client reports over 1,000 topics and 200 groups (plus alerts, audit rows, 50 apps and
+400 topic / group requests) in the
 MetaServer's database; every console page is requested repeatedly in-process (Starlette's TestClient: the
 time is the server's, no network) and its p95 reported; the clients page is also timed with filters.
 Part 2 (closed loop): real ykafka Producers on the local stack; an operator publishes through the console
@@ -35,7 +36,9 @@ from bench._stack import bench_stack  # noqa: E402
 from metaserver import db  # noqa: E402
 from metaserver.app import create_app  # noqa: E402
 from metaserver.console import users  # noqa: E402
+from metaserver.console.models import requests as console_requests  # noqa: E402
 from metaserver.models import alerts, audit, client_state  # noqa: E402
+from metaserver.routes_admin import insert_app  # noqa: E402
 from metaserver.settings import Settings  # noqa: E402
 from ykafka import Producer  # noqa: E402
 
@@ -63,6 +66,14 @@ def _seed(engine: Any, n_clients: int, n_topics: int, n_groups: int) -> None:
     with db.write(engine) as conn:
         for start in range(0, len(rows), 1000):
             conn.execute(client_state.insert(), rows[start:start + 1000])
+        for a in range(50):
+            insert_app(conn, "bench", f"app-{a:02d}",
+                       acl={"produce": [f"topic-{a:02d}*"], "consume": ["*"], "group": []})
+        conn.execute(console_requests.insert(), [
+            {"kind": "topic" if i % 4 else "group", "app_id": f"app-{i % 50:02d}", "name": f"req-{i:04d}",
+             "partitions": 3, "retention_ms": 86_400_000, "expected_rate": float(i), "note": "",
+             "status": ("pending", "approved", "rejected")[i % 3], "cluster": "dc-a" if i % 3 == 1 else None,
+             "requested_by": "bench", "created_at": now - i} for i in range(400)])
         conn.execute(alerts.insert(), [{"id": f"a{i}", "rule": "lag", "level": "warning", "status": "firing" if i % 3
                                         else "resolved", "topic": f"topic-{i:04d}", "group_id": f"group-{i % 200:03d}",
                                         "partition": 0, "client_id": None, "reason": "lag rising", "evidence": {},
@@ -88,7 +99,8 @@ def pages(cc_url: str, cc_token: str, n_clients: int, repeats: int) -> dict[str,
     urls = {"overview": "/console/", "clients": "/console/clients", "client": "/console/clients/app-01/client-00001",
             "config": "/console/config?scope=topic:topic-0001", "config_panel": "/console/config/panel?scope=global",
             "alerts": "/console/alerts", "audit": "/console/audit", "topics": "/console/topics",
-            "apps": "/console/apps?op=produce&name=topic-0001", "clusters": "/console/clusters"}
+            "apps": "/console/apps?op=produce&name=topic-0001", "app": "/console/apps/app-01",
+            "requests": "/console/requests", "clusters": "/console/clusters"}
     filters = ["/console/clients?topic=topic-0042", "/console/clients?group=group-007",
                "/console/clients?app=app-03&role=producer", "/console/clients?ip=10.0.7.",
                "/console/clients?version=1.9"]
