@@ -119,6 +119,12 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_for(check: Any, timeout: float, what: str) -> float:
     start = time.monotonic()
     while not check():
@@ -192,6 +198,7 @@ def failover(bench: BenchStack, args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(0.02)
         reparked.append(time.monotonic() - killed)
 
+    b_cpu, me_cpu = cpu_s(b_pid), cpu_s(os.getpid())
     killed = time.monotonic()
     if stack.kill("configcenter") is None:  # SIGKILL by its pid
         raise RuntimeError("config service A was not running")
@@ -205,6 +212,8 @@ def failover(bench: BenchStack, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(0.3)
     last = str(args.releases)
     wait_for(lambda: all(w.last == last for w in watchers), 60, "every watcher on the last release")
+    settled = time.monotonic() - killed
+    b_cpu, me_cpu = cpu_s(b_pid) - b_cpu, cpu_s(os.getpid()) - me_cpu
     monitor.join(60)
     all_reparked = reparked[0]
     assert released is not None
@@ -248,6 +257,9 @@ def failover(bench: BenchStack, args: argparse.Namespace) -> dict[str, Any]:
         "repark_p99_s": round(percentile(repark, 0.99), 3) if repark else None,
         "repark_max_s": round(max(repark), 3) if repark else None,
         "all_reparked_s": round(all_reparked, 3),
+        # from the kill to every watcher on the last release: wall time, and the CPU the survivor and the
+        # clients' process (this one) used meanwhile (both on the same cores)
+        "settled_s": round(settled, 3), "survivor_cpu_s": round(b_cpu, 2), "clients_cpu_s": round(me_cpu, 2),
         "release_after_kill_p50_ms": round(percentile(after_release, 0.5), 1),
         "release_after_kill_p99_ms": round(percentile(after_release, 0.99), 1),
         "missed": sum(1 for w in watchers if w.last != last), "releases": args.releases,
