@@ -557,18 +557,36 @@ def test_an_operator_requests_a_topic_and_a_group_an_admin_approves_them_onto_a_
     assert st.admin("GET", f"/v1/admin/apps/{app_id}/acl").json() == {"produce": [topic], "consume": [topic],
                                                                        "group": [group]}
     assert st.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()["released"] == {"route.cluster": "dc-b"}
+    approvals = st.admin("GET", "/v1/admin/audit?action=request.approve&limit=5").json()
+    assert {a["target"] for a in approvals[:2]} == {f"topic:{topic}", f"group:{group}"}
     producer = Producer(st.client_config((app_id, secret)))
     try:
         for i in range(5):
             producer.produce(topic, f"v{i}".encode(), f"k{i}".encode())
         assert producer.flush(30) == 0
+        assert sorted(r.value for r in read_topic(st.clusters["dc-b"], topic, 5)) == [f"v{i}" for i in range(5)]
+        # moved from the topic's row (admin): created on dc-a with its partitions, the running producer follows
+        wait_reported_topic(st, app_id, [str(producer._runtime.client_id)], topic)
+        page.goto(f"{console.url}/console/topics?q={topic}")
+        move = page.locator(f"#topics tr[data-topic='{topic}'] form.move")
+        move.locator("select[name=cluster]").select_option("dc-a")
+        page.once("dialog", lambda d: d.accept())
+        move.locator("button").click()
+        assert "dc-a" in page.locator("#moved").inner_text()
+        assert partition_count({"bootstrap.servers": st.clusters["dc-a"]}, topic) == 4
+        wait_until(lambda p=producer: p._runtime.effective(topic=topic)["route.cluster"] == "dc-a", timeout=20)
+        for i in range(5):
+            producer.produce(topic, f"w{i}".encode(), f"k{i}".encode())
+        assert producer.flush(30) == 0
     finally:
         producer.close()
         del producer
         gc.collect()  # the released librdkafka handles go now, not at the stack's shutdown
-    assert sorted(r.value for r in read_topic(st.clusters["dc-b"], topic, 5)) == [f"v{i}" for i in range(5)]
-    approvals = st.admin("GET", "/v1/admin/audit?action=request.approve&limit=5").json()
-    assert {a["target"] for a in approvals[:2]} == {f"topic:{topic}", f"group:{group}"}
+    assert sorted(r.value for r in read_topic(st.clusters["dc-a"], topic, 5)) == [f"w{i}" for i in range(5)]
+    assert len(read_topic(st.clusters["dc-b"], topic, 5)) == 5
+    moved = st.admin("GET", "/v1/admin/audit?action=topic.move&limit=1").json()[0]
+    assert moved["target"] == f"topic:{topic}" and moved["before"] == {"cluster": "dc-b"}
+    assert moved["after"]["cluster"] == "dc-a" and moved["after"]["created"] is True
 
 
 def test_a_groups_partitions_show_burrow_status_and_a_lag_chart_and_an_idle_group_is_deleted_after_confirmation(

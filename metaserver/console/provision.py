@@ -118,6 +118,16 @@ def _grant(conn: Connection, who: str, req: dict[str, Any]) -> bool:
     return bool(missing)
 
 
+def _create(svc: Services, cluster: str, req: dict[str, Any]) -> bool:
+    """Create the requested topic on ``cluster`` (False when it is there already)."""
+    _, props = connection(svc, cluster)
+    config = {"retention.ms": str(req["retention_ms"])} if req["retention_ms"] else None
+    try:
+        return create_topic(props, req["name"], int(req["partitions"] or 1), config)
+    except TopicAdminError as exc:
+        raise RequestError(str(exc)) from None
+
+
 def approve(svc: Services, req_id: int, cluster: str, who: str) -> dict[str, Any]:
     """Create the topic on ``cluster``, grant the ACL, set the route; then mark the request approved."""
     with db.read(svc.engine) as conn:
@@ -126,30 +136,57 @@ def approve(svc: Services, req_id: int, cluster: str, who: str) -> dict[str, Any
             raise RequestError("cluster: pick an active registered cluster")
     done: dict[str, Any] = {"cluster": cluster}
     if req["kind"] == "topic":
-        _, props = connection(svc, cluster)
-        try:
-            done["created"] = create_topic(props, req["name"], int(req["partitions"] or 1),
-                                           {"retention.ms": str(req["retention_ms"])} if req["retention_ms"] else None)
-        except TopicAdminError as exc:
-            raise RequestError(str(exc)) from None
+        done["created"] = _create(svc, cluster, req)
     with db.write(svc.engine) as conn:
         done["acl_granted"] = _grant(conn, who, req)
     if req["kind"] == "topic":
-        if svc.apollo is None:
-            raise RequestError("no config center configured: the route cannot be set")
         try:
-            plan = hotconfig.validate(f"topic:{req['name']}", {"route.cluster": cluster}, [], None)
-            before = hotconfig.plan_changes(svc.apollo, plan)
-            if before.get("route.cluster") != cluster:
-                done["route_release"] = hotconfig.apply(svc.apollo, plan, who, f"request {req_id} approved").get(
-                    "release")
-        except (ConfigRejected, ApolloError) as exc:
+            done["route_release"] = set_route(svc, req["name"], cluster, who, f"request {req_id} approved")
+        except RequestError as exc:
             raise RequestError(f"topic created and ACL granted, but the route was not set: {exc}") from None
     with db.write(svc.engine) as conn:
         conn.execute(update(reqs).where(reqs.c.id == req_id).values(
             status="approved", cluster=cluster, decided_by=who[:64], decided_at=time.time()))
         audit.record(conn, who, "request.approve", f"{req['kind']}:{req['name']}", {"id": req_id}, done)
     return done
+
+
+def set_route(svc: Services, topic: str, cluster: str, who: str, comment: str) -> Any:
+    """Point ``topic`` at ``cluster`` (hot config ``route.cluster`` at ``topic:<topic>``, validated and released
+    like any change: running clients switch live); the release, or None when it pointed there already."""
+    if svc.apollo is None:
+        raise RequestError("no config center configured: the route cannot be set")
+    try:
+        plan = hotconfig.validate(f"topic:{topic}", {"route.cluster": cluster}, [], None)
+        if hotconfig.plan_changes(svc.apollo, plan).get("route.cluster") == cluster:
+            return None
+        return hotconfig.apply(svc.apollo, plan, who, comment).get("release")
+    except ConfigRejected as exc:
+        raise RequestError("; ".join(exc.errors.values())) from None
+    except ApolloError as exc:
+        raise RequestError(str(exc)) from None
+
+
+def move_topic(svc: Services, topic: str, cluster: str, who: str) -> Any:
+    """Move a topic's clients to another active cluster: a topic approved through a request is created there
+    first (its partitions and retention), then the route is switched (running clients follow live); audited."""
+    if (problem := acl_rules.name_problem(topic)) is not None:
+        raise RequestError(f"topic: {problem}")
+    with db.read(svc.engine) as conn:
+        if cluster not in {c["name"] for c in cluster_loads(conn, svc.settings.renew_interval)}:
+            raise RequestError("cluster: pick an active registered cluster")
+        approved = conn.execute(select(reqs).where(reqs.c.kind == "topic", reqs.c.name == topic,
+                                                   reqs.c.status == "approved")).mappings().first()
+    created = None
+    if approved is not None:
+        created = _create(svc, cluster, dict(approved))
+    release = set_route(svc, topic, cluster, who, f"moved to {cluster}")
+    with db.write(svc.engine) as conn:
+        if approved is not None:
+            conn.execute(update(reqs).where(reqs.c.id == approved["id"]).values(cluster=cluster))
+        audit.record(conn, who, "topic.move", f"topic:{topic}", {"cluster": approved["cluster"] if approved else None},
+                     {"cluster": cluster, "created": created, "release": release})
+    return release
 
 
 def reject(engine: Any, req_id: int, who: str, reason: str) -> None:

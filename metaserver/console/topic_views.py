@@ -5,14 +5,25 @@ aggregates are there."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Request
-from fastapi.responses import Response
+from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 
 from metaserver import db
-from metaserver.console import queries
-from metaserver.console.views import StoreUnavailable, _login_redirect, _page, _session, _svc, read_store, router
+from metaserver.console import provision, queries
+from metaserver.console.views import (
+    StoreUnavailable,
+    _form,
+    _login_redirect,
+    _page,
+    _session,
+    _svc,
+    read_store,
+    router,
+)
 from metaserver.models import client_state as cs
 
 
@@ -52,4 +63,22 @@ def topic_list(request: Request) -> Response:
              "groups": [{"group": g, "consumers": n, "lag": lags.get((name, g))}
                         for g, n in sorted(t["groups"].items())]}
             for name, t in sorted(topics.items())][:500]
-    return _page(request, "topics.html", sess, rows=rows, q=needle, total=len(topics), lag_note=lag_note)
+    with db.read(svc.engine) as conn:
+        clusters = [c["name"] for c in provision.cluster_loads(conn, svc.settings.renew_interval)]
+    return _page(request, "topics.html", sess, rows=rows, q=needle, total=len(topics), lag_note=lag_note,
+                 can_move=sess.can("admin"), clusters=clusters, moved=request.query_params.get("moved"))
+
+
+@router.post("/topics/move")
+async def topic_move(request: Request) -> Response:
+    """Move a topic to another cluster: the live route switch (``route.cluster`` at ``topic:<name>``)."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "admin")
+    topic, cluster = form.get("topic", ""), form.get("cluster", "")
+    try:
+        await run_in_threadpool(provision.move_topic, _svc(request), topic, cluster, f"console:{sess.username}")
+    except provision.RequestError as exc:
+        return _page(request, "error.html", sess, status_code=422, message=f"Not moved: {exc}")
+    return RedirectResponse(f"/console/topics?q={quote(topic)}&moved={quote(cluster)}", status_code=303)
