@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from metaserver import db, routes_admin, routes_config, routes_observe, routes_sdk
+from metaserver import db, routes_admin, routes_config, routes_observe, routes_placements, routes_sdk
 from metaserver.apollo import ApolloError, ApolloOpenApi
 from metaserver.auth import AuthFailed, RateLimited
 from metaserver.authswitch import AuthSwitch
@@ -72,6 +72,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes_admin.router)
     app.include_router(routes_config.router)
     app.include_router(routes_observe.router)
+    app.include_router(routes_placements.admin)
+    app.include_router(routes_placements.sdk)
     install_console(app)
 
     @app.get("/health", tags=["ops"])

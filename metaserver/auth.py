@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
-from metaserver import db, hotpath, ratelimit, reach, registry
+from metaserver import db, hotpath, placements, ratelimit, reach, registry
 from metaserver.models import apps
 from metaserver.services import Services
 from metaserver.tokens import TokenClaims
@@ -137,6 +137,12 @@ def check_bearer(svc: Services, authorization: str | None, source_ip: str | None
     return claims
 
 
+def app_acl(conn: Connection, app_id: str) -> dict[str, list[str]]:
+    """The app's ACL ({} for an unknown app: nothing is allowed)."""
+    acl = conn.execute(select(apps.c.acl).where(apps.c.app_id == app_id, apps.c.enabled.is_(True))).scalar()
+    return dict(acl or {})
+
+
 def renew(svc: Services, claims: TokenClaims, wants: Wants | None = None) -> dict[str, Any]:
     """A fresh grant for the holder of an unexpired token: current ACL and registry, new token."""
     with db.read(svc.engine) as conn:
@@ -154,10 +160,12 @@ def build_grant(svc: Services, app: Mapping[str, Any], client_id: str, clusters:
     token, expires_at = svc.tokens.issue(app["app_id"], client_id, app["key_generation"], settings.token_ttl, now)
     acl = app["acl"] or {}
     default = registry.default_cluster(app["default_cluster"], settings.default_cluster, clusters)
+    reachable = reach.grant_clusters(svc.routes, acl, default, clusters, wants,
+                                     lambda topic: placements.lookup_on(svc.engine, topic))
     return grant_json(
         app_id=app["app_id"], token=token, expires_at=expires_at, renew_interval_s=settings.renew_interval,
-        acl=acl, clusters=reach.grant_clusters(svc.routes, acl, default, clusters, wants),
-        default_cluster=default, issuer=svc.issuer,
+        acl=acl, clusters=reachable, default_cluster=default, issuer=svc.issuer,
+        placements=placements.any_placed(svc.engine),
         configcenter={"url": settings.configcenter_url, "app_id": settings.apollo_app_id,
                       "cluster": settings.apollo_cluster, "namespace_prefix": NAMESPACE_PREFIX,
                       "access_key_secret": settings.configcenter_access_key_secret})

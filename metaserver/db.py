@@ -75,6 +75,14 @@ def upsert(conn: Connection, table: Table, values: Mapping[str, Any], keys: Sequ
     conn.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=set_))
 
 
+def upsert_many(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], keys: Sequence[str],
+                columns: Sequence[str]) -> None:
+    """:func:`upsert` of many rows in one executemany; ``columns`` are replaced on conflict."""
+    stmt: Any = (postgresql.insert(table) if conn.dialect.name == "postgresql" else sqlite.insert(table))
+    stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_={c: stmt.excluded[c] for c in columns})
+    conn.execute(stmt, list(rows))
+
+
 def insert_ignore(conn: Connection, table: Table, values: Mapping[str, Any], keys: Sequence[str]) -> bool:
     """INSERT … ON CONFLICT DO NOTHING RETURNING; True when the row was inserted (rowcount is unreliable)."""
     stmt: Insert

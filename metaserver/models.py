@@ -37,6 +37,16 @@ apps = Table(
     Column("updated_at", Float, nullable=False),
 )
 
+#: which cluster holds each topic (read one row at a time: the table may hold millions)
+topic_placements = Table(
+    "ms_topic_placements", metadata,
+    Column("topic", String(255), primary_key=True),
+    Column("cluster", String(200), nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("updated_by", String(64), nullable=False),
+    Index("ix_ms_topic_placements_cluster", "cluster"),
+)
+
 clusters = Table(
     "ms_clusters", metadata,
     Column("name", String(200), primary_key=True),

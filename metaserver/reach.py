@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -37,6 +37,7 @@ from ykafka.catalog import NAMESPACE_PREFIX, Scope, ScopeKind
 log = structlog.get_logger("metaserver.reach")
 
 ROUTE_KEYS = ("route.cluster", "route.standby")
+PLACEMENT = "placement:"  # a want's "namespace" naming a topic's placement instead of a config namespace
 Routes = dict[str, dict[str, str]]  # namespace -> {route key: cluster}
 
 
@@ -164,8 +165,12 @@ def reachable(acl: Mapping[str, Iterable[str]], default: str | None, registry: M
 
 
 def grant_clusters(book: RouteBook, acl: Mapping[str, Iterable[str]], default: str | None,
-                   registry: dict[str, dict[str, Any]], wants: Iterable[tuple[str, str]]) -> dict[str, dict[str, Any]]:
-    """The part of the registry a grant carries (all of it while the routes cannot be known)."""
+                   registry: dict[str, dict[str, Any]], wants: Iterable[tuple[str, str]],
+                   placed: Callable[[str], str | None] = lambda _topic: None) -> dict[str, dict[str, Any]]:
+    """The part of the registry a grant carries (all of it while the routes cannot be known).
+
+    A want ``("placement:<topic>", cluster)`` is confirmed by the topic's placement (metaserver/placements.py)
+    when the app's ACL covers the topic."""
     routes = book.routes()
     if routes is None:
         if book.api is not None:
@@ -173,6 +178,12 @@ def grant_clusters(book: RouteBook, acl: Mapping[str, Iterable[str]], default: s
         return registry
     confirmed = []
     for namespace, cluster in wants:
+        if namespace.startswith(PLACEMENT):
+            topic = namespace[len(PLACEMENT):]
+            if cluster in registry and (acl_patterns.check(acl, "produce", topic)
+                                        or acl_patterns.check(acl, "consume", topic)) and placed(topic) == cluster:
+                confirmed.append(cluster)
+            continue
         scope = scope_of(namespace, book.prefix)
         if (cluster in registry and scope is not None and applies_to(scope, acl, set(registry))
                 and book.confirms(namespace, cluster)):

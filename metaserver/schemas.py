@@ -118,6 +118,7 @@ class Grant(BaseModel):
     default_cluster: str | None
     configcenter: ConfigCenterInfo
     issuer: str = Field(description="the issuing deployment's id; every peer on one database reports the same")
+    placements: bool = Field(description="the MetaServer places topics: ask GET /v1/placements/{topic}")
 
 
 # --- admin -----------------------------------------------------------------------------------

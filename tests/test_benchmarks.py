@@ -31,6 +31,7 @@ EXPECTED: dict[str, set[str]] = {
     "metaserver_auth": {"sqlite", "target"},
     "metaserver_clients": {"clients", "reports_s", "grants_s", "sqlite"},
     "pipeline_throughput": {"events", "events_s", "event_to_alert_s"},
+    "placement_scale": {"topics", "clusters", "lookup_p50_ms", "lookup_p99_ms", "rss_mb"},
     "producer_throughput": {"raw_msgs_s", "ykafka_msgs_s", "ratio", "messages"},
     "scale_client": {"rdkafka_producers", "longest_request_line", "release_ms"},
     "spill_replay": {"spill_msgs_s", "replay_msgs_s", "lost", "duplicated"},

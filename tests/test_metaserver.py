@@ -20,7 +20,7 @@ from ykafka.admin.client import AdminError  # noqa: E402
 pytest_plugins = ["tests.ms_fixtures"]
 
 GRANT_KEYS = {"app_id", "token", "expires_at", "renew_interval_s", "acl", "clusters", "default_cluster",
-              "configcenter", "issuer"}
+              "configcenter", "issuer", "placements"}
 DENIED = {"detail": "authentication failed"}
 
 

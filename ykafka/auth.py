@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import requests
 import structlog
@@ -35,6 +36,7 @@ log = structlog.get_logger(__name__)
 GRANT_PATH = "/v1/auth/grant"
 RENEW_PATH = "/v1/auth/renew"
 REPORT_PATH = "/v1/clients/report"
+PLACEMENT_PATH = "/v1/placements"
 
 
 class GrantStore:
@@ -90,11 +92,14 @@ class GrantClient:
         return self.endpoints.current
 
     def _post(self, path: str, **kwargs: Any) -> requests.Response:
-        """POST to the current instance; on a connection error, timeout or 5xx move to the next peer and retry
+        return self._request("POST", path, **kwargs)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """Call the current instance; on a connection error, timeout or 5xx move to the next peer and retry
         (each instance at most once per call). The last failure is raised or returned."""
         def send(url: str) -> requests.Response:
             with self._lock:
-                return self._session.post(url + path, timeout=self.timeout_s, **kwargs)
+                return self._session.request(method, url + path, timeout=self.timeout_s, **kwargs)
 
         return self.endpoints.call(send, f"metaserver {path}")
 
@@ -161,6 +166,22 @@ class GrantClient:
         grant = Grant.from_json(data)
         self.store.save(grant)
         return grant
+
+    def placement(self, grant: Grant, topic: str) -> str | None:
+        """The cluster the MetaServer placed ``topic`` on, or None when it has no placement."""
+        try:
+            resp = self._request("GET", f"{PLACEMENT_PATH}/{quote(topic, safe='')}",
+                                 headers={"Authorization": f"Bearer {grant.token}"})
+        except requests.RequestException as exc:
+            raise MetaServerUnavailable(f"{type(exc).__name__}: {exc}") from None
+        if resp.status_code in (403, 404):
+            return None
+        if resp.status_code != 200:
+            raise MetaServerUnavailable(f"HTTP {resp.status_code} from {PLACEMENT_PATH}: {_detail(resp)}")
+        try:
+            return str(resp.json()["cluster"])
+        except (ValueError, KeyError, TypeError):
+            raise MetaServerUnavailable(f"malformed placement answer for {topic!r}") from None
 
     def report(self, grant: Grant, body: Mapping[str, Any]) -> bool:
         """Post a client report; best-effort (False on any failure)."""

@@ -71,6 +71,7 @@ class Grant:
     default_cluster: str
     configcenter: ConfigCenterInfo
     issuer: str = ""  # the issuing deployment's id (every peer of one MetaServer reports the same)
+    placements: bool = False  # the MetaServer places topics: ask it where an unseen topic lives
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -92,6 +93,7 @@ class Grant:
                     namespace_prefix=str(cc.get("namespace_prefix") or "ykafka"),
                     access_key_secret=cc.get("access_key_secret") or None),
                 issuer=str(data.get("issuer") or ""),
+                placements=bool(data.get("placements")),
                 raw=dict(data),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -109,7 +111,8 @@ class Grant:
 
 def grant_json(*, app_id: str, token: str, expires_at: float, renew_interval_s: float,
                acl: Mapping[str, Iterable[str]], clusters: Mapping[str, Mapping[str, Any]],
-               default_cluster: str | None, configcenter: Mapping[str, Any], issuer: str) -> dict[str, Any]:
+               default_cluster: str | None, configcenter: Mapping[str, Any], issuer: str,
+               placements: bool = False) -> dict[str, Any]:
     """The grant as the MetaServer sends it (a plain dict: built on every grant, so no model validation)."""
     return {
         "app_id": app_id,
@@ -121,6 +124,7 @@ def grant_json(*, app_id: str, token: str, expires_at: float, renew_interval_s: 
         "default_cluster": default_cluster,
         "configcenter": {key: configcenter.get(key) for key in CONFIGCENTER_FIELDS},
         "issuer": issuer,
+        "placements": placements,
     }
 
 

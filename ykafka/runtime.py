@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
+from cachetools import TTLCache
 
 from ykafka import acl as acl_patterns
 from ykafka import catalog, transport
@@ -67,6 +68,9 @@ def _error_text(error: Mapping[str, Any]) -> str:
 
 
 ROUTE_KEYS = ("route.cluster", "route.standby")
+PLACEMENT = "placement:"  # a want's namespace naming a topic's placement (metaserver/reach.py)
+#: how long a topic's placement (or its absence) is trusted; moving a placed topic is a route.cluster change
+PLACEMENT_TTL_S = 300.0
 #: a cluster a route names but the MetaServer did not confirm is asked for again after this long
 WANT_INTERVAL_S = 5.0
 
@@ -88,6 +92,7 @@ class Runtime:
         self._grant_client: GrantClient | None = None
         # clusters beyond the grant that route values in force name: asked for at each renewal (reach.py)
         self._wants: dict[Want, float] = {}
+        self._placements: TTLCache[str, str | None] = TTLCache(maxsize=100_000, ttl=PLACEMENT_TTL_S)
         self.acl = AclCache(conf.ms("ykafka.acl.cache.ttl.ms"))
         self.hot = HotConfig(conf.catalog_defaults, prefix=str(conf.get("ykafka.configcenter.namespace.prefix")))
         self.hot.add_validator(self._validate_cluster_names)
@@ -282,12 +287,17 @@ class Runtime:
         held = list(extra or [])
         for want in list(self._wants):
             namespace, cluster = want
+            if namespace.startswith(PLACEMENT):
+                if self._placements.get(namespace[len(PLACEMENT):]) == cluster:
+                    held.append(want)
+                continue
             scope = self.hot.scope_of(namespace)
             if scope is not None and cluster in (str(v) for k, v in self.hot.layer(scope).items() if k in ROUTE_KEYS):
                 held.append(want)
             elif want not in held:
                 self._wants.pop(want, None)
-        return sorted(set(held))[:100]
+        one_per_cluster = {cluster: (namespace, cluster) for namespace, cluster in sorted(set(held), reverse=True)}
+        return sorted(one_per_cluster.values())[:100]  # one proof per cluster is enough
 
     def subscribe_scope(self, scope: Scope, timeout_s: float | None = None) -> None:
         """Watch one scope's namespace (no-op without a config center); first call fetches it (bounded)."""
@@ -308,11 +318,44 @@ class Runtime:
             self.subscribe_scope(scope)
 
     def route(self, topic: str | None = None, group: str | None = None) -> str:
-        """The cluster a topic (or group) uses: ``route.cluster`` by precedence, else the default cluster."""
+        """The cluster a topic (or group) uses: ``route.cluster`` at topic scope, else the topic's placement,
+        else ``route.cluster`` by precedence, else the default cluster (docs/architecture.md, "Routing")."""
         value = self.hot.resolve(topic, group, None, ["route.cluster"])["route.cluster"]
+        if topic is not None:
+            source = self.hot.sources(topic, group, None, ["route.cluster"])["route.cluster"]
+            if not (value and source == self.hot.namespace(Scope(ScopeKind.TOPIC, topic))):
+                placed = self.placement(topic)
+                if placed is not None and placed in self.clusters():
+                    return placed
         if value and value in self.clusters():
             return str(value)
         return self.default_cluster
+
+    def placement(self, topic: str) -> str | None:
+        """The MetaServer's placement of ``topic`` (asked once per topic and cached; None when it has none).
+
+        A placement on a cluster the grant lacks is asked for as a want (``placement:<topic>``)."""
+        grant, client = self._grant, self._grant_client
+        if grant is None or client is None or not grant.placements:
+            return None
+        try:
+            return self._placements[topic]
+        except KeyError:
+            pass
+        try:
+            cluster = client.placement(grant, topic)
+        except MetaServerUnavailable as exc:  # not cached: asked again at the next resolution
+            log.warning("ykafka.placement.lookup_failed", topic=topic, error=str(exc))
+            return None
+        self._placements[topic] = cluster
+        if cluster is not None and cluster not in grant.clusters:
+            want = (PLACEMENT + topic, cluster)
+            self._wants[want] = time.monotonic()
+            try:
+                self._set_grant(client.renew(grant, self._held_wants([want])))
+            except (AuthError, MetaServerUnavailable) as exc:
+                log.warning("ykafka.grant.want_failed", topic=topic, cluster=cluster, error=str(exc))
+        return cluster
 
     def effective(self, topic: str | None = None, group: str | None = None,
                   cluster: str | None = None) -> dict[str, Any]:
