@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import structlog
-from sqlalchemy import Connection, select
+from sqlalchemy import select
 
 from metaserver import db, hotpath, placements, ratelimit, reach, registry
 from metaserver.models import apps
@@ -135,12 +135,6 @@ def check_bearer(svc: Services, authorization: str | None, source_ip: str | None
         ratelimit.record_failure(svc.engine, None, source_ip, now, settings.auth_fail_window_s)
         raise AuthFailed("invalid or expired token")
     return claims
-
-
-def app_acl(conn: Connection, app_id: str) -> dict[str, list[str]]:
-    """The app's ACL ({} for an unknown app: nothing is allowed)."""
-    acl = conn.execute(select(apps.c.acl).where(apps.c.app_id == app_id, apps.c.enabled.is_(True))).scalar()
-    return dict(acl or {})
 
 
 def renew(svc: Services, claims: TokenClaims, wants: Wants | None = None) -> dict[str, Any]:

@@ -24,6 +24,9 @@ CLUSTERS = ("SELECT name, bootstrap_servers, dc, standby, status, sasl_mechanism
 NONCE = ("INSERT INTO ms_nonces (app_id, nonce, expires_at) VALUES (:app_id, :nonce, :expires_at) "
          "ON CONFLICT (app_id, nonce) DO NOTHING RETURNING nonce")
 PURGE_NONCES = "DELETE FROM ms_nonces WHERE expires_at < :now"
+# a client's first send to an unseen topic: the app's ACL and the topic's placement in one statement
+PLACEMENT = ("SELECT a.acl, p.cluster FROM ms_apps a LEFT JOIN ms_topic_placements p ON p.topic = :topic "
+             "WHERE a.app_id = :app_id AND a.enabled")
 
 
 @lru_cache(maxsize=64)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from cachetools import TTLCache
 from sqlalchemy import Connection, Engine, delete, func, select
 
-from metaserver import db
+from metaserver import db, hotpath
 from metaserver.models import clusters, topic_placements
 from ykafka import acl as acl_patterns
 
@@ -33,6 +33,20 @@ class PlacementRejected(ValueError):
 
 def lookup(conn: Connection, topic: str) -> str | None:
     return conn.execute(select(topic_placements.c.cluster).where(topic_placements.c.topic == topic)).scalar()
+
+
+def for_client(engine: Engine, app_id: str, topic: str) -> tuple[dict[str, list[str]], str | None]:
+    """The app's ACL ({} when unknown or disabled) and the topic's placement: one statement on the pooled
+    driver connection (the SDK's lookup path; see metaserver/hotpath.py for why not Core)."""
+    raw = engine.raw_connection()
+    try:
+        found = hotpath.rows(raw.cursor(), engine.dialect.name, hotpath.PLACEMENT, {"app_id": app_id, "topic": topic})
+        raw.commit()
+    finally:
+        raw.close()
+    if not found:
+        return {}, None
+    return dict(hotpath.json_value(found[0][0]) or {}), found[0][1]
 
 
 def lookup_on(engine: Engine, topic: str) -> str | None:

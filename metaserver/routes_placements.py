@@ -78,11 +78,9 @@ async def get_placement(topic: str, request: Request, authorization: str | None 
 
     def work() -> Any:
         claims = auth.check_bearer(svc, authorization, source_ip(request))
-        with db.read(svc.engine) as conn:
-            acl = auth.app_acl(conn, claims.app_id)
-            if not (acl_patterns.check(acl, "produce", topic) or acl_patterns.check(acl, "consume", topic)):
-                return JSONResponse({"detail": "the app's ACL does not cover this topic"}, status_code=403)
-            cluster = placements.lookup(conn, topic)
+        acl, cluster = placements.for_client(svc.engine, claims.app_id, topic)
+        if not (acl_patterns.check(acl, "produce", topic) or acl_patterns.check(acl, "consume", topic)):
+            return JSONResponse({"detail": "the app's ACL does not cover this topic"}, status_code=403)
         if cluster is None:
             return JSONResponse({"detail": "no placement for this topic"}, status_code=404)
         return {"topic": topic, "cluster": cluster}

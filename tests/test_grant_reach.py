@@ -147,8 +147,8 @@ def test_a_running_producer_follows_a_route_to_a_cluster_its_grant_lacked(sdk_st
 
 def test_placements_are_validated_paged_and_audited(sdk_stack: SdkStack) -> None:
     prefix = f"pl-{uuid.uuid4().hex[:6]}"
-    bad = sdk_stack.admin("PUT", "/v1/admin/placements", {"placements": {f"{prefix}.a": "dc-a", f"{prefix}.b": "nowhere",
-                                                                          "..": "dc-a"}})
+    wanted_bad = {f"{prefix}.a": "dc-a", f"{prefix}.b": "nowhere", "..": "dc-a"}
+    bad = sdk_stack.admin("PUT", "/v1/admin/placements", {"placements": wanted_bad})
     assert bad.status_code == 422, bad.text
     body = bad.json()
     assert body["detail"] == "2 placement(s) rejected; nothing written"

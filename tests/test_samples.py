@@ -87,6 +87,13 @@ def test_failover_sample_without_an_outage_loses_nothing(stack: StackInfo, tmp_p
     assert last.startswith("final: sent=") and " failed=0 lost=0 " in last, last
 
 
+def test_placements_sample_writes_where_the_topic_is_placed(stack: StackInfo, tmp_path: Path) -> None:
+    lines = _run_sample(stack, tmp_path, "placements.py", "--topic", unique("placed"), "--cluster", "dc-b")
+    assert any(line.startswith("the producer routes placed-") and " to dc-b (its default cluster is dc-a)" in line
+               for line in lines), lines
+    assert lines[-1] == "20 sent, 20 read back on dc-b: OK", lines[-1]
+
+
 @pytest.mark.slow  # one Spark pass (about 40 s on 2 cores)
 def test_trace_lookup_sample_traces_a_key(stack: StackInfo, tmp_path: Path) -> None:
     lines = _run_sample(stack, tmp_path, "trace_lookup.py", "--store", str(tmp_path / "store"),

@@ -278,6 +278,41 @@ def clusters_delete(ctx: click.Context, name: str) -> None:
     console.print(f"deleted cluster {name}")
 
 
+@admin.group()
+def placements() -> None:
+    """Which cluster holds each topic (users name topics; the platform picks the cluster)."""
+
+
+@placements.command("set")
+@click.argument("assignments", nargs=-1, required=True)
+@click.pass_context
+def placements_set(ctx: click.Context, assignments: tuple[str, ...]) -> None:
+    """Place topics: TOPIC=CLUSTER ... (all or nothing; a moved topic with traffic needs route.cluster)."""
+    wanted = _pairs(assignments)
+    written = _run(lambda: _client(ctx).place(wanted))
+    console.print(f"placed {written} topic(s)")
+
+
+@placements.command("list")
+@click.option("--prefix", default="", help="only topics starting with this")
+@click.option("--cluster", default=None, help="only topics on this cluster")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
+@_json_flag
+@click.pass_context
+def placements_list(ctx: click.Context, prefix: str, cluster: str | None, limit: int) -> None:
+    page = _run(lambda: _client(ctx).placements(prefix, cluster, limit=limit))
+    _show(ctx, page["placements"], "placements", ["topic", "cluster", "updated by"],
+          lambda p: (p["topic"], p["cluster"], p["updated_by"]))
+
+
+@placements.command("delete")
+@click.argument("topic")
+@click.pass_context
+def placements_delete(ctx: click.Context, topic: str) -> None:
+    _run(lambda: _client(ctx).unplace(topic))
+    console.print(f"deleted the placement of {topic}")
+
+
 # --- hot config ----------------------------------------------------------------------------------
 
 

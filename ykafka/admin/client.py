@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
@@ -138,6 +139,20 @@ class AdminClient:
 
     def delete_cluster(self, name: str) -> None:
         self._call("DELETE", f"/v1/admin/clusters/{name}")
+
+    # --- topic placements ------------------------------------------------------------------------
+
+    def place(self, placements: Mapping[str, str]) -> int:
+        """Place topics on clusters (at most 10,000 per call; all or nothing)."""
+        return int(self._call("PUT", "/v1/admin/placements", json={"placements": dict(placements)})["written"])
+
+    def placements(self, prefix: str = "", cluster: str | None = None, after: str = "",
+                   limit: int = 100) -> dict[str, Any]:
+        return dict(self._call("GET", "/v1/admin/placements",
+                               params={"prefix": prefix, "cluster": cluster, "after": after, "limit": limit}))
+
+    def unplace(self, topic: str) -> None:
+        self._call("DELETE", f"/v1/admin/placements/{quote(topic, safe='')}")
 
     # --- hot config ----------------------------------------------------------------------------
 
