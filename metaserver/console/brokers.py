@@ -14,7 +14,7 @@ def connection(svc: Any, cluster: str | None) -> tuple[str, dict[str, Any]]:
         clusters = registry.all_clusters(conn)
     name = cluster or svc.settings.default_cluster or (sorted(clusters)[0] if clusters else "")
     if name not in clusters:
-        raise LookupError(f"unknown cluster {name!r}")
+        raise LookupError("unknown cluster: not in the registry")
     spec = clusters[name]
     props: dict[str, Any] = {"bootstrap.servers": spec["bootstrap_servers"]}
     sasl = spec.get("sasl")
