@@ -77,6 +77,9 @@ def test_up_status_down_twice_leaves_nothing_behind(tmp_path: Path) -> None:
             assert listed == {cc + "/", cc2 + "/"}  # discovery: both config services on one database
             table = _ykafka("dev", "status", home=tmp_path, ports=ports).stdout
             assert "configcenter-2" in table and cc2.removeprefix("http://") in table
+            fewer = _ykafka("dev", "up", "--replicas", "1", home=tmp_path, ports=ports)  # would orphan the -2s
+            assert fewer.returncode != 0
+            assert "configcenter-2, metaserver-2 run from a stack started with --replicas 2" in fewer.stderr
             stop = _ykafka("dev", "stop", "configcenter", home=tmp_path, ports=ports)
             assert stop.returncode == 0, stop.stderr
             assert [i["homepageUrl"] for i in requests.get(cc2 + "/services/config", timeout=5).json()] == [cc2 + "/"]

@@ -388,6 +388,7 @@ class Stack:
         self.cfg = cfg
         self.home = cfg.home.resolve()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._recorded_replicas = 1  # what the running stack was started with (run/replicas.json)
         self._load_layout()
 
     @property
@@ -403,7 +404,7 @@ class Stack:
         ``up``), so ``status`` and ``down`` see the brokers, the S3 server and the replicas ``up`` started."""
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             replicas = json.loads(self._replicas_file.read_text())
-            self.cfg.replicas = int(replicas["replicas"])
+            self.cfg.replicas = self._recorded_replicas = int(replicas["replicas"])
             self.cfg.configcenter_port, *self.cfg.configcenter_extra_ports = map(int, replicas["configcenter"])
             self.cfg.metaserver_port, *self.cfg.metaserver_extra_ports = map(int, replicas["metaserver"])
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -430,6 +431,12 @@ class Stack:
         """Start what is not running, wait until each answers; idempotent."""
         for sub in ("run", "logs", "data"):
             (self.home / sub).mkdir(parents=True, exist_ok=True)
+        beyond = [name for service in ("configcenter", "metaserver")
+                  for name in (replica_name(service, i) for i in range(self.cfg.replicas, self._recorded_replicas))
+                  if (pid := read_pid(self.home / "run" / f"{name}.pid")) is not None and _pid_alive(pid)]
+        if beyond:  # fewer replicas than the running stack: those would be left running, unseen by `down`
+            raise StackError(f"{', '.join(beyond)} run from a stack started with --replicas {self._recorded_replicas};"
+                             f" stop it first (`ykafka dev down`) or keep --replicas {self._recorded_replicas}")
         started: dict[str, int] = {}
         self._layout_file.write_text(json.dumps({
             name: {"storage": spec.storage, "brokers": spec.brokers, "ports": spec.ports}
