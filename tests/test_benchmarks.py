@@ -21,6 +21,8 @@ EXPECTED: dict[str, set[str]] = {
     "aio_throughput": {"confluent_aio_msgs_s", "ykafka_aio_msgs_s", "ratio"},
     "capacity_memory": {"raw_producer_mb", "ykafka_producer_mb", "spill_messages", "spill_msgs_s"},
     "config_propagation": {"changes", "p50_ms", "p99_ms", "lost", "duplicated"},
+    "configcenter_namespaces": {"namespaces", "start_s", "rss_mb", "release_p50_ms", "release_p99_ms",
+                                "wrongly_answered", "errors"},
     "configcenter_longpoll": {"pollers", "p50_ms", "p99_ms", "answered", "errors"},
     "controlplane_failover": {"clients", "repark_p99_s", "all_reparked_s", "release_after_kill_p99_ms", "missed",
                               "applied_after_cc_kill_ms", "applied_after_ms_kill_ms", "lost", "survivor_rss_mb"},

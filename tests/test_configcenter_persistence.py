@@ -43,6 +43,17 @@ def test_data_survives_a_restart(cc_factory: Callable[..., CCServer]) -> None:
 
     second = cc_factory(db=first.db)
     assert second.port != first.port
+    # start-up reads every namespace in a few set queries; it must see exactly what reading each one sees
+    from metaserver.configcenter.store import Store
+
+    store = Store(first.database)
+    try:
+        states, _ = store.load_all()
+        with store._sessions() as session:
+            one_by_one = {pair: store.load_state(session, *pair) for pair in states}
+        assert states == one_by_one and states[("ykafka", NS)].gray and states[("ykafka", NS)].notifications
+    finally:
+        store.close()
     after = requests.get(f"{second.url}/configs/ykafka/default/{NS}", timeout=5)
     assert after.json() == before
     assert after.json()["configurations"] == {"route.cluster": "dc-b"}

@@ -142,9 +142,45 @@ class StoreBase:
     # snapshots for the read model
     # ------------------------------------------------------------------------------------------
     def load_all(self) -> tuple[dict[tuple[str, str], NamespaceState], list[AppNamespaceView]]:
+        """Every namespace's state in a handful of set queries (what :meth:`load_state` reads for one, for all
+        at once: a service holding 100,000 namespaces starts in seconds, not in 400,000 queries)."""
         with self._sessions() as s:
             pairs = s.execute(select(m.Namespace.app_id, m.Namespace.namespace_name).distinct()).all()
-            states = {(a, n): self.load_state(s, a, n) for a, n in pairs}
+            states = {(str(a), str(n)): NamespaceState() for a, n in pairs}
+            by_key = {(a.lower(), n.lower()): state for (a, n), state in states.items()}
+            clusters: dict[str, set[str]] = {}
+            for app_id, name in s.execute(select(m.Cluster.app_id, m.Cluster.name)):
+                clusters.setdefault(app_id.lower(), set()).add(name.lower())
+            latest_ids = (select(func.max(m.Release.id)).where(m.Release.is_abandoned.is_(False))
+                          .group_by(m.Release.app_id, m.Release.namespace_name, m.Release.cluster_name))
+            for rel in s.scalars(select(m.Release).where(m.Release.id.in_(latest_ids))):
+                state = by_key.get((rel.app_id.lower(), rel.namespace_name.lower()))
+                if state is not None and rel.cluster_name.lower() in clusters.get(rel.app_id.lower(), ()):
+                    state.latest[rel.cluster_name.lower()] = _release_view(rel)
+            gray: dict[tuple[str, str], dict[str, list[GrayRuleView]]] = {}
+            for rule in s.scalars(select(m.GrayReleaseRule).where(m.GrayReleaseRule.branch_status == BRANCH_ACTIVE)
+                                  .order_by(m.GrayReleaseRule.id)):
+                key = (rule.app_id.lower(), rule.namespace_name.lower())
+                state = by_key.get(key)
+                if state is None:
+                    continue
+                items = tuple(RuleItem.from_json(i) for i in json.loads(rule.rules or "[]"))
+                gray.setdefault(key, {}).setdefault(rule.cluster_name.lower(), []).append(
+                    GrayRuleView(rule.branch_name, rule.release_id, True, items))
+                if rule.release_id:
+                    gray_rel = s.get(m.Release, rule.release_id)
+                    if gray_rel is not None and not gray_rel.is_abandoned:
+                        state.releases[gray_rel.id] = _release_view(gray_rel)
+            for key, per_cluster in gray.items():
+                by_key[key].gray = {k: tuple(v) for k, v in per_cluster.items()}
+            for msg, msg_id in s.execute(select(m.ReleaseMessage.message, func.max(m.ReleaseMessage.id))
+                                         .group_by(m.ReleaseMessage.message)):
+                if msg.count("+") < 2:
+                    continue
+                a, cluster, n = msg.split("+", 2)
+                state = by_key.get((a.lower(), n.lower()))
+                if state is not None and cluster.lower() in clusters.get(a.lower(), ()):
+                    state.notifications[cluster.lower()] = max(msg_id, state.notifications.get(cluster.lower(), -1))
             return states, self.load_app_namespaces(s)
 
     def heartbeat(self, instance_id: str, homepage_url: str) -> None:
