@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer as RawProducer  # noqa: E402
 from confluent_kafka.aio import AIOProducer as ConfluentAIOProducer  # noqa: E402
 
-from bench._stack import bench_stack  # noqa: E402
+from tests.support import local_stack  # noqa: E402
 from ykafka.aio import AIOConsumer, AIOProducer  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
@@ -121,7 +121,7 @@ def main() -> None:
         args.messages, args.consume, args.rounds = 5_000, 2_000, 1
     configure("warning")
     value = b"x" * args.size
-    with bench_stack() as bench:
+    with local_stack(["dc-a", "control"]) as bench:
         raw_rates: list[float] = []
         yk_rates: list[float] = []
         for _ in range(args.rounds):

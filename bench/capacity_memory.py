@@ -126,13 +126,13 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    from bench._stack import bench_stack
+    from tests.support import local_stack
     from ykafka.logs import configure
 
     configure("warning")
     spill_n = 100_000 if args.quick else args.spill
     result: dict[str, Any] = {}
-    with bench_stack() as bench:
+    with local_stack(["dc-a", "control"]) as bench:
         topic = f"bench-mem-{uuid.uuid4().hex[:6]}"
         raw_p = {"bootstrap.servers": bench.bootstrap()}
         result["baseline_mb"] = run_child("baseline", "{}", topic)["rss_mb"]

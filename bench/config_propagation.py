@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
-from bench._stack import bench_stack  # noqa: E402
+from tests.support import local_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.admin.client import AdminClient  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
@@ -128,7 +128,7 @@ def main() -> None:
     if args.quick:
         args.changes, args.rate = 5, 2000.0
     configure("warning")
-    with bench_stack() as bench:
+    with local_stack(["dc-a", "control"]) as bench:
         cfg = bench.cfg
         admin = AdminClient(cfg.metaserver_url, cfg.admin_token)
         topic = f"bench-propagation-{uuid.uuid4().hex[:6]}"

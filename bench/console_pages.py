@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import requests  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from bench._stack import bench_stack  # noqa: E402
 from metaserver import db  # noqa: E402
 from metaserver.app import create_app  # noqa: E402
 from metaserver.console import users  # noqa: E402
@@ -40,6 +39,7 @@ from metaserver.console.models import requests as console_requests  # noqa: E402
 from metaserver.models import alerts, audit, client_state  # noqa: E402
 from metaserver.routes_admin import insert_app  # noqa: E402
 from metaserver.settings import Settings  # noqa: E402
+from tests.support import local_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
 
 
@@ -124,7 +124,7 @@ def pages(cc_url: str, cc_token: str, n_clients: int, repeats: int) -> dict[str,
 
 
 def closed_loop(n_producers: int, rounds: int) -> dict[str, Any]:
-    with bench_stack() as st:
+    with local_stack(["dc-a", "control"]) as st:
         base = st.cfg.metaserver_url
         topic = f"console-bench-{uuid.uuid4().hex[:6]}"
         producers = [Producer(st.client_config(**{"ykafka.client.id": f"bench-{i}",
@@ -180,7 +180,7 @@ def main() -> None:
         args.clients, args.producers, args.rounds, args.repeats = 2000, 3, 3, 10
     result: dict[str, Any] = {"clients": args.clients, "topics": 1000, "groups": 200}
     loop = closed_loop(args.producers, args.rounds)
-    with bench_stack() as st:
+    with local_stack(["dc-a", "control"]) as st:
         result.update(pages(st.cfg.configcenter_url, st.cfg.openapi_token, args.clients, args.repeats))
     result.update(loop)
     result["pages_p95_max_ms"] = max(result["pages_p95_ms"].values())

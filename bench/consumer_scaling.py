@@ -34,8 +34,8 @@ from confluent_kafka import Consumer as RawConsumer  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from tests.support import LocalStack, new_stack  # noqa: E402
 from ykafka.consumer import Consumer  # noqa: E402
-from ykafka.devstack import Stack, ephemeral_config  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
 PARTITIONS = 16
@@ -167,14 +167,11 @@ def main() -> None:
     workers_list, orderings = ((1, 16), ("none", "key")) if args.quick else (WORKERS, ORDERINGS)
     configure("warning")
 
-    stack: Stack | None = None
+    stack: LocalStack | None = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        cfg = ephemeral_config(Path(tempfile.mkdtemp(prefix="ykafka-bench-stack-")))
-        stack = Stack(cfg)
-        name = next(iter(cfg.clusters))
-        stack.up([name], seed=False)
-        bootstrap = cfg.bootstrap(name)
+        stack = new_stack().up(["dc-a"])
+        bootstrap = stack.bootstrap()
     try:
         scale_topic, noop_topic = f"scale-{uuid.uuid4().hex[:6]}", f"noop-{uuid.uuid4().hex[:6]}"
         create(bootstrap, scale_topic)

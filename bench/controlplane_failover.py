@@ -50,10 +50,10 @@ sys.path.insert(0, str(ROOT))
 
 import requests  # noqa: E402
 
-from bench._stack import BenchStack, bench_stack  # noqa: E402
 from bench.config_propagation import Load, percentile, read_all  # noqa: E402
 from bench.configcenter_longpoll import http, raise_fd_limit  # noqa: E402
 from metaserver.apollo import ApolloOpenApi  # noqa: E402
+from tests.support import LocalStack, local_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.admin.client import AdminClient  # noqa: E402
 from ykafka.apollo import ApolloClient, NamespaceConfig  # noqa: E402
@@ -144,7 +144,7 @@ def push_and_wait(admin: AdminClient, producers: list[Producer], topic: str, lin
     return round((time.monotonic() - pushed) * 1000, 1)
 
 
-def failover(bench: BenchStack, args: argparse.Namespace) -> dict[str, Any]:
+def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
     cfg, stack = bench.cfg, bench.stack
     a_url, b_url = cfg.configcenter_urls
     api = ApolloOpenApi(b_url, cfg.openapi_token, app_id=APP)
@@ -392,7 +392,7 @@ def main() -> None:
         args.clients, args.producers, args.rate, args.releases, args.notify_releases = 25, 1, 500.0, 2, 2
     configure("error")
     raise_fd_limit(args.clients * 4 + 512)
-    with bench_stack(replicas=2) as bench:
+    with local_stack(["dc-a", "control"], replicas=2) as bench:
         result = failover(bench, args)
         gc.collect()  # closed producers keep their broker connections until collected (the broker's stop waits)
     result.update(notify_vs_scan(args.notify_releases))

@@ -1,17 +1,25 @@
-"""Dual-DC failover under load: the primary (dc-a) is killed while a thread produces, then restarted.
+"""Dual-DC failover under load on durable clusters: the primary (dc-a) is SIGKILLed while a thread produces,
+then restarted.
 
-Starts two Tansu brokers on free ports (dc-a primary, dc-b standby, ``route.failover=auto``). A thread
-produces at a steady rate; dc-a is SIGKILLed, later restarted on the same port (empty: memory storage).
+Starts two durable clusters (two Tansu brokers each on the S3 engine over a local S3 server; dc-a primary, dc-b
+standby, ``route.failover=auto``). A thread produces at a steady rate; every dc-a broker is SIGKILLed, later
+restarted on the same addresses and bucket (what it acknowledged is still there).
 
 * ``failover_s``: from the kill to the first message acknowledged by the standby;
 * ``failback_s``: from the restart to the first message acknowledged by the primary again.
 
-Counting (Tansu forgets everything when killed): a message is delivered when it was acknowledged by a
-broker and is present on the cluster that acknowledged it at the end, or was synced to the primary; for
-dc-a before the kill "present" means seen there by a live tail reader, or acknowledged to us just before
-the kill (``acked_lost_with_broker``: the broker's loss, not the client's).
+Counting is strict, on dc-a at the end (what it took directly plus the outage synced back from dc-b): ``lost``
+and ``duplicated`` must be 0. ``retried``: messages in flight at the kill, stored by dc-a but their
+acknowledgement lost, so sent again through dc-b and synced back (two copies, never acknowledged before the
+kill). ``key_order``: each key's messages in send order within what was written directly and within what was
+synced, except ``reordered_at_failover``: messages queued for dc-a before the switch whose delivery failed after
+newer writes of their key had reached dc-b (re-routed behind them: the engine's failover order caveat).
 
-    python bench/failover.py [--rate 3000] [--outage 3] [--quick]
+Health settings: the top-level figures use the **defaults** (``health.probe.interval.ms=500``,
+``health.down.failures=3``, ``health.down.after.ms=2000``, ``spill.after.ms=10000``); a full run also reports
+``tight`` (200 ms probes, 2 failures, 1 s, ``spill.after.ms=2000``, what the tests use), ``--health`` picks.
+
+    python bench/failover.py [--rate 3000] [--outage 3] [--health both|default|tight] [--quick]
 
 Last line: RESULT {"failover_s": ..., "failback_s": ..., "sent": ..., "delivered": ..., "lost": 0, ...}
 """
@@ -31,105 +39,127 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.dr_fixtures import Broker, TailReader, create_topic, make_engine, read_all, tally  # noqa: E402
+from tests.dr_fixtures import (  # noqa: E402
+    DEFAULT_HEALTH,
+    create_topic,
+    failover_overtakes,
+    in_key_order,
+    make_engine,
+    read_all,
+    strict_count,
+)
+from tests.support import Broker, brokers  # noqa: E402
 from ykafka import headers as H  # noqa: E402
 from ykafka.dr.engine import RouteSpec  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
+
+HEALTH: dict[str, dict[str, Any]] = {
+    "default": DEFAULT_HEALTH,
+    "tight": {"probe_s": 0.2, "down_failures": 2, "down_after_s": 1.0, "spill_after_ms": 2000},
+}
+
+
+def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float) -> dict[str, Any]:
+    topic = f"bench-failover-{health}"
+    for broker in (a, b):
+        create_topic(broker.bootstrap, topic, 3)
+    engine = make_engine({"dc-a": a.bootstrap, "dc-b": b.bootstrap}, RouteSpec("dc-a", "dc-b", "auto"),
+                         work / f"dr-{health}", progress_interval_s=2.0, **HEALTH[health])
+    sent: list[int] = []
+    acked_at: dict[int, float] = {}
+    stop = threading.Event()
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked_at.setdefault(int(msg.value()), time.perf_counter())
+
+    def produce() -> None:
+        interval = 1.0 / rate
+        next_at = time.perf_counter()
+        while not stop.is_set():
+            i = len(sent)
+            engine.produce(topic, str(i).encode(), key=str(i % 16).encode(), on_delivery=on_delivery)
+            sent.append(i)
+            next_at += interval
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+
+    def delivered(cluster: str) -> int:
+        return int(engine.status()["links"].get(cluster, {}).get("delivered", 0))
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    time.sleep(2.0)
+    standby_before = delivered("dc-b")
+    a.kill()
+    killed = time.perf_counter()
+    while delivered("dc-b") == standby_before and time.perf_counter() - killed < 60:
+        time.sleep(0.005)
+    failover_s = time.perf_counter() - killed
+    sent_at_switch = len(sent)  # the standby's first acknowledgement: the route had switched
+    time.sleep(max(0.0, outage - failover_s))
+    primary_before = delivered("dc-a")
+    restarted = time.perf_counter()  # from launching the broker processes (includes their own start-up)
+    a.start()
+    while delivered("dc-a") == primary_before and time.perf_counter() - restarted < 60:
+        time.sleep(0.005)
+    failback_s = time.perf_counter() - restarted
+    time.sleep(2.0)
+    stop.set()
+    producer.join(10)
+    idle = engine.wait_idle(120)
+    status = engine.status()
+    engine.close()
+    on_a = read_all(a.bootstrap, topic, expect=len(sent))
+    on_b = read_all(b.bootstrap, topic)
+    counts = strict_count(sent, [int(m.value() or b"0") for m in on_a],
+                          {i for i, at in acked_at.items() if at < killed})
+    synced = [m for m in on_a if H.synced_from(m.headers())]
+    direct = [m for m in on_a if not H.synced_from(m.headers())]
+    b_values = {int(m.value() or b"0") for m in on_b}
+    reordered = failover_overtakes(synced, sent_at_switch)
+    return {
+        "failover_s": round(failover_s, 3),
+        "failback_s": round(failback_s, 3),
+        "sent": counts["sent"],
+        "delivered": counts["delivered"],
+        "lost": counts["lost"],
+        "duplicated": counts["duplicated"],
+        "retried": counts["retried"],
+        "unacknowledged": len(sent) - len(acked_at),
+        "key_order": in_key_order(direct) and not reordered[1],
+        "reordered_at_failover": len(reordered[0]),
+        "on_standby": len(b_values),
+        "synced_to_primary": len(synced),
+        "sync_done": idle and bool(status["sync"]) and status["sync"][-1]["state"] == "done",
+        "spilled": status["spill"].get("dc-a", {}).get("spilled", 0),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=int, default=3000, help="messages per second")
     parser.add_argument("--outage", type=float, default=3.0, help="seconds dc-a stays down")
+    parser.add_argument("--health", choices=["both", "default", "tight"], default=None,
+                        help="health settings (default: both; --quick: default only)")
     parser.add_argument("--quick", action="store_true", help="500 msgs/s, a 1 s outage (the suite's check)")
     args = parser.parse_args()
     if args.quick:
         args.rate, args.outage = 500, 1.0
+    health = args.health or ("default" if args.quick else "both")
     configure("warning")
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-failover-"))
-    a, b = Broker("dc-a", work / "logs"), Broker("dc-b", work / "logs")
-    topic = "bench-failover"
     try:
-        a.start()
-        b.start()
-        for broker in (a, b):
-            create_topic(broker.bootstrap, topic, 3)
-        tail_a = TailReader(a.bootstrap, topic, 3)
-        engine = make_engine({"dc-a": a.bootstrap, "dc-b": b.bootstrap}, RouteSpec("dc-a", "dc-b", "auto"),
-                             work / "dr", progress_interval_s=2.0)
-        sent: list[int] = []
-        acked: set[int] = set()
-        stop = threading.Event()
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is None:
-                acked.add(int(msg.value()))
-
-        def produce() -> None:
-            interval = 1.0 / args.rate
-            next_at = time.perf_counter()
-            while not stop.is_set():
-                i = len(sent)
-                engine.produce(topic, str(i).encode(), key=str(i % 16).encode(), on_delivery=on_delivery)
-                sent.append(i)
-                next_at += interval
-                delay = next_at - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-
-        def delivered(cluster: str) -> int:
-            return int(engine.status()["links"].get(cluster, {}).get("delivered", 0))
-
-        producer = threading.Thread(target=produce, daemon=True)
-        producer.start()
-        time.sleep(2.0)
-        standby_before = delivered("dc-b")
-        a.kill()
-        killed = time.perf_counter()
-        while delivered("dc-b") == standby_before and time.perf_counter() - killed < 60:
-            time.sleep(0.005)
-        failover_s = time.perf_counter() - killed
-        before_kill = tail_a.stop()
-        time.sleep(max(0.0, args.outage - failover_s))
-        primary_before = delivered("dc-a")
-        restarted = time.perf_counter()  # from launching the broker process (includes its own start-up)
-        a.start()
-        while delivered("dc-a") == primary_before and time.perf_counter() - restarted < 60:
-            time.sleep(0.005)
-        failback_s = time.perf_counter() - restarted
-        time.sleep(2.0)
-        stop.set()
-        producer.join(10)
-        idle = engine.wait_idle(120)
-        status = engine.status()
-        engine.close()
-        on_a, on_b = read_all(a.bootstrap, topic), read_all(b.bootstrap, topic)
-        pre = [int(r[3] or b"0") for r in before_kill]
-        a_final = [int(m.value() or b"0") for m in on_a]
-        b_values = {int(m.value() or b"0") for m in on_b}
-        landed = pre + a_final
-        acked_lost = acked - set(landed) - b_values
-        landed += sorted(b_values - set(landed)) + sorted(acked_lost)
-        counts = tally(sent, landed)
-        synced = sum(1 for m in on_a if H.synced_from(m.headers()))
-        result = {
-            "failover_s": round(failover_s, 3),
-            "failback_s": round(failback_s, 3),
-            "sent": counts["sent"],
-            "delivered": counts["delivered"],
-            "lost": counts["lost"],
-            "duplicated": counts["duplicated"],
-            "on_standby": len(b_values),
-            "synced_to_primary": synced,
-            "outage_missing_on_primary": len(b_values - set(a_final)),
-            "acked_lost_with_broker": len(acked_lost),
-            "sync_done": idle and bool(status["sync"]) and status["sync"][-1]["state"] == "done",
-            "rate": args.rate,
-        }
+        with brokers(["dc-a", "dc-b"], work / "clusters", storage="durable") as started:
+            a, b = started["dc-a"], started["dc-b"]
+            first = "tight" if health == "tight" else "default"
+            result = {**run(a, b, work, first, args.rate, args.outage), "health": first, "storage": "durable",
+                      "rate": args.rate}
+            if health == "both":
+                result["tight"] = run(a, b, work, "tight", args.rate, args.outage)
         print("RESULT " + json.dumps(result))
     finally:
-        a.kill()
-        b.kill()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.runner import Pipeline, PipelineConfig  # noqa: E402
 from pipeline.session import spark_session  # noqa: E402
-from tests.dr_fixtures import Broker  # noqa: E402
+from tests.support import Broker  # noqa: E402
 from ykafka import events  # noqa: E402
 from ykafka.events import MetricName  # noqa: E402
 from ykafka.sink import EventSink  # noqa: E402
@@ -135,7 +135,7 @@ def main() -> None:
     finally:
         if pipeline is not None:
             pipeline.close()
-        broker.kill()
+        broker.close()
     print("RESULT " + json.dumps(result))
 
 

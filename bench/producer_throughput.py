@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer as RawProducer  # noqa: E402
 
 from bench._loop import produce_loop  # noqa: E402
-from bench._stack import bench_stack  # noqa: E402
+from tests.support import local_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
@@ -54,7 +54,7 @@ def main() -> None:
         args.messages, args.rounds = 20_000, 1
     configure("warning")
     value = b"x" * args.size
-    with bench_stack() as bench:
+    with local_stack(["dc-a", "control"]) as bench:
         raw = RawProducer({"bootstrap.servers": bench.bootstrap(), **RAW_SETTINGS})
         yk = Producer(bench.client_config())
         topic = "bench-throughput"

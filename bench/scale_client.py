@@ -27,8 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._stack import bench_stack  # noqa: E402
 from metaserver.apollo import ApolloOpenApi  # noqa: E402
+from tests.support import local_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.admin.client import AdminClient  # noqa: E402
 from ykafka.apollo import MAX_REQUEST_LINE  # noqa: E402
@@ -54,7 +54,7 @@ def main() -> None:
     if args.quick:
         args.topics, args.releases = 150, 1
     configure("warning")
-    with bench_stack() as bench:
+    with local_stack(["dc-a", "control"]) as bench:
         admin = AdminClient(bench.cfg.metaserver_url, bench.cfg.admin_token)
         clusters = [f"scale-{c:02d}" for c in range(args.clusters)]
         for name in clusters:

@@ -1,7 +1,9 @@
 """Spill and replay throughput: N messages of 100 bytes spilled to disk while the cluster is down, then
 replayed into it when it comes up; every record read back and counted.
 
-Starts its own Tansu broker on a free port (after the spill: the cluster is "down" until then). The peer
+Starts its own durable cluster (two Tansu brokers on the S3 engine over a local S3 server) after the spill: the
+cluster is "down" until then. Counts are strict: ``lost`` and ``duplicated`` 0, ``key_order`` each key's
+records in send order. The peer
 is raw ``diskcache.Cache.set``, one message per set, on the same disk in the same run: that is what a
 spill costs when each message waits for its own commit. Spill figures (all through ``engine.produce``):
 
@@ -39,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 import diskcache  # noqa: E402
 
-from tests.dr_fixtures import Broker, create_topic, make_engine, read_all, tally  # noqa: E402
+from tests.dr_fixtures import create_topic, in_key_order, make_engine, read_all, tally  # noqa: E402
+from tests.support import Broker  # noqa: E402
 from ykafka.dr.engine import RouteSpec  # noqa: E402
 from ykafka.dr.health import ClusterState  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
@@ -101,7 +104,7 @@ def main() -> None:
     configure("warning")
     n = args.messages
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-spill-"))
-    broker = Broker("bench", work / "logs")  # not started yet: the cluster is down while we spill
+    broker = Broker("bench", work / "logs", storage="durable")  # not started yet: down while we spill
     topic = "bench-spill"
     try:
         peer = peer_diskcache(work / "peer", min(n, 20_000))
@@ -168,12 +171,14 @@ def main() -> None:
             "replay_rounds": status["replay"]["solo"]["rounds"],
             "lost": counts["lost"],
             "duplicated": counts["duplicated"],
+            "key_order": in_key_order(records),
+            "storage": "durable",
         }
         print(f"spilled {n} in {spill_s:.2f}s (committed after {committed_s:.2f}s), replayed in {replay_s:.2f}s; "
               f"peer diskcache.set {peer:.0f}/s")
         print("RESULT " + json.dumps(result))
     finally:
-        broker.kill()
+        broker.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Producer as RawProducer  # noqa: E402
 
-from bench._stack import bench_stack  # noqa: E402
+from tests.support import local_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
@@ -78,7 +78,7 @@ def main() -> None:
     configure("warning")
     out: dict[str, list[float]] = {"raw": [], "cold": [], "warm": [], "cached_down": []}
     ready: dict[str, list[float]] = {k: [] for k in out}
-    with bench_stack() as bench:
+    with local_stack(["dc-a", "control"]) as bench:
         topic = f"bench-start-{uuid.uuid4().hex[:6]}"
         raw_conf = {"bootstrap.servers": bench.bootstrap(), "acks": "all", "enable.idempotence": True,
                     "linger.ms": 5}

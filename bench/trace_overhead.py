@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Producer  # noqa: E402
 
 from bench._loop import produce_loop  # noqa: E402
-from tests.dr_fixtures import Broker  # noqa: E402
+from tests.support import Broker  # noqa: E402
 from ykafka import Producer as YProducer  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 from ykafka.tracing import Tracer  # noqa: E402
@@ -156,7 +156,7 @@ def main() -> None:
         }
     finally:
         if broker is not None:
-            broker.kill()
+            broker.close()
     print("RESULT " + json.dumps(result))
 
 

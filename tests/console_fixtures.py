@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.sdk_fixtures import SdkStack
+from tests.support import LocalStack
 from ykafka import Producer
 
 CHROMIUM = os.environ.get("YKAFKA_CHROMIUM", "/usr/bin/chromium")
@@ -32,7 +32,7 @@ PASSWORD = "console-pass-1"
 
 @dataclass
 class Console:
-    stack: SdkStack
+    stack: LocalStack
     url: str
     users: dict[str, str]  # role -> username (all share PASSWORD)
 
@@ -49,7 +49,7 @@ class Console:
 
 
 @pytest.fixture(scope="module")
-def console(sdk_stack: SdkStack) -> Console:
+def console(sdk_stack: LocalStack) -> Console:
     names = {}
     for role in ("viewer", "operator", "admin"):
         name = f"{role}-{uuid.uuid4().hex[:6]}"
@@ -132,14 +132,14 @@ class Load:
         self.producer.close()
 
 
-def admin_clients(stack: SdkStack, app_id: str) -> dict[str, dict[str, Any]]:
+def admin_clients(stack: LocalStack, app_id: str) -> dict[str, dict[str, Any]]:
     resp = requests.get(stack.metaserver + f"/v1/admin/clients?app={app_id}", timeout=10,
                         headers={"Authorization": f"Bearer {stack.admin_token}"})
     assert resp.status_code == 200, resp.text
     return {c["client_id"]: c for c in resp.json()}
 
 
-def wait_reported_topic(stack: SdkStack, app_id: str, client_ids: list[str], topic: str,
+def wait_reported_topic(stack: LocalStack, app_id: str, client_ids: list[str], topic: str,
                         timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

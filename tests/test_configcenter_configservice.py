@@ -9,22 +9,21 @@ from typing import TYPE_CHECKING
 import requests
 
 if TYPE_CHECKING:
-    from tests.cc_fixtures import CCServer, OpenApi
+    from tests.cc_fixtures import OpenApi
+    from tests.support import ConfigService
 
-pytest_plugins = ["tests.cc_fixtures"]
 
-
-def configs(cc: CCServer, app: str, ns: str, cluster: str = "default", **params: str) -> requests.Response:
+def configs(cc: ConfigService, app: str, ns: str, cluster: str = "default", **params: str) -> requests.Response:
     return requests.get(f"{cc.url}/configs/{app}/{cluster}/{ns}", params=params or None, timeout=5)
 
 
-def test_health(cc: CCServer) -> None:
+def test_health(cc: ConfigService) -> None:
     resp = requests.get(cc.url + "/health", timeout=5)
     assert resp.status_code == 200
     assert resp.json() == {"status": "ok"}
 
 
-def test_first_fetch_then_304_by_release_key(cc: CCServer, api: OpenApi) -> None:
+def test_first_fetch_then_304_by_release_key(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     release = api.setup(app, "ykafka.global", {"producer.acks": "all", "consumer.workers": "4"})
     assert release is not None
@@ -42,7 +41,7 @@ def test_first_fetch_then_304_by_release_key(cc: CCServer, api: OpenApi) -> None
     assert stale.json()["configurations"]["producer.acks"] == "all"
 
 
-def test_unknown_and_unreleased_namespaces_are_404(cc: CCServer, api: OpenApi) -> None:
+def test_unknown_and_unreleased_namespaces_are_404(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.topic.orders", {"route.cluster": "dc-a"}, publish=False)
     never_released = configs(cc, app, "ykafka.topic.orders")
@@ -53,7 +52,7 @@ def test_unknown_and_unreleased_namespaces_are_404(cc: CCServer, api: OpenApi) -
     assert configs(cc, "no-such-app", "application").status_code == 404
 
 
-def test_cluster_falls_back_to_default_and_properties_suffix_is_stripped(cc: CCServer, api: OpenApi) -> None:
+def test_cluster_falls_back_to_default_and_properties_suffix_is_stripped(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"trace.enabled": "true"})
     body = configs(cc, app, "ykafka.global.properties", cluster="dc-somewhere").json()
@@ -62,7 +61,7 @@ def test_cluster_falls_back_to_default_and_properties_suffix_is_stripped(cc: CCS
     assert body["configurations"] == {"trace.enabled": "true"}
 
 
-def test_own_cluster_release_wins_over_default(cc: CCServer, api: OpenApi) -> None:
+def test_own_cluster_release_wins_over_default(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"producer.linger.ms": "5"})
     api.ok(api.call("POST", f"/envs/DEV/apps/{app}/clusters", {"name": "sha", "appId": app,
@@ -76,7 +75,7 @@ def test_own_cluster_release_wins_over_default(cc: CCServer, api: OpenApi) -> No
     assert via_dc["configurations"] == {"producer.linger.ms": "50"}
 
 
-def test_configfiles_json_and_properties(cc: CCServer, api: OpenApi) -> None:
+def test_configfiles_json_and_properties(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"a.b": "1", "path": "C:\\tmp", "greeting": "hi there", "eq": "x=y"})
     js = requests.get(f"{cc.url}/configfiles/json/{app}/default/ykafka.global", timeout=5)
@@ -89,7 +88,7 @@ def test_configfiles_json_and_properties(cc: CCServer, api: OpenApi) -> None:
     assert requests.get(f"{cc.url}/configfiles/json/{app}/default/missing", timeout=5).status_code == 404
 
 
-def test_first_poll_with_minus_one_answers_at_once(cc: CCServer, api: OpenApi) -> None:
+def test_first_poll_with_minus_one_answers_at_once(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"k": "v"})
     start = time.monotonic()
@@ -102,7 +101,7 @@ def test_first_poll_with_minus_one_answers_at_once(cc: CCServer, api: OpenApi) -
     assert note["messages"] == {"details": {f"{app}+default+ykafka.global": note["notificationId"]}}
 
 
-def test_poll_times_out_with_304(cc: CCServer, api: OpenApi) -> None:
+def test_poll_times_out_with_304(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"k": "v"})
     current = cc.poll(app, [{"namespaceName": "ykafka.global", "notificationId": -1}]).json()[0]
@@ -113,7 +112,7 @@ def test_poll_times_out_with_304(cc: CCServer, api: OpenApi) -> None:
     assert cc.longpoll_timeout - 0.1 <= elapsed < cc.longpoll_timeout + 1.5
 
 
-def test_release_wakes_a_parked_poll_at_once(cc: CCServer, api: OpenApi) -> None:
+def test_release_wakes_a_parked_poll_at_once(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"producer.acks": "1"})
     current = cc.poll(app, [{"namespaceName": "ykafka.global", "notificationId": -1}]).json()[0]
@@ -132,7 +131,7 @@ def test_release_wakes_a_parked_poll_at_once(cc: CCServer, api: OpenApi) -> None
     assert fetched["configurations"] == {"producer.acks": "all"}
 
 
-def test_one_poll_watches_many_namespaces_including_ones_not_yet_created(cc: CCServer, api: OpenApi) -> None:
+def test_one_poll_watches_many_namespaces_including_ones_not_yet_created(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"g": "1"})
     api.setup(app, "ykafka.cluster.dc-a", {"c": "1"})
@@ -166,7 +165,7 @@ def test_one_poll_watches_many_namespaces_including_ones_not_yet_created(cc: CCS
     assert note2["notificationId"] > note["notificationId"]
 
 
-def test_namespace_case_and_suffix_are_restored_in_the_answer(cc: CCServer, api: OpenApi) -> None:
+def test_namespace_case_and_suffix_are_restored_in_the_answer(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"k": "v"})
     resp = cc.poll(app, [{"namespaceName": "YKafka.Global.properties", "notificationId": -1}])
@@ -175,7 +174,7 @@ def test_namespace_case_and_suffix_are_restored_in_the_answer(cc: CCServer, api:
     assert note["messages"]["details"] == {f"{app}+default+ykafka.global": note["notificationId"]}
 
 
-def test_public_namespace_of_another_app_is_served_and_watched(cc: CCServer, api: OpenApi) -> None:
+def test_public_namespace_of_another_app_is_served_and_watched(cc: ConfigService, api: OpenApi) -> None:
     owner, client = api.new_app_id("owner"), api.new_app_id("client")
     api.create_app(owner)
     created = api.create_namespace(owner, "shared", public=True)
@@ -189,7 +188,7 @@ def test_public_namespace_of_another_app_is_served_and_watched(cc: CCServer, api
     assert note["messages"]["details"] == {f"{owner}+default+infra.shared": note["notificationId"]}
 
 
-def test_malformed_notifications_are_400_in_apollo_shape(cc: CCServer) -> None:
+def test_malformed_notifications_are_400_in_apollo_shape(cc: ConfigService) -> None:
     for raw in ('[{"namespaceName":"a","notificationId":1', "[]", '{"namespaceName":"a"}', '[{"namespaceName":""}]',
                 '[{"namespaceName":"a","notificationId":"x"}]', '["a"]'):
         resp = requests.get(cc.url + "/notifications/v2",
@@ -206,7 +205,7 @@ def test_malformed_notifications_are_400_in_apollo_shape(cc: CCServer) -> None:
     assert json.loads(missing.text)["status"] == 400
 
 
-def test_non_properties_namespace_serves_raw_content(cc: CCServer, api: OpenApi) -> None:
+def test_non_properties_namespace_serves_raw_content(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.create_app(app)
     created = api.create_namespace(app, "routes", fmt="json")
@@ -220,7 +219,7 @@ def test_non_properties_namespace_serves_raw_content(cc: CCServer, api: OpenApi)
     assert raw.text == '{"orders": "dc-a"}'
 
 
-def test_meta_service_discovery_and_stats(cc: CCServer) -> None:
+def test_meta_service_discovery_and_stats(cc: ConfigService) -> None:
     [instance] = requests.get(cc.url + "/services/config", params={"appId": "x", "ip": "1.2.3.4"}, timeout=5).json()
     assert instance["appName"] == "APOLLO-CONFIGSERVICE"
     assert instance["homepageUrl"] == cc.url + "/"
@@ -230,7 +229,7 @@ def test_meta_service_discovery_and_stats(cc: CCServer) -> None:
     assert stats["namespaces"] > 0
 
 
-def test_a_poll_may_list_hundreds_of_namespaces(cc: CCServer, api: OpenApi) -> None:
+def test_a_poll_may_list_hundreds_of_namespaces(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"k": "v"})
     watching = [{"namespaceName": f"ykafka.topic.some-fairly-long-topic-name-{i}", "notificationId": -1}

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 if TYPE_CHECKING:
-    from tests.cc_fixtures import CCServer, OpenApi
+    from tests.cc_fixtures import OpenApi
+    from tests.support import ConfigService
 
-pytest_plugins = ["tests.cc_fixtures"]
 
 NS = "ykafka.topic.orders"
 GRAY_IP = "10.0.0.7"
 OTHER_IP = "10.0.0.8"
 
 
-def served(cc: CCServer, app: str, ip: str | None = None, label: str | None = None) -> dict[str, Any]:
+def served(cc: ConfigService, app: str, ip: str | None = None, label: str | None = None) -> dict[str, Any]:
     params = {k: v for k, v in (("ip", ip), ("label", label)) if v}
     resp = requests.get(f"{cc.url}/configs/{app}/default/{NS}", params=params, timeout=5)
     assert resp.status_code == 200, resp.text
@@ -25,7 +25,7 @@ def served(cc: CCServer, app: str, ip: str | None = None, label: str | None = No
     return body
 
 
-def current_id(cc: CCServer, app: str) -> int:
+def current_id(cc: ConfigService, app: str) -> int:
     note: int = cc.poll(app, [{"namespaceName": NS, "notificationId": -1}]).json()[0]["notificationId"]
     return note
 
@@ -49,7 +49,7 @@ def make_branch(api: OpenApi, app: str, ips: list[str], labels: list[str] | None
     return branch
 
 
-def test_gray_rules_serve_the_branch_only_to_matching_ips(cc: CCServer, api: OpenApi) -> None:
+def test_gray_rules_serve_the_branch_only_to_matching_ips(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, NS, {"producer.rate.limit.msgs": "1000", "trace.enabled": "false"})
     before = current_id(cc, app)
@@ -88,7 +88,7 @@ def test_gray_rules_serve_the_branch_only_to_matching_ips(cc: CCServer, api: Ope
                                                            "trace.enabled": "true"}
 
 
-def test_label_and_wildcard_rules(cc: CCServer, api: OpenApi) -> None:
+def test_label_and_wildcard_rules(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, NS, {"consumer.workers": "4"})
     make_branch(api, app, [], labels=["canary"], items={"consumer.workers": "16"})
@@ -102,7 +102,7 @@ def test_label_and_wildcard_rules(cc: CCServer, api: OpenApi) -> None:
                         timeout=5).json()["configurations"] == {"consumer.workers": "2"}
 
 
-def test_merge_folds_the_branch_into_main_and_deletes_it(cc: CCServer, api: OpenApi) -> None:
+def test_merge_folds_the_branch_into_main_and_deletes_it(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, NS, {"producer.acks": "1", "producer.linger.ms": "5"})
     branch = make_branch(api, app, [GRAY_IP], items={"producer.acks": "all"})
@@ -134,7 +134,7 @@ def test_merge_folds_the_branch_into_main_and_deletes_it(cc: CCServer, api: Open
     assert items == {"producer.acks": "all", "producer.linger.ms": "5"}
 
 
-def test_merge_through_the_newer_open_api_path_keeps_the_branch(cc: CCServer, api: OpenApi) -> None:
+def test_merge_through_the_newer_open_api_path_keeps_the_branch(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, NS, {"k": "main"})
     branch = make_branch(api, app, [GRAY_IP], items={"k": "gray"})
@@ -145,7 +145,7 @@ def test_merge_through_the_newer_open_api_path_keeps_the_branch(cc: CCServer, ap
     assert api.ok(api.call("GET", f"{path}/branches"))["clusterName"] == branch
 
 
-def test_abandon_returns_gray_clients_to_main(cc: CCServer, api: OpenApi) -> None:
+def test_abandon_returns_gray_clients_to_main(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, NS, {"consumer.paused": "false"})
     branch = make_branch(api, app, [GRAY_IP], items={"consumer.paused": "true"})
@@ -164,7 +164,7 @@ def test_abandon_returns_gray_clients_to_main(cc: CCServer, api: OpenApi) -> Non
     assert "branch not exist" in gone.json()["message"]
 
 
-def test_rollback_serves_the_previous_release_and_wakes_polls(cc: CCServer, api: OpenApi) -> None:
+def test_rollback_serves_the_previous_release_and_wakes_polls(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     r1 = api.setup(app, NS, {"route.cluster": "dc-a"})
     assert r1 is not None
@@ -195,7 +195,7 @@ def test_rollback_serves_the_previous_release_and_wakes_polls(cc: CCServer, api:
     assert api.call("PUT", f"/envs/DEV/releases/{r1['id']}/rollback").status_code == 400  # no operator
 
 
-def test_rollback_to_a_chosen_release(cc: CCServer, api: OpenApi) -> None:
+def test_rollback_to_a_chosen_release(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, NS, {}, publish=False)
     versions = []
@@ -210,7 +210,7 @@ def test_rollback_to_a_chosen_release(cc: CCServer, api: OpenApi) -> None:
     assert [r["id"] for r in active] == [versions[0]["id"]]
 
 
-def test_rollback_of_a_gray_release_serves_the_previous_gray_release(cc: CCServer, api: OpenApi) -> None:
+def test_rollback_of_a_gray_release_serves_the_previous_gray_release(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, NS, {"k": "main"})
     branch = make_branch(api, app, [GRAY_IP], items={"k": "gray-1"})
@@ -228,7 +228,7 @@ def test_rollback_of_a_gray_release_serves_the_previous_gray_release(cc: CCServe
     assert served(cc, app, OTHER_IP)["configurations"] == {"k": "main"}
 
 
-def test_master_rollback_keeps_gray_overrides(cc: CCServer, api: OpenApi) -> None:
+def test_master_rollback_keeps_gray_overrides(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, NS, {"a": "1", "b": "1"})
     make_branch(api, app, [GRAY_IP], items={"a": "gray"})

@@ -15,22 +15,22 @@ from tests.cc_fixtures import ENV
 from tests.helpers import wait_until
 
 if TYPE_CHECKING:
-    from tests.cc_fixtures import CCServer, OpenApi
+    from tests.cc_fixtures import OpenApi
+    from tests.support import ConfigService
 
-pytest_plugins = ["tests.cc_fixtures"]
 
 NS = "ykafka.global"
 IP_A, IP_B, IP_C = "198.51.100.1", "198.51.100.2", "198.51.100.3"
 
 
-def _fetch(cc: CCServer, app: str, ip: str, release_key: str = "-1") -> dict[str, Any]:
+def _fetch(cc: ConfigService, app: str, ip: str, release_key: str = "-1") -> dict[str, Any]:
     resp = requests.get(f"{cc.url}/configs/{app}/default/{NS}",
                         params={"ip": ip, "dataCenter": "dc-a", "releaseKey": release_key}, timeout=5)
     assert resp.status_code in (200, 304), resp.text
     return resp.json() if resp.status_code == 200 else {}
 
 
-def test_instances_by_release_namespace_and_not_in(cc: CCServer, api: OpenApi) -> None:
+def test_instances_by_release_namespace_and_not_in(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id("inst")
     first = api.setup(app, NS, {"producer.acks": "all"})
     assert first is not None

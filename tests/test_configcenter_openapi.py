@@ -10,9 +10,9 @@ import pytest
 import requests
 
 if TYPE_CHECKING:
-    from tests.cc_fixtures import CCServer, OpenApi
+    from tests.cc_fixtures import OpenApi
+    from tests.support import ConfigService
 
-pytest_plugins = ["tests.cc_fixtures"]
 
 ERROR_KEYS = {"status", "message", "timestamp", "exception"}
 
@@ -117,7 +117,7 @@ def test_any_env_name_is_accepted(api: OpenApi) -> None:
     assert listed["items"][0]["value"] == "v"
 
 
-def test_tokens_missing_wrong_scoped_and_created_by_cli(cc: CCServer, api: OpenApi) -> None:
+def test_tokens_missing_wrong_scoped_and_created_by_cli(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"k": "v"})
     bare = requests.get(cc.url + "/openapi/v1/apps", timeout=5)
@@ -172,7 +172,7 @@ def test_key_of_exactly_128_and_value_of_exactly_64KiB_are_accepted(api: OpenApi
     assert api.publish(app, "ykafka.global")["configurations"] == {key: value}
 
 
-def test_bad_json_and_missing_bodies_are_400_not_422(cc: CCServer, api: OpenApi) -> None:
+def test_bad_json_and_missing_bodies_are_400_not_422(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"existing": "1"})
     path = cc.url + "/openapi/v1" + api.ns_path(app, "ykafka.global")
@@ -258,7 +258,7 @@ def test_bad_release_and_rule_requests(api: OpenApi) -> None:
     assert len(active) == 1
 
 
-def test_branch_item_endpoints_and_patch_merge(cc: CCServer, api: OpenApi) -> None:
+def test_branch_item_endpoints_and_patch_merge(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"a": "1", "b": "1"})
     path = api.ns_path(app, "ykafka.global")
@@ -301,7 +301,7 @@ def test_encoded_item_keys(api: OpenApi) -> None:
     apollo_error(api.call("GET", f"{path}/encodedItems/%25%25%25"), 400)
 
 
-def test_authorized_apps_and_single_app_namespace(cc: CCServer, api: OpenApi) -> None:
+def test_authorized_apps_and_single_app_namespace(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {}, publish=False)
     one = api.ok(api.call("GET", f"/apps/{app}/appnamespaces/ykafka.global"))
@@ -313,7 +313,7 @@ def test_authorized_apps_and_single_app_namespace(cc: CCServer, api: OpenApi) ->
     assert [a["appId"] for a in mine.json()] == [app]
 
 
-def test_oversized_body_is_413(cc: CCServer, api: OpenApi) -> None:
+def test_oversized_body_is_413(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {}, publish=False)
     resp = requests.post(f"{cc.url}/openapi/v1{api.ns_path(app, 'ykafka.global')}/items",
@@ -325,7 +325,7 @@ def test_oversized_body_is_413(cc: CCServer, api: OpenApi) -> None:
     assert api.ok(api.call("GET", f"{api.ns_path(app, 'ykafka.global')}/items"))["total"] == 0
 
 
-def test_hostile_values_are_400_never_500(cc: CCServer, api: OpenApi) -> None:
+def test_hostile_values_are_400_never_500(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"existing": "1"})
     path = cc.url + "/openapi/v1" + api.ns_path(app, "ykafka.global")

@@ -7,20 +7,19 @@ from typing import TYPE_CHECKING
 import httpx
 
 if TYPE_CHECKING:
-    from tests.cc_fixtures import CCServer, OpenApi
+    from tests.cc_fixtures import OpenApi
+    from tests.support import ConfigService
 
 from tests.cc_fixtures import ENV, TOKEN
-
-pytest_plugins = ["tests.cc_fixtures"]
 
 HEADERS = {"Authorization": TOKEN, "Content-Type": "application/json;charset=UTF-8"}
 
 
-def _client(cc: CCServer) -> httpx.Client:
+def _client(cc: ConfigService) -> httpx.Client:
     return httpx.Client(base_url=cc.url, headers=HEADERS, timeout=10)  # httpx follows no redirect by default
 
 
-def test_trailing_slash_is_served_as_without(cc: CCServer, api: OpenApi) -> None:
+def test_trailing_slash_is_served_as_without(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id("slash")
     with _client(cc) as http:
         created = http.post("/openapi/v1/apps/", json={"app": {"appId": app, "name": app, "orgId": "infra",
@@ -33,7 +32,7 @@ def test_trailing_slash_is_served_as_without(cc: CCServer, api: OpenApi) -> None
         assert clusters.status_code == 200 and clusters.json()["name"] == "default"
 
 
-def test_apps_by_self_is_not_taken_for_an_app_id(cc: CCServer, api: OpenApi) -> None:
+def test_apps_by_self_is_not_taken_for_an_app_id(cc: ConfigService, api: OpenApi) -> None:
     mine = [api.new_app_id("self") for _ in range(3)]
     for app in mine:
         api.create_app(app)
@@ -47,7 +46,7 @@ def test_apps_by_self_is_not_taken_for_an_app_id(cc: CCServer, api: OpenApi) -> 
         assert http.get("/openapi/v1/apps/by-self", params={"size": 0}).status_code == 400
 
 
-def test_organizations_lists_the_apps_organizations(cc: CCServer, api: OpenApi) -> None:
+def test_organizations_lists_the_apps_organizations(cc: ConfigService, api: OpenApi) -> None:
     api.create_app(api.new_app_id("org"))  # orgId infra, orgName Infra
     with _client(cc) as http:
         orgs = http.get("/openapi/v1/organizations")
@@ -55,7 +54,7 @@ def test_organizations_lists_the_apps_organizations(cc: CCServer, api: OpenApi) 
     assert {"orgId": "infra", "orgName": "Infra"} in orgs.json()
 
 
-def test_gray_del_release_publishes_the_branch_without_the_keys(cc: CCServer, api: OpenApi) -> None:
+def test_gray_del_release_publishes_the_branch_without_the_keys(cc: ConfigService, api: OpenApi) -> None:
     app = api.new_app_id("graydel")
     ns = "ykafka.global"
     api.setup(app, ns, {"producer.acks": "all", "trace.enabled": "true"})

@@ -15,11 +15,10 @@ import pytest
 import requests
 
 from tests.ms_fixtures import PgSchemas, require_pg
-from tests.sdk_fixtures import ConfigService, start_config_service, wait_until
+from tests.sdk_fixtures import wait_until
+from tests.support import start_config_service
 from ykafka.apollo import ApolloClient, NamespaceConfig
 from ykafka.endpoints import Endpoints, resolve_meta
-
-pytest_plugins = ["tests.sdk_fixtures"]
 
 PARKED = 200
 
@@ -128,7 +127,7 @@ def test_client_parked_on_a_killed_instance_gets_the_release_made_through_the_su
         client.subscribe(ns)
         client.start()
         wait_until(lambda: bool(got) and got[-1].configurations == {"k": "1"}, timeout=5)
-        time.sleep(0.5)  # parked on A
+        a.wait_parked(1)  # parked on A
         a.proc.kill()
         a.proc.wait()
         b.publish(ns, {"k": "2"})
@@ -179,7 +178,7 @@ def test_token_created_through_one_instance_works_on_the_other_within_a_second(t
         wait_until(lambda: requests.get(f"{b.url}/openapi/v1/apps", headers=headers, timeout=5).status_code == 200,
                    timeout=5, interval=0.05, message="A's token accepted by B")
         assert time.monotonic() - started <= 1.5
-        ConfigService(b.url, a.token, b.proc).publish(ns, {"k": "via-b"})  # item write + release through B
+        b.publish(ns, {"k": "via-b"}, token=a.token)  # item write + release through B (with A's token)
         wait_until(lambda: requests.get(f"{a.url}/configs/ykafka/default/{ns}", timeout=5).status_code == 200,
                    timeout=2, interval=0.05, message="B's release served by A")
         assert requests.get(f"{a.url}/configs/ykafka/default/{ns}", timeout=5).json()["configurations"] == {

@@ -11,14 +11,13 @@ import requests
 from metaserver.configcenter.signature import build_headers
 
 if TYPE_CHECKING:
-    from tests.cc_fixtures import CCServer
+    from tests.support import ConfigService
 
-pytest_plugins = ["tests.cc_fixtures"]
 
 NS = "ykafka.topic.orders"
 
 
-def test_data_survives_a_restart(cc_factory: Callable[..., CCServer]) -> None:
+def test_data_survives_a_restart(cc_factory: Callable[..., ConfigService]) -> None:
     from tests.cc_fixtures import OpenApi
 
     first = cc_factory()

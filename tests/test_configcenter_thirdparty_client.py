@@ -15,12 +15,11 @@ import pytest
 import requests
 
 if TYPE_CHECKING:
-    from tests.cc_fixtures import CCServer, OpenApi
+    from tests.cc_fixtures import OpenApi
+    from tests.support import ConfigService
 
-pytest_plugins = ["tests.cc_fixtures"]
 
-
-def test_apollo_config_client_fetches_watches_and_signs(cc: CCServer, api: OpenApi, tmp_path: Path) -> None:
+def test_apollo_config_client_fetches_watches_and_signs(cc: ConfigService, api: OpenApi, tmp_path: Path) -> None:
     apollo_config = pytest.importorskip("apollo_config")
     app = api.new_app_id()
     api.setup(app, "ykafka.global", {"producer.acks": "all"})

@@ -17,8 +17,6 @@ from tests.console_fixtures import PASSWORD, Console, Load, admin_clients, wait_
 from tests.helpers import create_topic, unique, wait_until
 from tests.sdk_fixtures import check_stream, read_topic
 
-pytest_plugins = ["tests.sdk_fixtures", "tests.console_fixtures"]
-
 
 def _producers(console: Console, topic: str, ips: list[str]) -> tuple[str, list[Load]]:
     st = console.stack

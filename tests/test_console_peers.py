@@ -14,7 +14,6 @@ import requests
 from tests.helpers import unique
 from tests.ms_fixtures import ADMIN_TOKEN, MetaServer
 
-pytest_plugins = ["tests.ms_fixtures"]
 PASSWORD = "peer-pass-123"
 
 

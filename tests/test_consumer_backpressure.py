@@ -11,8 +11,6 @@ from tests.consumer_fixtures import Recorder, consumer_config, create_topic, pro
 from ykafka.consumer import Consumer
 from ykafka.consumer import session as S
 
-pytest_plugins = ["tests.consumer_fixtures"]
-
 
 def test_stuck_partition_is_paused_with_a_bounded_window(bootstrap: str, running, tmp_path: Path) -> None:
     topic, group = unique("bp"), unique("g")

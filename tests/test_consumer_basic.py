@@ -7,8 +7,6 @@ from pathlib import Path
 from tests.consumer_fixtures import Recorder, committed, consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer
 
-pytest_plugins = ["tests.consumer_fixtures"]
-
 
 def test_run_handles_every_message_once_and_commits_the_end(bootstrap: str, running, tmp_path: Path) -> None:
     topic, group = unique("basic"), unique("g")

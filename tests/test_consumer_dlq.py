@@ -21,8 +21,6 @@ from ykafka import headers as H
 from ykafka.admin.dlq import dlq, parse_since, replay_group
 from ykafka.consumer import Consumer, dlq_topic
 
-pytest_plugins = ["tests.consumer_fixtures"]
-
 
 def _replay(bootstrap: str, *args: str) -> str:
     result = CliRunner().invoke(dlq, ["replay", *args, "--bootstrap", bootstrap, "--idle-timeout", "1"])

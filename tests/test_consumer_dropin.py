@@ -12,8 +12,6 @@ from confluent_kafka import Message, TopicPartition
 from tests.consumer_fixtures import consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer, Dedupe
 
-pytest_plugins = ["tests.consumer_fixtures"]
-
 
 def test_own_poll_loop_with_commits_pause_and_live_rebuild(bootstrap: str, tmp_path: Path) -> None:
     topic, group = unique("dropin"), unique("g")

@@ -8,8 +8,6 @@ from pathlib import Path
 from tests.consumer_fixtures import Recorder, consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer
 
-pytest_plugins = ["tests.consumer_fixtures"]
-
 
 def _start(bootstrap: str, running, tmp_path: Path, count: int, delay: float = 0.002, partitions: int = 4,
            **conf):

@@ -7,8 +7,6 @@ from pathlib import Path
 from tests.consumer_fixtures import Recorder, consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer
 
-pytest_plugins = ["tests.consumer_fixtures"]
-
 
 def _run(bootstrap: str, running, tmp_path: Path, ordering: str, count: int = 600, keys: int = 30):
     topic, group = unique(f"ord-{ordering}"), unique("g")

@@ -9,8 +9,6 @@ import pytest
 from tests.consumer_fixtures import Recorder, consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer
 
-pytest_plugins = ["tests.consumer_fixtures"]
-
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_rebalance_between_two_consumers_loses_and_repeats_nothing(bootstrap: str, running, tmp_path: Path,

@@ -18,8 +18,6 @@ from tests.consumer_fixtures import (
 from ykafka import headers as H
 from ykafka.consumer import Consumer, dlq_topic, retry_topic
 
-pytest_plugins = ["tests.consumer_fixtures"]
-
 
 def test_failures_go_through_retry_topics_after_backoff_then_dlq(bootstrap: str, running, tmp_path: Path) -> None:
     topic, group = unique("retry"), unique("g")

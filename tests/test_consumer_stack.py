@@ -8,16 +8,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import StackInfo
 from tests.consumer_fixtures import Recorder, create_topic, produce, unique, wait_until
+from tests.support import LocalStack
 from ykafka.admin.client import AdminClient
 from ykafka.consumer import Consumer
 from ykafka.errors import AclDenied
 
-pytest_plugins = ["tests.consumer_fixtures"]
 
-
-def _conf(stack: StackInfo, group: str, app: tuple[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+def _conf(stack: LocalStack, group: str, app: tuple[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     conf = stack.client_config(**{
         "group.id": group, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
         "ykafka.consumer.commit.interval.ms": 200, **extra})
@@ -26,11 +24,11 @@ def _conf(stack: StackInfo, group: str, app: tuple[str, str] | None = None, **ex
     return conf
 
 
-def _admin(stack: StackInfo) -> AdminClient:
+def _admin(stack: LocalStack) -> AdminClient:
     return AdminClient(stack.metaserver, stack.admin_token)
 
 
-def test_acl_refuses_groups_and_topics_before_anything_is_sent(stack: StackInfo) -> None:
+def test_acl_refuses_groups_and_topics_before_anything_is_sent(stack: LocalStack) -> None:
     admin = _admin(stack)
     app_id = f"app-{uuid.uuid4().hex[:8]}"
     secret = admin.create_app(app_id)["secret"]
@@ -50,7 +48,7 @@ def test_acl_refuses_groups_and_topics_before_anything_is_sent(stack: StackInfo)
         consumer.close()
 
 
-def test_operator_changes_reach_a_running_consumer_by_scope_and_by_host(stack: StackInfo, running,
+def test_operator_changes_reach_a_running_consumer_by_scope_and_by_host(stack: LocalStack, running,
                                                                          tmp_path: Path) -> None:
     admin = _admin(stack)
     topic, group = unique("hot"), unique("g")
@@ -82,7 +80,7 @@ def test_operator_changes_reach_a_running_consumer_by_scope_and_by_host(stack: S
     assert sorted(recorder.values) == list(range(400))
 
 
-def test_route_cluster_moves_the_consumer_to_another_cluster(stack: StackInfo, running, tmp_path: Path) -> None:
+def test_route_cluster_moves_the_consumer_to_another_cluster(stack: LocalStack, running, tmp_path: Path) -> None:
     admin = _admin(stack)
     topic, group = unique("route"), unique("g")
     create_topic(stack.clusters["dc-a"], topic, 2)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import requests
 
-from tests.conftest import StackInfo
+from tests.support import LocalStack
 from ykafka.devstack import ephemeral_config, services
 
 
@@ -28,7 +28,7 @@ def test_no_data_folder_on_a_services_import_path(tmp_path: Path) -> None:
         assert str(tmp_path) not in probe.stdout and "''" not in probe.stdout
 
 
-def test_dev_metaserver_serves_aggregates_with_the_store_in_its_working_folder(stack: StackInfo) -> None:
+def test_dev_metaserver_serves_aggregates_with_the_store_in_its_working_folder(stack: LocalStack) -> None:
     (stack.home / "pipeline" / "aggregates").mkdir(parents=True, exist_ok=True)
     headers = {"Authorization": f"Bearer {stack.admin_token}"}
     for path in ("/v1/admin/aggregates?since=15m&topic=orders", "/v1/admin/aggregates/errors?since=15m",

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.sdk_fixtures import start_config_service, wait_until
+from tests.sdk_fixtures import wait_until
+from tests.support import start_config_service
 from ykafka.apollo import ApolloClient, NamespaceConfig
 from ykafka.config import load
 from ykafka.endpoints import Endpoints, parse_urls
 from ykafka.errors import ConfigError
-
-pytest_plugins = ["tests.sdk_fixtures"]
 
 
 def test_parse_urls_strips_dedupes_and_rejects_bad_entries() -> None:

@@ -11,8 +11,9 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from tests.conftest import StackInfo, unique
+from tests.conftest import unique
 from tests.dr_fixtures import create_topic, read_all, tally
+from tests.support import LocalStack
 from ykafka import Producer
 from ykafka import headers as H
 from ykafka.admin.client import AdminClient
@@ -20,7 +21,7 @@ from ykafka.cli import main
 from ykafka.dr.attach import attach
 
 
-def cli(stack: StackInfo, *args: str) -> Any:
+def cli(stack: LocalStack, *args: str) -> Any:
     """``ykafka admin ARGS`` against the session's MetaServer; the parsed JSON when ``--json`` was given."""
     out = CliRunner().invoke(main, ["admin", "--url", stack.metaserver, "--token", stack.admin_token,
                                     "--operator", "test_failover_admin", *args], terminal_width=200)
@@ -28,7 +29,7 @@ def cli(stack: StackInfo, *args: str) -> Any:
     return json.loads(out.output) if "--json" in args else out.output
 
 
-def test_admin_failover_moves_writes_and_syncs_back(stack: StackInfo, tmp_path: Path) -> None:
+def test_admin_failover_moves_writes_and_syncs_back(stack: LocalStack, tmp_path: Path) -> None:
     a, b = stack.clusters["dc-a"], stack.clusters["dc-b"]
     topic = unique("admin-failover")
     for bootstrap in (a, b):
@@ -86,7 +87,7 @@ def test_admin_failover_moves_writes_and_syncs_back(stack: StackInfo, tmp_path: 
     assert acked == set(sent)
 
 
-def test_admin_failover_of_a_cluster_is_audited_and_shown_in_clusters(stack: StackInfo) -> None:
+def test_admin_failover_of_a_cluster_is_audited_and_shown_in_clusters(stack: LocalStack) -> None:
     """A whole cluster: the switch is pushed at ``cluster:dc-a``, audited, listed by ``admin clusters``;
     ``clear`` gives the route back to health and hot config."""
     def writes_to() -> str:

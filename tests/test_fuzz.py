@@ -19,10 +19,9 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from tests.cc_fixtures import TOKEN, CCServer
+from tests.cc_fixtures import TOKEN
 from tests.ms_fixtures import ADMIN_TOKEN, MetaServer
-
-pytest_plugins = ["tests.ms_fixtures", "tests.cc_fixtures"]
+from tests.support import ConfigService
 
 CHECKS = [not_a_server_error, response_schema_conformance]
 FUZZ = settings(max_examples=6, derandomize=True, deadline=None, database=None,
@@ -42,7 +41,7 @@ def metaserver_schema(fuzzed_metaserver: MetaServer) -> schemathesis.BaseSchema:
 
 
 @pytest.fixture(scope="module")
-def configservice_schema(cc: CCServer) -> schemathesis.BaseSchema:
+def configservice_schema(cc: ConfigService) -> schemathesis.BaseSchema:
     return schemathesis.openapi.from_url(cc.url + "/openapi.json").exclude(path="/notifications/v2")
 
 

@@ -20,11 +20,10 @@ import pytest
 from metaserver.apollo import ApolloOpenApi
 from tests.helpers import wait_until
 from tests.ms_fixtures import OPENAPI_TOKEN, MetaServer, new_app
-from tests.sdk_fixtures import SdkStack, read_topic
+from tests.sdk_fixtures import read_topic
+from tests.support import LocalStack
 from ykafka import Producer
 from ykafka.auth import GrantClient
-
-pytest_plugins = ["tests.ms_fixtures", "tests.sdk_fixtures"]
 
 SECRET_B = "pw-only-for-payments"
 SECRET_C = "pw-for-nobody"
@@ -105,7 +104,7 @@ def test_a_want_is_granted_only_when_the_config_center_confirms_it(
     assert sorted(gray.clusters) == ["home", "pay", "pay-dr", "vault"]  # vault: orders.eu's route, now cached
 
 
-def test_a_running_producer_follows_a_route_to_a_cluster_its_grant_lacked(sdk_stack: SdkStack) -> None:
+def test_a_running_producer_follows_a_route_to_a_cluster_its_grant_lacked(sdk_stack: LocalStack) -> None:
     alias = f"reach-{uuid.uuid4().hex[:6]}"  # another registry name for dc-b's broker, standby of nothing
     resp = sdk_stack.admin("PUT", f"/v1/admin/clusters/{alias}",
                            {"bootstrap_servers": sdk_stack.clusters["dc-b"], "dc": "b", "status": "active"})

@@ -17,8 +17,6 @@ from ykafka import acl as acl_patterns  # noqa: E402
 from ykafka import signing  # noqa: E402
 from ykafka.admin.client import AdminError  # noqa: E402
 
-pytest_plugins = ["tests.ms_fixtures"]
-
 GRANT_KEYS = {"app_id", "token", "expires_at", "renew_interval_s", "acl", "clusters", "default_cluster",
               "configcenter", "issuer", "placements"}
 DENIED = {"detail": "authentication failed"}

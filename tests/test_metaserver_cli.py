@@ -21,8 +21,6 @@ from rich.console import Console  # noqa: E402
 from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, new_app  # noqa: E402
 from ykafka.admin.cli import admin  # noqa: E402
 
-pytest_plugins = ["tests.ms_fixtures"]
-
 
 @pytest.fixture(scope="module")
 def server(ms_factory: Callable[..., MetaServer]) -> MetaServer:
@@ -121,7 +119,7 @@ def test_sample_admin_push_runs(server: MetaServer) -> None:
     import subprocess
     import sys
 
-    from tests.ms_fixtures import ROOT
+    from tests.support import ROOT
 
     result = subprocess.run(
         [sys.executable, "samples/admin_push.py", "--metaserver", server.url, "--token", ADMIN_TOKEN,

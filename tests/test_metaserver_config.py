@@ -20,8 +20,6 @@ import requests  # noqa: E402
 from tests.ms_fixtures import OPENAPI_TOKEN, MetaServer  # noqa: E402
 from ykafka.admin.client import AdminError  # noqa: E402
 
-pytest_plugins = ["tests.ms_fixtures"]
-
 
 def _topic() -> str:
     return f"orders-{uuid.uuid4().hex[:8]}"
@@ -175,7 +173,8 @@ def test_gray_abandon(ms: MetaServer) -> None:
 def test_config_center_down_keeps_last_auth_switch(ms_factory: Any, tmp_path: Any) -> None:
     import sys
 
-    from tests.ms_fixtures import Proc, new_app, wait_until
+    from tests.ms_fixtures import new_app, wait_until
+    from tests.support import Proc
 
     cc = Proc("configcenter-own", [sys.executable, "-m", "metaserver.configcenter", "serve", "--host", "127.0.0.1",
                                    "--port", "{port}", "--db", str(tmp_path / "cc.db"), "--longpoll-timeout", "2",

@@ -18,8 +18,6 @@ from ykafka.admin.client import AdminClient
 from ykafka.auth import GrantClient
 from ykafka.endpoints import Endpoints
 
-pytest_plugins = ["tests.ms_fixtures"]
-
 
 def test_grant_client_fails_over_to_a_peer_on_the_same_database(
         ms_backend: str, ms_factory: Callable[..., MetaServer], request: pytest.FixtureRequest,

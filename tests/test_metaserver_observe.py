@@ -24,7 +24,8 @@ pytest.register_assert_rewrite("tests.ms_fixtures")
 import requests  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
-from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, Proc, fake_ip  # noqa: E402
+from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, fake_ip  # noqa: E402
+from tests.support import Proc  # noqa: E402
 from ykafka import events  # noqa: E402
 from ykafka.admin.cli import admin  # noqa: E402
 from ykafka.admin.client import AdminClient, AdminError  # noqa: E402
@@ -32,7 +33,6 @@ from ykafka.admin.client import AdminClient, AdminError  # noqa: E402
 SINCE_FORMAT = ("since: use a positive duration of at most 366d, a number with s, m, h, d or w, "
                 "e.g. 90s, 15m, 1h, 2d")
 
-pytest_plugins = ["tests.ms_fixtures", "tests.pipeline_fixtures"]
 
 DENIED = {"detail": "authentication failed"}
 MIN = 60_000

@@ -15,8 +15,6 @@ pytest.register_assert_rewrite("tests.ms_fixtures")
 
 from tests.ms_fixtures import MetaServer, fake_ip, inside_one_fail_window, new_app  # noqa: E402
 
-pytest_plugins = ["tests.ms_fixtures"]
-
 
 @pytest.fixture(scope="module")
 def peers(ms_backend: str, ms_factory: Callable[..., MetaServer], tmp_path_factory: pytest.TempPathFactory,

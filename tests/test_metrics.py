@@ -15,8 +15,6 @@ from ykafka.events import MetricName
 from ykafka.metrics import Metrics, client_event_from_report, local_versions
 from ykafka.sink import EventSink
 
-pytest_plugins = ["tests.pipeline_fixtures"]
-
 
 def test_timer_summaries_and_counters_are_exact() -> None:
     metrics = Metrics(None, "c-1", "consumer", group="g1", interval_s=3600)

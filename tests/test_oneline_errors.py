@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import StackInfo
+from tests.support import LocalStack
 from ykafka.devstack import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ def test_sample_without_the_dev_env_names_the_fix(tmp_path: Path) -> None:
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr
 
 
-def test_sample_with_a_wrong_secret_or_no_metaserver(stack: StackInfo, tmp_path: Path) -> None:
+def test_sample_with_a_wrong_secret_or_no_metaserver(stack: LocalStack, tmp_path: Path) -> None:
     wrong = _env(tmp_path, YKAFKA_APP_ID=stack.app_id, YKAFKA_APP_SECRET="not-the-secret",
                  YKAFKA_METASERVER=stack.metaserver)
     result = subprocess.run(QUICKSTART, capture_output=True, text=True, timeout=60, env=wrong)

@@ -8,12 +8,10 @@ from collections import Counter
 
 import pytest
 
-from tests.sdk_fixtures import SdkStack, create_topic, read_topic
+from tests.sdk_fixtures import create_topic, read_topic
+from tests.support import LocalStack
 from ykafka import Producer
 from ykafka.partitioner import Picker, java_partition, murmur2
-
-pytest_plugins = ["tests.sdk_fixtures"]
-
 
 # --- an independent reference: Kafka's org.apache.kafka.common.utils.Utils.murmur2, line by line ------------
 
@@ -128,7 +126,7 @@ def test_round_robin_random_and_sticky() -> None:
     assert Picker("murmur2", 0)(b"k") == -1  # partition count unknown: librdkafka decides
 
 
-def test_broker_side_java_compatible_partitions_for_10000_keys(sdk_stack: SdkStack) -> None:
+def test_broker_side_java_compatible_partitions_for_10000_keys(sdk_stack: LocalStack) -> None:
     topic = f"java-{uuid.uuid4().hex[:8]}"
     create_topic(sdk_stack.clusters["dc-a"], topic, 6)
     with Producer(sdk_stack.client_config(**{"producer.linger.ms": 20})) as producer:

@@ -36,8 +36,6 @@ from ykafka.metrics import Metrics, local_versions
 from ykafka.sink import EventSink
 from ykafka.tracing import Tracer
 
-pytest_plugins = ["tests.pipeline_fixtures"]
-
 ALL = {"trace.enabled": True, "trace.sample.rate": 1.0}
 
 

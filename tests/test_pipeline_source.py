@@ -9,8 +9,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pipeline.source import KafkaStreamReader, read_range
 from tests.pipeline_fixtures import unique
 
-pytest_plugins = ["tests.pipeline_fixtures"]
-
 
 def _topic(bootstrap: str, partitions: int) -> str:
     name = unique("src")

@@ -11,18 +11,17 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError as CKError
 
-from tests.sdk_fixtures import SdkStack, check_stream, read_topic, wait_until
+from tests.sdk_fixtures import check_stream, read_topic, wait_until
+from tests.support import LocalStack
 from ykafka import AclDenied, ClosedError, ConfigError, Producer
 from ykafka.auth import GrantStore
-
-pytest_plugins = ["tests.sdk_fixtures"]
 
 
 def _topic(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-def test_produce_poll_flush_len_and_callbacks_like_confluent(sdk_stack: SdkStack) -> None:
+def test_produce_poll_flush_len_and_callbacks_like_confluent(sdk_stack: LocalStack) -> None:
     topic = _topic("basic")
     reports: list[tuple[Any, str, int, bytes]] = []
 
@@ -50,7 +49,7 @@ def test_produce_poll_flush_len_and_callbacks_like_confluent(sdk_stack: SdkStack
         producer.produce(topic, b"late")
 
 
-def test_callbacks_fire_from_poll_not_from_produce(sdk_stack: SdkStack) -> None:
+def test_callbacks_fire_from_poll_not_from_produce(sdk_stack: LocalStack) -> None:
     topic = _topic("pollcb")
     fired: list[str] = []
     producer = Producer(sdk_stack.client_config())
@@ -62,7 +61,7 @@ def test_callbacks_fire_from_poll_not_from_produce(sdk_stack: SdkStack) -> None:
         producer.close()
 
 
-def test_purge_reports_purged_messages(sdk_stack: SdkStack) -> None:
+def test_purge_reports_purged_messages(sdk_stack: LocalStack) -> None:
     errors: list[int] = []
     conf = sdk_stack.client_config(**{"producer.linger.ms": 60_000})
     with Producer(conf) as producer:
@@ -73,7 +72,7 @@ def test_purge_reports_purged_messages(sdk_stack: SdkStack) -> None:
     assert errors == [CKError._PURGE_QUEUE] * 10
 
 
-def test_acl_denied_raises_and_sends_nothing(sdk_stack: SdkStack) -> None:
+def test_acl_denied_raises_and_sends_nothing(sdk_stack: LocalStack) -> None:
     app = sdk_stack.new_app(produce=["allowed-*"])
     allowed, denied = _topic("allowed"), _topic("denied")
     with Producer(sdk_stack.client_config(app)) as producer:
@@ -96,7 +95,7 @@ def test_bad_local_config_is_a_clear_error() -> None:
         Producer({"ykafka.cache.dir": "/tmp/none"}, **{})
 
 
-def test_grant_cached_with_owner_only_mode(sdk_stack: SdkStack) -> None:
+def test_grant_cached_with_owner_only_mode(sdk_stack: LocalStack) -> None:
     conf = sdk_stack.client_config()
     topic = f"cachemode-{uuid.uuid4().hex[:8]}"
     sdk_stack.push(f"topic:{topic}", {"producer.linger.ms": "7"})

@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.sdk_fixtures import SdkStack, check_stream, create_topic, read_topic, wait_until
+from tests.sdk_fixtures import check_stream, create_topic, read_topic, wait_until
+from tests.support import LocalStack
 from ykafka import Producer, ThrottledError
 from ykafka.partitioner import java_partition
-
-pytest_plugins = ["tests.sdk_fixtures"]
 
 
 def _topic(name: str) -> str:
@@ -63,7 +62,7 @@ class Stream:
             self.send(batch, pause=0.001)
 
 
-def test_acks_change_takes_effect_live_and_back(sdk_stack: SdkStack) -> None:
+def test_acks_change_takes_effect_live_and_back(sdk_stack: LocalStack) -> None:
     topic = _topic("acks")
     with Producer(sdk_stack.client_config()) as producer:
         stream = Stream(producer, topic)
@@ -94,7 +93,7 @@ def test_acks_change_takes_effect_live_and_back(sdk_stack: SdkStack) -> None:
     assert result["lost"] == 0 and result["duplicated"] == 0 and result["disorder"] == 0
 
 
-def test_partitioner_and_exclusion_change_live(sdk_stack: SdkStack) -> None:
+def test_partitioner_and_exclusion_change_live(sdk_stack: LocalStack) -> None:
     topic = _topic("parts")
     create_topic(sdk_stack.clusters["dc-a"], topic, 4)
     with Producer(sdk_stack.client_config()) as producer:
@@ -136,7 +135,7 @@ def test_partitioner_and_exclusion_change_live(sdk_stack: SdkStack) -> None:
         assert rec.partition == [2, 3][java_partition(rec.key.encode(), 2)], rec
 
 
-def test_rate_limit_throttles_and_bounds_the_wait(sdk_stack: SdkStack) -> None:
+def test_rate_limit_throttles_and_bounds_the_wait(sdk_stack: LocalStack) -> None:
     topic = _topic("throttle")
     conf = sdk_stack.client_config(**{"ykafka.throttle.max.wait.ms": 3000})
     with Producer(conf) as producer:
@@ -169,7 +168,7 @@ def test_rate_limit_throttles_and_bounds_the_wait(sdk_stack: SdkStack) -> None:
     assert result["lost"] == 0 and result["duplicated"] == 0
 
 
-def test_gray_release_applies_only_to_matching_ips(sdk_stack: SdkStack) -> None:
+def test_gray_release_applies_only_to_matching_ips(sdk_stack: LocalStack) -> None:
     topic = _topic("gray")
     with Producer(sdk_stack.client_config()) as producer:
         stream = Stream(producer, topic)
@@ -187,7 +186,7 @@ def test_gray_release_applies_only_to_matching_ips(sdk_stack: SdkStack) -> None:
     assert len(read_topic(sdk_stack.clusters["dc-a"], topic, stream.sent)) == stream.sent
 
 
-def test_invalid_value_rejected_old_value_kept_and_reported(sdk_stack: SdkStack) -> None:
+def test_invalid_value_rejected_old_value_kept_and_reported(sdk_stack: LocalStack) -> None:
     topic = _topic("invalid")
     ns = f"ykafka.topic.{topic}"
     conf = sdk_stack.client_config()
@@ -214,7 +213,7 @@ def test_invalid_value_rejected_old_value_kept_and_reported(sdk_stack: SdkStack)
         assert producer.flush(15) == 0
 
 
-def test_client_report_shows_route_and_release_keys(sdk_stack: SdkStack) -> None:
+def test_client_report_shows_route_and_release_keys(sdk_stack: LocalStack) -> None:
     topic = _topic("report")
     with Producer(sdk_stack.client_config()) as producer:
         sdk_stack.push(f"topic:{topic}", {"producer.linger.ms": "9"})
@@ -234,7 +233,7 @@ def test_client_report_shows_route_and_release_keys(sdk_stack: SdkStack) -> None
         assert f"ykafka.topic.{topic}" in found["config_release_keys"]
 
 
-def test_idempotence_socket_buffer_compression_and_byte_limit_live(sdk_stack: SdkStack) -> None:
+def test_idempotence_socket_buffer_compression_and_byte_limit_live(sdk_stack: LocalStack) -> None:
     topic = _topic("misc")
     with Producer(sdk_stack.client_config()) as producer:
         stream = Stream(producer, topic)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.dr_fixtures import Broker, create_topic, read_all, unique
+from tests.dr_fixtures import create_topic, read_all, unique
+from tests.support import Broker
 from ykafka import Producer
 from ykafka.consumer.dedupe import Dedupe, message_id
-
-pytest_plugins = ["tests.dr_fixtures"]
 
 
 def _ids(msg: Any) -> list[bytes]:

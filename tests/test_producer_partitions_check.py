@@ -8,20 +8,19 @@ import sys
 import uuid
 from typing import Any
 
-from tests.sdk_fixtures import SdkStack, create_topic, wait_until
+from tests.sdk_fixtures import create_topic, wait_until
+from tests.support import LocalStack
 from ykafka import Producer
 
-pytest_plugins = ["tests.sdk_fixtures"]
 
-
-def _admin(sdk_stack: SdkStack, *args: str) -> subprocess.CompletedProcess[str]:
+def _admin(sdk_stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "YKAFKA_METASERVER": sdk_stack.metaserver, "YKAFKA_ADMIN_TOKEN": sdk_stack.admin_token,
            "COLUMNS": "80"}
     return subprocess.run([sys.executable, "-m", "ykafka.cli", "admin", *args], capture_output=True, text=True,
                           env=env, timeout=60)
 
 
-def test_missing_partitions_rejected_valid_part_applied_and_reported(sdk_stack: SdkStack) -> None:
+def test_missing_partitions_rejected_valid_part_applied_and_reported(sdk_stack: LocalStack) -> None:
     topic = f"excl-{uuid.uuid4().hex[:8]}"
     create_topic(sdk_stack.clusters["dc-a"], topic, 4)
     with Producer(sdk_stack.client_config()) as producer:

@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import TcpRelay
-from tests.sdk_fixtures import SdkStack, read_topic, start_config_service, wait_until
+from tests.sdk_fixtures import read_topic, wait_until
+from tests.support import LocalStack, start_config_service
 from ykafka import AclDenied, AuthError, MetaServerUnavailable, Producer
 from ykafka.auth import GrantStore
 from ykafka.devstack import free_port
-
-pytest_plugins = ["tests.sdk_fixtures"]
 
 
 def _topic(name: str) -> str:
@@ -32,7 +31,7 @@ def _grant_path(conf: dict[str, object]) -> Path:
                       str(conf["ykafka.metaserver"]).split(",")).path
 
 
-def test_starts_with_metaserver_down_from_a_valid_cached_grant(sdk_stack: SdkStack) -> None:
+def test_starts_with_metaserver_down_from_a_valid_cached_grant(sdk_stack: LocalStack) -> None:
     app = sdk_stack.new_app(produce=["cached-*"])
     relay = TcpRelay(sdk_stack.metaserver.removeprefix("http://"))  # the MetaServer's address, to take down
     conf = sdk_stack.client_config(app, **{"ykafka.metaserver": relay.url})
@@ -51,7 +50,7 @@ def test_starts_with_metaserver_down_from_a_valid_cached_grant(sdk_stack: SdkSta
     assert len(read_topic(sdk_stack.clusters["dc-a"], topic, 20)) == 20
 
 
-def test_expired_cached_grant_does_not_start(sdk_stack: SdkStack) -> None:
+def test_expired_cached_grant_does_not_start(sdk_stack: LocalStack) -> None:
     relay = TcpRelay(sdk_stack.metaserver.removeprefix("http://"))
     conf = sdk_stack.client_config(**{"ykafka.metaserver": relay.url})
     with Producer(conf):
@@ -65,7 +64,7 @@ def test_expired_cached_grant_does_not_start(sdk_stack: SdkStack) -> None:
         Producer(conf)
 
 
-def test_a_grant_cached_from_one_metaserver_never_starts_a_client_pointed_at_another(sdk_stack: SdkStack) -> None:
+def test_a_grant_cached_from_one_metaserver_never_starts_a_client_pointed_at_another(sdk_stack: LocalStack) -> None:
     conf = sdk_stack.client_config()
     with Producer(conf) as producer:
         issuer = producer.runtime.grant.issuer if producer.runtime.grant else ""
@@ -79,7 +78,7 @@ def test_a_grant_cached_from_one_metaserver_never_starts_a_client_pointed_at_ano
     assert store.load() is None, "a grant from another issuer is never used"
 
 
-def test_wrong_secret_is_refused_even_with_a_cached_grant(sdk_stack: SdkStack) -> None:
+def test_wrong_secret_is_refused_even_with_a_cached_grant(sdk_stack: LocalStack) -> None:
     conf = sdk_stack.client_config()
     with Producer(conf):
         pass
@@ -87,7 +86,7 @@ def test_wrong_secret_is_refused_even_with_a_cached_grant(sdk_stack: SdkStack) -
         Producer(dict(conf, **{"ykafka.app.secret": "not-the-secret"}))
 
 
-def test_starts_with_config_center_down_from_cached_config(sdk_stack: SdkStack, tmp_path: Path) -> None:
+def test_starts_with_config_center_down_from_cached_config(sdk_stack: LocalStack, tmp_path: Path) -> None:
     svc = start_config_service(tmp_path / "cc")
     topic = _topic("cccache")
     ns = f"ykafka.topic.{topic}"
@@ -110,7 +109,7 @@ def test_starts_with_config_center_down_from_cached_config(sdk_stack: SdkStack, 
     assert len(read_topic(sdk_stack.clusters["dc-a"], topic, 11)) == 11
 
 
-def test_acl_change_reaches_a_running_producer_through_renewal(sdk_stack: SdkStack) -> None:
+def test_acl_change_reaches_a_running_producer_through_renewal(sdk_stack: LocalStack) -> None:
     app = sdk_stack.new_app(produce=["renew-*"])
     topic = _topic("renew")
     with Producer(sdk_stack.client_config(app)) as producer:
@@ -131,7 +130,7 @@ def test_acl_change_reaches_a_running_producer_through_renewal(sdk_stack: SdkSta
         producer.purge()
 
 
-def test_rejected_token_triggers_reauthentication(sdk_stack: SdkStack) -> None:
+def test_rejected_token_triggers_reauthentication(sdk_stack: LocalStack) -> None:
     with Producer(sdk_stack.client_config()) as producer:
         rt = producer.runtime
         assert rt.grant is not None

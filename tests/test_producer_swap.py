@@ -11,10 +11,9 @@ import time
 import uuid
 from typing import Any
 
-from tests.sdk_fixtures import SdkStack, check_stream, read_topic, wait_until
+from tests.sdk_fixtures import check_stream, read_topic, wait_until
+from tests.support import LocalStack
 from ykafka import Producer
-
-pytest_plugins = ["tests.sdk_fixtures"]
 
 
 class Load:
@@ -92,7 +91,7 @@ def _in_force(producer: Producer, topic: str, key: str, value: Any) -> bool:
     return (producer.in_force(topic) or {}).get(key) == value
 
 
-def test_20_live_rebuilds_under_load_lose_nothing_and_keep_key_order(sdk_stack: SdkStack) -> None:
+def test_20_live_rebuilds_under_load_lose_nothing_and_keep_key_order(sdk_stack: LocalStack) -> None:
     topic = f"rebuild-{uuid.uuid4().hex[:8]}"
     changes: list[tuple[str, str, Any]] = []
     for i in range(20):
@@ -127,7 +126,7 @@ def test_20_live_rebuilds_under_load_lose_nothing_and_keep_key_order(sdk_stack: 
     assert result == {"received": load.sent, "unique": load.sent, "lost": 0, "duplicated": 0, "disorder": 0}
 
 
-def test_route_cluster_switch_under_load_moves_the_stream_without_loss(sdk_stack: SdkStack) -> None:
+def test_route_cluster_switch_under_load_moves_the_stream_without_loss(sdk_stack: LocalStack) -> None:
     topic = f"switch-{uuid.uuid4().hex[:8]}"
     with Producer(sdk_stack.client_config()) as producer:
         load = Load(producer, topic).start()
@@ -162,7 +161,7 @@ def test_route_cluster_switch_under_load_moves_the_stream_without_loss(sdk_stack
     assert all(last_a[k] + 1 == first_b[k] for k in first_b), (last_a, first_b)
 
 
-def test_change_arriving_while_held_messages_are_released_keeps_them_on_one_client(sdk_stack: SdkStack) -> None:
+def test_change_arriving_while_held_messages_are_released_keeps_them_on_one_client(sdk_stack: LocalStack) -> None:
     topic = f"midrelease-{uuid.uuid4().hex[:8]}"
     ns = f"ykafka.topic.{topic}"
     conf = {"bootstrap.servers": sdk_stack.clusters["dc-a"], "producer.linger.ms": 200,

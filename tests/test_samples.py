@@ -10,18 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import StackInfo, unique
+from tests.conftest import unique
+from tests.support import LocalStack
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _sample_env(stack: StackInfo, tmp_path: Path) -> dict[str, str]:
+def _sample_env(stack: LocalStack, tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "YKAFKA_APP_ID": stack.app_id, "YKAFKA_APP_SECRET": stack.app_secret,
             "YKAFKA_METASERVER": stack.metaserver, "YKAFKA_ADMIN_TOKEN": stack.admin_token,
             "YKAFKA_CACHE_DIR": str(tmp_path / "cache")}
 
 
-def test_quickstart_produces_and_consumes_every_message(stack: StackInfo, tmp_path: Path) -> None:
+def test_quickstart_produces_and_consumes_every_message(stack: LocalStack, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(ROOT / "samples" / "quickstart.py"), "--count", "300",
                              "--keys", "6"], capture_output=True, text=True, timeout=180,
                             env=_sample_env(stack, tmp_path))
@@ -31,7 +32,7 @@ def test_quickstart_produces_and_consumes_every_message(stack: StackInfo, tmp_pa
     assert result.stdout.strip().endswith("OK")
 
 
-def test_asyncio_service_produces_and_consumes_every_message_through_live_changes(stack: StackInfo,
+def test_asyncio_service_produces_and_consumes_every_message_through_live_changes(stack: LocalStack,
                                                                                    tmp_path: Path) -> None:
     topic = f"aio-orders-{os.getpid()}-{tmp_path.name[-6:]}"
     result = subprocess.run([sys.executable, str(ROOT / "samples" / "asyncio_service.py"), "--topic", topic,
@@ -45,7 +46,7 @@ def test_asyncio_service_produces_and_consumes_every_message_through_live_change
     assert sent > 1000 and last == f"sent {sent}, acknowledged {sent}, handled {sent}: OK"
 
 
-def _run_sample(stack: StackInfo, tmp_path: Path, name: str, *args: str, timeout: float = 120,
+def _run_sample(stack: LocalStack, tmp_path: Path, name: str, *args: str, timeout: float = 120,
                 env: dict[str, str] | None = None) -> list[str]:
     result = subprocess.run([sys.executable, str(ROOT / "samples" / name), *args], capture_output=True, text=True,
                             timeout=timeout, env={**_sample_env(stack, tmp_path), **(env or {})}, cwd=tmp_path)
@@ -55,33 +56,33 @@ def _run_sample(stack: StackInfo, tmp_path: Path, name: str, *args: str, timeout
     return lines
 
 
-def test_admin_push_sample_pushes_and_reads_back(stack: StackInfo, tmp_path: Path) -> None:
+def test_admin_push_sample_pushes_and_reads_back(stack: LocalStack, tmp_path: Path) -> None:
     topic = unique("push")
     last = _run_sample(stack, tmp_path, "admin_push.py", "--topic", topic, "--acks", "1",
                        env={"YKAFKA_CONFIGCENTER": stack.configcenter})[-1]
     assert last.startswith(f"config service serves ykafka.topic.{topic}: ") and "'producer.acks': '1'" in last
 
 
-def test_configcenter_watch_sample_sees_its_change_by_long_poll(stack: StackInfo, tmp_path: Path) -> None:
+def test_configcenter_watch_sample_sees_its_change_by_long_poll(stack: LocalStack, tmp_path: Path) -> None:
     last = _run_sample(stack, tmp_path, "configcenter_watch.py", "--url", stack.configcenter, "--token",
                        stack.openapi_token, "--app-id", unique("watch"), "--value", "0.5")[-1]
     assert last.startswith("fetched trace.sample.rate = '0.5'"), last
 
 
-def test_hot_producer_sample_runs_for_its_seconds(stack: StackInfo, tmp_path: Path) -> None:
+def test_hot_producer_sample_runs_for_its_seconds(stack: LocalStack, tmp_path: Path) -> None:
     last = _run_sample(stack, tmp_path, "hot_producer.py", "--topic", unique("hot"), "--seconds", "3",
                        "--rate", "100")[-1]
     assert re.fullmatch(r"sent \d+ messages; 0 undelivered at close", last), last
 
 
-def test_worker_consumer_sample_stops_after_its_seconds(stack: StackInfo, tmp_path: Path) -> None:
+def test_worker_consumer_sample_stops_after_its_seconds(stack: LocalStack, tmp_path: Path) -> None:
     last = _run_sample(stack, tmp_path, "worker_consumer.py", "--topic", unique("work"), "--group", unique("g"),
                        "--seconds", "12", "--work-ms", "1")[-1]
     handled = re.fullmatch(r"stopped; handled (\d+) messages", last)
     assert handled and int(handled.group(1)) > 0, last
 
 
-def test_failover_sample_without_an_outage_loses_nothing(stack: StackInfo, tmp_path: Path) -> None:
+def test_failover_sample_without_an_outage_loses_nothing(stack: LocalStack, tmp_path: Path) -> None:
     last = _run_sample(stack, tmp_path, "failover.py", "--topic", unique("fo"), "--seconds", "4",
                        "--rate", "100")[-1]
     assert last.startswith("final: sent=") and " failed=0 lost=0 " in last, last
@@ -95,7 +96,7 @@ def test_placements_sample_writes_where_the_topic_is_placed(stack: StackInfo, tm
 
 
 @pytest.mark.slow  # one Spark pass (about 40 s on 2 cores)
-def test_trace_lookup_sample_traces_a_key(stack: StackInfo, tmp_path: Path) -> None:
+def test_trace_lookup_sample_traces_a_key(stack: LocalStack, tmp_path: Path) -> None:
     lines = _run_sample(stack, tmp_path, "trace_lookup.py", "--store", str(tmp_path / "store"),
                         env={"YKAFKA_BOOTSTRAP_DC_A": stack.clusters["dc-a"]}, timeout=300)
     assert any(line.startswith("pipeline done in ") for line in lines)

@@ -13,12 +13,11 @@ from urllib.parse import quote, urlencode
 import pytest
 import requests
 
-from tests.cc_fixtures import CCServer, OpenApi
+from tests.cc_fixtures import OpenApi
 from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, fake_ip, inside_one_fail_window, new_app
+from tests.support import ConfigService
 from tests.test_configcenter_accesskeys import NS, build_headers, guarded_app
 from ykafka import signing
-
-pytest_plugins = ["tests.ms_fixtures", "tests.cc_fixtures"]
 
 LIMIT = 5  # the test MetaServers' --auth-fail-limit
 
@@ -65,7 +64,7 @@ def test_since_out_of_range_is_422_with_the_accepted_format(registry: MetaServer
 
 # --- 3. deeply nested notifications ------------------------------------------------------------------
 
-def test_deeply_nested_notifications_are_400_without_internal_text(cc: CCServer) -> None:
+def test_deeply_nested_notifications_are_400_without_internal_text(cc: ConfigService) -> None:
     nested = "[" * 5000 + "]" * 5000  # past the JSON parser's recursion limit
     resp = requests.get(cc.url + "/notifications/v2",
                         params={"appId": "someapp", "cluster": "default", "notifications": nested}, timeout=10)
@@ -77,7 +76,7 @@ def test_deeply_nested_notifications_are_400_without_internal_text(cc: CCServer)
 
 # --- 4. repeated appId on notifications/v2 (access-key bypass) ----------------------------------------
 
-def test_a_repeated_app_id_cannot_bypass_the_access_key(cc: CCServer, api: OpenApi) -> None:
+def test_a_repeated_app_id_cannot_bypass_the_access_key(cc: ConfigService, api: OpenApi) -> None:
     app, _secret = guarded_app(cc, api)
     notifications = json.dumps([{"namespaceName": NS, "notificationId": -1}])
     query = urlencode([("appId", "other"), ("appId", app), ("cluster", "default"), ("notifications", notifications)],
@@ -147,7 +146,7 @@ def test_validation_errors_never_echo_the_input(registry: MetaServer) -> None:
 # --- 7. shutdown answers parked polls at once --------------------------------------------------------
 
 def test_stopping_the_config_service_answers_parked_polls_with_304_within_a_second(tmp_path: Path) -> None:
-    server = CCServer(tmp_path / "cc.db", longpoll_timeout=60).start()
+    server = ConfigService(tmp_path / "cc.db", longpoll_timeout=60).start()
     try:
         api = OpenApi(server.url)
         app = api.new_app_id()
@@ -155,7 +154,7 @@ def test_stopping_the_config_service_answers_parked_polls_with_304_within_a_seco
         release_id = requests.get(server.url + "/notifications/v2", timeout=5, params={
             "appId": app, "cluster": "default",
             "notifications": json.dumps([{"namespaceName": NS, "notificationId": -1}])}).json()[0]["notificationId"]
-        parked = [server.park(app, [{"namespaceName": NS, "notificationId": release_id}], settle=0)
+        parked = [server.park(app, [{"namespaceName": NS, "notificationId": release_id}], wait=False)
                   for _ in range(5)]
         deadline = time.monotonic() + 5
         while requests.get(server.url + "/stats", timeout=5).json()["longPolls"] < 5:

@@ -17,11 +17,10 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.serialization import MessageField, SerializationContext, StringDeserializer, StringSerializer
 
 from tests.consumer_fixtures import create_topic, unique
-from tests.dr_fixtures import Broker, read_all
+from tests.dr_fixtures import read_all
+from tests.support import Broker
 from ykafka import DeserializingConsumer, SerializingProducer
 from ykafka.aio import AsyncDeserializingConsumer, AsyncSerializingProducer
-
-pytest_plugins = ["tests.consumer_fixtures", "tests.dr_fixtures"]
 
 FAST_JOIN = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}  # as every consumer test here
 ORDER_AVRO = """
@@ -169,7 +168,7 @@ def test_message_spilled_while_the_cluster_is_down_is_replayed_byte_identical(tm
         producer.close()
         records = read_all(broker.bootstrap, topic, expect=49)
     finally:
-        broker.kill()
+        broker.close()
     assert spilled == 49
     assert all(not isinstance(a, Exception) and a.error() is None for a in acked) and len(acked) == 50
     ctx = SerializationContext(topic, MessageField.VALUE)

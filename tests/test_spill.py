@@ -122,7 +122,8 @@ def test_options_registered_and_default_dir(tmp_path: Path) -> None:
 
 
 def test_engine_raises_spill_full_to_the_caller_while_the_cluster_is_down(tmp_path: Path) -> None:
-    from tests.dr_fixtures import free_port, make_engine
+    from tests.dr_fixtures import make_engine
+    from tests.support import free_port
     from ykafka.dr.engine import RouteSpec
     from ykafka.dr.health import ClusterState
 
@@ -398,7 +399,8 @@ def test_fsync_append_never_waits_for_the_disk_and_replay_follows_the_group_fsyn
 def test_delivery_callback_of_an_fsync_spilled_message_never_precedes_its_fsync(tmp_path: Path) -> None:
     """Through the engine: messages spilled in fsync mode while the cluster is down, replayed when it
     comes up; at each delivery callback the store's fsynced watermark already covers that message."""
-    from tests.dr_fixtures import Broker, make_engine
+    from tests.dr_fixtures import make_engine
+    from tests.support import Broker
     from ykafka.dr.engine import RouteSpec
     from ykafka.dr.health import ClusterState
 
@@ -424,4 +426,4 @@ def test_delivery_callback_of_an_fsync_spilled_message_never_precedes_its_fsync(
         assert queue.status()["fsyncs"] >= 1
     finally:
         engine.close()
-        broker.kill()
+        broker.close()

@@ -12,8 +12,6 @@ from ykafka import events
 from ykafka.sink import EventSink
 from ykafka.tracing import Tracer
 
-pytest_plugins = ["tests.pipeline_fixtures"]
-
 
 def test_rate_follows_switches_and_grade_defaults() -> None:
     assert Tracer.rate({"topic.grade": "P2"}) == 0.0  # trace off by default

@@ -26,8 +26,6 @@ from ykafka.consumer import Consumer, dlq_topic, retry_topic
 from ykafka.consumer.observe import SAMPLED_TIMING_BELOW_S
 from ykafka.events import KIND_ORDER, MetricName
 
-pytest_plugins = ["tests.pipeline_fixtures", "tests.consumer_fixtures"]
-
 TRACE_ON = {"trace.enabled": True, "trace.sample.rate": 1.0}
 CONSUMER_STEPS = ("consumed", "processed", "retried", "dead-lettered")
 

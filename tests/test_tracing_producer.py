@@ -8,8 +8,6 @@ from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
 from ykafka import Producer, events
 from ykafka.events import MetricName
 
-pytest_plugins = ["tests.pipeline_fixtures"]
-
 
 def test_p0_topic_is_fully_traced_with_statistics_and_client_events(obs_broker) -> None:
     bs = obs_broker.bootstrap

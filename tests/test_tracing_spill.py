@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.dr_fixtures import Broker
 from tests.pipeline_fixtures import read_events, unique, wait_until
+from tests.support import Broker
 from ykafka import Producer, events
-
-pytest_plugins = ["tests.pipeline_fixtures"]
 
 
 def _spill_then_replay(broker: Broker, tmp_path: Path, topic: str, ids: bool = False, **conf: object) -> list[bytes]:

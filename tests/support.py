@@ -1,0 +1,457 @@
+"""The one way tests and benchmarks start any part of the local stack: on free ports, stopped by their own pid.
+
+- :class:`LocalStack` / :func:`local_stack`: what ``ykafka dev up`` runs (``ykafka.devstack``): any subset of
+  brokers (``memory``, or ``durable``: N Tansu brokers on the S3 engine over a local moto S3 server), the config
+  service and the MetaServer, seeded with one app; helpers to push hot config and build client configs.
+- :class:`Broker`: one private Kafka cluster (memory or durable) to kill, freeze and restart in chaos tests;
+  started through ``ykafka.devstack`` too, so its brokers are exactly the ``dev up`` ones.
+- :class:`Proc` / :class:`ConfigService`: one server process polled on ``/health`` (a config service on its own
+  database, a MetaServer with test flags), in its own process group, stopped by its pid.
+
+Fixture modules (``tests/*_fixtures.py``, registered once in ``tests/conftest.py``) and ``bench/*.py`` build on
+these; nothing else starts a service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from ykafka.devstack import ClusterSpec, Stack, StackConfig, ephemeral_config, replica_name
+from ykafka.devstack import free_port as free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+CC_TOKEN = "test-openapi-token"
+
+
+# --- one server process ------------------------------------------------------------------------------
+
+class Proc:
+    """A server subprocess (``{port}`` in ``args`` becomes a free port) in its own session, polled on
+    ``/health``, stopped by its pid (its process group: uvicorn workers included)."""
+
+    def __init__(self, name: str, args: list[str], log: Path, health: str = "/health") -> None:
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.health = health
+        self.args = [a.replace("{port}", str(self.port)) for a in args]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def start(self, timeout: float = 40.0) -> Proc:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-3000:]}")
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(self.url + self.health, timeout=0.5).status_code == 200:
+                    return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not become healthy: {self.log.read_text()[-3000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """``sig`` (SIGTERM; SIGKILL for a crash) to our own process group, then wait for it."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+class ParkedPoll:
+    """A long poll running in a thread, so a test can publish while it is parked."""
+
+    def __init__(self, fn: Callable[[], requests.Response]) -> None:
+        self.result: requests.Response | None = None
+        self.answered_at = 0.0
+
+        def run() -> None:
+            self.result = fn()
+            self.answered_at = time.monotonic()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float = 10) -> requests.Response:
+        self.thread.join(timeout)
+        assert self.result is not None, "long poll did not answer"
+        return self.result
+
+
+_PG_SCHEMAS: list[Any] = []  # the PgSchemas of YKAFKA_TEST_CC_DB=postgres, dropped at exit
+_PG_BY_FILE: dict[str, str] = {}  # DB file name -> its schema's URL
+
+
+def _database(db: Path) -> str:
+    """The ``--db`` of a config service: the SQLite file, or under ``YKAFKA_TEST_CC_DB=postgres`` one fresh
+    PostgreSQL schema per file name (a manual check of that backend; the suite's PostgreSQL cases are in
+    tests/test_configcenter_peers.py)."""
+    if os.environ.get("YKAFKA_TEST_CC_DB") != "postgres":
+        return str(db)
+    import atexit
+
+    from tests.ms_fixtures import PgSchemas
+
+    if not _PG_SCHEMAS:
+        _PG_SCHEMAS.append(PgSchemas("cc_test"))
+        atexit.register(_PG_SCHEMAS[0].drop)
+    if str(db) not in _PG_BY_FILE:
+        _PG_BY_FILE[str(db)] = _PG_SCHEMAS[0].make()
+    return _PG_BY_FILE[str(db)]
+
+
+class ConfigService(Proc):
+    """``python -m metaserver.configcenter serve`` on a free port with its own database: a SQLite file, or a
+    database URL (``db`` as a string; peers share one)."""
+
+    def __init__(self, db: Path | str, longpoll_timeout: float = 2.0, token: str = CC_TOKEN,
+                 extra: list[str] | None = None, log_dir: Path | None = None) -> None:
+        self.db = db
+        self.database = _database(db) if isinstance(db, Path) else db
+        self.longpoll_timeout = longpoll_timeout
+        self.token = token
+        log_base = db if isinstance(db, Path) else (log_dir or Path(tempfile.gettempdir())) / "configcenter"
+        super().__init__("configcenter", [sys.executable, "-m", "metaserver.configcenter", "serve", "--host",
+                                          "127.0.0.1", "--port", "{port}", "--db", self.database,
+                                          "--longpoll-timeout", str(longpoll_timeout), "--openapi-token", token,
+                                          *(extra or [])], log_base.with_suffix(".log"))
+        self.log = log_base.with_suffix(f".{self.port}.log")
+
+    def start(self, timeout: float = 40.0) -> ConfigService:
+        super().start(timeout)
+        return self
+
+    def parked(self) -> int:
+        """Long polls parked on this instance right now (its ``/stats``)."""
+        return int(requests.get(f"{self.url}/stats", timeout=5).json()["longPolls"])
+
+    def wait_parked(self, polls: int, timeout: float = 10.0) -> None:
+        """Until ``polls`` long polls are parked here: a test waits for this instead of sleeping."""
+        deadline = time.monotonic() + timeout
+        while self.parked() < polls:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {polls} long poll(s) parked")
+            time.sleep(0.02)
+
+    def poll(self, app: str, notifications: list[dict[str, Any]], cluster: str = "default", timeout: float = 10,
+             **params: str) -> requests.Response:
+        """One ``/notifications/v2`` long poll, as Apollo clients send it."""
+        return requests.get(self.url + "/notifications/v2",
+                            params={"appId": app, "cluster": cluster, "notifications": json.dumps(notifications),
+                                    **params}, timeout=timeout)
+
+    def park(self, app: str, notifications: list[dict[str, Any]], wait: bool = True, **params: str) -> ParkedPoll:
+        """Start a long poll in a thread; with ``wait``, return once the service's ``/stats`` counts it parked
+        (or it already answered: nothing to wait for)."""
+        before = self.parked() if wait else 0
+        parked = ParkedPoll(lambda: self.poll(app, notifications, **params))
+        deadline = time.monotonic() + 10
+        while wait and parked.result is None and self.parked() <= before:
+            if time.monotonic() > deadline:
+                raise AssertionError("the long poll was never parked")
+            time.sleep(0.01)
+        return parked
+
+    def cli(self, *args: str) -> str:
+        """Run the admin CLI against this server's database; returns stdout stripped."""
+        out = subprocess.run([sys.executable, "-m", "metaserver.configcenter", *args, "--db", self.database],
+                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                             text=True, check=True, timeout=30)
+        return out.stdout.strip()
+
+    def publish(self, namespace: str, items: dict[str, str], token: str | None = None) -> None:
+        """Items set and released in ``namespace`` of the ykafka app, through the Open API (``token``: another
+        Open API token than this instance's own)."""
+        from metaserver.apollo import ApolloOpenApi
+
+        api = ApolloOpenApi(self.url, token or self.token)
+        api.ensure_app()
+        api.ensure_namespace(namespace)
+        for key, value in items.items():
+            api.set_item(namespace, key, value)
+        api.release(namespace, f"test-{uuid.uuid4().hex[:6]}", "test")
+
+
+def start_config_service(workdir: Path, longpoll_timeout: float = 5, db: Path | str | None = None) -> ConfigService:
+    """A private config service under ``workdir`` on ``db`` (a SQLite file or a database URL; default a fresh
+    file), with a fresh Open API token."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    return ConfigService(db or workdir / f"cc-{uuid.uuid4().hex[:6]}.db", longpoll_timeout, uuid.uuid4().hex,
+                         log_dir=workdir).start()
+
+
+# --- one private Kafka cluster ------------------------------------------------------------------------
+
+def cluster_stack(names: list[str], home: Path, storage: str = "memory", brokers: int | None = None) -> Stack:
+    """A devstack :class:`Stack` holding only the clusters ``names`` (durable ones share its one S3 server)."""
+    cfg = ephemeral_config(home, storage=storage, brokers=brokers)
+    count = cfg.clusters[cfg.default_cluster].brokers
+    cfg.clusters = {name: ClusterSpec(name, free_port(), name, storage=storage, brokers=count,
+                                      extra_ports=[free_port() for _ in range(count - 1)]) for name in names}
+    cfg.default_cluster = names[0]
+    return Stack(cfg)
+
+
+class Broker:
+    """One Kafka cluster ``name`` started as ``ykafka dev up`` starts it: ``memory`` (one Tansu broker that
+    forgets everything on restart) or ``durable`` (``brokers``, default 2, Tansu processes on one bucket of a local
+    S3 server, so an acknowledged message survives a SIGKILL of every broker and any broker serves it). Ports are
+    fixed at construction, so ``restart`` comes back at the same address; kill / freeze / thaw act on the brokers'
+    own pids. Several clusters can share one ``stack`` (:func:`cluster_stack`, :func:`brokers`)."""
+
+    def __init__(self, name: str, log_dir: Path | None = None, storage: str = "memory", brokers: int | None = None,
+                 stack: Stack | None = None) -> None:
+        if stack is None:
+            assert log_dir is not None, "a Broker needs a log_dir or a stack"
+            stack = cluster_stack([name], log_dir / name, storage, brokers)
+        spec = stack.cfg.clusters[name]
+        self.name = name
+        self.storage = spec.storage
+        self.stack = stack
+        self.names = [spec.broker_name(i) for i in range(spec.brokers)]
+        self.bootstrap = stack.cfg.bootstrap(name)
+        self.addresses = self.bootstrap.split(",")
+        self.port = spec.port
+        self.frozen = False
+
+    def start(self) -> Broker:
+        """Start whatever of this cluster is not running (idempotent)."""
+        self.stack.up((["s3"] if self.storage == "durable" else []) + self.names, seed=False)
+        return self
+
+    def kill(self, index: int | None = None) -> None:
+        """SIGKILL every broker (or broker ``index``): a memory cluster loses its data, a durable one keeps it."""
+        for name in self.names if index is None else [self.names[index]]:
+            self.stack.kill(name)  # SIGKILL ends a stopped (frozen) process too
+        if index is None:
+            self.frozen = False
+
+    def restart(self) -> Broker:
+        self.kill()
+        return self.start()
+
+    def _signal(self, sig: int) -> None:
+        for svc in self.stack.services(self.names):
+            pid = self.stack.pid(svc)
+            if pid is not None:
+                os.kill(pid, sig)
+
+    def freeze(self) -> None:
+        """SIGSTOP: connections stay open but nothing answers (a network partition); data is kept."""
+        self._signal(signal.SIGSTOP)
+        self.frozen = True
+
+    def thaw(self) -> None:
+        self._signal(signal.SIGCONT)
+        self.frozen = False
+
+    @property
+    def alive(self) -> bool:
+        """Every broker of the cluster runs."""
+        return all(self.stack.pid(svc) is not None for svc in self.stack.services(self.names))
+
+    def ready(self) -> Broker:
+        """Running and answering again, whatever the previous user did to it (a shared cluster between tests)."""
+        if self.frozen:
+            self.thaw()
+        return self.start()
+
+    def close(self) -> None:
+        """Stop everything this cluster's stack started (brokers and the S3 server), by pid."""
+        self.thaw()
+        self.stack.down()
+
+
+@contextlib.contextmanager
+def brokers(names: list[str], log_dir: Path, storage: str = "memory",
+            count: int | None = None) -> Iterator[dict[str, Broker]]:
+    """Private clusters by name (on one stack: durable ones share one S3 server), started now and stopped by pid
+    when the block ends."""
+    stack = cluster_stack(names, log_dir, storage, count)
+    try:
+        yield {name: Broker(name, stack=stack).start() for name in names}
+    finally:
+        with contextlib.suppress(Exception):
+            for name in names:
+                Broker(name, stack=stack).thaw()
+        stack.down()
+
+
+# --- the whole stack, or any subset ----------------------------------------------------------------------
+
+@dataclass
+class LocalStack:
+    """A :class:`ykafka.devstack.Stack` on free ports and what a test or benchmark needs to reach it."""
+
+    stack: Stack
+    env: dict[str, str] = field(default_factory=dict)  # dev.env of the seeded app (after ``up``)
+
+    @property
+    def cfg(self) -> StackConfig:
+        return self.stack.cfg
+
+    @property
+    def home(self) -> Path:
+        return self.stack.home
+
+    @property
+    def clusters(self) -> dict[str, str]:
+        """Cluster name -> bootstrap servers."""
+        return {name: self.cfg.bootstrap(name) for name in self.cfg.clusters}
+
+    def bootstrap(self, cluster: str | None = None) -> str:
+        return self.cfg.bootstrap(cluster or self.cfg.default_cluster)
+
+    @property
+    def configcenter(self) -> str:
+        return self.cfg.configcenter_url
+
+    @property
+    def metaserver(self) -> str:
+        return self.cfg.metaserver_url
+
+    @property
+    def admin_token(self) -> str:
+        return self.cfg.admin_token
+
+    @property
+    def openapi_token(self) -> str:
+        return self.cfg.openapi_token
+
+    @property
+    def app_id(self) -> str:
+        return self.env.get("YKAFKA_APP_ID", "")
+
+    @property
+    def app_secret(self) -> str:
+        return self.env.get("YKAFKA_APP_SECRET", "")
+
+    def up(self, names: list[str] | None = None) -> LocalStack:
+        """Start ``names`` (all when None); ``brokers`` stands for every broker (and the S3 server of durable
+        clusters), ``control`` for every config service and MetaServer (replicas included). Seeds once a MetaServer
+        runs."""
+        if names is not None:
+            control = [replica_name(service, i) for service in ("configcenter", "metaserver")
+                       for i in range(self.cfg.replicas)]
+            groups = {"brokers": [svc.name for svc in self.stack.services() if svc.name not in control],
+                      "control": control}
+            names = [n for name in names for n in groups.get(name, [name])]
+        self.stack.up(names, seed=False)
+        if names is None or "metaserver" in names:
+            self.env = self.stack.seed()
+        return self
+
+    def down(self) -> None:
+        self.stack.down()
+
+    # --- clients --------------------------------------------------------------------------------
+
+    def client_config(self, app: tuple[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+        """ykafka client config authenticated as the seeded app (or ``app``), a private cache dir per call."""
+        app_id, secret = app or (self.app_id, self.app_secret)
+        conf: dict[str, Any] = {
+            "ykafka.app.id": app_id,
+            "ykafka.app.secret": secret,
+            "ykafka.metaserver": ",".join(self.cfg.metaserver_urls),  # every replica: the client fails over
+            "ykafka.cache.dir": str(self.home / "clients" / uuid.uuid4().hex),
+        }
+        conf.update(extra)
+        return conf
+
+    # --- MetaServer admin API -------------------------------------------------------------------
+
+    def admin(self, method: str, path: str, body: Any = None) -> requests.Response:
+        return requests.request(method, self.metaserver + path, json=body, timeout=15,
+                                headers={"Authorization": f"Bearer {self.admin_token}"})
+
+    def push(self, scope: str, set: dict[str, Any] | None = None, delete: list[str] | None = None,
+             ips: list[str] | None = None) -> dict[str, Any]:
+        """An operator's hot-config change, through the MetaServer (validated, released through Apollo)."""
+        body: dict[str, Any] = {"scope": scope, "set": {k: str(v) for k, v in (set or {}).items()},
+                                "delete": delete or []}
+        if ips:
+            body["ips"] = ips
+        resp = self.admin("POST", "/v1/admin/config", body)
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    def new_app(self, produce: list[str], consume: list[str] | None = None,
+                group: list[str] | None = None) -> tuple[str, str]:
+        app_id = f"app-{uuid.uuid4().hex[:8]}"
+        resp = self.admin("POST", "/v1/admin/apps", {"app_id": app_id})
+        assert resp.status_code in (200, 201), resp.text
+        secret = resp.json()["secret"]
+        resp = self.admin("PUT", f"/v1/admin/apps/{app_id}/acl",
+                          {"produce": produce, "consume": consume or [], "group": group or []})
+        assert resp.status_code == 200, resp.text
+        return app_id, secret
+
+    def client_reports(self, app_id: str) -> list[dict[str, Any]]:
+        resp = self.admin("GET", f"/v1/admin/clients?app={app_id}")
+        assert resp.status_code == 200, resp.text
+        return list(resp.json())
+
+    def publish_raw(self, namespace: str, items: dict[str, str], delete: list[str] | None = None) -> None:
+        """Straight into the config center (bypasses MetaServer validation, as a hand edit in Apollo)."""
+        from metaserver.apollo import ApolloOpenApi
+
+        api = ApolloOpenApi(self.configcenter, self.openapi_token)
+        api.ensure_app()
+        api.ensure_namespace(namespace)
+        for key, value in items.items():
+            api.set_item(namespace, key, value)
+        for key in delete or []:
+            api.delete_item(namespace, key)
+        api.release(namespace, f"test-{uuid.uuid4().hex[:6]}", "test")
+
+
+def new_stack(home: Path | None = None, **overrides: Any) -> LocalStack:
+    """A stack on free ports under ``home`` (a temp dir when None), nothing started yet; ``overrides`` as
+    :func:`ykafka.devstack.ephemeral_config` (``storage="durable"``, ``brokers=2``, ``external_bootstrap``...)."""
+    home = home or Path(tempfile.mkdtemp(prefix="ykafka-stack-"))
+    return LocalStack(Stack(ephemeral_config(home, **overrides)))
+
+
+@contextlib.contextmanager
+def local_stack(names: list[str] | None = None, home: Path | None = None,
+                **overrides: Any) -> Iterator[LocalStack]:
+    """Start ``names`` (default: the whole stack, seeded) and stop every process by pid when the block ends."""
+    st = new_stack(home, **overrides)
+    try:
+        yield st.up(names)
+    finally:
+        st.down()
