@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,39 @@ def test_route_cluster_moves_the_consumer_to_another_cluster(stack: LocalStack, 
     wait_until(lambda: recorder.count() >= 100, 60, message="dc-b messages")
     assert consumer.client_config["bootstrap.servers"] == stack.clusters["dc-b"]
     assert sorted(recorder.values) == list(range(100))
+
+
+def test_worker_changes_pushed_through_the_metaserver_while_messages_flow(stack: LocalStack, running) -> None:
+    """The operator's path, under traffic: a producer keeps writing while ``consumer.workers`` is pushed 2 -> 6 -> 3
+    through the MetaServer. Every message is handled exactly once, each key in order, never two at a time."""
+    admin = _admin(stack)
+    topic, group = unique("workers"), unique("g")
+    bootstrap = stack.clusters["dc-a"]
+    create_topic(bootstrap, topic, 4)
+    recorder = Recorder(delay=0.02)  # a backlog of seconds: the changes land while messages are in flight
+    consumer = Consumer(_conf(stack, group, **{"consumer.workers": 2, "consumer.ordering": "key"}))
+    running(consumer, recorder, [topic])
+    engine = consumer.engine
+    sent = 0
+
+    def flow(count: int) -> None:
+        nonlocal sent
+        produce(bootstrap, topic, count, keys=30, start=sent)
+        sent += count
+
+    flow(300)
+    wait_until(lambda: recorder.count() >= 20 and engine.pool is not None and engine.pool.alive == 2, 60,
+               message="flowing on 2 workers")
+    for workers in (6, 3):
+        admin.push_config(f"group:{group}", {"consumer.workers": str(workers)})
+        deadline = time.monotonic() + 20
+        while not (engine.pool is not None and engine.pool.alive == workers):  # messages keep coming meanwhile
+            assert time.monotonic() < deadline, f"consumer.workers={workers} never applied"
+            flow(10)
+            time.sleep(0.1)
+        assert recorder.count() < sent  # the change landed while messages were still in flight
+        flow(100)
+    wait_until(lambda: recorder.count() >= sent, 60, message="every message handled")
+    assert sorted(recorder.values) == list(range(sent))  # lost = 0, duplicated = 0
+    assert all(values == sorted(values) for values in recorder.by_key.values())  # each key in order
+    assert not recorder.overlaps  # never two of one key at once

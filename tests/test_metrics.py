@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 import threading
+from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import requests
 from confluent_kafka import Producer, TopicPartition
 
+from tests.helpers import create_topic
 from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
+from tests.support import ROOT, brokers, free_port
 from ykafka import events
 from ykafka.events import MetricName
 from ykafka.metrics import Metrics, client_event_from_report, local_versions
@@ -119,6 +125,66 @@ def test_consumer_lag_from_statistics_and_prometheus_endpoint(obs_broker) -> Non
     assert 'group="g-lag"' in line and line.endswith(" 6.0")
     c.close()
     metrics.close(final_state=None)
+
+
+def _scrape(port: int, topic: str) -> dict[str, float]:
+    """The series of ``topic`` (and the producer's, which carry no topic) as Prometheus scrapes them: counters
+    summed per metric name, latency series under ``latency:<name>`` (their p50)."""
+    body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    out: dict[str, float] = {}
+    for line in body.splitlines():
+        counter = line.startswith("ykafka_events_total{") and f'topic="{topic}"' in line
+        latency = line.startswith("ykafka_latency_ms{") and 'quantile="p50"' in line and (
+            f'topic="{topic}"' in line or 'topic=""' in line)
+        if not (counter or latency):
+            continue
+        labels, value = line.rsplit(" ", 1)
+        found = re.search(r'name="([^"]+)"', labels)
+        assert found is not None, line
+        name = found.group(1) if counter else f"latency:{found.group(1)}"
+        out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def _answer(out: Any, word: str) -> str:
+    """The child's next ``word ...`` line (its log lines on the same stdout are skipped)."""
+    for line in out:
+        if line.startswith(word):
+            return str(line.strip())
+    raise AssertionError(f"the child exited before saying {word}")
+
+
+def test_prometheus_port_of_a_running_producer_and_consumer_is_scraped_and_moves(tmp_path: Path) -> None:
+    """The operator's path: a process runs a ykafka Producer and Consumer with ``ykafka.prometheus.port``; scraping
+    that port shows the consumer's count of the topic exactly, moving with the traffic, its latency series, and
+    the producer's send latency series."""
+    with brokers(["prom"], tmp_path / "brokers") as started:  # private: its metric events count nowhere else
+        bootstrap = started["prom"].bootstrap
+        topic = unique("prom")
+        create_topic(bootstrap, topic, 2)
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "tests.prometheus_child", bootstrap, topic, str(port),
+                                 str(tmp_path / "cache")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                cwd=ROOT)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            _answer(proc.stdout, "READY")
+            for total in (20, 50):
+                proc.stdin.write(f"{total - (20 if total == 50 else 0)}\n")
+                proc.stdin.flush()
+                assert _answer(proc.stdout, "PRODUCED") == f"PRODUCED {total}"
+                seen = wait_until(lambda t=total: (lambda m: m if m.get("consume.msgs", 0) >= t else None)(
+                    _scrape(port, topic)), timeout=20, message=f"{total} consumed in the scrape")
+                assert seen["consume.msgs"] == total, seen
+            assert {"latency:process.latency_ms", "latency:consume.latency_ms", "latency:send.latency_ms",
+                    "latency:send.rtt_ms"} <= set(seen), seen
+            proc.stdin.write("HANDLED\n")
+            proc.stdin.flush()
+            assert _answer(proc.stdout, "HANDLED") == "HANDLED 50"
+        finally:
+            proc.stdin.close()
+            code = proc.wait(30)
+        assert code == 0
 
 
 def test_client_events_reach_the_clients_topic_with_versions(obs_broker) -> None:
