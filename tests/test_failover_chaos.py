@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.dr_fixtures import (
+    DEFAULT_HEALTH,
     create_topic,
     failover_overtakes,
     in_key_order,
@@ -50,8 +51,10 @@ def test_primary_killed_under_load_fails_over_and_back(dc_brokers: dict[str, Bro
     topic = unique("failover")
     for broker in (a, b):
         create_topic(broker.bootstrap, topic, 3)
+    # the default health settings and spill.after.ms: the tight test ones flap on a loaded machine (a slow probe
+    # declares the restarted primary down again and the writes leave it once more)
     engine = make_engine({"dc-a": a.bootstrap, "dc-b": b.bootstrap}, RouteSpec("dc-a", "dc-b", "auto"),
-                         tmp_path / "dr")
+                         tmp_path / "dr", **DEFAULT_HEALTH)
     try:
         stream = Stream(engine, topic).start()
         _wait(lambda: len(stream.acked) >= 300, 20, "300 acknowledged by the primary")
