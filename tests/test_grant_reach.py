@@ -144,7 +144,7 @@ def test_a_running_producer_follows_a_route_to_a_cluster_its_grant_lacked(sdk_st
 # --- topic placements: users name topics, the platform picks the cluster ---------------------------
 
 
-def test_placements_are_validated_paged_and_audited(sdk_stack: SdkStack) -> None:
+def test_placements_are_validated_paged_and_audited(sdk_stack: LocalStack) -> None:
     prefix = f"pl-{uuid.uuid4().hex[:6]}"
     wanted_bad = {f"{prefix}.a": "dc-a", f"{prefix}.b": "nowhere", "..": "dc-a"}
     bad = sdk_stack.admin("PUT", "/v1/admin/placements", {"placements": wanted_bad})
@@ -173,7 +173,7 @@ def test_placements_are_validated_paged_and_audited(sdk_stack: SdkStack) -> None
         sdk_stack.admin("DELETE", f"/v1/admin/placements/{topic}")
 
 
-def test_a_producer_sends_an_unseen_topic_to_its_placement_and_a_topic_route_wins(sdk_stack: SdkStack) -> None:
+def test_a_producer_sends_an_unseen_topic_to_its_placement_and_a_topic_route_wins(sdk_stack: LocalStack) -> None:
     alias = f"place-{uuid.uuid4().hex[:6]}"  # dc-b's broker under another name, reachable by nothing else
     resp = sdk_stack.admin("PUT", f"/v1/admin/clusters/{alias}",
                            {"bootstrap_servers": sdk_stack.clusters["dc-b"], "dc": "b", "status": "active"})

@@ -88,7 +88,7 @@ def test_failover_sample_without_an_outage_loses_nothing(stack: LocalStack, tmp_
     assert last.startswith("final: sent=") and " failed=0 lost=0 " in last, last
 
 
-def test_placements_sample_writes_where_the_topic_is_placed(stack: StackInfo, tmp_path: Path) -> None:
+def test_placements_sample_writes_where_the_topic_is_placed(stack: LocalStack, tmp_path: Path) -> None:
     lines = _run_sample(stack, tmp_path, "placements.py", "--topic", unique("placed"), "--cluster", "dc-b")
     assert any(line.startswith("the producer routes placed-") and " to dc-b (its default cluster is dc-a)" in line
                for line in lines), lines
