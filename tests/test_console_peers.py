@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.helpers import unique
-from tests.ms_fixtures import ADMIN_TOKEN, MetaServer
+from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, new_app
 
 PASSWORD = "peer-pass-123"
 
@@ -66,6 +66,18 @@ def test_a_session_from_one_peer_works_on_the_other_and_logout_ends_it_on_both(
     assert page.status_code == 200 and name in page.text
     csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
     assert csrf
+    # the topics page counts live clients per topic in the database (json_each / json_array_elements_text)
+    app = new_app(a, acl={"produce": ["*"], "consume": ["*"], "group": ["*"]})
+    sdk = a.sdk(app.app_id, app.secret)
+    token = sdk.grant().json()["token"]
+    topic = unique("peer-topic")
+    for n, (role, group) in enumerate([("producer", None), ("producer", None), ("consumer", "g1")]):
+        assert sdk.report(token, client_id=f"c{n}", role=role, group=group, topics=[topic, "other"]).status_code == 204
+    topics = requests.get(b.url + f"/console/topics?q={topic}", cookies={"ykafka_console": cookie}, timeout=10)
+    assert topics.status_code == 200 and "1 topic in live clients" in topics.text, topics.text[:500]
+    row = re.search(rf'<tr data-topic="{topic}">.*?class="producers">(\d+)</td>.*?>g1</a></td><td>(\d+)</td>',
+                    topics.text, re.S)
+    assert row and row.groups() == ("2", "1"), topics.text[-1500:]
     out = requests.post(b.url + "/console/logout", data={"csrf": csrf.group(1)}, cookies={"ykafka_console": cookie},
                         timeout=10, allow_redirects=False)
     assert out.status_code == 303

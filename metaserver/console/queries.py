@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Connection, String, Text, and_, cast, false, func, not_, or_, select
+from sqlalchemy import Connection, String, Text, and_, cast, false, func, not_, or_, select, text
 
 from metaserver.models import client_state as cs
 
@@ -24,6 +24,22 @@ def _like(value: str) -> str:
 
 def _topic_filter(topic: str) -> Any:
     return cast(cs.c.topics, Text).like(_like(f'"{topic}"'), escape="\\")
+
+
+_TOPIC_USAGE = {  # one row per (topic, role, group) of live clients, counted by the database, not in Python
+    "sqlite": ("SELECT t.value, c.role, c.group_id, count(*) FROM ms_client_state c, json_each(c.topics) t "
+               "WHERE c.last_seen >= :after AND t.value LIKE :needle ESCAPE '\\' GROUP BY 1, 2, 3"),
+    "postgresql": ("SELECT t.value, c.role, c.group_id, count(*) FROM ms_client_state c, "
+                   "json_array_elements_text(c.topics::json) AS t(value) "
+                   "WHERE c.last_seen >= :after AND t.value LIKE :needle ESCAPE '\\' GROUP BY 1, 2, 3"),
+}
+
+
+def topic_usage(conn: Connection, heartbeat_s: int, needle: str = "") -> list[tuple[str, str, str | None, int]]:
+    """(topic, role, group, live clients) for every topic in live clients' reports containing ``needle``."""
+    rows = conn.execute(text(_TOPIC_USAGE[conn.dialect.name]),
+                        {"after": online_after(heartbeat_s), "needle": _like(needle)})
+    return [(str(topic), str(role), group, int(count)) for topic, role, group, count in rows]
 
 
 def online_after(heartbeat_s: int) -> float:
@@ -117,11 +133,19 @@ def reached_summary(conn: Connection, heartbeat_s: int, kind: str, name: str, na
     return [(h, bool(e), False, int(n)) for h, e, n in rows]
 
 
-def not_settled(namespace: str, keys: list[str]) -> Any:
-    """Clients that do not hold one of ``keys`` yet, or report errors (the rows an operator looks at first)."""
+def _holds(namespace: str, keys: list[str]) -> Any:
     held = _held(namespace)
-    holds = or_(*(held.like(_like(k), escape="\\") for k in keys)) if keys else false()
-    return or_(held.is_(None), not_(holds), _has_errors())
+    return or_(*(held.like(_like(k), escape="\\") for k in keys)) if keys else false()
+
+
+def pending(namespace: str, keys: list[str]) -> Any:
+    """Clients that do not hold one of ``keys`` yet."""
+    return or_(_held(namespace).is_(None), not_(_holds(namespace, keys)))
+
+
+def holding_with_errors(namespace: str, keys: list[str]) -> Any:
+    """Clients that hold a key and report errors: applied, or rejected if the errors are this release's."""
+    return and_(_holds(namespace, keys), _has_errors())
 
 
 def rejections(conn: Connection, app_id: str, client_id: str) -> list[dict[str, Any]]:

@@ -311,7 +311,7 @@ def _state(svc: Services, scope: Scope) -> tuple[dict[str, Any], loop.Target]:
     return current, loop.target(current, main, gray)
 
 
-PANEL_ROWS = 300
+PANEL_ROWS = 100  # rows of the live panel (polled every second); the counts cover every client
 #: a third-party Apollo client counts as live when the config service saw it within this many seconds (its
 #: record is refreshed at least once a minute while it polls)
 APOLLO_FRESH_S = 600
@@ -353,8 +353,12 @@ def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
                 counts["pending"] += n
             elif not has_errors:
                 counts["applied"] += n
+        # every client that holds the key but reports errors is classified (few, usually none: their count must
+        # be exact); of the pending ones (counted by the summary) only the rows shown are read
         unsettled = queries.reached(conn, beat, kind, scope.name, tgt.namespace,
-                                    where=queries.not_settled(tgt.namespace, keys), limit=5000)
+                                    where=queries.holding_with_errors(tgt.namespace, keys), limit=5000)
+        unsettled += queries.reached(conn, beat, kind, scope.name, tgt.namespace,
+                                     where=queries.pending(tgt.namespace, keys), limit=PANEL_ROWS)
         rows = loop.panel(unsettled, scope, tgt, rejections_of)
         for row in rows:  # errors reported, key held: rejected, or applied when the errors are not this release's
             if row["client"]["has_errors"] and row["status"] != "pending":
