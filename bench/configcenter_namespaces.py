@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,45 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.configcenter_longpoll import APP, TOKEN, api, http, raise_fd_limit, read_response  # noqa: E402
-from ykafka.devstack import free_port  # noqa: E402
+from tests.support import ConfigService, rss_mb  # noqa: E402
 
 HOST = "127.0.0.1"
 TARGET_MS = 1000.0
-
-
-def start(db: Path, port: int, timeout: float) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "metaserver.configcenter", "serve", "--host", HOST, "--port", str(port),
-         "--db", str(db), "--longpoll-timeout", str(timeout), "--openapi-token", TOKEN, "--log-level", "warning"],
-        cwd=ROOT)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-async def healthy(port: int, within_s: float = 300.0) -> float:
-    started = time.perf_counter()
-    while time.perf_counter() - started < within_s:
-        try:
-            if (await http(HOST, port, "GET", "/health"))[0] == 200:
-                return time.perf_counter() - started
-        except OSError:
-            pass
-        await asyncio.sleep(0.05)
-    raise RuntimeError("service did not start")
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
 
 
 def ns_name(i: int) -> str:
@@ -159,10 +123,9 @@ async def run(count: int, pollers: int, releases: int) -> dict[str, Any]:
     raise_fd_limit(pollers * 2 + 256)
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "cc.db"
-        port = free_port()
-        proc = start(db, port, 60)
+        service = ConfigService(db, longpoll_timeout=60, token=TOKEN).start()
         try:
-            await healthy(port)
+            port = service.port
             await api(HOST, port, "POST", "/apps", {"app": {"appId": APP, "name": APP, "orgId": "bench",
                                                             "orgName": "bench", "ownerName": "bench"},
                                                     "admins": ["bench"]})
@@ -174,17 +137,19 @@ async def run(count: int, pollers: int, releases: int) -> dict[str, Any]:
                                                             "dataChangeCreatedBy": "bench"})
             await api(HOST, port, "POST", f"{path}/releases", {"releaseTitle": "r0", "releasedBy": "bench"})
         finally:
-            stop(proc)
+            service.stop()
         loaded = time.perf_counter()
         bulk_insert(db, count)
         load_s = time.perf_counter() - loaded
-        port = free_port()
-        proc = start(db, port, 60)
+        service = ConfigService(db, longpoll_timeout=60, token=TOKEN)
+        started = time.perf_counter()
+        service.start(timeout=300)
+        start_s = time.perf_counter() - started
         try:
-            start_s = await healthy(port)
-            result = await measure(port, proc.pid, count, pollers, releases)
+            assert service.pid is not None
+            result = await measure(service.port, service.pid, count, pollers, releases)
         finally:
-            stop(proc)
+            service.stop()
     return {**result, "load_s": round(load_s, 1), "start_s": round(start_s, 2)}
 
 

@@ -53,7 +53,7 @@ import requests  # noqa: E402
 from bench.config_propagation import Load, percentile, read_all  # noqa: E402
 from bench.configcenter_longpoll import http, raise_fd_limit  # noqa: E402
 from metaserver.apollo import ApolloOpenApi  # noqa: E402
-from tests.support import LocalStack, local_stack  # noqa: E402
+from tests.support import LocalStack, local_stack, rss_mb  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.admin.client import AdminClient  # noqa: E402
 from ykafka.apollo import ApolloClient, NamespaceConfig  # noqa: E402
@@ -110,13 +110,6 @@ async def plain_client(urls: list[str], notification_id: int, watcher: Watcher, 
 
 def stats(url: str) -> dict[str, int]:
     return dict(requests.get(url + "/stats", timeout=5).json())
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
 
 
 def cpu_s(pid: int) -> float:

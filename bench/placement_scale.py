@@ -36,17 +36,11 @@ from bench.metaserver_auth import (  # noqa: E402
     start_server,
     stop_server,
 )
+from tests.support import rss_mb  # noqa: E402
 from ykafka.auth import GrantClient  # noqa: E402
 
 TARGET_P99_MS = 10.0
 BATCH = 10_000
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
 
 
 def topic_name(i: int) -> str:

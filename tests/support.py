@@ -38,6 +38,15 @@ ROOT = Path(__file__).resolve().parent.parent
 CC_TOKEN = "test-openapi-token"
 
 
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, MiB (``/proc``: what the kernel charges it now); 0 when it is gone."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 # --- one server process ------------------------------------------------------------------------------
 
 class Proc:
