@@ -49,10 +49,11 @@ class ApolloOpenApi:
     # --- transport ---------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
-              ok_missing: bool = False) -> Any:
+              ok_missing: bool = False, timeout_s: float | None = None) -> Any:
+        timeout = timeout_s or self.timeout
         try:
             response = self.endpoints.call(lambda url: self._session.request(
-                method, url + path, params=params, json=body, timeout=self.timeout), f"openapi {method} {path}")
+                method, url + path, params=params, json=body, timeout=timeout), f"openapi {method} {path}")
         except requests.RequestException as exc:
             raise ApolloError(0, f"unreachable: {exc}", method, path) from exc
         if ok_missing and response.status_code == 404:
@@ -93,10 +94,10 @@ class ApolloOpenApi:
 
     # --- items and releases ------------------------------------------------------------------
 
-    def namespaces(self) -> list[dict[str, Any]]:
+    def namespaces(self, timeout_s: float | None = None) -> list[dict[str, Any]]:
         """Every namespace of our (app, cluster) with its items, in one call."""
         path = f"/openapi/v1/envs/{_q(self.env)}/apps/{_q(self.app_id)}/clusters/{_q(self.cluster)}/namespaces"
-        return list(self._call("GET", path, ok_missing=True) or [])
+        return list(self._call("GET", path, ok_missing=True, timeout_s=timeout_s) or [])
 
     def items(self, namespace: str, cluster: str | None = None) -> dict[str, str]:
         """All items, following Apollo's pages (50 a page by default) when the server pages them."""

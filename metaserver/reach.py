@@ -39,6 +39,10 @@ log = structlog.get_logger("metaserver.reach")
 ROUTE_KEYS = ("route.cluster", "route.standby")
 PLACEMENT = "placement:"  # a want's "namespace" naming a topic's placement instead of a config namespace
 Routes = dict[str, dict[str, str]]  # namespace -> {route key: cluster}
+#: after a failed read of the route values, grants go on without them (every cluster) for this long
+RETRY_S = 5.0
+#: the read of every namespace's route values may take this long (a grant may be waiting on it)
+READ_TIMEOUT_S = 3.0
 
 
 class RouteBook:
@@ -50,6 +54,7 @@ class RouteBook:
         self.prefix = prefix
         self._routes: Routes | None = None
         self._loaded_at = 0.0
+        self._failed_at = -RETRY_S
         self._lock = threading.Lock()
         self._refreshing = False
         # confirmations are trusted like the route values; a refusal only for a second (a release may follow)
@@ -57,11 +62,15 @@ class RouteBook:
         self._refused: TTLCache[tuple[str, str], bool] = TTLCache(maxsize=10_000, ttl=1.0)
 
     def routes(self) -> Routes | None:
-        """Current route values; ``None`` while the config center has never answered (or there is none)."""
+        """Current route values; ``None`` while the config center has never answered (or there is none).
+
+        Until the first answer a grant waits for one read, but after a failed read the next synchronous try
+        comes only ``RETRY_S`` later: a config center that is down must not make every grant wait for it."""
         if self.api is None:
             return None
         if self._routes is None:
-            self.refresh()
+            if time.monotonic() - self._failed_at >= RETRY_S:
+                self.refresh()
         elif time.monotonic() - self._loaded_at > self.max_age_s:
             self._refresh_in_background()
         return self._routes
@@ -71,8 +80,9 @@ class RouteBook:
         if self.api is None or (self._routes is not None and time.monotonic() - self._loaded_at < min_interval_s):
             return
         try:
-            listed = self.api.namespaces()
+            listed = self.api.namespaces(timeout_s=READ_TIMEOUT_S)
         except ApolloError as exc:
+            self._failed_at = time.monotonic()
             log.warning("route values unavailable", error=str(exc), cached=self._routes is not None)
             return
         routes: Routes = {}

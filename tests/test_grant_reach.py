@@ -10,9 +10,10 @@ cluster its first grant did not carry, with every message counted.
 from __future__ import annotations
 
 import json
+import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,28 @@ def test_a_producer_sends_an_unseen_topic_to_its_placement_and_a_topic_route_win
         for topic in (placed, routed):
             sdk_stack.admin("DELETE", f"/v1/admin/placements/{topic}")
         sdk_stack.admin("DELETE", f"/v1/admin/clusters/{alias}")
+
+
+def test_a_config_center_that_hangs_does_not_hold_every_grant(
+        ms_factory: Callable[..., MetaServer], tmp_path: Path) -> None:
+    """Routes unknown: the grant lists every cluster (as before narrowing), and only one grant in five
+    seconds waits (at most 3 s) to read them; the others go on without."""
+    with socket.socket() as hole:  # accepts connections (the backlog) and never answers
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)
+        url = f"http://127.0.0.1:{hole.getsockname()[1]}"
+        ms = ms_factory(configcenter=False, configcenter_url=url, configcenter_openapi_token="t",
+                        auth_switch_ttl=3600)
+        ms.admin().set_cluster("one", "127.0.0.1:19201")
+        ms.admin().set_cluster("two", "127.0.0.1:19202", sasl={"mechanism": "PLAIN", "username": "u",
+                                                               "password": "p"})
+        app = new_app(ms, acl={"produce": ["orders.*"], "consume": [], "group": []}, default_cluster="one")
+        client = grant_client(ms, app.app_id, app.secret, tmp_path)
+        try:
+            started = time.monotonic()
+            grants = [client.authenticate() for _ in range(5)]
+            took = time.monotonic() - started
+        finally:
+            client.close()
+    assert all(sorted(g.clusters) == ["one", "two"] for g in grants)  # fail-open: every cluster, as before
+    assert took < 9, f"five grants took {took:.1f} s: each waited for the config center"
