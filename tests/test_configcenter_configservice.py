@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -110,6 +112,33 @@ def test_poll_times_out_with_304(cc: ConfigService, api: OpenApi) -> None:
     elapsed = time.monotonic() - start
     assert resp.status_code == 304
     assert cc.longpoll_timeout - 0.1 <= elapsed < cc.longpoll_timeout + 1.5
+
+
+def test_poll_abandoned_by_its_client_is_dropped_before_its_timeout(cc: ConfigService, api: OpenApi) -> None:
+    app = api.new_app_id()
+    api.setup(app, "ykafka.global", {"k": "v"})
+    current = cc.poll(app, [{"namespaceName": "ykafka.global", "notificationId": -1}]).json()[0]
+
+    def parked() -> int:
+        return int(requests.get(cc.url + "/stats", timeout=5).json()["longPolls"])
+
+    before = parked()
+    start = time.monotonic()
+
+    def give_up() -> None:  # the client gives up after 0.6 s; the server would hold the poll for its 2 s
+        with contextlib.suppress(requests.Timeout):
+            cc.poll(app, [{"namespaceName": "ykafka.global", "notificationId": current["notificationId"]}],
+                    timeout=0.6)
+
+    client = threading.Thread(target=give_up, daemon=True)
+    client.start()
+    while parked() == before:
+        assert time.monotonic() - start < 0.6, "the poll was not parked"
+        time.sleep(0.01)
+    client.join(5)
+    while parked() > before:
+        assert time.monotonic() - start < cc.longpoll_timeout - 0.2, "the abandoned poll is still parked"
+        time.sleep(0.02)
 
 
 def test_release_wakes_a_parked_poll_at_once(cc: ConfigService, api: OpenApi) -> None:

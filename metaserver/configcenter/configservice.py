@@ -6,6 +6,7 @@ clients work unchanged. Every answer comes from the in-memory read model; long p
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import urlsplit
@@ -199,16 +200,28 @@ async def poll_notifications(request: Request) -> Response:
         if news:
             return Response(json.dumps(news), media_type=JSON_UTF8)
         handle = waiter.future.get_loop().call_later(center.longpoll_timeout, waiter.expire)
+        watcher = asyncio.ensure_future(_until_disconnected(request, waiter))
         try:
             body = await waiter.future
         finally:
             handle.cancel()
+            watcher.cancel()
         closing = {"Connection": "close"} if center.closing else None  # do not come back on this connection
         if not body:
             return Response(status_code=304, headers=closing)
         return Response(body, media_type=JSON_UTF8, headers=closing)
     finally:
         center.registry.unregister(waiter)
+
+
+async def _until_disconnected(request: Request, waiter: Waiter) -> None:
+    """A client that gives up its poll (closes the connection) is dropped now, not at the poll timeout: the
+    registry then counts only live polls and frees the abandoned one's memory."""
+    while not waiter.future.done():
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            waiter.expire()
+            return
 
 
 async def _service_instances(request: Request, name: str) -> list[dict[str, str]]:
