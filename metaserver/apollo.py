@@ -182,17 +182,21 @@ class ApolloOpenApi:
             return found
         return str(name)
 
-    def branch_rules(self, namespace: str, branch: str) -> list[str]:
+    def branch_rules(self, namespace: str, branch: str) -> tuple[list[str], list[str]]:
+        """The (client IPs, client labels) a gray branch is served to."""
         data = self._call("GET", f"{self._ns_path(namespace)}/branches/{_q(branch)}/rules", ok_missing=True)
         ips: list[str] = []
+        labels: list[str] = []
         for rule in (data or {}).get("ruleItems") or []:
             ips.extend(str(ip) for ip in rule.get("clientIpList") or [])
-        return ips
+            labels.extend(str(label) for label in rule.get("clientLabelList") or [])
+        return ips, labels
 
-    def set_branch_rules(self, namespace: str, branch: str, ips: list[str]) -> None:
+    def set_branch_rules(self, namespace: str, branch: str, ips: list[str], labels: list[str] | None = None) -> None:
         body = {"appId": self.app_id, "clusterName": self.cluster, "namespaceName": namespace,
                 "branchName": branch,
-                "ruleItems": [{"clientAppId": self.app_id, "clientIpList": list(ips), "clientLabelList": []}]}
+                "ruleItems": [{"clientAppId": self.app_id, "clientIpList": list(ips),
+                               "clientLabelList": list(labels or [])}]}
         self._call("PUT", f"{self._ns_path(namespace)}/branches/{_q(branch)}/rules",
                    params={"operator": self.operator}, body=body)
 

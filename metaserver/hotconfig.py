@@ -7,6 +7,7 @@ With ``ips`` the change goes out as an Apollo gray release of the namespace to j
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from metaserver.apollo import ApolloOpenApi
 from ykafka import catalog
 from ykafka.catalog import Scope
 from ykafka.errors import InvalidConfigValue
+
+_LABEL = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 class ConfigRejected(Exception):
@@ -35,6 +38,11 @@ class PushPlan:
     delete: list[str]
     ips: list[str] | None
     changes: list[dict[str, Any]] = field(default_factory=list)
+    labels: list[str] | None = None  # a gray release to clients carrying one of these labels (and/or ``ips``)
+
+    @property
+    def gray(self) -> bool:
+        return self.ips is not None or self.labels is not None
 
 
 def parse_scope(text: str) -> Scope:
@@ -45,7 +53,7 @@ def parse_scope(text: str) -> Scope:
 
 
 def validate(scope_text: str, values: dict[str, Any], delete: list[str],
-             ips: list[str] | None) -> PushPlan:
+             ips: list[str] | None, labels: list[str] | None = None) -> PushPlan:
     """Check every key and value; raise ConfigRejected listing each bad one, before anything is written."""
     scope = parse_scope(scope_text)
     errors: dict[str, str] = {}
@@ -66,11 +74,17 @@ def validate(scope_text: str, values: dict[str, Any], delete: list[str],
             errors["ips"] = "an empty IP list; omit ips for a full release"
         elif bad:
             errors["ips"] = f"invalid client IPs {bad}"
+    if labels is not None:
+        bad_labels = [label for label in labels if not _LABEL.match(label)]
+        if not labels:
+            errors["labels"] = "an empty label list; omit labels for a full release"
+        elif bad_labels:
+            errors["labels"] = f"{len(bad_labels)} invalid label(s): 1-64 letters, digits, '.', '_', '-'"
     if not values and not delete:
         errors["set"] = "nothing to change"
     if errors:
         raise ConfigRejected(errors)
-    return PushPlan(scope, scope.namespace(), rendered, sorted(set(delete)), ips)
+    return PushPlan(scope, scope.namespace(), rendered, sorted(set(delete)), ips, labels=labels)
 
 
 def check_registered(plan: PushPlan, registered: Iterable[str]) -> None:
@@ -116,7 +130,8 @@ def current(api: ApolloOpenApi, scope: Scope) -> dict[str, Any]:
     branch = api.find_branch(namespace)
     if branch:
         branch_release = api.branch_latest_release(namespace, branch)
-        out["gray"] = {"branch": branch, "ips": api.branch_rules(namespace, branch),
+        ips, labels = api.branch_rules(namespace, branch)
+        out["gray"] = {"branch": branch, "ips": ips, "labels": labels,
                        "released": dict((branch_release or {}).get("configurations") or {}),
                        "release": _release_summary(branch_release)}
     return out
@@ -147,7 +162,7 @@ def apply(api: ApolloOpenApi, plan: PushPlan, operator: str, comment: str) -> di
     note = f"by {operator} via ykafka MetaServer" + (f": {comment}" if comment else "")
     api.ensure_app()
     api.ensure_namespace(plan.namespace)
-    if plan.ips is None:
+    if not plan.gray:
         for key, value in plan.set.items():
             api.set_item(plan.namespace, key, value)
         for key in plan.delete:
@@ -162,9 +177,10 @@ def apply(api: ApolloOpenApi, plan: PushPlan, operator: str, comment: str) -> di
         api.set_branch_item(plan.namespace, branch, key, value)
     for key in plan.delete:
         api.delete_branch_item(plan.namespace, branch, key)
-    api.set_branch_rules(plan.namespace, branch, plan.ips)
+    api.set_branch_rules(plan.namespace, branch, plan.ips or [], plan.labels)
     release = api.branch_release(plan.namespace, branch, title, note)
-    return {"release": _release_summary(release), "gray": {"branch": branch, "ips": plan.ips}}
+    return {"release": _release_summary(release),
+            "gray": {"branch": branch, "ips": plan.ips or [], "labels": plan.labels or []}}
 
 
 def rollback(api: ApolloOpenApi, scope: Scope) -> dict[str, Any]:

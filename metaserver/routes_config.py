@@ -23,23 +23,24 @@ def _api(svc: Services) -> ApolloOpenApi:
 
 @router.post("")
 def push(body: ConfigPush, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
-    """Validate every key with the catalog, then write and release through Apollo (gray when ``ips``)."""
-    plan = hotconfig.validate(body.scope, dict(body.set), list(body.delete), body.ips)
+    """Validate every key with the catalog, then write and release through Apollo (gray when ``ips`` or
+    ``labels`` are given)."""
+    plan = hotconfig.validate(body.scope, dict(body.set), list(body.delete), body.ips, body.labels)
     with db.read(svc.engine) as conn:
         hotconfig.check_registered(plan, registry.all_clusters(conn))
     api = _api(svc)
     before = hotconfig.plan_changes(api, plan)
     out: dict[str, Any] = {"scope": str(plan.scope), "namespace": plan.namespace, "dry_run": body.dry_run,
-                           "changes": plan.changes, "ips": plan.ips}
+                           "changes": plan.changes, "ips": plan.ips, "labels": plan.labels}
     if body.dry_run:
         return out
     out.update(hotconfig.apply(api, plan, who, body.comment))
     with db.write(svc.engine) as conn:
         changed = [c["key"] for c in plan.changes]
-        audit.record(conn, who, "config.gray" if plan.ips else "config.set", plan.namespace,
+        audit.record(conn, who, "config.gray" if plan.gray else "config.set", plan.namespace,
                      {k: before.get(k) for k in changed},
                      {"values": {c["key"]: c["after"] for c in plan.changes}, "ips": plan.ips,
-                      "release": out.get("release")})
+                      "labels": plan.labels, "release": out.get("release")})
     return out
 
 

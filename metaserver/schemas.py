@@ -154,7 +154,9 @@ class ConfigPush(Strict):
     scope: str
     set: dict[str, str | int | float | bool | list[int]] = Field(default_factory=dict)
     delete: list[str] = Field(default_factory=list)
-    ips: list[str] | None = None
+    ips: list[str] | None = Field(default=None, max_length=1000)
+    labels: list[str] | None = Field(default=None, max_length=100,
+                                     description="gray release to clients carrying one of these labels")
     dry_run: bool = False
     comment: str = Field(default="", max_length=200)
 

@@ -408,12 +408,14 @@ class LocalStack:
                                 headers={"Authorization": f"Bearer {self.admin_token}"})
 
     def push(self, scope: str, set: dict[str, Any] | None = None, delete: list[str] | None = None,
-             ips: list[str] | None = None) -> dict[str, Any]:
+             ips: list[str] | None = None, labels: list[str] | None = None) -> dict[str, Any]:
         """An operator's hot-config change, through the MetaServer (validated, released through Apollo)."""
         body: dict[str, Any] = {"scope": scope, "set": {k: str(v) for k, v in (set or {}).items()},
                                 "delete": delete or []}
         if ips:
             body["ips"] = ips
+        if labels:
+            body["labels"] = labels
         resp = self.admin("POST", "/v1/admin/config", body)
         assert resp.status_code == 200, resp.text
         return dict(resp.json())

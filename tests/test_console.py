@@ -692,3 +692,18 @@ def test_the_trace_pages_completeness_audit_shows_per_bucket_and_group_what_was_
     loss = page.locator("#audit tr.bucket[data-state=LOSS]").inner_text()
     assert "k3, k4" in loss and "\t5\t3\t2" in loss
     console.shot(page, "trace-audit")
+
+
+def test_a_gray_release_by_label_marks_and_reaches_the_labelled_clients_only() -> None:
+    """The panel's and the preview's gray logic: a client is in the gray release when its IP or its
+    ``ykafka.client.label`` (picked out in SQL, or in a report's ``extra``) is in the branch's rules."""
+    from metaserver.console import loop
+
+    current = {"namespace": "ykafka.topic.t", "gray": {"branch": "b", "ips": ["10.0.0.1"], "labels": ["canary"]}}
+    tgt = loop.target(current, {"releaseKey": "main-1"}, {"releaseKey": "gray-1"})
+    by_ip, by_label = {"ip": "10.0.0.1"}, {"ip": "10.0.0.2", "label": "canary"}
+    in_report, other = {"ip": "10.0.0.3", "extra": {"label": "canary"}}, {"ip": "10.0.0.4", "label": "stable"}
+    assert [tgt.key_for(c) for c in (by_ip, by_label, in_report, other)] == ["gray-1", "gray-1", "gray-1", "main-1"]
+    assert [loop.gray_match(c, None, ["canary"]) for c in (by_ip, by_label, in_report, other)] == [
+        False, True, True, False]
+    assert all(loop.gray_match(c, None, None) for c in (by_ip, other))  # no gray: everyone

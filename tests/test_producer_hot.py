@@ -186,6 +186,33 @@ def test_gray_release_applies_only_to_matching_ips(sdk_stack: LocalStack) -> Non
     assert len(read_topic(sdk_stack.clusters["dc-a"], topic, stream.sent)) == stream.sent
 
 
+def test_gray_release_to_a_label_reaches_the_labelled_client_on_a_shared_ip(sdk_stack: LocalStack) -> None:
+    """Two producers on one host (one IP); only the one started with ``ykafka.client.label=canary`` takes the
+    gray value, and it says so in its report. A malformed label is refused before anything is released."""
+    topic = _topic("label")
+    bad = sdk_stack.admin("POST", "/v1/admin/config", {"scope": f"topic:{topic}", "set": {"producer.linger.ms": "9"},
+                                                       "labels": ["not a label!"]})
+    assert bad.status_code == 422 and "labels" in bad.json()["errors"], bad.text
+    canary_conf = sdk_stack.client_config(**{"ykafka.client.label": "canary"})
+    with Producer(canary_conf) as canary, Producer(sdk_stack.client_config()) as plain:
+        streams = [Stream(canary, topic), Stream(plain, topic)]
+        for stream in streams:
+            stream.send(5)
+        assert canary.runtime.ip == plain.runtime.ip
+        pushed = sdk_stack.push(f"topic:{topic}", {"producer.linger.ms": "9"}, labels=["canary"])
+        assert pushed["gray"]["labels"] == ["canary"] and pushed["gray"]["ips"] == []
+        streams[0].until(lambda: (canary.in_force(topic) or {}).get("producer.linger.ms") == 9)
+        sdk_stack.push(f"topic:{topic}", {"producer.compression": "lz4"})  # a main release after it, for both
+        streams[1].until(lambda: (plain.in_force(topic) or {}).get("producer.compression") == "lz4")
+        assert plain.in_force(topic)["producer.linger.ms"] == 5  # the label's gray value never reached it
+        assert canary.runtime.report_body()["extra"]["label"] == "canary"
+        assert "label" not in plain.runtime.report_body()["extra"]
+        for producer in (canary, plain):
+            assert producer.flush(15) == 0
+    sent = sum(stream.sent for stream in streams)
+    assert len(read_topic(sdk_stack.clusters["dc-a"], topic, sent)) == sent
+
+
 def test_invalid_value_rejected_old_value_kept_and_reported(sdk_stack: LocalStack) -> None:
     topic = _topic("invalid")
     ns = f"ykafka.topic.{topic}"

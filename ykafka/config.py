@@ -106,6 +106,8 @@ for _name, _parse, _default, _help, _env in [
     ("ykafka.client.id", _opt_str, None, "client id reported to the MetaServer (default app-host-pid)", None),
     ("ykafka.client.ip", _opt_str, None, "IP sent to the config center for gray releases (default: detected)",
      "YKAFKA_CLIENT_IP"),
+    ("ykafka.client.label", _opt_str, None, "label sent to the config center (Apollo's apollo.label): a gray "
+     "release to a label reaches every client carrying it, whatever its IP", "YKAFKA_CLIENT_LABEL"),
     ("ykafka.configcenter.url", _urls, None, "config-center URL, or several instances comma-separated (random "
      "start, failover); overrides the grant's (local mode: enables hot config)", "YKAFKA_CONFIGCENTER_URL"),
     ("ykafka.configcenter.meta", _urls, None, "meta URL(s): the config-service instances are those its "

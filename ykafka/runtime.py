@@ -249,7 +249,8 @@ class Runtime:
             url, app_id, cluster, self.ip, self.conf.cache_dir, self._on_namespace, secret=secret,
             longpoll_timeout_s=self.conf.ms("ykafka.configcenter.longpoll.timeout.ms"),
             refresh_interval_s=self.conf.ms("ykafka.configcenter.refresh.interval.ms"),
-            fetch_timeout_s=self.conf.ms("ykafka.configcenter.fetch.timeout.ms"))
+            fetch_timeout_s=self.conf.ms("ykafka.configcenter.fetch.timeout.ms"),
+            label=self.conf.get("ykafka.client.label"))
         self.subscribe_scope(catalog.GLOBAL)
         if self.group:
             self.subscribe_scope(Scope(ScopeKind.GROUP, self.group))
@@ -407,6 +408,8 @@ class Runtime:
                 log.warning("ykafka.report.provider_failed", error=repr(exc))
             extra = dict(provided.pop("extra", {}) or {})
             body.update({k: v for k, v in provided.items() if k in body})
+        if self.conf.get("ykafka.client.label"):
+            extra["label"] = self.conf.get("ykafka.client.label")
         extra["effective_config"] = self._effective_report(list(body["topics"] or [])[:_EFFECTIVE_TOPICS])
         structured = [r.as_dict() for r in self.hot.rejections()] + list(self._errors)
         body["errors"] = [_error_text(e) for e in structured]  # the MetaServer stores strings

@@ -26,11 +26,14 @@ class Target:
     gray_key: str | None = None
     gray_ips: tuple[str, ...] = ()
     gray_branch: str | None = None
+    gray_labels: tuple[str, ...] = ()
 
-    def key_for(self, ip: str | None) -> str | None:
-        if self.gray_key and ip in self.gray_ips:
-            return self.gray_key
-        return self.main_key
+    def in_gray(self, client: dict[str, Any]) -> bool:
+        """Served the gray release: its IP or its label (``ykafka.client.label``) is in the branch's rules."""
+        return bool(self.gray_key) and (client.get("ip") in self.gray_ips or client_label(client) in self.gray_labels)
+
+    def key_for(self, client: dict[str, Any]) -> str | None:
+        return self.gray_key if self.in_gray(client) else self.main_key
 
 
 def target(current: dict[str, Any], main_release: dict[str, Any] | None,
@@ -38,12 +41,25 @@ def target(current: dict[str, Any], main_release: dict[str, Any] | None,
     gray = current.get("gray") or {}
     return Target(current["namespace"], (main_release or {}).get("releaseKey"),
                   (gray_release or {}).get("releaseKey") if gray else None, tuple(gray.get("ips") or ()),
-                  gray.get("branch") if gray else None)
+                  gray.get("branch") if gray else None, tuple(gray.get("labels") or ()))
 
 
-def reaches(client: dict[str, Any], scope: Scope, ips: list[str] | None = None) -> bool:
-    """Whether a change at ``scope`` (to ``ips`` only, for a gray release) applies to this client."""
-    if ips is not None and client.get("ip") not in ips:
+def gray_match(client: dict[str, Any], ips: list[str] | None, labels: list[str] | None) -> bool:
+    """Whether a gray release to ``ips`` and / or ``labels`` reaches this client (no gray: everyone)."""
+    if ips is None and labels is None:
+        return True
+    return client.get("ip") in (ips or ()) or client_label(client) in (labels or ())
+
+
+def client_label(client: dict[str, Any]) -> str | None:
+    """The client's ``ykafka.client.label``: picked out in SQL (``label``) or in its report's ``extra``."""
+    return client.get("label") or (client.get("extra") or {}).get("label") or None
+
+
+def reaches(client: dict[str, Any], scope: Scope, ips: list[str] | None = None,
+            labels: list[str] | None = None) -> bool:
+    """Whether a change at ``scope`` (to ``ips`` / ``labels`` only, for a gray release) applies to this client."""
+    if not gray_match(client, ips, labels):
         return False
     if scope.kind is ScopeKind.GLOBAL:
         return True
@@ -67,7 +83,7 @@ def status(client: dict[str, Any], tgt: Target, rejections_of: RejectionsOf = _e
     ``rejections_of`` reads the client's structured rejections; it is called only when the client holds the
     release and reports errors at all (the ``errors`` strings), so a large panel reads few ``extra`` blobs.
     """
-    want = tgt.key_for(client.get("ip"))
+    want = tgt.key_for(client)
     if "held" in client:  # picked out in SQL (console.queries.reached)
         held, has_errors = client["held"] or "", bool(client.get("has_errors"))
     else:
@@ -96,7 +112,7 @@ def panel(clients: list[dict[str, Any]], scope: Scope, tgt: Target,
             continue
         state, detail = status(client, tgt, rejections_of)
         rows.append({"client": client, "status": state, "detail": detail,
-                     "gray": bool(tgt.gray_key and client.get("ip") in tgt.gray_ips)})
+                     "gray": tgt.in_gray(client)})
     return rows
 
 

@@ -109,7 +109,8 @@ def reached(conn: Connection, heartbeat_s: int, kind: str, name: str, namespace:
     for ``namespace`` (``held``) and whether it reports errors; the JSON is picked apart in SQL so ten
     thousand clients do not mean thirty thousand JSON decodes here."""
     stmt = select(cs.c.app_id, cs.c.client_id, cs.c.ip, cs.c.hostname, cs.c.role, _held(namespace).label("held"),
-                  _has_errors().label("has_errors")).where(cs.c.last_seen >= online_after(heartbeat_s))
+                  _has_errors().label("has_errors"), cs.c.extra["label"].as_string().label("label")
+                  ).where(cs.c.last_seen >= online_after(heartbeat_s))
     stmt = _scope_filter(stmt, kind, name)
     if where is not None:
         stmt = stmt.where(where)
@@ -120,15 +121,17 @@ def reached(conn: Connection, heartbeat_s: int, kind: str, name: str, namespace:
 
 
 def reached_summary(conn: Connection, heartbeat_s: int, kind: str, name: str, namespace: str,
-                    gray_ips: tuple[str, ...]) -> list[tuple[str | None, bool, bool, int]]:
-    """(held key, has errors, on a gray IP, how many) over the live clients a scope reaches: the panel's
-    counts without a row per client."""
+                    gray_ips: tuple[str, ...], gray_labels: tuple[str, ...] = ()
+                    ) -> list[tuple[str | None, bool, bool, int]]:
+    """(held key, has errors, on a gray IP or label, how many) over the live clients a scope reaches: the
+    panel's counts without a row per client."""
     held, errs = _held(namespace), _has_errors()
-    groups = [held, errs] + ([cs.c.ip.in_(gray_ips)] if gray_ips else [])
+    gray = or_(cs.c.ip.in_(gray_ips), cs.c.extra["label"].as_string().in_(gray_labels))
+    groups = [held, errs] + ([gray] if gray_ips or gray_labels else [])
     stmt = select(*groups, func.count()).where(cs.c.last_seen >= online_after(heartbeat_s))
     stmt = _scope_filter(stmt, kind, name).group_by(*groups)
     rows = conn.execute(stmt).all()
-    if gray_ips:
+    if gray_ips or gray_labels:
         return [(h, bool(e), bool(g), int(n)) for h, e, g, n in rows]
     return [(h, bool(e), False, int(n)) for h, e, n in rows]
 

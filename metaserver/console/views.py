@@ -346,7 +346,7 @@ def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
             return queries.rejections(conn, c["app_id"], c["client_id"])
 
         for held, has_errors, gray, n in queries.reached_summary(conn, beat, kind, scope.name, tgt.namespace,
-                                                                   tgt.gray_ips):
+                                                                   tgt.gray_ips, tgt.gray_labels):
             total += n
             want = tgt.gray_key if gray and tgt.gray_key else tgt.main_key
             if not want or want not in (held or "").split("+"):
@@ -389,12 +389,14 @@ def readable_change(before: Any, after: Any) -> dict[str, Any]:
         for side, label in ((before, "gray before"), (after, "gray after")):
             gray = side.get("gray")
             if isinstance(gray, dict):
-                notes.append(f"{label}: {', '.join(gray.get('ips') or []) or 'no IPs'}")
+                targets = [*(gray.get("ips") or []), *(f"label {x}" for x in gray.get("labels") or [])]
+                notes.append(f"{label}: {', '.join(targets) or 'no IPs'}")
     else:
         old, new = dict(before), dict(after.get("values") or {})
         new = {**{k: old[k] for k in old if k not in new}, **new}
-        if after.get("ips"):
-            notes.append(f"gray to {', '.join(str(ip) for ip in after['ips'])}")
+        if after.get("ips") or after.get("labels"):
+            targets = [str(ip) for ip in after.get("ips") or []] + [f"label {x}" for x in after.get("labels") or []]
+            notes.append(f"gray to {', '.join(targets)}")
         release = after.get("release")
         if isinstance(release, dict) and release.get("name"):
             notes.append(f"release {release['name']}")
@@ -418,7 +420,7 @@ def _config_page(request: Request, sess: users.Session, scope: Scope, status_cod
     except (ApolloError, ConfigRejected) as exc:
         current, tgt, error = None, None, str(exc)
     keys = [k for k in catalog.KEYS.values() if scope.kind in k.scopes]
-    ctx.setdefault("form", {"changes": "", "ips": "", "comment": ""})
+    ctx.setdefault("form", {"changes": "", "ips": "", "labels": "", "comment": ""})
     return _page(request, "config.html", sess, status_code=status_code, scope=str(scope), keys=keys,
                  current=current, error=ctx.pop("error", None) or error,
                  panel=_live(svc, scope, tgt) if tgt else None, history=_history(svc, scope.namespace()),
@@ -454,7 +456,8 @@ def config_panel(request: Request) -> Response:
 def _plan(form: dict[str, str]) -> hotconfig.PushPlan:
     sets, deletes = _parse_changes(form.get("changes", ""))
     ips = [ip.strip() for ip in form.get("ips", "").replace(",", " ").split() if ip.strip()] or None
-    return hotconfig.validate(form.get("scope", "global") or "global", dict(sets), deletes, ips)
+    labels = [x.strip() for x in form.get("labels", "").replace(",", " ").split() if x.strip()] or None
+    return hotconfig.validate(form.get("scope", "global") or "global", dict(sets), deletes, ips, labels)
 
 
 @router.post("/config/preview")
@@ -479,9 +482,10 @@ async def config_preview(request: Request) -> Response:
         everyone += apollo_clients(svc, tgt)
     except (ApolloError, ConfigRejected) as exc:
         log.warning("console.preview_instances", error=str(exc))
-    reach = [c for c in everyone if plan.ips is None or c["ip"] in plan.ips]
+    reach = [c for c in everyone if loop.gray_match(c, plan.ips, plan.labels)]
+    gray_to = [*(plan.ips or []), *(f"label {x}" for x in plan.labels or [])]
     return _config_page(request, sess, scope, form=form, preview={"changes": plan.changes, "reach": reach,
-                                                                  "ips": plan.ips})
+                                                                  "ips": gray_to})
 
 
 @router.post("/config/publish")
@@ -500,9 +504,9 @@ async def config_publish(request: Request) -> Response:
     except ConfigRejected as exc:
         return _config_page(request, sess, catalog.GLOBAL, status_code=422, form=form, errors=exc.errors)
     changed = [c["key"] for c in plan.changes]
-    _audit(svc, sess, "config.gray" if plan.ips else "config.set", plan.namespace,
+    _audit(svc, sess, "config.gray" if plan.gray else "config.set", plan.namespace,
            {k: before.get(k) for k in changed},
-           {"values": {c["key"]: c["after"] for c in plan.changes}, "ips": plan.ips,
+           {"values": {c["key"]: c["after"] for c in plan.changes}, "ips": plan.ips, "labels": plan.labels,
             "release": result.get("release")})
     return RedirectResponse(f"/console/config?scope={scope}&published=1", status_code=303)
 

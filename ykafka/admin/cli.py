@@ -327,7 +327,8 @@ def _pairs(assignments: Sequence[str]) -> dict[str, str]:
 
 
 def _changes_table(result: dict[str, Any]) -> None:
-    title = f"{result['namespace']}" + (f" (gray: {', '.join(result['ips'])})" if result.get("ips") else "")
+    targets = [*(result.get("ips") or []), *(f"label {label}" for label in result.get("labels") or [])]
+    title = f"{result['namespace']}" + (f" (gray: {', '.join(targets)})" if targets else "")
     _table(title, ["key", "before", "after"], [(c["key"], c["before"], c["after"]) for c in result["changes"]])
 
 
@@ -378,12 +379,12 @@ def _partition_warning(ctx: click.Context, scope: str, values: dict[str, str]) -
 
 
 def _push(ctx: click.Context, scope: str, assignments: Sequence[str], delete: Sequence[str], ips: Sequence[str],
-          dry_run: bool, comment: str) -> None:
+          dry_run: bool, comment: str, labels: Sequence[str] = ()) -> None:
     warning = _run(lambda: _partition_warning(ctx, scope, _pairs(assignments)))
     if warning:
         err_console.print(warning, markup=False, highlight=False, soft_wrap=True)
     result = _run(lambda: _client(ctx).push_config(scope, _pairs(assignments), delete, list(ips) or None, dry_run,
-                                                   comment))
+                                                   comment, list(labels) or None))
     if _emit_json(ctx, result):
         return
     _changes_table(result)
@@ -398,16 +399,18 @@ def _push(ctx: click.Context, scope: str, assignments: Sequence[str], delete: Se
 @click.argument("assignments", nargs=-1, required=False)
 @click.option("--delete", multiple=True, help="key to remove (repeatable)")
 @click.option("--ip", "ips", multiple=True, help="gray release to this client IP only (repeatable)")
+@click.option("--label", "labels", multiple=True,
+              help="gray release to clients with this ykafka.client.label (repeatable; with --ip: either matches)")
 @click.option("--dry-run", is_flag=True, help="show the diff, write nothing")
 @click.option("--comment", default="")
 @_json_flag
 @click.pass_context
 def config_set(ctx: click.Context, scope: str, assignments: tuple[str, ...], delete: tuple[str, ...],
-               ips: tuple[str, ...], dry_run: bool, comment: str) -> None:
+               ips: tuple[str, ...], labels: tuple[str, ...], dry_run: bool, comment: str) -> None:
     """Validate and publish KEY=VALUE pairs at SCOPE, e.g. ``topic:orders producer.acks=1``."""
     if not assignments and not delete:
         raise click.UsageError("give at least one key=value or --delete key")
-    _push(ctx, scope, assignments, delete, ips, dry_run, comment)
+    _push(ctx, scope, assignments, delete, ips, dry_run, comment, labels)
 
 
 @config.command("diff")

@@ -157,12 +157,15 @@ class AdminClient:
     # --- hot config ----------------------------------------------------------------------------
 
     def push_config(self, scope: str, set: Mapping[str, Any] | None = None, delete: Iterable[str] = (),
-                    ips: Iterable[str] | None = None, dry_run: bool = False, comment: str = "") -> dict[str, Any]:
-        """Validate, write and release hot config at ``scope`` (gray to ``ips`` when given)."""
+                    ips: Iterable[str] | None = None, dry_run: bool = False, comment: str = "",
+                    labels: Iterable[str] | None = None) -> dict[str, Any]:
+        """Validate, write and release hot config at ``scope`` (gray to ``ips`` and / or ``labels`` when given)."""
         body: dict[str, Any] = {"scope": scope, "set": dict(set or {}), "delete": list(delete), "dry_run": dry_run,
                                 "comment": comment}
         if ips is not None:
             body["ips"] = list(ips)
+        if labels is not None:
+            body["labels"] = list(labels)
         return dict(self._call("POST", "/v1/admin/config", json=body))
 
     def get_config(self, scope: str) -> dict[str, Any]:
