@@ -11,7 +11,8 @@ from tests.support import Broker
 from ykafka import Producer, events
 
 
-def _spill_then_replay(broker: Broker, tmp_path: Path, topic: str, ids: bool = False, **conf: object) -> list[bytes]:
+def _spill_then_replay(broker: Broker, tmp_path: Path, topic: str, ids: bool = False, unkeyed: int = 0,
+                       **conf: object) -> list[bytes]:
     producer = Producer({"bootstrap.servers": broker.bootstrap, "ykafka.cache.dir": str(tmp_path),
                          "ykafka.report.enabled": False, "spill.after.ms": 1500, "health.probe.interval.ms": 200,
                          "log_level": 0, **conf})
@@ -27,13 +28,17 @@ def _spill_then_replay(broker: Broker, tmp_path: Path, topic: str, ids: bool = F
                              headers=[("ykafka-id", f"id-{i}".encode())] if ids else None,
                              on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
             producer.poll(0)
+        for i in range(unkeyed):  # no key: the direct path's shared callback (the trace's fused twin at 100 %)
+            producer.produce(topic, f"u{i}".encode(),
+                             on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
         try:
-            wait_until(lambda: producer.poll(0.05) >= 0 and engine.status()["spill"]["default"]["depth"] == 20,
+            wait_until(lambda: producer.poll(0.05) >= 0
+                       and engine.status()["spill"]["default"]["depth"] == 20 + unkeyed,
                      timeout=20)  # all timed out of librdkafka into the spill
         finally:
             broker.thaw()
         assert engine.wait_idle(30), engine.status()
-        wait_until(lambda: producer.poll(0.1) >= 0 and len(acked) == 20, timeout=20)
+        wait_until(lambda: producer.poll(0.1) >= 0 and len(acked) == 20 + unkeyed, timeout=20)
     finally:
         producer.close()
     return acked
@@ -41,10 +46,10 @@ def _spill_then_replay(broker: Broker, tmp_path: Path, topic: str, ids: bool = F
 
 def test_spilled_and_replayed_steps_at_full_rate(obs_broker, tmp_path: Path) -> None:
     topic = unique("trace-spill")
-    acked = _spill_then_replay(obs_broker, tmp_path, topic, **{"trace.enabled": True,
+    acked = _spill_then_replay(obs_broker, tmp_path, topic, unkeyed=5, **{"trace.enabled": True,
                                                                           "trace.sample.rate": 1.0})
-    assert sorted(acked) == sorted(f"v{i}".encode() for i in range(20))
-    steps = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 20 * 4 + 2,
+    assert sorted(acked) == sorted([f"v{i}".encode() for i in range(20)] + [f"u{i}".encode() for i in range(5)])
+    steps = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 25 * 4 + 2,
                         lambda e: e["topic"] == topic)
     by_key: dict[str, list[str]] = {}
     for e in sorted(steps, key=lambda e: (e["ts"], events.KIND_ORDER.get(e["kind"], 0))):
@@ -56,6 +61,8 @@ def test_spilled_and_replayed_steps_at_full_rate(obs_broker, tmp_path: Path) -> 
     assert all(e["partition"] is not None and e["offset"] is not None for e in replayed)
     assert all(e["detail"] == "replayed from the disk spill" and e["cluster"] == "default" for e in replayed)
     assert sorted(by_key["warm"]) == ["acked", "produced"]  # never spilled: no spill steps
+    # the unkeyed ones failed on the fused callback, were spilled by the engine and traced once each
+    assert sorted(by_key[None]) == ["acked"] * 5 + ["produced"] * 5 + ["replayed"] * 5 + ["spilled"] * 5
 
 
 def test_spill_steps_follow_the_sampling_decision(obs_broker, tmp_path: Path) -> None:

@@ -9,13 +9,13 @@ never wait for observability. Used by :mod:`ykafka.tracing` and :mod:`ykafka.met
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
+from itertools import repeat, starmap
 from typing import Any
 
 import structlog
@@ -155,14 +155,10 @@ class EventSink:
         for kind, constants, queue in self._channels:
             topic = self._topics[kind]
             key = str(constants["client_id"]).encode() if constants.get("client_id") else self._key
+            popleft = queue.popleft
             while queue:
-                batch = []
-                popleft = queue.popleft
-                with contextlib.suppress(IndexError):
-                    for _ in range(self._batch_max):
-                        batch.append(popleft())
-                if not batch:
-                    break
+                # C-level pops (no Python frame per event); only this thread takes from the left
+                batch = list(starmap(popleft, repeat((), min(len(queue), self._batch_max))))
                 count = len(batch)
                 self.enqueued[kind] += count
                 value = events.encode_rows(kind, batch, constants)

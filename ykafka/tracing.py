@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 import random
 import time
@@ -182,12 +183,12 @@ class Tracer:
         in-flight message keep the collector cheap."""
         where = cluster or self.cluster
         if not msg_id:
-            cache_key = (callback, where)
+            cache_key = (callback, where, topic)
             shared = self._shared.get(cache_key)
             if shared is None:
                 if len(self._shared) > 256:
                     self._shared.clear()
-                shared = self._shared[cache_key] = self._by_coordinates(callback, where)
+                shared = self._shared[cache_key] = self._by_coordinates(callback, where, topic)
             return shared
         if key is not None and type(key) is not str:
             key = _text(key)
@@ -210,39 +211,59 @@ class Tracer:
         if callback is not None:
             callback(err, msg)
 
-    def _by_coordinates(self, callback: Callable[[Any, Any], None] | None,
-                        where: str) -> Callable[[Any, Any], None]:
+    def _by_coordinates(self, callback: Callable[[Any, Any], None] | None, where: str,
+                        topic: str) -> Callable[[Any, Any], None]:
         """The shared delivery callback of rate 1.0 without message ids: the message is identified by its
         coordinates once acked (readers fill a null ``msg_id`` with ``topic/partition/offset``, see
-        :func:`ykafka.events.decode`). A plain closure built once: the cheapest call per message."""
+        :func:`ykafka.events.decode`). A plain closure built once per user callback, cluster and topic (the
+        topic every message it reports was sent to): the cheapest call per message.
+
+        It offers a *fused twin* (``trace.direct_twin(failed)``) to the disaster-recovery engine's direct
+        path (:meth:`ykafka.dr.link.DirectSender.shared`): one frame that traces and reports a success
+        itself and hands a failure to ``failed(trace, -1, err, msg)``, which re-routes it or reports it
+        through ``trace`` in the end, instead of the engine's report frame calling this one."""
         channel = self._channel
         if self._put is None or channel is None:
             return callback or _ignore
-        now_s, new_id = _time, new_message_id
+        now_s, new_id, floor = _time, new_message_id, math.floor
         queue, limit, closed, dropped = channel.queue, channel.limit, channel.closed, channel.dropped
         append = queue.append
         user = callback
 
-        def trace(err: Any, msg: Any) -> None:  # one frame per message: Channel.put inlined
-            if len(queue) < limit and not closed[0]:
-                now = now_s()
-                latency = msg.latency() or 0.0
-                key = msg.key()
-                if key is not None:
-                    key = key.decode("utf-8", "replace") if type(key) is bytes else _text(key)
+        def build(failed: Callable[[Any, int, Any, Any], None] | None) -> Callable[[Any, Any], None]:
+            def trace(err: Any, msg: Any) -> None:  # one frame per message: Channel.put inlined
                 if err is None:
-                    append((int(now * 1000), "acked", None, msg.topic(), key, msg.partition(), msg.offset(),
-                            msg.timestamp()[1], latency * 1000, None, None, None, None, where,
-                            int((now - latency) * 1000)))
+                    if len(queue) < limit and not closed[0]:
+                        # epoch ms; ts - latency: when it was handed to the producer (floor = int() here)
+                        now = now_s() * 1000
+                        latency = (msg.latency() or 0.0) * 1000
+                        key = msg.key()
+                        if key is not None:
+                            key = key.decode("utf-8", "replace") if type(key) is bytes else _text(key)
+                        append((floor(now), "acked", None, topic, key, msg.partition(), msg.offset(),
+                                msg.timestamp()[1], latency, None, None, None, None, where, floor(now - latency)))
+                    else:
+                        dropped["trace"] += 1
+                    if user is not None:
+                        user(None, msg)
+                elif failed is not None:  # the fused twin: the engine re-routes it, or reports it via plain
+                    failed(plain, -1, err, msg)
                 else:
-                    append((int(now * 1000), "failed", new_id(), msg.topic(), key, None, None, None, latency * 1000,
-                            None, None, str(err), None, where, int((now - latency) * 1000)))
-            else:
-                dropped["trace"] += 1
-            if user is not None:
-                user(err, msg)
+                    if len(queue) < limit and not closed[0]:
+                        now = now_s() * 1000
+                        latency = (msg.latency() or 0.0) * 1000
+                        append((floor(now), "failed", new_id(), topic, _text(msg.key()), None, None, None,
+                                latency, None, None, str(err), None, where, floor(now - latency)))
+                    else:
+                        dropped["trace"] += 1
+                    if user is not None:
+                        user(err, msg)
 
-        return trace
+            return trace
+
+        plain = build(None)
+        plain.direct_twin = build  # type: ignore[attr-defined]
+        return plain
 
     def emit(self, kind: str, *, topic: str, key: Any = None, msg_id: Any = None, partition: int | None = None,
              offset: int | None = None, msg_ts: int | None = None, latency_ms: float | None = None,

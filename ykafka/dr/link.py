@@ -16,6 +16,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
+from types import FunctionType
 from typing import Any, NamedTuple
 
 import structlog
@@ -111,7 +112,10 @@ class DirectSender:
         except TypeError:  # an unhashable callable: its own callback object
             return self.keyed(user_callback)
         if found is None:
-            found = bind_report((self, user_callback, -1))
+            # a callback may offer a fused twin (the message trace's): one frame that reports a success
+            # itself and hands a failure to failed(user_callback, -1, err, m), as _direct_report does
+            twin = getattr(user_callback, "direct_twin", None) if type(user_callback) is FunctionType else None
+            found = twin(self.failed) if twin is not None else bind_report((self, user_callback, -1))
             if len(self._shared) < 256:  # a new lambda per send would grow it without bound
                 self._shared[user_callback] = found
         self.last_cb, self.last_shared = user_callback, found
