@@ -111,3 +111,20 @@ def test_grant_cached_with_owner_only_mode(sdk_stack: LocalStack) -> None:
     assert config_files, "config namespaces are cached per config center"
     for path in config_files:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+def test_close_releases_the_librdkafka_handles_at_once(sdk_stack: LocalStack) -> None:
+    """A closed Producer's clients (and its event sink's) give back their threads and broker connections at
+    close, not whenever the garbage collector reaches them (brokers stopping later waited ~5 s on them)."""
+    topic = f"close-{uuid.uuid4().hex[:8]}"
+    with Producer(sdk_stack.client_config(**{"trace.sample.rate": "1"})) as producer:
+        producer.produce(topic, b"x")
+        assert producer.flush(15) == 0
+        handles = [client.rd for client in producer._all_clients()]
+        sink = producer._obs._sink  # the trace / metrics events' own producer (made when the first is sent)
+        assert sink is not None
+        handles.append(sink._producer)
+    assert len(handles) >= 2
+    for rd in handles:
+        with pytest.raises(RuntimeError, match="closed"):
+            rd.poll(0)

@@ -47,7 +47,7 @@ from ykafka.partitioner import Picker, needs_python
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
 from ykafka.tracing import Tracer, new_message_id
-from ykafka.transport import KafkaException, from_kafka_error
+from ykafka.transport import KafkaException, close_producer, from_kafka_error
 from ykafka.transport import RawProducer as _RdProducer
 
 log = structlog.get_logger(__name__)
@@ -706,6 +706,7 @@ class Producer:
             self.__dict__.pop("poll", None)
             for client in self._all_clients():
                 client.rd.flush(0)
+                close_producer(client.rd)  # its threads and broker connections go now, not at some later GC
             self._clients.clear()
             self._retiring.clear()
             self._home.clear()

@@ -206,6 +206,9 @@ class EventSink:
         self._wake.set()
         self._thread.join(timeout=max(0.1, deadline - time.monotonic()))
         self._producer.flush(max(0.0, deadline - time.monotonic()))
+        from ykafka.transport import close_producer
+
+        close_producer(self._producer)
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per event type: enqueued, delivered, dropped because full, dropped as undeliverable, queued."""

@@ -32,8 +32,20 @@ __all__ = [
     "ConsumeError", "KafkaException", "KeyDeserializationError", "KeySerializationError", "Message",
     "MessageField", "NewTopic", "RawAdminClient", "RawConsumer", "RawKafkaError", "RawProducer",
     "SerializationContext", "TopicPartition", "ValueDeserializationError", "ValueSerializationError",
-    "from_kafka_error", "serde_builder", "versions",
+    "close_producer", "from_kafka_error", "serde_builder", "versions",
 ]
+
+
+def close_producer(producer: RawProducer) -> bool:
+    """Release a drained producer's librdkafka handle (threads, broker connections) now, not when the garbage
+    collector happens to reach it. One with messages still queued is left alone: ``close()`` would block
+    until they are delivered. Returns whether it was closed."""
+    try:
+        if len(producer):
+            return False
+        return bool(producer.close())
+    except RuntimeError:  # closed already
+        return True
 
 
 def versions() -> dict[str, str]:
