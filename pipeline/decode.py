@@ -48,15 +48,20 @@ def decode(raw: Any, kind: str, keep_source: bool = False) -> Any:
     typed = typed.withColumn("msg_id", F.coalesce(F.col("msg_id"), F.when(
         F.col("partition").isNotNull() & F.col("offset").isNotNull(),
         F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")))))
-    # acked / failed rows of the producer's delivery wrapper imply the produced step (events.sent_ts)
-    produced = typed.where(F.col("sent_ts").isNotNull()).select(*[
+    # acked / failed rows of the producer's delivery wrapper imply the produced step (events.sent_ts): both
+    # come out of one explode over [row] or [row, produced], so the JSON is parsed once (a union of two
+    # selections over ``typed`` would parse every batch twice)
+    names = typed.columns
+    row = F.struct(*[F.col(name) for name in names])
+    types = dict(events.FIELDS["trace"])
+    produced = F.struct(*[
         F.col("sent_ts").alias("ts") if name == "ts"
         else F.lit(events.TraceKind.PRODUCED.value).alias("kind") if name == "kind"
         else F.col(name) if name in events.PRODUCED_KEEPS or name.startswith("_src_")
-        else F.lit(None).cast(typ).alias(name)
-        for name, typ in [*((c, "bigint") for c in ("_src_topic", "_src_partition", "_src_offset") if keep_source),
-                          *events.FIELDS["trace"]]])
-    return typed.unionByName(produced)
+        else F.lit(None).cast(types[name]).alias(name)
+        for name in names])
+    both = F.when(F.col("sent_ts").isNotNull(), F.array(row, produced)).otherwise(F.array(row))
+    return typed.select(F.explode(both).alias("_e")).select(*[F.col(f"_e.{name}").alias(name) for name in names])
 
 
 def with_time_partitions(df: Any, ts_col: str = "ts") -> Any:

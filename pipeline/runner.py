@@ -33,6 +33,9 @@ log = structlog.get_logger(__name__)
 
 Progress = Callable[[str, dict[str, Any]], None]
 
+#: fewest Kafka records (each a batch of up to 1,000 events) a read task gets when a range is split
+MIN_RECORDS_PER_TASK = 8
+
 
 @dataclass
 class PipelineConfig:
@@ -44,6 +47,9 @@ class PipelineConfig:
     alert_overrides: dict[str, Any] = field(default_factory=dict)
     trigger_s: float = 2.0
     max_offsets_per_trigger: int | None = None
+    #: read each micro-batch in at least this many tasks (None: Spark's default parallelism, e.g. 2 on
+    #: local[2]); a range is cut only into parts of at least MIN_RECORDS_PER_TASK records (event batches)
+    min_partitions: int | None = None
     end_offsets: str = "scan"
     #: "python": the ykafka-kafka source (no jar); "jvm": Spark's own kafka source, when its jar
     #: (spark-sql-kafka-0-10) is on the classpath (e.g. --conf spark.jars.packages=...)
@@ -146,6 +152,10 @@ class Pipeline:
                       .option("endOffsets", self.cfg.end_offsets))
         else:
             raise ValueError(f"source must be python or jvm, not {self.cfg.source!r}")
+        tasks = self.cfg.min_partitions or self.spark.sparkContext.defaultParallelism
+        reader = reader.option("minPartitions", str(tasks))
+        if self.cfg.source == "python":
+            reader = reader.option("minRecordsPerPartition", str(MIN_RECORDS_PER_TASK))
         for key, value in self.cfg.kafka_conf.items():
             reader = reader.option(f"kafka.{key}", str(value))
         if self.cfg.max_offsets_per_trigger:
@@ -162,13 +172,23 @@ class Pipeline:
         started = time.monotonic()
         if self.sampler is not None:
             self.sample_lag()
-        for name, topic in self.QUERIES:
-            query = self._start(name, topic, once=True)
-            query.awaitTermination()
+        self.process_available()
         delivered = self.evaluate() if evaluate else []
         clients = inventory.build(self.spark, self.store) if build_inventory else []
         return {"seconds": round(time.monotonic() - started, 2), "alerts": delivered, "inventory": clients,
                 "queries": {n: vars(s) for n, s in self.stats.items()}, "ephemeral": dict(self.ephemeral_actions)}
+
+    def process_available(self, names: tuple[str, ...] | None = None) -> None:
+        """Process what the topics hold now (``names``: some of the queries; default all), the queries side
+        by side as in continuous mode: one query's start-up and planning overlap the others' work."""
+        queries = [self._start(name, topic, once=True) for name, topic in self.QUERIES if names is None or name in names]
+        try:
+            for query in queries:
+                query.awaitTermination()
+        finally:
+            for query in queries:
+                if query.isActive:
+                    query.stop()
 
     def start(self) -> None:
         """Start the three continuous queries (returns at once)."""

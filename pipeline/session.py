@@ -1,13 +1,15 @@
 """The SparkSession of the pipeline: local mode by default, any cluster through ``master``.
 
-Defaults are sized for a small machine (few shuffle partitions, no UI); a cluster run passes its own
-``--master`` and ``--conf`` values. The Python executable of the driver is used for the workers, so the
+Defaults are sized for a small machine (no UI; in local mode as many shuffle partitions and read tasks as
+the master has cores: a micro-batch here is small, and a task more than the cores only adds its start-up);
+a cluster run passes its own ``--master`` and ``--conf`` values. The Python executable of the driver is used for the workers, so the
 venv that has confluent-kafka and pyarrow is the one Spark runs our data source in.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +34,16 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+def local_cores(master: str) -> int | None:
+    """Cores of a ``local[N]`` / ``local[*]`` / ``local`` master (None for a cluster master)."""
+    found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if found is None:
+        return None
+    if found.group(1) is None:
+        return 1
+    return (os.cpu_count() or 1) if found.group(1) == "*" else max(1, int(found.group(1)))
+
+
 def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None,
                   app_name: str = "ykafka-pipeline") -> Any:
     """Get (or create) the SparkSession and register the ``ykafka-kafka`` streaming source."""
@@ -41,6 +53,9 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
     merged = dict(DEFAULT_CONF)
+    cores = local_cores(master or DEFAULT_MASTER)
+    if cores is not None:
+        merged["spark.sql.shuffle.partitions"] = merged["spark.default.parallelism"] = str(cores)
     merged.update(conf or {})
     for key, value in merged.items():
         builder = builder.config(key, value)

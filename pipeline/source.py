@@ -1,8 +1,8 @@
 """A streaming Kafka source for Spark on PySpark's Python Data Source API and confluent-kafka.
 
 No JVM Kafka connector jar: the driver plans offset ranges with a confluent-kafka consumer, each Kafka
-partition becomes one input partition per micro-batch, and executors read their range with their own
-consumer (no group, no commits). Offsets live in Spark's checkpoint (``{"topic": {"partition": next}}``),
+partition becomes one input partition per micro-batch (or several, see ``minPartitions``), and executors
+read their range with their own consumer (no group, no commits). Offsets live in Spark's checkpoint (``{"topic": {"partition": next}}``),
 so a restarted query resumes exactly where its last committed micro-batch ended.
 
 Rows look like those of Spark's JVM ``kafka`` source: ``topic, partition, offset, timestamp (ms), key,
@@ -10,6 +10,8 @@ value`` (binary). Options:
 
 * ``bootstrap`` (required), ``topics`` (comma-separated), ``startingOffsets`` = ``earliest`` | ``latest``;
 * ``maxOffsetsPerTrigger``: cap of records per micro-batch (split over partitions in proportion to backlog);
+* ``minPartitions``: read a micro-batch in at least this many tasks, cutting a partition's range into
+  sub-ranges (none below ``minRecordsPerPartition`` records, default 1);
 * ``endOffsets`` = ``scan`` (default) | ``watermark``: with ``scan`` the driver fetches the last record batch
   of each partition to learn its real end, because some brokers (Tansu) report a high watermark that is
   the *base* offset of the last batch + 1; ``watermark`` trusts the broker (cheaper, right on Apache Kafka);
@@ -170,7 +172,8 @@ class KafkaStreamReader(DataSourceStreamReader):
                 begin = int(start.get(topic, {}).get(pid, 0)) if start else 0
                 if int(stop) > begin:
                     ranges.append(KafkaRange(topic, int(pid), begin, int(stop)))
-        return ranges
+        return split_ranges(ranges, int(self.options.get("minPartitions") or 0),
+                            int(self.options.get("minRecordsPerPartition") or 1))
 
     def commit(self, end: dict) -> None:
         """Offsets are in Spark's checkpoint; nothing to store in Kafka."""
@@ -185,6 +188,22 @@ class KafkaStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaRange)
         yield from read_range(self.options, partition)
+
+
+def split_ranges(ranges: list[KafkaRange], want: int, min_records: int = 1) -> list[KafkaRange]:
+    """At least ``want`` ranges where the records allow it (as Spark's own source does with ``minPartitions``):
+    each range is cut into parts in proportion to its share of all records, no part below ``min_records``.
+    One emitter's events sit in one Kafka partition, so without this one task parses a whole micro-batch."""
+    if want <= len(ranges):
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+    out: list[KafkaRange] = []
+    for r in ranges:
+        size = r.end - r.start
+        parts = max(1, min(round(want * size / total), size // max(1, min_records)))
+        out.extend(KafkaRange(r.topic, r.partition, r.start + size * i // parts, r.start + size * (i + 1) // parts)
+                   for i in range(parts))
+    return out
 
 
 def read_range(options: Mapping[str, str], part: KafkaRange, batch: int = 20_000) -> Iterator[Any]:
