@@ -181,7 +181,8 @@ class Pipeline:
     def process_available(self, names: tuple[str, ...] | None = None) -> None:
         """Process what the topics hold now (``names``: some of the queries; default all), the queries side
         by side as in continuous mode: one query's start-up and planning overlap the others' work."""
-        queries = [self._start(name, topic, once=True) for name, topic in self.QUERIES if names is None or name in names]
+        queries = [self._start(name, topic, once=True) for name, topic in self.QUERIES
+                   if names is None or name in names]
         try:
             for query in queries:
                 query.awaitTermination()

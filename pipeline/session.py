@@ -2,8 +2,8 @@
 
 Defaults are sized for a small machine (no UI; in local mode as many shuffle partitions and read tasks as
 the master has cores: a micro-batch here is small, and a task more than the cores only adds its start-up);
-a cluster run passes its own ``--master`` and ``--conf`` values. The Python executable of the driver is used for the workers, so the
-venv that has confluent-kafka and pyarrow is the one Spark runs our data source in.
+a cluster run passes its own ``--master`` and ``--conf`` values. The Python executable of the driver is used
+for the workers, so the venv that has confluent-kafka and pyarrow is the one Spark runs our data source in.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 No JVM Kafka connector jar: the driver plans offset ranges with a confluent-kafka consumer, each Kafka
 partition becomes one input partition per micro-batch (or several, see ``minPartitions``), and executors
-read their range with their own consumer (no group, no commits). Offsets live in Spark's checkpoint (``{"topic": {"partition": next}}``),
-so a restarted query resumes exactly where its last committed micro-batch ended.
+read their range with their own consumer (no group, no commits). Offsets live in Spark's checkpoint
+(``{"topic": {"partition": next}}``), so a restarted query resumes exactly where its last committed
+micro-batch ended.
 
 Rows look like those of Spark's JVM ``kafka`` source: ``topic, partition, offset, timestamp (ms), key,
 value`` (binary). Options:

@@ -45,6 +45,15 @@ def test_ranges_cover_every_record_once_even_when_the_watermark_lags(obs_broker)
     assert end == {topic: {"0": 5, "1": 3}}  # the scan found the real end of partition 0
     rows = _read(options, reader, start, end)
     assert rows == [(0, i, f"a{i}".encode()) for i in range(5)] + [(1, i, f"b{i}".encode()) for i in range(3)]
+    # minPartitions: the ranges are cut into read tasks (one starting inside partition 0's record batch),
+    # and together they still read every record once
+    split = {**options, "minPartitions": "4"}
+    cut = KafkaStreamReader(split)
+    assert sorted((r.partition, r.start, r.end) for r in cut.partitions(start, end)) == [
+        (0, 0, 2), (0, 2, 5), (1, 0, 1), (1, 1, 3)]
+    assert _read(split, cut, start, end) == rows
+    coarse = KafkaStreamReader({**split, "minRecordsPerPartition": "3"})  # no part below 3 records: no cut
+    assert len(coarse.partitions(start, end)) == 2
     assert reader.latestOffset(end, ReadAllAvailable()) == end  # nothing new: same offsets, empty batch
     assert reader.partitions(end, end) == []
     reader.stop()
