@@ -117,6 +117,10 @@ def test_producer_fast_paths_emit_produced_acked_and_failed(obs_broker) -> None:
     found = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 2, lambda e: e["msg_id"] == coordinates)
     assert [(e["kind"], e["key"], e["cluster"]) for e in found] == [("produced", "k1", "dc-x"), ("acked", "k1", "dc-x")]
     assert found[1]["offset"] == 0 and found[1]["latency_ms"] >= 0 and found[1]["msg_ts"] > 0
+    assert {k: found[1][k] for k in ("topic", "partition", "group", "attempt", "error", "detail", "client_id")} == {
+        "topic": topic, "partition": 0, "group": None, "attempt": None, "error": None, "detail": None,
+        "client_id": "c-4"}  # every field in its place (the row's constant runs are written as one element)
+    assert found[1]["sent_ts"] == found[0]["ts"] <= found[1]["ts"]
     assert found[0]["ts"] <= found[1]["ts"]
     by_id = read_events(obs_broker.bootstrap, events.TRACE_TOPIC, 2, lambda e: e["msg_id"] == "msg-7")
     assert [(e["kind"], e["offset"]) for e in by_id] == [("produced", None), ("acked", 1)]

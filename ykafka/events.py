@@ -23,16 +23,47 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
+
+class _Spread(tuple[Any, ...]):
+    """Row fields given as one element (see :func:`spread`), expanded before encoding without orjson."""
+
+
 try:  # orjson encodes a batch ~6x faster than json: less CPU taken from the application by tracing
     import orjson
 
     def _dumps(doc: Any) -> bytes:
         return orjson.dumps(doc, default=str)
+
+    _FRAGMENT: Any = getattr(orjson, "Fragment", None)
 except ImportError:  # pragma: no cover - orjson is optional
     def _dumps(doc: Any) -> bytes:
         return json.dumps(doc, separators=(",", ":"), default=str).encode()
 
+    _FRAGMENT = None
+
 dumps: Callable[[Any], bytes] = _dumps
+
+
+def spread(values: Sequence[Any]) -> Any:
+    """Several consecutive fields of a row as one element of it, e.g. ``("acked", None, topic)`` in a
+    hot emitter's rows: orjson writes their JSON text in place (an ``orjson.Fragment``), so the row has
+    fewer elements to build, to track for the garbage collector and to encode, and the batch on the
+    wire is the same. Without orjson the row is expanded before encoding."""
+    if not values:
+        raise ValueError("spread() needs at least one field")
+    if _FRAGMENT is not None:
+        return _FRAGMENT(_dumps(list(values))[1:-1])
+    return _Spread(values)
+
+
+def _expand(row: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for value in row:
+        if type(value) is _Spread:
+            out.extend(value)
+        else:
+            out.append(value)
+    return out
 
 SCHEMA_VERSION = 1
 
@@ -191,6 +222,8 @@ def now_ms() -> int:
 def encode_rows(kind: str, rows: Sequence[Sequence[Any]], constants: Mapping[str, Any] | None = None) -> bytes:
     """One Kafka message value holding ``rows`` (positional, in :data:`FIELDS` order, possibly cut short:
     the missing trailing fields come from ``constants``)."""
+    if _FRAGMENT is None:
+        rows = [_expand(r) for r in rows]
     doc: dict[str, Any] = {"v": SCHEMA_VERSION, "type": kind, "f": NAMES[kind], "r": rows}
     if constants:
         doc["c"] = {k: v for k, v in constants.items() if v is not None}

@@ -48,7 +48,7 @@ from typing import Any
 
 import structlog
 
-from ykafka import catalog
+from ykafka import catalog, events
 from ykafka import headers as H
 from ykafka.sink import Channel, EventSink
 
@@ -229,6 +229,8 @@ class Tracer:
         queue, limit, closed, dropped = channel.queue, channel.limit, channel.closed, channel.dropped
         append = queue.append
         user = callback
+        # the acked row's constant runs as one element each: kind, msg_id, topic / group .. cluster
+        acked, constant = events.spread(("acked", None, topic)), events.spread((None, None, None, None, where))
 
         def build(failed: Callable[[Any, int, Any, Any], None] | None) -> Callable[[Any, Any], None]:
             def trace(err: Any, msg: Any) -> None:  # one frame per message: Channel.put inlined
@@ -240,8 +242,8 @@ class Tracer:
                         key = msg.key()
                         if key is not None:
                             key = key.decode("utf-8", "replace") if type(key) is bytes else _text(key)
-                        append((floor(now), "acked", None, topic, key, msg.partition(), msg.offset(),
-                                msg.timestamp()[1], latency, None, None, None, None, where, floor(now - latency)))
+                        append((floor(now), acked, key, msg.partition(), msg.offset(), msg.timestamp()[1], latency,
+                                constant, floor(now - latency)))
                     else:
                         dropped["trace"] += 1
                     if user is not None:
