@@ -53,12 +53,14 @@ class Proc:
     """A server subprocess (``{port}`` in ``args`` becomes a free port) in its own session, polled on
     ``/health``, stopped by its pid (its process group: uvicorn workers included)."""
 
-    def __init__(self, name: str, args: list[str], log: Path, health: str = "/health") -> None:
+    def __init__(self, name: str, args: list[str], log: Path, health: str = "/health",
+                 env: dict[str, str] | None = None) -> None:
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.health = health
+        self.env = env or {}
         self.args = [a.replace("{port}", str(self.port)) for a in args]
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -67,7 +69,7 @@ class Proc:
         return None if self.proc is None else self.proc.pid
 
     def start(self, timeout: float = 40.0) -> Proc:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self.args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
