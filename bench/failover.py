@@ -8,8 +8,9 @@ restarted on the same addresses and bucket (what it acknowledged is still there)
 * ``failover_s``: from the kill to the first message acknowledged by the standby;
 * ``failback_s``: from the restart to the first message acknowledged by the primary again.
 
-Counting is strict, on dc-a at the end (what it took directly plus the outage synced back from dc-b): ``lost``
-and ``duplicated`` must be 0. ``retried``: messages in flight at the kill, stored by dc-a but their
+Counting is strict over what dc-a holds at the end (what it took directly plus the outage synced back from dc-b)
+and, while the sync still runs, the outage messages only on dc-b (``not_yet_synced``): ``lost`` and
+``duplicated`` must be 0. ``retried``: messages in flight at the kill, stored by dc-a but their
 acknowledgement lost, so sent again through dc-b and synced back (two copies, never acknowledged before the
 kill). ``key_order``: each key's messages in send order within what was written directly and within what was
 synced, except ``reordered_at_failover``: messages queued for dc-a before the switch whose delivery failed after
@@ -113,11 +114,12 @@ def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float)
     engine.close()
     on_a = read_all(a.bootstrap, topic, expect=len(sent))
     on_b = read_all(b.bootstrap, topic)
-    counts = strict_count(sent, [int(m.value() or b"0") for m in on_a],
-                          {i for i, at in acked_at.items() if at < killed})
+    a_values = [int(m.value() or b"0") for m in on_a]
+    b_values = {int(m.value() or b"0") for m in on_b}
+    pending = sorted(b_values - set(a_values))  # on the standby, not synced back yet (the sync still running)
+    counts = strict_count(sent, a_values + pending, {i for i, at in acked_at.items() if at < killed})
     synced = [m for m in on_a if H.synced_from(m.headers())]
     direct = [m for m in on_a if not H.synced_from(m.headers())]
-    b_values = {int(m.value() or b"0") for m in on_b}
     reordered = failover_overtakes(synced, sent_at_switch)
     return {
         "failover_s": round(failover_s, 3),
@@ -132,6 +134,7 @@ def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float)
         "reordered_at_failover": len(reordered[0]),
         "on_standby": len(b_values),
         "synced_to_primary": len(synced),
+        "not_yet_synced": len(pending),
         "sync_done": idle and bool(status["sync"]) and status["sync"][-1]["state"] == "done",
         "spilled": status["spill"].get("dc-a", {}).get("spilled", 0),
     }
