@@ -64,7 +64,7 @@ def test_long_poll_delivers_a_release_promptly(config_service: ConfigService) ->
         client.subscribe(ns)
         client.start()
         wait_until(lambda: client.polls >= 1, message="first long poll answered")
-        time.sleep(0.3)  # a poll is now parked on the server
+        config_service.wait_parked(1)  # a poll is now parked on the server (its /stats)
         pushed = time.monotonic()
         config_service.publish(ns, {"producer.linger.ms": "2"})
         wait_until(lambda: (updates.latest(ns) or NamespaceConfig(ns, {}, None)).configurations.get(

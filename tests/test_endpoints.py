@@ -72,7 +72,7 @@ def test_apollo_client_fails_over_from_a_killed_instance_and_reparks(tmp_path: P
             client.endpoints = Endpoints([a.url, b.url])
         client.subscribe(ns)
         client.start()
-        time.sleep(0.5)  # parked on A
+        a.wait_parked(1)  # parked on A (its /stats), instead of sleeping
         a.proc.kill()
         a.proc.wait()
         killed = time.monotonic()
