@@ -14,6 +14,8 @@ import requests
 
 from ykafka.devstack import free_port
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def _ykafka(*args: str, home: Path, ports: dict[str, int]) -> subprocess.CompletedProcess[str]:
     flags = ["--home", str(home)]
@@ -80,6 +82,22 @@ def test_up_status_down_twice_leaves_nothing_behind(tmp_path: Path) -> None:
             fewer = _ykafka("dev", "up", "--replicas", "1", home=tmp_path, ports=ports)  # would orphan the -2s
             assert fewer.returncode != 0
             assert "configcenter-2, metaserver-2 run from a stack started with --replicas 2" in fewer.stderr
+            # samples/controlplane_failover.py on this stack: the parked config service and a MetaServer stopped
+            # under a running producer, a change pushed meanwhile, applied; the two started again
+            sample_env = {**os.environ, **exported, "YKAFKA_CACHE_DIR": str(tmp_path / "sample-cache"),
+                          "YKAFKA_DEV_HOME": str(tmp_path), "YKAFKA_DEV_STARTUP_TIMEOUT": "60",
+                          **{f"YKAFKA_DEV_{name.replace('-', '_').upper()}_PORT": str(port)
+                             for name, port in ports.items()}}
+            sample = subprocess.run([sys.executable, str(ROOT / "samples" / "controlplane_failover.py"),
+                                     "--seconds", "6"], capture_output=True, text=True, timeout=180, env=sample_env)
+            assert sample.returncode == 0, sample.stdout + sample.stderr
+            lines = sample.stdout.strip().splitlines()
+            assert lines[-1] == "OK" and any(line.startswith("applied by the running producer ") for line in lines)
+            sent = next(line for line in lines if line.startswith("sent "))
+            assert sent.endswith(", failed 0, 0 left at close") and sent.split(",")[0][5:] == \
+                sent.split(",")[1].split()[-1], sent  # sent N, acknowledged N
+            pids = json.loads(_ykafka("dev", "status", "--json", home=tmp_path, ports=ports).stdout)["running"]
+            assert all(isinstance(pid, int) and _alive(pid) for pid in pids.values()), pids  # started again
             stop = _ykafka("dev", "stop", "configcenter", home=tmp_path, ports=ports)
             assert stop.returncode == 0, stop.stderr
             assert [i["homepageUrl"] for i in requests.get(cc2 + "/services/config", timeout=5).json()] == [cc2 + "/"]
