@@ -259,6 +259,13 @@ class DisasterRecovery:
         msg = tuple.__new__(Outgoing, (topic, value, key, -1 if partition is None else partition, timestamp or 0,
                                        headers, on_delivery))
         cluster = self.target(topic)
+        spec = self._route(topic)
+        if spec.standby is not None:
+            # the route's other cluster may still hold older messages of this topic that will come back
+            # (purged, failed) and be re-routed here: they go first, so a key is never overtaken
+            other = self._links.get(spec.standby if cluster == spec.primary else spec.primary)
+            if other is not None and (other.available or other.draining):
+                other.hand_over()
         self.link(cluster).send(msg, spill_wait, client if client_cluster == cluster else None)
 
     def _reroute(self, failed_cluster: str, msg: Outgoing, err: RawKafkaError) -> None:

@@ -209,6 +209,23 @@ class ClusterLink:
                 self._external.append(client)
             return DirectSender(self, client)
 
+    @property
+    def draining(self) -> bool:
+        """Retired clients still hold messages, or what they gave back is not re-routed yet."""
+        return bool(self._retired or self._undelivered or self._rerouting)
+
+    def hand_over(self) -> None:
+        """Writes of a topic leave this cluster for another one (its DR partner): what this link's clients
+        hold and will give back must be re-routed before any newer message of its keys goes there.
+
+        While the cluster is DOWN its clients are taken out of service at once (the health listener does
+        so too, but a send may see the new route first), and the caller waits until everything they gave
+        back is re-routed, in produce order (:meth:`_drain_retired`)."""
+        if self.available and self.health.state is ClusterState.DOWN:
+            self.mark_unavailable("cluster down")
+        if self._retired or self._undelivered or self._rerouting:
+            self._drain_retired()
+
     def _drain_retired(self, timeout: float = 10.0) -> None:
         """Serve the delivery reports of retired (purged) clients until they hold nothing and what they
         gave back is re-routed: a new message must not reach the spill before older ones."""
@@ -261,6 +278,10 @@ class ClusterLink:
         self._rerouting = True
         try:
             batch, self._undelivered = sorted(self._undelivered, key=lambda item: item[0]), []
+            codes: dict[str, int] = {}
+            for _order, _msg, err in batch:
+                codes[err.name()] = codes.get(err.name(), 0) + 1
+            log.info("cluster.rerouting", cluster=self.cluster, messages=len(batch), errors=codes)
             for _order, msg, err in batch:
                 self._reroute(self.cluster, msg, err)  # spill, standby, or the caller's callback
         finally:
@@ -280,11 +301,13 @@ class ClusterLink:
                 self.on_change()
             clients = ([self._client] if self._client is not None else []) + self._external
             self._client, self._external, self._last_external = None, [], None
+            held = 0
             for client in clients:
+                held += len(client)
                 with contextlib.suppress(KafkaException):
                     client.purge(in_queue=True, in_flight=True, blocking=False)
                 self._retired.append(client)
-        log.warning("cluster.link_down", cluster=self.cluster, reason=reason)
+        log.warning("cluster.link_down", cluster=self.cluster, reason=reason, held=held)
         self.health.suspect(reason)  # probe now: the link comes back after the next successful probe
 
     def mark_available(self) -> None:
