@@ -168,16 +168,6 @@ def key_overtakes(records: Iterable[Message]) -> list[tuple[bytes | None, int, i
     return overtakes((m.key(), m.value()) for m in ordered)
 
 
-def failover_overtakes(records: Iterable[Message], sent_before_switch: int
-                       ) -> tuple[list[tuple[bytes | None, int, int]], list[tuple[bytes | None, int, int]]]:
-    """:func:`key_overtakes` split in two: (1) by a message sent before the route switched to the standby (numbers
-    below ``sent_before_switch``): it was queued for the failed primary, its delivery failed after newer writes of
-    its key had gone to the standby, and it was re-routed behind them (the engine's failover order caveat, counted
-    apart); (2) any other, which must be none."""
-    found = key_overtakes(records)
-    return [o for o in found if o[1] < sent_before_switch], [o for o in found if o[1] >= sent_before_switch]
-
-
 def in_key_order(records: Iterable[Message]) -> bool:
     """Per key, in each partition's log order, the first copy of every value follows the send order."""
     return not key_overtakes(records)

@@ -11,10 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.dr_fixtures import create_topic, failover_overtakes, in_key_order, read_all, tally, unique
+import pytest
+
+from tests.dr_fixtures import create_topic, in_key_order, key_overtakes, read_all, tally, unique
 from tests.support import Broker
 from ykafka import Producer
 from ykafka import headers as H
+from ykafka.consumer.dedupe import message_id
 from ykafka.dr.attach import attach
 
 
@@ -32,12 +35,17 @@ def _producer(a: Broker, b: Broker, tmp_path: Path, **extra: Any) -> Producer:
     return Producer(conf)
 
 
-def test_producer_fails_over_and_back_without_loss(dc_brokers: dict[str, Broker], tmp_path: Path) -> None:
+@pytest.mark.parametrize("ids", [False, True], ids=["direct-path", "message-id"])
+def test_producer_fails_over_and_back_without_loss(dc_brokers: dict[str, Broker], tmp_path: Path, ids: bool) -> None:
+    """dc-a SIGKILLed while the Producer sends (through its own client on the direct path, or, stamping
+    ``ykafka.message.id``, through the engine per message): writes move to dc-b, what dc-a's client held is
+    re-routed there ahead of newer writes of its key, dc-a comes back and the outage is synced to it. Strict:
+    lost 0, duplicated 0, no key overtaken anywhere; with ids, every copy of a message carries its one id."""
     a, b = dc_brokers["dc-a"], dc_brokers["dc-b"]
     topic = unique("prod-failover")
     for broker in (a, b):
         create_topic(broker.bootstrap, topic, 3)
-    producer = _producer(a, b, tmp_path)
+    producer = _producer(a, b, tmp_path, **({"ykafka.message.id": True} if ids else {}))
     engine = attach(producer)
     acked: set[int] = set()
     errors: list[str] = []
@@ -66,7 +74,6 @@ def test_producer_fails_over_and_back_without_loss(dc_brokers: dict[str, Broker]
         while engine.status()["routes"][topic]["active"] != "dc-b" and time.monotonic() < deadline:
             send(10)
         assert engine.status()["routes"][topic]["active"] == "dc-b"
-        sent_at_switch = len(sent)
         a.start()
         deadline = time.monotonic() + 15
         while engine.status()["routes"][topic]["active"] != "dc-a" and time.monotonic() < deadline:
@@ -85,11 +92,17 @@ def test_producer_fails_over_and_back_without_loss(dc_brokers: dict[str, Broker]
     synced = [m for m in on_a if H.synced_from(m.headers())]
     print("producer failover:", counts, "on standby:", len(on_b), "synced:", len(synced), "errors:", set(errors))
     assert counts["lost"] == 0 and counts["duplicated"] == 0 and counts["unexpected"] == 0
-    # per key in order on dc-a's direct writes; in the synced outage only a message queued for dc-a before the
-    # switch may sit behind newer writes of its key (the engine's failover order caveat, counted apart)
-    caveat, other = failover_overtakes(synced, sent_at_switch)
-    print("re-routed behind newer writes of their key (sent before the switch):", len(caveat), caveat[:5])
-    assert in_key_order([m for m in on_a if not H.synced_from(m.headers())]) and not other
+    # per key in order, strictly: on dc-a's direct writes, on dc-b, and in what was synced back (what dc-a's client
+    # held at the switch was re-routed to dc-b ahead of every newer write of its key)
+    assert in_key_order([m for m in on_a if not H.synced_from(m.headers())])
+    assert not key_overtakes(on_b), key_overtakes(on_b)[:5]
+    assert not key_overtakes(synced), key_overtakes(synced)[:5]
+    if ids:  # one id per message, kept through the standby and the sync: what a consumer de-duplicates on
+        by_value: dict[bytes | None, set[str]] = {}
+        for m in on_a + on_b:
+            by_value.setdefault(m.value(), set()).add(message_id(m))
+        assert len(by_value) == len(sent) and all(len(v) == 1 for v in by_value.values())
+        assert len({next(iter(v)) for v in by_value.values()}) == len(sent)
     assert not errors
     assert acked == set(sent)  # every callback fired, through whichever path delivered the message
     assert len(on_b) > 0 and len(synced) == len(on_b)

@@ -264,7 +264,7 @@ class DisasterRecovery:
             # the route's other cluster may still hold older messages of this topic that will come back
             # (purged, failed) and be re-routed here: they go first, so a key is never overtaken
             other = self._links.get(spec.standby if cluster == spec.primary else spec.primary)
-            if other is not None and (other.available or other.draining):
+            if other is not None and (other.draining or (other.available and other.health.state is ClusterState.DOWN)):
                 other.hand_over()
         self.link(cluster).send(msg, spill_wait, client if client_cluster == cluster else None)
 
