@@ -8,6 +8,7 @@ credentials). A rejected secret (401) is never papered over with the cache.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import time
@@ -28,6 +29,15 @@ from ykafka.grants import ClusterInfo, ConfigCenterInfo, Grant
 from ykafka.signing import derive_key, signed_headers
 
 __all__ = ["AclCache", "ClusterInfo", "ConfigCenterInfo", "Grant", "GrantClient", "GrantStore", "Want"]
+
+
+@functools.lru_cache(maxsize=8)
+def signing_key(app_id: str, secret: str) -> bytes:
+    """The app's signing key, derived (PBKDF2, 25-45 ms) once per process and secret: a Producer and a
+    Consumer of one app, or a client re-created, pay it once. Held in memory only, as the secret is; it is
+    never written to the grant cache, because the MetaServer accepts it in place of the secret for as long
+    as the secret is valid, where a cached grant expires (docs/benchmarks.md, "Start-up")."""
+    return derive_key(app_id, secret)
 
 Want = tuple[str, str]  # (namespace, cluster): a route value in force that names a cluster beyond the grant
 
@@ -105,7 +115,7 @@ class GrantClient:
 
     def _signing_key(self) -> bytes:
         if self._key is None:
-            self._key = derive_key(self.app_id, self._secret)
+            self._key = signing_key(self.app_id, self._secret)
         return self._key
 
     def authenticate(self, wants: Iterable[Want] = ()) -> Grant:

@@ -47,7 +47,7 @@ from ykafka.partitioner import Picker, needs_python
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
 from ykafka.tracing import Tracer, new_message_id
-from ykafka.transport import KafkaException, close_producer, from_kafka_error
+from ykafka.transport import KafkaException, close_producer, from_kafka_error, new_producer
 from ykafka.transport import RawProducer as _RdProducer
 
 log = structlog.get_logger(__name__)
@@ -384,6 +384,13 @@ class Producer:
             key = (cluster, _freeze(props))
             client = self._clients.get(key)
             if client is None:
+                if self._dr is not None and self._dr.target(topic) == cluster:
+                    # open the cluster's disaster-recovery link (its spill queue on disk: ~35 ms) BEFORE the
+                    # librdkafka handle, so the first message follows the handle within a millisecond: an
+                    # idempotent handle only connects to the partition leader before its first producer-id
+                    # tick (500 ms) when a message arrives before the bootstrap metadata does; later, the
+                    # first ack costs two ticks (docs/benchmarks.md, "Start-up")
+                    self._dr.link(cluster)
                 client = self._new_client(key, cluster, props)
             home = self._home.get(topic)
             if home is not None and home is not client and self._held.get(topic) is None:
@@ -448,7 +455,7 @@ class Producer:
 
     def _new_client(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any]) -> _Client:
         try:
-            rd = _RdProducer(dict(props))
+            rd = new_producer(props, "producer")
         except KafkaException as exc:
             raise ConfigError(f"librdkafka refused the producer settings for cluster {cluster}: "
                               f"{from_kafka_error(exc)}") from None

@@ -85,7 +85,7 @@ class EventSink:
     def __init__(self, producer_conf: Mapping[str, Any], queue_max: int = 100_000, batch_max: int = 1000,
                  interval_s: float = 0.05, topics: Mapping[str, str] | None = None,
                  name: str = "ykafka-events") -> None:
-        from ykafka.transport import RawProducer as _RdProducer
+        from ykafka.transport import new_producer
 
         conf = dict(SINK_PRODUCER_DEFAULTS)
         conf.update({k: v for k, v in producer_conf.items() if not k.startswith("ykafka.")})
@@ -93,7 +93,7 @@ class EventSink:
         # librdkafka's own logs (e.g. "connection refused" while the trace cluster is down) go to Python
         # logging, not straight to the application's stderr
         conf.setdefault("logger", logging.getLogger("ykafka.events.rdkafka"))
-        self._producer = _RdProducer(conf)
+        self._producer = new_producer(conf, "events")
         self._topics = dict(events.TOPICS if topics is None else topics)
         self._channels: list[tuple[str, dict[str, Any], deque[Any]]] = []
         self._key = f"{name}-{uuid.uuid4().hex[:12]}".encode()

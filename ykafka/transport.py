@@ -7,6 +7,8 @@ through here, so the client library can be pinned, patched or replaced in one pl
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import confluent_kafka
@@ -32,8 +34,28 @@ __all__ = [
     "ConsumeError", "KafkaException", "KeyDeserializationError", "KeySerializationError", "Message",
     "MessageField", "NewTopic", "RawAdminClient", "RawConsumer", "RawKafkaError", "RawProducer",
     "SerializationContext", "TopicPartition", "ValueDeserializationError", "ValueSerializationError",
-    "close_producer", "from_kafka_error", "serde_builder", "versions",
+    "close_producer", "from_kafka_error", "new_producer", "producers_built", "serde_builder", "versions",
 ]
+
+#: (role, bootstrap.servers) -> librdkafka producer handles built in this process by :func:`new_producer`
+_BUILT: Counter[tuple[str, str]] = Counter()
+
+
+def new_producer(conf: Mapping[str, Any], role: str) -> RawProducer:
+    """Build one librdkafka producer handle. The SDK's producers (the Producer's per-cluster clients
+    ``"producer"``, the disaster-recovery engine's own ``"dr"``, the event sink's ``"events"``) are built here,
+    so the handles a process made can be counted: :func:`producers_built`."""
+    handle = RawProducer(dict(conf))
+    _BUILT[(role, str(conf.get("bootstrap.servers") or conf.get("metadata.broker.list") or ""))] += 1
+    return handle
+
+
+def producers_built(reset: bool = False) -> dict[tuple[str, str], int]:
+    """Handles built by :func:`new_producer` so far, per (role, bootstrap servers); ``reset`` starts over."""
+    built = dict(_BUILT)
+    if reset:
+        _BUILT.clear()
+    return built
 
 
 def close_producer(producer: RawProducer) -> bool:

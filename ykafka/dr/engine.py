@@ -34,7 +34,15 @@ from ykafka.dr.queue import SpillQueue
 from ykafka.dr.replay import Replayer, replay_config
 from ykafka.dr.sync import Outage, OutageStore, SyncJob, connection_only
 from ykafka.errors import ClosedError, SpillFullError
-from ykafka.transport import KafkaException, Message, RawConsumer, RawKafkaError, RawProducer, TopicPartition
+from ykafka.transport import (
+    KafkaException,
+    Message,
+    RawConsumer,
+    RawKafkaError,
+    RawProducer,
+    TopicPartition,
+    new_producer,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -93,7 +101,7 @@ class DisasterRecovery:
         self._route = route
         self.options = options
         self._spill_after_ms = spill_after_ms or (lambda _c: 10_000)
-        self._client_factory = client_factory or (lambda _cluster, conf: RawProducer(conf))
+        self._client_factory = client_factory or (lambda _cluster, conf: new_producer(conf, "dr"))
         self.health = HealthMonitor(self._health_conf, health_policy)
         self.health.add_listener(self._on_health)
         self._lock = threading.RLock()

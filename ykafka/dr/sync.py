@@ -21,7 +21,15 @@ from typing import Any
 import structlog
 
 from ykafka import headers as H
-from ykafka.transport import KafkaException, Message, RawConsumer, RawKafkaError, RawProducer, TopicPartition
+from ykafka.transport import (
+    KafkaException,
+    Message,
+    RawConsumer,
+    RawKafkaError,
+    RawProducer,
+    TopicPartition,
+    new_producer,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -143,7 +151,7 @@ class SyncJob:
         pconf.update({"enable.idempotence": True, "acks": "all", "message.timeout.ms": 30_000,
                       "partitioner": "murmur2_random"})
         consumer = RawConsumer(conf)
-        producer = RawProducer(pconf)
+        producer = new_producer(pconf, "dr")
         assigned: list[TopicPartition] = []
         start_offsets = o.start_offsets or {}
 
