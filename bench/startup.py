@@ -16,10 +16,9 @@ idempotence, as ykafka's defaults, the producer id is fetched before the first b
 asks for it on a 500 ms timer: one tick when the partition leader is connected by then, two when not).
 ``two_ticks`` counts the rounds of each kind whose ack came >= 750 ms after that first ``produce``.
 
-Peers that explain the ticks (docs/benchmarks.md, "Start-up"): ``raw_late`` is raw confluent-kafka sending its
-first message 30 ms after ``Producer(...)`` (as an application does that builds its producer before it has
-something to send); ``raw_dense`` is raw with ``enable.sparse.connections=false`` (every broker connected at
-once). Each ykafka round starts without the in-process signing key (as a new process), and
+The peer that explains the ticks (docs/benchmarks.md, "Start-up"): ``raw_late`` is raw confluent-kafka sending
+its first message 30 ms after ``Producer(...)`` (as an application does that builds its producer before it has
+something to send). Each ykafka round starts without the in-process signing key (as a new process), and
 ``data_handles`` is the most librdkafka producers (the Producer's and the DR engine's) one cold round built
 for the cluster.
 
@@ -96,8 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     rounds = 2 if args.quick else args.rounds
     configure("warning")
-    out: dict[str, list[float]] = {"raw": [], "cold": [], "warm": [], "cached_down": [], "raw_late": [],
-                                   "raw_dense": []}
+    out: dict[str, list[float]] = {"raw": [], "cold": [], "warm": [], "cached_down": [], "raw_late": []}
     ready: dict[str, list[float]] = {k: [] for k in out}
     after: dict[str, list[float]] = {k: [] for k in out}
     handles: list[int] = []
@@ -107,7 +105,6 @@ def main() -> None:
                     "linger.ms": 5}
         first_ack_ms(lambda: RawProducer(raw_conf), topic)  # creates the topic; warms the broker
         caches = [Path(tempfile.mkdtemp(prefix="ykafka-bench-start-")) for _ in range(rounds)]
-        dense_conf = {**raw_conf, "enable.sparse.connections": False}
         for cache in caches:
             conf = bench.client_config(**{"ykafka.cache.dir": str(cache)})
             out["raw"].append(first_ack_ms(lambda: RawProducer(raw_conf), topic, ready["raw"], after=after["raw"]))
@@ -120,8 +117,6 @@ def main() -> None:
                                             after=after["warm"]))
             out["raw_late"].append(first_ack_ms(lambda: RawProducer(raw_conf), topic, ready["raw_late"], LATE_S,
                                                 after["raw_late"]))
-            out["raw_dense"].append(first_ack_ms(lambda: RawProducer(dense_conf), topic, ready["raw_dense"],
-                                                 after=after["raw_dense"]))
         bench.stack.down(["metaserver", "configcenter"])
         for cache in caches:
             conf = bench.client_config(**{"ykafka.cache.dir": str(cache)})
