@@ -312,7 +312,30 @@ def port_open(host: str, port: int, timeout: float = 0.3) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+# Ports handed out for stacks on free ports, below the kernel's ephemeral range: a port taken from that range
+# (bind to 0) can be taken again by any outgoing connection before the service binds it, which under load
+# (Spark, broker clients) happened within seconds. 20000-28999 also leaves the dev.yaml defaults alone.
+FREE_PORTS = range(20000, 29000)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, chosen at random outside the ephemeral range where it can be."""
+    candidates = range(FREE_PORTS.start, min(FREE_PORTS.stop, _ephemeral_low()))
+    for _ in range(200 if len(candidates) > 1000 else 0):
+        port = secrets.choice(candidates)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
