@@ -48,9 +48,12 @@ lint: $(STAMP)
 
 # two passes: everything not timing-sensitive on both cores (one test file per worker), then the chaos, DR,
 # pacing and benchmark modules alone (tests/conftest.py SERIAL_MODULES), so no test races another for the CPU
+# (both passes run; the target fails if either had a failure; exit code 5 means none selected)
 test: lint chromium
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: none selected
-	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	@rc=0; \
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	exit $$rc
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
