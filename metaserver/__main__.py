@@ -8,7 +8,7 @@ from typing import Any
 import click
 import uvicorn
 
-from metaserver.settings import ENV_PREFIX, Settings, parse_admin_tokens
+from .settings import ENV_PREFIX, Settings, parse_admin_tokens
 
 
 def _env(name: str) -> str:
@@ -58,12 +58,12 @@ def main() -> None:
 @click.option("--log-level", default="info", envvar=_env("log_level"), show_default=True)
 def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
     """Serve the MetaServer API."""
-    from metaserver.app import configure_logging
+    from .app import configure_logging
 
     settings = Settings(admin_tokens=parse_admin_tokens(",".join(admin_tokens)), **options)
     configure_logging(settings.log_level)
     # Migrate once before workers fork, then hand the resolved settings to them through the environment.
-    from metaserver import db
+    from . import db
 
     engine = db.make_engine(settings.db_url)
     db.migrate(engine)

@@ -18,17 +18,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from metaserver import db, routes_admin, routes_config, routes_observe, routes_placements, routes_sdk
-from metaserver.apollo import ApolloError, ApolloOpenApi
-from metaserver.auth import AuthFailed, RateLimited
-from metaserver.authswitch import AuthSwitch
-from metaserver.console import install as install_console
-from metaserver.hotconfig import ConfigRejected
-from metaserver.httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
-from metaserver.reach import RouteBook
-from metaserver.services import Services
-from metaserver.settings import Settings
-from metaserver.tokens import TokenCodec, load_or_create_key
+from . import db, routes_admin, routes_config, routes_observe, routes_placements, routes_sdk
+from .apollo import ApolloError, ApolloOpenApi
+from .auth import AuthFailed, RateLimited
+from .authswitch import AuthSwitch
+from .console import install as install_console
+from .hotconfig import ConfigRejected
+from .httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
+from .reach import RouteBook
+from .services import Services
+from .settings import Settings
+from .tokens import TokenCodec, load_or_create_key
 
 log = structlog.get_logger("metaserver")
 

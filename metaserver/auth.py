@@ -14,13 +14,14 @@ from typing import Any
 import structlog
 from sqlalchemy import select
 
-from metaserver import db, hotpath, placements, ratelimit, reach, registry
-from metaserver.models import apps
-from metaserver.services import Services
-from metaserver.tokens import TokenClaims
 from ykafka import signing
 from ykafka.catalog import NAMESPACE_PREFIX
 from ykafka.grants import grant_json
+
+from . import db, hotpath, placements, ratelimit, reach, registry
+from .models import apps
+from .services import Services
+from .tokens import TokenClaims
 
 Wants = list[tuple[str, str]]  # (namespace, cluster) pairs a client asks to have confirmed
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, select
 
-from metaserver import db
-from metaserver.models import CLIENT_FIELDS, client_reports, client_state
-from metaserver.schemas import ClientReport
+from . import db
+from .models import CLIENT_FIELDS, client_reports, client_state
+from .schemas import ClientReport
 
 
 def _columns(report: ClientReport) -> dict[str, Any]:

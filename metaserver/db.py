@@ -113,7 +113,7 @@ def migrate(engine: Engine, schema: Schema | None = None) -> None:
     ``schema`` defaults to the MetaServer's; the config service passes its own (same env.py, own versions
     directory and version table), so both components share one migration set-up.
     """
-    from metaserver.models import metadata
+    from .models import metadata
 
     schema = schema or Schema(ALEMBIC_INI.with_name("migrations") / "versions", "ms_alembic_version", metadata,
                               _PG_MIGRATION_LOCK)

@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from metaserver.apollo import ApolloOpenApi
 from ykafka import catalog
 from ykafka.catalog import Scope
 from ykafka.errors import InvalidConfigValue
+
+from .apollo import ApolloOpenApi
 
 _LABEL = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 

@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from cachetools import TTLCache
 from sqlalchemy import Connection, Engine, delete, func, select
 
-from metaserver import db, hotpath
-from metaserver.models import clusters, topic_placements
 from ykafka import acl as acl_patterns
+
+from . import db, hotpath
+from .models import clusters, topic_placements
 
 #: most placements written by one bulk call (one transaction)
 MAX_BULK = 10_000

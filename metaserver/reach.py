@@ -29,10 +29,11 @@ from typing import Any
 import structlog
 from cachetools import TTLCache
 
-from metaserver.apollo import ApolloError, ApolloOpenApi
-from metaserver.hotconfig import current
 from ykafka import acl as acl_patterns
 from ykafka.catalog import NAMESPACE_PREFIX, Scope, ScopeKind
+
+from .apollo import ApolloError, ApolloOpenApi
+from .hotconfig import current
 
 log = structlog.get_logger("metaserver.reach")
 

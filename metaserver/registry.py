@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, select
 
-from metaserver.models import clusters
+from .models import clusters
 
 
 def cluster_json(row: RowMapping, redact: bool = False) -> dict[str, Any]:

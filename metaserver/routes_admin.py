@@ -15,13 +15,14 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import Connection, RowMapping, delete, select, update
 
-from metaserver import audit, clients, db, ratelimit, registry
-from metaserver.auth import AuthFailed, RateLimited
-from metaserver.models import apps, clusters
-from metaserver.schemas import Acl, AppCreate, AppUpdate, ClusterPut
-from metaserver.services import Services, services
 from ykafka import acl as acl_patterns
 from ykafka import signing
+
+from . import audit, clients, db, ratelimit, registry
+from .auth import AuthFailed, RateLimited
+from .models import apps, clusters
+from .schemas import Acl, AppCreate, AppUpdate, ClusterPut
+from .services import Services, services
 
 
 def operator(request: Request, authorization: str | None = Header(default=None),

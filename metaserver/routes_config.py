@@ -6,11 +6,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException
 
-from metaserver import audit, db, hotconfig, registry
-from metaserver.apollo import ApolloOpenApi
-from metaserver.routes_admin import operator
-from metaserver.schemas import ConfigPush, ScopeBody
-from metaserver.services import Services, services
+from . import audit, db, hotconfig, registry
+from .apollo import ApolloOpenApi
+from .routes_admin import operator
+from .schemas import ConfigPush, ScopeBody
+from .services import Services, services
 
 router = APIRouter(prefix="/v1/admin/config", tags=["admin"], dependencies=[Depends(operator)])
 

@@ -23,11 +23,11 @@ import structlog
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from sqlalchemy import RowMapping, select
 
-from metaserver import db, pipeline_module
-from metaserver.models import alerts
-from metaserver.routes_admin import operator
-from metaserver.schemas import AlertIn
-from metaserver.services import Services, services
+from . import db, pipeline_module
+from .models import alerts
+from .routes_admin import operator
+from .schemas import AlertIn
+from .services import Services, services
 
 log = structlog.get_logger("metaserver.observe")
 

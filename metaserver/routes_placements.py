@@ -9,12 +9,13 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import audit, auth, db, placements
-from metaserver.routes_admin import operator
-from metaserver.routes_sdk import source_ip
-from metaserver.schemas import Strict
-from metaserver.services import Services, services
 from ykafka import acl as acl_patterns
+
+from . import audit, auth, db, placements
+from .routes_admin import operator
+from .routes_sdk import source_ip
+from .schemas import Strict
+from .services import Services, services
 
 admin = APIRouter(prefix="/v1/admin/placements", tags=["admin"], dependencies=[Depends(operator)])
 sdk = APIRouter(tags=["sdk"])

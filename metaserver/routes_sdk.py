@@ -8,8 +8,8 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import auth, clients
-from metaserver.schemas import ClientReport, Grant, GrantRequest, RenewRequest, Want
+from . import auth, clients
+from .schemas import ClientReport, Grant, GrantRequest, RenewRequest, Want
 
 router = APIRouter(tags=["sdk"])
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from fastapi import Request
 from sqlalchemy import Engine
 
-from metaserver.apollo import ApolloOpenApi
-from metaserver.authswitch import AuthSwitch
-from metaserver.reach import RouteBook
-from metaserver.settings import Settings
-from metaserver.tokens import TokenCodec
+from .apollo import ApolloOpenApi
+from .authswitch import AuthSwitch
+from .reach import RouteBook
+from .settings import Settings
+from .tokens import TokenCodec
 
 
 @dataclass

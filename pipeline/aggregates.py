@@ -22,8 +22,9 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.store import Store, days_between
 from ykafka.events import MetricName
+
+from .store import Store, days_between
 
 WINDOW_S = 60
 GROUP_COLS = ("name", "topic", "group", "client_id", "cluster")

@@ -28,11 +28,12 @@ from typing import Any
 import structlog
 import yaml
 
-from pipeline import burrow
-from pipeline.aggregates import error_rates, read_aggregates
-from pipeline.store import Store, hour_prefixes
 from ykafka import events
 from ykafka.events import MetricName
+
+from . import burrow
+from .aggregates import error_rates, read_aggregates
+from .store import Store, hour_prefixes
 
 log = structlog.get_logger(__name__)
 

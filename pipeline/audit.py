@@ -16,8 +16,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pipeline.alerts import Alert, AlertConfig
-from pipeline.store import Store, hour_prefixes
+from .alerts import Alert, AlertConfig
+from .store import Store, hour_prefixes
 
 RECEIVED = ("consumed", "processed", "retried", "dead-lettered")
 

@@ -49,7 +49,7 @@ def _bootstrap(value: str | None) -> str:
 
 
 def _duration(text: str) -> dt.timedelta:
-    from pipeline.store import parse_duration
+    from .store import parse_duration
 
     try:
         return parse_duration(text)
@@ -77,8 +77,8 @@ def _when(ms: int | None) -> str:
 def trace(key: str | None, msg_id: str | None, topic: str | None, since: str, until: str | None, store: str,
           as_json: bool) -> None:
     """Show what happened to the message(s) with KEY: every lifecycle step, in order."""
-    from pipeline.store import Store
-    from pipeline.trace_store import lookup, timelines
+    from .store import Store
+    from .trace_store import lookup, timelines
 
     if not key and not msg_id:
         raise click.UsageError("give a KEY or --id")
@@ -145,7 +145,7 @@ def pipeline_run(once: bool, master: str | None, bootstrap: str | None, store: s
     """Run the trace-store, aggregate, alert, audit, inventory and group-lifecycle jobs."""
     from rich.live import Live
 
-    from pipeline.runner import Pipeline, PipelineConfig
+    from .runner import Pipeline, PipelineConfig
 
     conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
     cfg = PipelineConfig(bootstrap=_bootstrap(bootstrap), store=store, master=master, alerts_path=alerts_path,
@@ -196,14 +196,14 @@ def pipeline_run(once: bool, master: str | None, bootstrap: str | None, store: s
 @click.option("--cached", is_flag=True, help="print the last inventory the pipeline wrote (no Spark)")
 def pipeline_inventory(store: str, master: str | None, since: str, as_json: bool, cached: bool) -> None:
     """Clients by cluster, versions, group and last time seen (for upgrade planning)."""
-    from pipeline import inventory
-    from pipeline.store import Store
+    from . import inventory
+    from .store import Store
 
     st = Store(store)
     if cached:
         rows = inventory.read(st)
     else:
-        from pipeline.session import spark_session
+        from .session import spark_session
 
         rows = inventory.build(spark_session(master), st, _duration(since))
     if as_json:
@@ -228,7 +228,7 @@ def pipeline_inventory(store: str, master: str | None, since: str, as_json: bool
 @click.option("--json", "as_json", is_flag=True)
 def pipeline_aggregates(store: str, since: str, topic: str | None, group: str | None, as_json: bool) -> None:
     """Latency percentiles, counts and lag per window, topic and group (read from the store)."""
-    from pipeline.aggregates import read_aggregates
+    from .aggregates import read_aggregates
 
     rows = read_aggregates(store, _duration(since), topic=topic, group=group)
     if as_json:
@@ -250,9 +250,9 @@ def groups() -> None:
 
 
 def _candidates(bootstrap: str | None, store: str | None, idle: str) -> tuple[Any, list[dict[str, Any]]]:
-    from pipeline import groups as lifecycle
-    from pipeline.lag_sampler import LagSampler
-    from pipeline.store import Store
+    from . import groups as lifecycle
+    from .lag_sampler import LagSampler
+    from .store import Store
 
     sampler = LagSampler(_bootstrap(bootstrap))
     st = Store(store) if store and os.path.isdir(store) else None
@@ -280,7 +280,7 @@ def groups_list(bootstrap: str | None, store: str, idle: str, as_json: bool) -> 
 @click.option("--json", "as_json", is_flag=True)
 def groups_cleanup(bootstrap: str | None, store: str, idle: str, apply_: bool, as_json: bool) -> None:
     """List idle groups; with --apply delete them through the AdminClient (DeleteGroups)."""
-    from pipeline.groups import delete_groups
+    from .groups import delete_groups
 
     sampler, found = _candidates(bootstrap, store, idle)
     try:

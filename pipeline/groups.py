@@ -20,9 +20,10 @@ from typing import Any
 
 import structlog
 
-from pipeline.lag_sampler import LagSampler
-from pipeline.store import Store, days_between, hour_prefixes
 from ykafka.events import MetricName
+
+from .lag_sampler import LagSampler
+from .store import Store, days_between, hour_prefixes
 
 log = structlog.get_logger(__name__)
 

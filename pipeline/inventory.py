@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pipeline.store import Store, days_between
+from .store import Store, days_between
 
 COLUMNS = ("cluster", "app", "client_id", "role", "group", "topics", "ip", "hostname", "pid", "ykafka_version",
            "confluent_kafka_version", "librdkafka_version", "state", "first_seen", "last_seen")

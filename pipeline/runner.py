@@ -21,13 +21,14 @@ from typing import Any
 
 import structlog
 
-from pipeline import aggregates, audit, groups, inventory, trace_store
-from pipeline.alerts import AlertConfig, AlertManager, error_rate_alerts, lag_alerts, latency_alerts
-from pipeline.decode import decode, with_time_partitions
-from pipeline.lag_sampler import LagSampler
-from pipeline.session import spark_session
-from pipeline.store import Store, days_between
 from ykafka import events
+
+from . import aggregates, audit, groups, inventory, trace_store
+from .alerts import AlertConfig, AlertManager, error_rate_alerts, lag_alerts, latency_alerts
+from .decode import decode, with_time_partitions
+from .lag_sampler import LagSampler
+from .session import spark_session
+from .store import Store, days_between
 
 log = structlog.get_logger(__name__)
 

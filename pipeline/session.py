@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.source import KafkaDataSource
+from .source import KafkaDataSource
 
 DEFAULT_MASTER = "local[*]"
 

@@ -11,9 +11,10 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.decode import with_time_partitions
-from pipeline.store import Store, hour_prefixes
 from ykafka import events
+
+from .decode import with_time_partitions
+from .store import Store, hour_prefixes
 
 PARTITIONS = ("date", "hour", "topic")
 

@@ -84,9 +84,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from metaserver.configcenter.app import create_app
-    from metaserver.configcenter.center import ConfigCenter
     from ykafka.logs import configure
+
+    from .app import create_app
+    from .center import ConfigCenter
 
     configure(args.log_level, args.log_json)
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
@@ -120,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
 
-    from metaserver.configcenter.store import Store
+    from .store import Store
 
     store = Store(args.db)
     try:

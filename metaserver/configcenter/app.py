@@ -9,10 +9,10 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from metaserver.configcenter import configservice, openapi
-from metaserver.configcenter.center import RELEASE_SCAN_S, ConfigCenter
-from metaserver.configcenter.errors import error_body, install_error_handlers
-from metaserver.httpguard import BodyLimit, SingleValuedQuery
+from ..httpguard import BodyLimit, SingleValuedQuery
+from . import configservice, openapi
+from .center import RELEASE_SCAN_S, ConfigCenter
+from .errors import error_body, install_error_handlers
 
 
 def _apollo_error(status: int, message: str) -> dict[str, Any]:

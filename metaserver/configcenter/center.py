@@ -15,11 +15,11 @@ from typing import Any
 import structlog
 from starlette.concurrency import run_in_threadpool
 
-from metaserver.configcenter.instances import InstanceRecorder
-from metaserver.configcenter.longpoll import LongPollRegistry
-from metaserver.configcenter.notify import ReleaseListener
-from metaserver.configcenter.readmodel import ReadModel
-from metaserver.configcenter.store import Change, Store
+from .instances import InstanceRecorder
+from .longpoll import LongPollRegistry
+from .notify import ReleaseListener
+from .readmodel import ReadModel
+from .store import Change, Store
 
 log = structlog.get_logger(__name__)
 

@@ -10,11 +10,11 @@ import structlog
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from metaserver.configcenter import dto
-from metaserver.configcenter import models as m
-from metaserver.configcenter.errors import BadRequest, NotFound
-from metaserver.configcenter.readmodel import CLUSTER_DEFAULT, NAMESPACE_APPLICATION
-from metaserver.configcenter.storage import ACCESS_KEY_FILTER, ACCESS_KEY_LIMIT, Change, StoreBase
+from . import dto
+from . import models as m
+from .errors import BadRequest, NotFound
+from .readmodel import CLUSTER_DEFAULT, NAMESPACE_APPLICATION
+from .storage import ACCESS_KEY_FILTER, ACCESS_KEY_LIMIT, Change, StoreBase
 
 log = structlog.get_logger(__name__)
 

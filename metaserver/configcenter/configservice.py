@@ -15,12 +15,12 @@ import structlog
 from fastapi import APIRouter, Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from metaserver.configcenter import signature
-from metaserver.configcenter.center import ConfigCenter
-from metaserver.configcenter.errors import BadRequest, error_body
-from metaserver.configcenter.longpoll import Waiter, notification
-from metaserver.configcenter.properties import to_properties
-from metaserver.configcenter.readmodel import ReleaseView, strip_properties_suffix
+from . import signature
+from .center import ConfigCenter
+from .errors import BadRequest, error_body
+from .longpoll import Waiter, notification
+from .properties import to_properties
+from .readmodel import ReleaseView, strip_properties_suffix
 
 log = structlog.get_logger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from metaserver.configcenter import models as m
+from . import models as m
 
 
 def fmt_time(value: datetime | None) -> str | None:

@@ -26,9 +26,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from metaserver.configcenter import models as m
-from metaserver.configcenter.readmodel import ReleaseView
-from metaserver.configcenter.store import Store
+from . import models as m
+from .readmodel import ReleaseView
+from .store import Store
 
 log = structlog.get_logger(__name__)
 

@@ -16,10 +16,10 @@ import structlog
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from metaserver.configcenter import dto
-from metaserver.configcenter import models as m
-from metaserver.configcenter.errors import BadRequest, NotFound
-from metaserver.configcenter.storage import BRANCH_ACTIVE, BRANCH_DELETED, BRANCH_MERGED, Change, StoreBase, unique_key
+from . import dto
+from . import models as m
+from .errors import BadRequest, NotFound
+from .storage import BRANCH_ACTIVE, BRANCH_DELETED, BRANCH_MERGED, Change, StoreBase, unique_key
 
 log = structlog.get_logger(__name__)
 

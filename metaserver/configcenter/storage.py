@@ -21,10 +21,11 @@ from sqlalchemy import Engine, create_engine, delete, event, func, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from metaserver.configcenter import models as m
-from metaserver.configcenter.errors import BadRequest, NotFound
-from metaserver.configcenter.notify import notify
-from metaserver.configcenter.readmodel import (
+from ..db import Schema, make_engine, migrate
+from . import models as m
+from .errors import BadRequest, NotFound
+from .notify import notify
+from .readmodel import (
     AppNamespaceView,
     Credentials,
     GrayRuleView,
@@ -34,7 +35,6 @@ from metaserver.configcenter.readmodel import (
     TokenView,
     message_key,
 )
-from metaserver.db import Schema, make_engine, migrate
 
 log = structlog.get_logger(__name__)
 

@@ -6,9 +6,9 @@ apps, namespaces, items and credentials; `release_writes` releases, gray branche
 
 from __future__ import annotations
 
-from metaserver.configcenter.config_writes import ConfigWrites
-from metaserver.configcenter.release_writes import ReleaseWrites
-from metaserver.configcenter.storage import Change, unique_key
+from .config_writes import ConfigWrites
+from .release_writes import ReleaseWrites
+from .storage import Change, unique_key
 
 __all__ = ["Change", "Store", "unique_key"]
 

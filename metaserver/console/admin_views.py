@@ -10,14 +10,15 @@ from fastapi import HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 
-from metaserver import audit, db, hotconfig, registry, routes_admin
-from metaserver.apollo import ApolloError
-from metaserver.console import provision, users
-from metaserver.console.views import Denied, _api, _audit, _form, _login_redirect, _page, _session, _svc, router
-from metaserver.hotconfig import ConfigRejected
-from metaserver.models import apps
 from ykafka import acl as acl_rules
 from ykafka.catalog import Scope, ScopeKind
+
+from .. import audit, db, hotconfig, registry, routes_admin
+from ..apollo import ApolloError
+from ..hotconfig import ConfigRejected
+from ..models import apps
+from . import provision, users
+from .views import Denied, _api, _audit, _form, _login_redirect, _page, _session, _svc, router
 
 _OPS: dict[str, acl_rules.Operation] = {op: op for op in acl_rules.OPERATIONS}
 

@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException
 from pydantic import BaseModel, Field
 
-from metaserver import audit, db
-from metaserver.console import users
-from metaserver.routes_admin import operator
-from metaserver.services import Services, services
+from .. import audit, db
+from ..routes_admin import operator
+from ..services import Services, services
+from . import users
 
 router = APIRouter(prefix="/v1/admin/users", tags=["admin"], dependencies=[Depends(operator)])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metaserver import db, registry
+from .. import db, registry
 
 
 def connection(svc: Any, cluster: str | None) -> tuple[str, dict[str, Any]]:

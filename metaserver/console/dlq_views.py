@@ -12,12 +12,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import audit, db
-from metaserver.console.brokers import connection
-from metaserver.console.views import _audit, _form, _login_redirect, _page, _session, _svc, router
 from ykafka import headers as H
 from ykafka.catalog import Scope
 from ykafka.errors import InvalidConfigValue
+
+from .. import audit, db
+from .brokers import connection
+from .views import _audit, _form, _login_redirect, _page, _session, _svc, router
 
 PEEK = 50
 COUNT_CAP = 100_000

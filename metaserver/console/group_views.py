@@ -15,9 +15,13 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import db, pipeline_module
-from metaserver.console.brokers import connection
-from metaserver.console.views import (
+from ykafka.catalog import Scope
+
+from .. import db, pipeline_module
+from ..models import client_state as cs
+from ..routes_observe import parse_since
+from .brokers import connection
+from .views import (
     StoreUnavailable,
     _audit,
     _form,
@@ -28,9 +32,6 @@ from metaserver.console.views import (
     pipeline_store,
     router,
 )
-from metaserver.models import client_state as cs
-from metaserver.routes_observe import parse_since
-from ykafka.catalog import Scope
 
 STATUS_PILL = {"OK": "ok", "WARN": "warn", "STALL": "warn", "ERR": "bad", "STOP": "bad"}
 

@@ -14,17 +14,18 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
-from metaserver import audit, db, hotconfig, registry, routes_admin
-from metaserver.apollo import ApolloError
-from metaserver.console import queries
-from metaserver.console.brokers import connection
-from metaserver.console.models import requests as reqs
-from metaserver.hotconfig import ConfigRejected
-from metaserver.models import apps
-from metaserver.models import client_state as cs
-from metaserver.services import Services
 from ykafka import acl as acl_rules
 from ykafka.admin.topics import TopicAdminError, create_topic
+
+from .. import audit, db, hotconfig, registry, routes_admin
+from ..apollo import ApolloError
+from ..hotconfig import ConfigRejected
+from ..models import apps
+from ..models import client_state as cs
+from ..services import Services
+from . import queries
+from .brokers import connection
+from .models import requests as reqs
 
 KINDS = ("topic", "group")
 MAX_PARTITIONS = 1000

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, String, Text, and_, cast, false, func, not_, or_, select, text
 
-from metaserver.models import client_state as cs
+from ..models import client_state as cs
 
 LIST_COLUMNS = (cs.c.app_id, cs.c.client_id, cs.c.ip, cs.c.hostname, cs.c.role, cs.c.cluster, cs.c.topics,
                 cs.c.group_id, cs.c.ykafka_version, cs.c.librdkafka_version, cs.c.state, cs.c.last_seen)

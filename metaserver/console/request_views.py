@@ -9,10 +9,10 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import db
-from metaserver.console import provision, users
-from metaserver.console.admin_views import _app_page
-from metaserver.console.views import _form, _login_redirect, _page, _session, _svc, router
+from .. import db
+from . import provision, users
+from .admin_views import _app_page
+from .views import _form, _login_redirect, _page, _session, _svc, router
 
 
 @router.post("/apps/{app_id}/requests")

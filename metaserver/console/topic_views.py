@@ -11,9 +11,9 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import db
-from metaserver.console import provision, queries
-from metaserver.console.views import (
+from .. import db
+from . import provision, queries
+from .views import (
     StoreUnavailable,
     _form,
     _login_redirect,
@@ -26,7 +26,7 @@ from metaserver.console.views import (
 
 
 def _lags(svc: Any) -> tuple[dict[tuple[str, str], float], str | None]:
-    from metaserver.routes_observe import parse_since
+    from ..routes_observe import parse_since
 
     try:
         rows = read_store(svc, "aggregates:read_aggregates", parse_since("15m"), names=["lag"],

@@ -11,12 +11,12 @@ from fastapi import HTTPException, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import pipeline_module
-from metaserver.console.views import StoreUnavailable, _login_redirect, _page, _session, _svc, read_store, router
+from .. import pipeline_module
+from .views import StoreUnavailable, _login_redirect, _page, _session, _svc, read_store, router
 
 
 def _lookup(svc: Any, key: str, msg_id: str, topic: str, since: str) -> list[dict[str, Any]]:
-    from metaserver.routes_observe import parse_since
+    from ..routes_observe import parse_since
 
     rows = read_store(svc, "trace_store:lookup", key or None, msg_id=msg_id or None, topic=topic or None,
                       since=parse_since(since), limit=2000)
@@ -45,7 +45,7 @@ def completeness(svc: Any, topic: str, since: str, bucket: str) -> list[dict[str
     consumer group, messages acknowledged to producers vs received by the group, the missing ones' keys."""
     import datetime as dt
 
-    from metaserver.routes_observe import parse_since
+    from ..routes_observe import parse_since
 
     bucket_s = AUDIT_BUCKETS.get(bucket, 600)
     rows = read_store(svc, "audit:buckets", parse_since(since), dt.datetime.now(dt.UTC), bucket_s)

@@ -17,8 +17,8 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import Engine, delete, select, update
 
-from metaserver import db
-from metaserver.console.models import ROLES, logins, sessions, users
+from .. import db
+from .models import ROLES, logins, sessions, users
 
 SESSION_TTL_S = 12 * 3600
 MAX_FAILURES = 5

@@ -17,14 +17,15 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
-from metaserver import audit, clients, db, hotconfig, pipeline_module, registry
-from metaserver.apollo import ApolloError, ApolloOpenApi
-from metaserver.console import loop, queries, users
-from metaserver.hotconfig import ConfigRejected
-from metaserver.models import alerts, apps
-from metaserver.services import Services
 from ykafka import catalog
 from ykafka.catalog import Scope
+
+from .. import audit, clients, db, hotconfig, pipeline_module, registry
+from ..apollo import ApolloError, ApolloOpenApi
+from ..hotconfig import ConfigRejected
+from ..models import alerts, apps
+from ..services import Services
+from . import loop, queries, users
 
 COOKIE = "ykafka_console"
 HERE = Path(__file__).parent
@@ -149,7 +150,7 @@ def pipeline_store(svc: Services) -> Any:
     with the reason; the store's location never reaches a page."""
     from fastapi import HTTPException
 
-    from metaserver import routes_observe
+    from .. import routes_observe
 
     try:
         return routes_observe._store(svc)
@@ -169,7 +170,7 @@ def read_store(svc: Services, reader: str, *args: Any, **kwargs: Any) -> list[di
     to be readable), through the observe API's checks; the store's location never reaches a page."""
     from fastapi import HTTPException
 
-    from metaserver import routes_observe
+    from .. import routes_observe
 
     store = pipeline_store(svc)
     module, _, name = reader.partition(":")
@@ -186,7 +187,7 @@ def overview_data(request: Request) -> Response:
     sess = _session(request)
     if sess is None:
         return JSONResponse({"detail": "log in"}, status_code=401)
-    from metaserver.routes_observe import parse_since
+    from ..routes_observe import parse_since
 
     try:
         rows = read_store(_svc(request), "aggregates:read_aggregates", parse_since("1h"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from metaserver.configcenter.openapi import accesskeys, apps, branches, instances, items, releases
+from . import accesskeys, apps, branches, instances, items, releases
 
 router = APIRouter()
 for _module in (apps, items, releases, branches, accesskeys, instances):

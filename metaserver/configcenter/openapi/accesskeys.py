@@ -8,9 +8,11 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from metaserver.configcenter import dto
-from metaserver.configcenter import models as m
-from metaserver.configcenter.openapi.common import (
+from .. import dto
+from .. import models as m
+from ..readmodel import TokenView
+from ..store import Store
+from .common import (
     MAX_ID,
     allow,
     center_of,
@@ -19,8 +21,6 @@ from metaserver.configcenter.openapi.common import (
     operator_of,
     read,
 )
-from metaserver.configcenter.readmodel import TokenView
-from metaserver.configcenter.store import Store
 
 router = APIRouter(prefix="/openapi/v1")
 

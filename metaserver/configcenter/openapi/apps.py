@@ -8,10 +8,12 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from metaserver.configcenter import dto
-from metaserver.configcenter import models as m
-from metaserver.configcenter.errors import BadRequest, NotFound
-from metaserver.configcenter.openapi.common import (
+from .. import dto
+from .. import models as m
+from ..errors import BadRequest, NotFound
+from ..readmodel import TokenView
+from ..store import Store
+from .common import (
     APP_NAMESPACE_NAME,
     CLUSTER_NAMESPACE_NAME,
     DEFAULT_ENV,
@@ -29,8 +31,6 @@ from metaserver.configcenter.openapi.common import (
     operator_of,
     read,
 )
-from metaserver.configcenter.readmodel import TokenView
-from metaserver.configcenter.store import Store
 
 router = APIRouter(prefix="/openapi/v1")
 

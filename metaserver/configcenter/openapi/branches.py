@@ -9,11 +9,13 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from metaserver.configcenter import dto
-from metaserver.configcenter import models as m
-from metaserver.configcenter.errors import BadRequest
-from metaserver.configcenter.openapi.apps import namespace_view
-from metaserver.configcenter.openapi.common import (
+from .. import dto
+from .. import models as m
+from ..errors import BadRequest
+from ..readmodel import TokenView
+from ..store import Store
+from .apps import namespace_view
+from .common import (
     BRANCH,
     NS,
     NamespaceGrayDelReleaseIn,
@@ -28,10 +30,8 @@ from metaserver.configcenter.openapi.common import (
     operator_of,
     read,
 )
-from metaserver.configcenter.openapi.items import create_item_in, delete_item_in, get_item_of, update_item_in
-from metaserver.configcenter.openapi.releases import publish_in
-from metaserver.configcenter.readmodel import TokenView
-from metaserver.configcenter.store import Store
+from .items import create_item_in, delete_item_in, get_item_of, update_item_in
+from .releases import publish_in
 
 router = APIRouter(prefix="/openapi/v1")
 

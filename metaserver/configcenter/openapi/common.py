@@ -11,10 +11,10 @@ from fastapi import Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
-from metaserver.configcenter.center import ConfigCenter
-from metaserver.configcenter.errors import BadRequest, Forbidden, Unauthorized
-from metaserver.configcenter.readmodel import TokenView
-from metaserver.configcenter.store import Store
+from ..center import ConfigCenter
+from ..errors import BadRequest, Forbidden, Unauthorized
+from ..readmodel import TokenView
+from ..store import Store
 
 DEFAULT_ENV = "DEV"
 KEY_MAX = 128

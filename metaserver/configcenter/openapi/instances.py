@@ -17,11 +17,11 @@ from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from metaserver.configcenter import dto
-from metaserver.configcenter import models as m
-from metaserver.configcenter.errors import BadRequest, NotFound
-from metaserver.configcenter.openapi.common import MAX_ID, NS, Page, ReleaseId, center_of, consumer, read
-from metaserver.configcenter.readmodel import TokenView
+from .. import dto
+from .. import models as m
+from ..errors import BadRequest, NotFound
+from ..readmodel import TokenView
+from .common import MAX_ID, NS, Page, ReleaseId, center_of, consumer, read
 
 router = APIRouter(prefix="/openapi/v1")
 Size = Query(20, ge=1, le=500)

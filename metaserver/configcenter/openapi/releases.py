@@ -9,10 +9,12 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from metaserver.configcenter import dto
-from metaserver.configcenter import models as m
-from metaserver.configcenter.errors import BadRequest, NotFound
-from metaserver.configcenter.openapi.common import (
+from .. import dto
+from .. import models as m
+from ..errors import BadRequest, NotFound
+from ..readmodel import TokenView
+from ..store import Store
+from .common import (
     MAX_ID,
     NS,
     NamespaceReleaseIn,
@@ -26,8 +28,6 @@ from metaserver.configcenter.openapi.common import (
     operator_of,
     read,
 )
-from metaserver.configcenter.readmodel import TokenView
-from metaserver.configcenter.store import Store
 
 router = APIRouter(prefix="/openapi/v1")
 
