@@ -26,11 +26,13 @@ pytest_plugins = ["tests.cc_fixtures", "tests.ms_fixtures", "tests.sdk_fixtures"
                   "tests.dr_fixtures", "tests.pipeline_fixtures", "tests.console_fixtures"]
 
 #: modules whose outcome depends on timing under load (chaos, DR, swaps, pacing, benchmarks, the loop-lag bound,
-#: the Spark cluster): ``make test`` runs them alone after the rest has run on both cores (``-m serial``)
+#: the Spark cluster, the pipeline driver killed and restarted): ``make test`` runs them alone after the rest has
+#: run on both cores (``-m serial``)
 SERIAL_MODULES = frozenset({
     "test_aio", "test_benchmarks", "test_consumer_kill", "test_consumer_rebalance", "test_dr_direct",
     "test_durable_brokers", "test_failover", "test_failover_admin", "test_failover_chaos", "test_failover_producer",
-    "test_pipeline_cluster", "test_producer_swap", "test_spill", "test_spill_chaos", "test_throttle",
+    "test_pipeline_checkpoint", "test_pipeline_cluster", "test_producer_swap", "test_spill", "test_spill_chaos",
+    "test_throttle",
     "test_tracing_spill", "test_consumer_backpressure", "test_metaserver_failover",
 })
 

@@ -12,6 +12,7 @@ metric events in ``__ykafka_metrics`` (and in total the messages the producer se
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import json
 import os
@@ -62,10 +63,8 @@ class Driver:
         """SIGKILL to the driver's process group (by its pid): the Python driver, its JVM and its Python workers."""
         if self.proc is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(timeout=15)
         self.proc = None
 
@@ -147,8 +146,9 @@ class Traffic:
 
         self.topic = topic
         self.rate = rate
-        self.producer = Producer({"bootstrap.servers": bootstrap, "topic.grade": "P0", "ykafka.client.id": client_id,
-                                  "ykafka.trace.linger.ms": 20, "ykafka.metrics.interval.ms": 500, "linger.ms": 5})
+        self.producer: Any = Producer({"bootstrap.servers": bootstrap, "topic.grade": "P0",
+                                       "ykafka.client.id": client_id, "ykafka.trace.linger.ms": 20,
+                                       "ykafka.metrics.interval.ms": 500, "linger.ms": 5})
         self.sent = 0
         self.acked: list[str] = []
         self.failed: list[str] = []
@@ -173,11 +173,18 @@ class Traffic:
         return self
 
     def stop(self) -> None:
+        """Stop sending, wait for every delivery and for the statistics that count the last messages, close."""
         self._stop.set()
         self._thread.join(10)
         assert self.producer.flush(30) == 0
         time.sleep(1.5)  # librdkafka's next statistics (every 500 ms) report the last messages sent
-        self.producer.close()
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self.producer is not None:
+            self.producer.close()
+            self.producer = None
 
 
 @pytest.mark.slow
@@ -236,8 +243,7 @@ def test_streaming_driver_killed_mid_batch_resumes_without_gap_or_double_count(o
         wait_until(lambda: second.alive() and caught_up(bs, store), 60,
                    message="the restarted driver caught up with the topics")
     finally:
-        if not traffic._stop.is_set():
-            traffic._stop.set()
+        traffic.close()
         first.kill()
         if second is not None:
             second.kill()
