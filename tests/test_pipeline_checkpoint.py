@@ -190,6 +190,8 @@ class Traffic:
 @pytest.mark.slow
 def test_streaming_driver_killed_mid_batch_resumes_without_gap_or_double_count(obs_broker: Any,
                                                                               tmp_path: Path) -> None:
+    import pyarrow.compute as pc
+
     from pipeline.aggregates import read_aggregates
     from pipeline.store import Store
 
@@ -226,17 +228,17 @@ def test_streaming_driver_killed_mid_batch_resumes_without_gap_or_double_count(o
         state = checkpoint(store, "metrics")
         assert batch in state["logged"] and batch not in state["committed"]
         assert {f.relative_to(store).as_posix() for f in batch_files(store, "metrics", batch)} >= set(written)
-        killed_at = time.monotonic() - started
+        killed_at, sent_at_kill = time.monotonic() - started, traffic.sent
 
         time.sleep(3)  # events keep coming while no driver runs
         second = Driver(bs, store, log).start()
+        sent_at_restart = traffic.sent
         # the new driver re-ran the interrupted batch and streams on: it committed batches past it
         wait_until(lambda: second.alive() and max(checkpoint(store, "metrics")["committed"], default=-1) > batch, 120,
                    message="the restarted driver committed batches past the interrupted one")
         # it re-ran the interrupted batch from its logged offsets (same id, same range), not a new range
         assert (store / "_checkpoints" / "metrics" / "offsets" / str(batch)).read_text() == logged
         restarted_at = time.monotonic() - started
-        sent_before_stop = traffic.sent
         traffic.stop()
         assert traffic.failed == []
         assert len(traffic.acked) == traffic.sent == len(set(traffic.acked))
@@ -276,14 +278,21 @@ def test_streaming_driver_killed_mid_batch_resumes_without_gap_or_double_count(o
     per_window: collections.Counter[int] = collections.Counter()
     for e in truth_metrics:
         per_window[e["ts"] // 60_000 * 60_000] += int(e["count"])
+    history = st.read("metrics", filter=(pc.field("topic") == topic) & (pc.field("name") == "send.msgs")).to_pylist()
+
+    def sample(e: dict[str, Any]) -> tuple[Any, ...]:
+        return (e.get("ts"), e.get("client_id"), e.get("count"))
+
+    assert collections.Counter(sample(e) for e in history) == collections.Counter(sample(e) for e in truth_metrics)
     rows = read_aggregates(str(store), since=dt.timedelta(hours=2), names=["send.msgs"],
                            topic=topic, by=("name", "topic"))
     aggregated = {r["window_start"]: r["count"] for r in rows}
     assert aggregated == dict(per_window), f"aggregates {aggregated} != broker {dict(per_window)}"
     assert sum(aggregated.values()) == traffic.sent  # every message the producer sent, counted once
     seconds = round(time.monotonic() - started, 1)
-    result = {"sent": traffic.sent, "sent_before_stop": sent_before_stop, "acked_in_store": len(acked_keys),
-              "trace_events": sum(stored_steps.values()), "windows": len(aggregated),
+    result = {"sent": traffic.sent, "sent_at_kill": sent_at_kill, "sent_at_restart": sent_at_restart,
+              "acked_in_store": len(acked_keys),
+              "trace_events": sum(stored_steps.values()), "metric_events": len(history), "windows": len(aggregated),
               "send_msgs": sum(aggregated.values()), "killed_in_metrics_batch": batch, "its_files_at_kill": written,
               "killed_at_s": round(killed_at, 1),
               "restarted_s": round(restarted_at, 1),
