@@ -1,14 +1,16 @@
 """Console page latency at scale, and how soon a publish shows every client "applied".
 
 Part 1 (pages): 10,000 client reports over 1,000 topics and 200 groups (plus alerts, audit rows, 50 apps and
-400 topic / group requests) in the
-MetaServer's database; every console page is requested repeatedly in-process (Starlette's TestClient: the
-time is the server's, no network) and its p95 reported; the clients page is also timed with filters.
+400 topic / group requests) in the MetaServer's database, the local stack's broker registered as cluster
+dc-a; every console page is requested repeatedly in-process as an admin (Starlette's TestClient: the time is
+the server's, no network; the hot-config pages and the groups pages still call the config service and the
+broker) and its p95 reported; the clients page is also timed with filters. Targets: every page p95 <= 150 ms,
+filters <= 100 ms (``targets_met``).
 Part 2 (closed loop): real ykafka Producers on the local stack; an operator publishes through the console
 (login, CSRF, POST) and polls the live panel; per client, the time from the publish answer to the panel
 showing it "applied" — p50 / p99 over every client and round.
 
-    python bench/console_pages.py [--clients 10000] [--producers 12] [--rounds 10] [--quick]
+    python bench/console_pages.py [--clients 10000] [--producers 12] [--rounds 10] [--quick] [--pages-only]
 
 Last line: RESULT {"pages_p95_ms": {...}, "clients_filter_p95_ms": ..., "publish_applied_p99_ms": ...}
 """
@@ -36,7 +38,7 @@ from metaserver import db  # noqa: E402
 from metaserver.app import create_app  # noqa: E402
 from metaserver.console import users  # noqa: E402
 from metaserver.console.models import requests as console_requests  # noqa: E402
-from metaserver.models import alerts, audit, client_state  # noqa: E402
+from metaserver.models import alerts, audit, client_state, clusters  # noqa: E402
 from metaserver.routes_admin import insert_app  # noqa: E402
 from metaserver.settings import Settings  # noqa: E402
 from tests.support import local_stack  # noqa: E402
@@ -84,7 +86,7 @@ def _seed(engine: Any, n_clients: int, n_topics: int, n_groups: int) -> None:
                                        "after": {"values": {"producer.linger.ms": str(i)}}} for i in range(2000)])
 
 
-def pages(cc_url: str, cc_token: str, n_clients: int, repeats: int) -> dict[str, Any]:
+def pages(cc_url: str, cc_token: str, bootstrap: str, n_clients: int, repeats: int) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="ykafka-console-bench-"))
     settings = Settings(db_url=f"sqlite:///{home / 'ms.db'}", configcenter_url=cc_url,
                         configcenter_openapi_token=cc_token, apollo_app_id=f"bench{uuid.uuid4().hex[:6]}",
@@ -92,7 +94,10 @@ def pages(cc_url: str, cc_token: str, n_clients: int, repeats: int) -> dict[str,
     app = create_app(settings)
     engine = app.state.services.engine
     _seed(engine, n_clients, 1000, 200)
-    users.create(engine, "bench", "bench-password", "operator")
+    with db.write(engine) as conn:  # the stack's broker: the groups pages list and read its real groups
+        conn.execute(clusters.insert(), [{"name": "dc-a", "bootstrap_servers": bootstrap, "dc": "dc1",
+                                          "status": "active", "updated_at": time.time()}])
+    users.create(engine, "bench", "bench-password", "admin")  # admin: the Users page and every form render
     client = TestClient(app)
     assert client.post("/console/login", data={"username": "bench", "password": "bench-password"},
                        follow_redirects=False).status_code == 303
@@ -100,7 +105,9 @@ def pages(cc_url: str, cc_token: str, n_clients: int, repeats: int) -> dict[str,
             "config": "/console/config?scope=topic:topic-0001", "config_panel": "/console/config/panel?scope=global",
             "alerts": "/console/alerts", "audit": "/console/audit", "topics": "/console/topics",
             "apps": "/console/apps?op=produce&name=topic-0001", "app": "/console/apps/app-01",
-            "requests": "/console/requests", "clusters": "/console/clusters"}
+            "requests": "/console/requests", "clusters": "/console/clusters", "users": "/console/users",
+            "groups": "/console/groups?cluster=dc-a", "group": "/console/groups/group-007?cluster=dc-a",
+            "trace": "/console/trace?key=k1&topic=topic-0001", "dlq": "/console/dlq?group=group-007&topic=topic-0001"}
     filters = ["/console/clients?topic=topic-0042", "/console/clients?group=group-007",
                "/console/clients?app=app-03&role=producer", "/console/clients?ip=10.0.7.",
                "/console/clients?version=1.9"]
@@ -175,16 +182,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--quick", action="store_true", help="2,000 clients, 3 producers, 3 rounds")
+    parser.add_argument("--pages-only", action="store_true", help="part 1 only (no closed loop)")
     args = parser.parse_args()
     if args.quick:
         args.clients, args.producers, args.rounds, args.repeats = 2000, 3, 3, 10
     result: dict[str, Any] = {"clients": args.clients, "topics": 1000, "groups": 200}
-    loop = closed_loop(args.producers, args.rounds)
+    loop: dict[str, Any] = {} if args.pages_only else closed_loop(args.producers, args.rounds)
     with local_stack(["dc-a", "control"]) as st:
-        result.update(pages(st.cfg.configcenter_url, st.cfg.openapi_token, args.clients, args.repeats))
+        result.update(pages(st.cfg.configcenter_url, st.cfg.openapi_token, st.bootstrap("dc-a"), args.clients,
+                            args.repeats))
     result.update(loop)
     result["pages_p95_max_ms"] = max(result["pages_p95_ms"].values())
     result["median_page_p95_ms"] = statistics.median(result["pages_p95_ms"].values())
+    result["slowest_page"] = max(result["pages_p95_ms"], key=result["pages_p95_ms"].get)
+    result["targets_met"] = result["pages_p95_max_ms"] <= 150 and result["clients_filter_p95_ms"] <= 100
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -83,6 +83,13 @@ def current(conn: Connection, heartbeat_s: int, app: str | None = None, cluster:
     return [_json(row, online_after) for row in conn.execute(stmt).mappings()]
 
 
+def one(conn: Connection, heartbeat_s: int, app_id: str, client_id: str) -> dict[str, Any] | None:
+    """One client's current state (as :func:`current` shapes it), read by its key; None when unknown."""
+    row = conn.execute(select(client_state).where(client_state.c.app_id == app_id,
+                                                  client_state.c.client_id == client_id)).mappings().first()
+    return None if row is None else _json(row, time.time() - 3 * heartbeat_s)
+
+
 def history(conn: Connection, app: str | None = None, cluster: str | None = None, librdkafka: str | None = None,
             group: str | None = None, client_id: str | None = None, since: float | None = None,
             limit: int = 1000) -> list[dict[str, Any]]:

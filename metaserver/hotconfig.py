@@ -120,6 +120,13 @@ def _diff(before: dict[str, str], plan: PushPlan) -> list[dict[str, Any]]:
 
 def current(api: ApolloOpenApi, scope: Scope) -> dict[str, Any]:
     """The released values of the scope's namespace, and its gray branch if one is live."""
+    return current_with_releases(api, scope)[0]
+
+
+def current_with_releases(api: ApolloOpenApi, scope: Scope
+                          ) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
+    """:func:`current`, and the main and gray releases it was read from (their release keys tell which
+    clients applied them), without asking the config service twice."""
     namespace = scope.namespace()
     release = api.latest_release(namespace)
     out: dict[str, Any] = {
@@ -128,6 +135,7 @@ def current(api: ApolloOpenApi, scope: Scope) -> dict[str, Any]:
         "release": _release_summary(release),
         "gray": None,
     }
+    branch_release = None
     branch = api.find_branch(namespace)
     if branch:
         branch_release = api.branch_latest_release(namespace, branch)
@@ -135,7 +143,7 @@ def current(api: ApolloOpenApi, scope: Scope) -> dict[str, Any]:
         out["gray"] = {"branch": branch, "ips": ips, "labels": labels,
                        "released": dict((branch_release or {}).get("configurations") or {}),
                        "release": _release_summary(branch_release)}
-    return out
+    return out, release, branch_release
 
 
 def _release_summary(release: dict[str, Any] | None) -> dict[str, Any] | None:

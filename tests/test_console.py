@@ -93,8 +93,10 @@ def test_an_operator_changes_linger_for_one_topic_sees_diff_and_reach_publishes_
         console.shot(page, "client")
     finally:
         _stop_and_count(console, loads, topic)
-    page.goto(f"{console.url}/console/audit")
-    assert f"console:{console.users['operator']}" in page.locator("#audit").inner_text()
+    page.goto(f"{console.url}/console/audit?operator=console:{console.users['operator']}")
+    published = page.locator("#audit tr[data-action='config.set']").first.inner_text()
+    assert f"console:{console.users['operator']}" in published and f"ykafka.topic.{topic}" in published
+    assert "producer.linger.ms: 25 (added)" in published and "{" not in published, published  # a diff, not JSON
     console.shot(page, "audit")
 
 
@@ -326,7 +328,7 @@ def test_the_overview_fetches_only_its_own_vendored_assets_and_says_why_charts_a
     page.locator("#charts[data-state]").wait_for(state="attached")
     assert page.evaluate("typeof window.Chart") == "function"  # the vendored chart.js loaded
     if page.locator("#charts").get_attribute("data-state") == "empty":
-        assert "No charts:" in page.locator("#charts-note").inner_text()
+        assert "No charts" in page.locator("#charts-note").inner_text()
     assert str(console.stack.home) not in page.content()  # the store's location is not shown
     assert requested and all(url.startswith(console.url + "/") for url in requested), requested
     assert any(url.endswith("/console/static/vendor/chart-4.4.9.umd.js") for url in requested)
@@ -707,3 +709,100 @@ def test_a_gray_release_by_label_marks_and_reaches_the_labelled_clients_only() -
     assert [loop.gray_match(c, None, ["canary"]) for c in (by_ip, by_label, in_report, other)] == [
         False, True, True, False]
     assert all(loop.gray_match(c, None, None) for c in (by_ip, other))  # no gray: everyone
+
+
+def test_a_short_lived_ephemeral_consumer_group_is_listed_once_its_consumer_closed_and_an_admin_deletes_it(
+        console: Console, page: Any) -> None:
+    """A real ykafka Consumer with ``ykafka.consumer.group.ephemeral=true`` reads every message of a topic
+    (counted) and says so in its reports: while it runs its group is no candidate (it has a member); once it
+    closed, the group shows as an *ephemeral* candidate even though its offsets moved just now (idle 7d finds
+    nothing), and an admin deletes it: gone from the broker, audited once."""
+    import threading
+
+    from confluent_kafka import Producer as RawProducer
+    from confluent_kafka.admin import AdminClient
+
+    from ykafka.consumer import Consumer
+
+    st = console.stack
+    bootstrap = st.clusters["dc-a"]
+    topic, group = unique("eph-orders"), unique("eph-group")
+    create_topic(bootstrap, topic, 2)
+    raw = RawProducer({"bootstrap.servers": bootstrap})
+    for i in range(12):
+        raw.produce(topic, f"m{i}".encode(), f"k{i}".encode())
+    assert raw.flush(10) == 0
+    del raw
+    gc.collect()
+    app = st.new_app([], [topic], [group])
+    seen: list[str] = []
+    consumer = Consumer(st.client_config(app, **{
+        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "ykafka.consumer.commit.interval.ms": 200,
+        "ykafka.consumer.retry.topics": False, "ykafka.consumer.group.ephemeral": True}))
+    worker = threading.Thread(target=consumer.run, args=(lambda m: seen.append(m.value().decode()), [topic]),
+                              daemon=True)
+    worker.start()
+    try:
+        _wait_until(lambda: len(seen) >= 12, timeout=60)
+        _wait_until(lambda: any((c.get("extra") or {}).get("ephemeral") and c.get("group") == group
+                                for c in admin_clients(st, app[0]).values()))
+        console.login(page, "admin")
+        page.goto(f"{console.url}/console/groups?cluster=dc-a&idle=7d")
+        assert page.locator(f"#groups tr[data-group='{group}']").count() == 1
+        assert page.locator(f"#candidates tr[data-group='{group}']").count() == 0  # a live member: kept
+    finally:
+        consumer.stop()
+        worker.join(30)
+        consumer.close()
+    assert sorted(seen) == sorted(f"m{i}" for i in range(12)), seen  # every message once
+
+    row = page.locator(f"#candidates tr[data-group='{group}']")
+
+    def listed() -> bool:
+        page.goto(f"{console.url}/console/groups?cluster=dc-a&idle=7d")
+        return row.count() == 1
+
+    _wait_until(listed, timeout=30)  # the broker drops the member when the consumer leaves
+    cells = row.locator("td").all_inner_texts()
+    assert cells[1] == "ephemeral" and cells[4] == "ephemeral: its clients are gone", cells
+    console.shot(page, "groups-ephemeral")
+    row.locator("input[name=confirm]").fill(group)
+    page.once("dialog", lambda d: d.accept())
+    row.locator("button").click()
+    assert group in page.locator("#deleted").inner_text()
+    assert page.locator(f"#groups tr[data-group='{group}']").count() == 0
+    assert page.locator(f"#candidates tr[data-group='{group}']").count() == 0
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed_now = admin.list_consumer_groups(request_timeout=10).result()
+    del admin
+    gc.collect()
+    assert group not in {g.group_id for g in listed_now.valid}
+    deletions = [a for a in st.admin("GET", "/v1/admin/audit?action=group.delete&limit=50").json()
+                 if a["target"] == f"group:{group}"]
+    assert len(deletions) == 1 and deletions[0]["operator"] == f"console:{console.users['admin']}", deletions
+
+
+def test_before_any_pipeline_run_the_pages_say_so_and_what_to_run_without_the_stores_path(tmp_path: Any) -> None:
+    """A MetaServer configured with a pipeline store nothing has written yet: the overview's chart data, the
+    trace audit and the topics page say "no pipeline run yet" with the command, never the store's path."""
+    from fastapi.testclient import TestClient
+
+    from metaserver.app import create_app
+    from metaserver.console import users
+    from metaserver.settings import Settings
+
+    store = tmp_path / "never-written" / "pipeline"
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'ms.db'}", pipeline_store=str(store),
+                              admin_tokens={"t": "token-1"}))
+    users.create(app.state.services.engine, "viewer-1", PASSWORD, "viewer")
+    with TestClient(app) as http:
+        assert http.post("/console/login", data={"username": "viewer-1", "password": PASSWORD},
+                         follow_redirects=False).status_code == 303
+        data = http.get("/console/data/overview").json()
+        assert data["available"] is False and data["command"] == "ykafka pipeline run", data
+        assert data["reason"].startswith("no pipeline run yet") and str(tmp_path) not in data["reason"], data
+        for url in ("/console/trace?audit_topic=orders", "/console/topics"):
+            html = http.get(url).text
+            assert "no pipeline run yet" in html and "ykafka pipeline run" in html, url
+            assert str(tmp_path) not in html, url

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Connection, String, Text, and_, cast, false, func, not_, or_, select, text
+from sqlalchemy import Connection, String, Text, and_, bindparam, cast, false, func, not_, or_, select, text
 
 from ..models import client_state as cs
 
@@ -26,19 +26,29 @@ def _topic_filter(topic: str) -> Any:
     return cast(cs.c.topics, Text).like(_like(f'"{topic}"'), escape="\\")
 
 
-_TOPIC_USAGE = {  # one row per (topic, role, group) of live clients, counted by the database, not in Python
-    "sqlite": ("SELECT t.value, c.role, c.group_id, count(*) FROM ms_client_state c, json_each(c.topics) t "
-               "WHERE c.last_seen >= :after AND t.value LIKE :needle ESCAPE '\\' GROUP BY 1, 2, 3"),
-    "postgresql": ("SELECT t.value, c.role, c.group_id, count(*) FROM ms_client_state c, "
-                   "json_array_elements_text(c.topics::json) AS t(value) "
-                   "WHERE c.last_seen >= :after AND t.value LIKE :needle ESCAPE '\\' GROUP BY 1, 2, 3"),
+_TOPIC_ELEMENTS = {  # one row per (live client, topic in its report)
+    "sqlite": "FROM ms_client_state c, json_each(c.topics) t",
+    "postgresql": "FROM ms_client_state c, json_array_elements_text(c.topics::json) AS t(value)",
 }
 
 
-def topic_usage(conn: Connection, heartbeat_s: int, needle: str = "") -> list[tuple[str, str, str | None, int]]:
-    """(topic, role, group, live clients) for every topic in live clients' reports containing ``needle``."""
-    rows = conn.execute(text(_TOPIC_USAGE[conn.dialect.name]),
+def topic_names(conn: Connection, heartbeat_s: int, needle: str = "") -> list[str]:
+    """Every topic in live clients' reports containing ``needle``, sorted (distinct in the database)."""
+    rows = conn.execute(text(f"SELECT DISTINCT t.value {_TOPIC_ELEMENTS[conn.dialect.name]} "
+                             "WHERE c.last_seen >= :after AND t.value LIKE :needle ESCAPE '\\' ORDER BY 1"),
                         {"after": online_after(heartbeat_s), "needle": _like(needle)})
+    return [str(name) for (name,) in rows]
+
+
+def topic_usage(conn: Connection, heartbeat_s: int, topics: list[str]) -> list[tuple[str, str, str | None, int]]:
+    """(topic, role, group, live clients) for the given topics, counted by the database (the page reads only
+    the rows of the topics it shows)."""
+    if not topics:
+        return []
+    stmt = text(f"SELECT t.value, c.role, c.group_id, count(*) {_TOPIC_ELEMENTS[conn.dialect.name]} "
+                "WHERE c.last_seen >= :after AND t.value IN :topics GROUP BY 1, 2, 3"
+                ).bindparams(bindparam("topics", expanding=True))
+    rows = conn.execute(stmt, {"after": online_after(heartbeat_s), "topics": list(topics)})
     return [(str(topic), str(role), group, int(count)) for topic, role, group, count in rows]
 
 

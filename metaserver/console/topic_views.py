@@ -36,8 +36,9 @@ def _lags(svc: Any) -> tuple[dict[tuple[str, str], float], str | None]:
     return {(r.get("topic") or "", r.get("group") or ""): r.get("value") or 0 for r in rows}, None
 
 
-#: topics listed at once (the filter narrows the rest; rendering thousands of rows is what made the page slow)
-TOPICS_SHOWN = 200
+#: topics listed per page (the filter and the pages reach the rest; rendering thousands of rows, and counting
+#: every topic's clients, is what made the page slow)
+TOPICS_SHOWN = 100
 
 
 @router.get("/topics")
@@ -47,22 +48,33 @@ def topic_list(request: Request) -> Response:
         return _login_redirect()
     svc = _svc(request)
     needle = request.query_params.get("q", "").strip()[:200]
+    try:
+        page = max(0, int(request.query_params.get("page", "0")))
+    except ValueError:
+        page = 0
     topics: dict[str, dict[str, Any]] = {}
     with db.read(svc.engine) as conn:
-        for name, role, group, count in queries.topic_usage(conn, svc.settings.renew_interval, needle):
-            t = topics.setdefault(name, {"producers": 0, "groups": {}})
+        names = queries.topic_names(conn, svc.settings.renew_interval, needle)
+        page = min(page, max(0, (len(names) - 1) // TOPICS_SHOWN))
+        shown = names[page * TOPICS_SHOWN:(page + 1) * TOPICS_SHOWN]
+        for name in shown:
+            topics[name] = {"producers": 0, "groups": {}}
+        for name, role, group, count in queries.topic_usage(conn, svc.settings.renew_interval, shown):
+            t = topics[name]
             if role == "producer":
                 t["producers"] += count
             elif group:
                 t["groups"][group] = t["groups"].get(group, 0) + count
+        # the move form's clusters, least loaded first (only an admin sees the form)
+        clusters = [c["name"] for c in provision.cluster_loads(conn, svc.settings.renew_interval)
+                    ] if sess.can("admin") else []
     lags, lag_note = _lags(svc)
     rows = [{"topic": name, "producers": t["producers"],
              "groups": [{"group": g, "consumers": n, "lag": lags.get((name, g))}
                         for g, n in sorted(t["groups"].items())]}
-            for name, t in sorted(topics.items())[:TOPICS_SHOWN]]
-    with db.read(svc.engine) as conn:
-        clusters = [c["name"] for c in provision.cluster_loads(conn, svc.settings.renew_interval)]
-    return _page(request, "topics.html", sess, rows=rows, q=needle, total=len(topics), lag_note=lag_note,
+            for name, t in topics.items()]
+    return _page(request, "topics.html", sess, rows=rows, q=needle, total=len(names), lag_note=lag_note,
+                 page=page, first=page * TOPICS_SHOWN, pages=(len(names) + TOPICS_SHOWN - 1) // TOPICS_SHOWN,
                  can_move=sess.can("admin"), clusters=clusters, moved=request.query_params.get("moved"))
 
 

@@ -6,7 +6,9 @@ Every page needs a session cookie; every POST carries the session's CSRF token; 
 
 from __future__ import annotations
 
+import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -142,16 +144,32 @@ CHART_METRICS = ("send.msgs", "consume.msgs", "lag")
 
 
 class StoreUnavailable(Exception):
-    """The pipeline store cannot be read; the message says why without naming its path or URI."""
+    """The pipeline store cannot be read; the message says why without naming its path or URI, and
+    ``command`` is what to run when the pipeline has simply not run yet."""
+
+    def __init__(self, message: str, command: str | None = None) -> None:
+        super().__init__(message)
+        self.command = command
+
+
+#: what an operator runs when no pipeline has written the store yet (docs/observability.md)
+PIPELINE_RUN = "ykafka pipeline run"
+NOT_RUN_YET = ("no pipeline run yet: start it with `ykafka pipeline run` (continuously; `--once` for one pass), "
+               "on the dev stack after `source .ykafka/dev.env`")
 
 
 def pipeline_store(svc: Services) -> Any:
     """The pipeline store (``pipeline.store.Store``) through the observe API's checks, or StoreUnavailable
     with the reason; the store's location never reaches a page."""
+    import os
+
     from fastapi import HTTPException
 
     from .. import routes_observe
 
+    root = svc.settings.pipeline_store
+    if root and "://" not in root and not os.path.isdir(os.path.expanduser(root)):
+        raise StoreUnavailable(NOT_RUN_YET, PIPELINE_RUN)  # configured, but nothing written there yet
     try:
         return routes_observe._store(svc)
     except HTTPException as exc:
@@ -193,7 +211,7 @@ def overview_data(request: Request) -> Response:
         rows = read_store(_svc(request), "aggregates:read_aggregates", parse_since("1h"),
                           names=list(CHART_METRICS), by=("name",))
     except StoreUnavailable as exc:
-        return JSONResponse({"available": False, "reason": str(exc)})
+        return JSONResponse({"available": False, "reason": str(exc), "command": exc.command})
     series: dict[str, list[list[float]]] = {name: [] for name in CHART_METRICS}
     for row in sorted(rows, key=lambda r: r.get("window_start") or 0):
         name, value = row.get("name"), row.get("value")
@@ -222,12 +240,10 @@ def client_page(request: Request, app_id: str, client_id: str) -> Response:
         return _login_redirect()
     svc = _svc(request)
     with db.read(svc.engine) as conn:
-        found = [c for c in clients.current(conn, svc.settings.renew_interval, app=app_id, limit=100000)
-                 if c["client_id"] == client_id]
-        history = clients.history(conn, app=app_id, client_id=client_id, limit=20)
-    if not found:
+        client = clients.one(conn, svc.settings.renew_interval, app_id, client_id)
+        history = clients.history(conn, app=app_id, client_id=client_id, limit=20) if client else []
+    if client is None:
         return _page(request, "error.html", sess, status_code=404, message="No such client.")
-    client = found[0]
     extra = client.get("extra") or {}
     rejections = [e for e in extra.get("errors") or [] if isinstance(e, dict) and e.get("type") == "config_rejected"]
     return _page(request, "client.html", sess, c=client, history=history, rejections=rejections,
@@ -271,7 +287,25 @@ def audit_log(request: Request) -> Response:
     who = request.query_params.get("operator", "").strip()[:255] or None
     with db.read(_svc(request).engine) as conn:
         rows = audit.query(conn, operator=who, limit=300)
+    rows = [{**r, **audit_change(r["action"], r.get("before"), r.get("after"))} for r in rows]
     return _page(request, "audit.html", sess, rows=rows, who=who or "")
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(", ", ": "))
+
+
+def audit_change(action: str, before: Any, after: Any) -> dict[str, Any]:
+    """An audited action as key: before → after lines: a config action as the release history shows it
+    (:func:`readable_change`), any other by its top-level fields that differ (values as compact JSON)."""
+    if action.startswith("config."):
+        return readable_change(before, after)
+    old = before if isinstance(before, dict) else ({} if before is None else {"value": before})
+    new = after if isinstance(after, dict) else ({} if after is None else {"value": after})
+    changes = [{"key": k, "before": None if k not in old else _shown(old[k]),
+                "after": None if k not in new else _shown(new[k])}
+               for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) or (k in old) != (k in new)]
+    return {"changes": changes, "notes": []}
 
 
 # --- hot config: catalog, edit → validate → diff → reach → publish → live panel → promote / roll back ---
@@ -305,10 +339,7 @@ def _parse_changes(text: str) -> tuple[dict[str, str], list[str]]:
 
 
 def _state(svc: Services, scope: Scope) -> tuple[dict[str, Any], loop.Target]:
-    api = _api(svc)
-    current = hotconfig.current(api, scope)
-    main = api.latest_release(current["namespace"])
-    gray = api.branch_latest_release(current["namespace"], current["gray"]["branch"]) if current["gray"] else None
+    current, main, gray = hotconfig.current_with_releases(_api(svc), scope)
     return current, loop.target(current, main, gray)
 
 
@@ -335,9 +366,16 @@ def apollo_clients(svc: Services, tgt: loop.Target) -> list[dict[str, Any]]:
     return loop.apollo_clients(found, tgt.namespace, known, time.time() - APOLLO_FRESH_S)
 
 
+#: the config service's instance records are fetched on these threads while the panel's SQL runs
+_INSTANCES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="console-instances")
+
+
 def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
     """The panel: counts per status over every live client the scope reaches (grouped in SQL), rows for the
-    first few hundred, the unsettled ones (pending, rejected) first since those need the operator."""
+    first hundred, the unsettled ones (pending, rejected) first since those need the operator. A scope
+    reaching at most a panel's worth of clients is read in one query; a larger one reads only what the
+    counts say is there (the clients holding the release with errors, a page of the pending ones)."""
+    third_party = _INSTANCES.submit(apollo_clients, svc, tgt)  # an HTTP call: overlap it with the SQL below
     beat, kind = svc.settings.renew_interval, scope.kind.value
     counts = {"applied": 0, "pending": 0, "rejected": 0}
     total = 0
@@ -346,30 +384,39 @@ def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
         def rejections_of(c: dict[str, Any]) -> list[dict[str, Any]]:
             return queries.rejections(conn, c["app_id"], c["client_id"])
 
+        errored_holders = False  # any client holding a key in force and reporting errors
         for held, has_errors, gray, n in queries.reached_summary(conn, beat, kind, scope.name, tgt.namespace,
                                                                    tgt.gray_ips, tgt.gray_labels):
             total += n
+            parts = (held or "").split("+")
+            errored_holders |= has_errors and any(k in parts for k in keys)
             want = tgt.gray_key if gray and tgt.gray_key else tgt.main_key
-            if not want or want not in (held or "").split("+"):
+            if not want or want not in parts:
                 counts["pending"] += n
             elif not has_errors:
                 counts["applied"] += n
-        # every client that holds the key but reports errors is classified (few, usually none: their count must
-        # be exact); of the pending ones (counted by the summary) only the rows shown are read
-        unsettled = queries.reached(conn, beat, kind, scope.name, tgt.namespace,
-                                    where=queries.holding_with_errors(tgt.namespace, keys), limit=5000)
-        unsettled += queries.reached(conn, beat, kind, scope.name, tgt.namespace,
-                                     where=queries.pending(tgt.namespace, keys), limit=PANEL_ROWS)
-        rows = loop.panel(unsettled, scope, tgt, rejections_of)
+        if total <= PANEL_ROWS:  # every client fits on the panel: one read, each classified
+            rows = loop.panel(queries.reached(conn, beat, kind, scope.name, tgt.namespace), scope, tgt,
+                              rejections_of)
+        else:
+            # every client that holds the key but reports errors is classified (few, usually none: their count
+            # must be exact); of the pending ones (counted by the summary) only the rows shown are read
+            unsettled = queries.reached(conn, beat, kind, scope.name, tgt.namespace, limit=5000,
+                                        where=queries.holding_with_errors(tgt.namespace, keys)
+                                        ) if errored_holders else []
+            if counts["pending"]:
+                unsettled += queries.reached(conn, beat, kind, scope.name, tgt.namespace,
+                                             where=queries.pending(tgt.namespace, keys), limit=PANEL_ROWS)
+            rows = loop.panel(unsettled, scope, tgt, rejections_of)
         for row in rows:  # errors reported, key held: rejected, or applied when the errors are not this release's
-            if row["client"]["has_errors"] and row["status"] != "pending":
-                counts[row["status"]] = counts.get(row["status"], 0) + 1
-        if len(rows) < PANEL_ROWS:
+            if row["client"]["has_errors"] and row["status"] in ("applied", "rejected"):
+                counts[row["status"]] += 1
+        if len(rows) < PANEL_ROWS < total:
             seen = {(r["client"]["app_id"], r["client"]["client_id"]) for r in rows}
             more = queries.reached(conn, beat, kind, scope.name, tgt.namespace, limit=PANEL_ROWS + len(seen))
             rows += [r for r in loop.panel(more, scope, tgt, rejections_of)
                      if (r["client"]["app_id"], r["client"]["client_id"]) not in seen]
-    for row in loop.panel(apollo_clients(svc, tgt), scope, tgt):  # third-party Apollo clients: no report
+    for row in loop.panel(third_party.result(), scope, tgt):  # third-party Apollo clients: no report
         total += 1
         counts[row["status"]] = counts.get(row["status"], 0) + 1
         rows.insert(0, row)

@@ -159,7 +159,8 @@ class Consumer:
                 "consumer": {"workers": engine.pool.alive if engine.pool else 0,
                              "ordering": engine.dispatcher.ordering if engine.dispatcher else None,
                              "processed": engine.processed, "failed": engine.failed,
-                             "paused": self._session.operator_paused, "left": self._session.left}}
+                             "paused": self._session.operator_paused, "left": self._session.left},
+                "extra": {"ephemeral": True} if self.settings.ephemeral_group else {}}
 
     # -- framework mode ---------------------------------------------------------------------------------
 

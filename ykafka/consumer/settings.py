@@ -28,6 +28,9 @@ _OPTIONS: list[tuple[str, str, Callable[[Any], Any], Any, str]] = [
      "longest wait for a message per fetch-loop turn (also the housekeeping cadence)"),
     ("retry_topics", "ykafka.consumer.retry.topics", catalog.boolean, True,
      "framework mode: create and consume <group>.<topic>.retry.<n> and .dlq topics"),
+    ("ephemeral_group", "ykafka.consumer.group.ephemeral", catalog.boolean, False,
+     "the group is short-lived: the client's report says so, the pipeline deletes the group once its last "
+     "client closed and the console lists it as an ephemeral clean-up candidate once no member is left"),
 ]
 
 for _field, _name, _parse, _default, _help in _OPTIONS:
@@ -44,6 +47,7 @@ class ConsumerSettings:
     drain_timeout_ms: int = 30_000
     poll_timeout_ms: int = 100
     retry_topics: bool = True
+    ephemeral_group: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> ConsumerSettings:

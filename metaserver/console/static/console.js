@@ -29,8 +29,16 @@
         var s = data.series || {};
         var points_ = ["send.msgs", "consume.msgs", "lag"].reduce(function (n, k) { return n + (s[k] || []).length; }, 0);
         if (!data.available || !window.Chart || points_ === 0) {
-          note.textContent = "No charts: " + (data.reason || (window.Chart ? "no produce / consume / lag data in the last hour"
-                                                                          : "chart library not loaded"));
+          if (data.command) {  // no pipeline has run yet: say what to run (as text, never as HTML)
+            note.textContent = "No charts yet: no pipeline has run. Start it with ";
+            var cmd = document.createElement("code");
+            cmd.textContent = data.command;
+            note.appendChild(cmd);
+            note.appendChild(document.createTextNode(" (continuously; --once for one pass; on the dev stack after source .ykafka/dev.env)."));
+          } else {
+            note.textContent = "No charts: " + (data.reason || (window.Chart ? "no produce / consume / lag data in the last hour"
+                                                                            : "chart library not loaded"));
+          }
           note.hidden = false;
           el.hidden = true;
           el.setAttribute("data-state", "empty");
@@ -113,6 +121,12 @@
     var selected = document.getElementById("replay-selected");
     if (selected) { chunkedReplay(selected); }
   });
+  // a button with data-confirm="text" asks before it submits; the text comes escaped from the template and is
+  // read as data (never spliced into script), so a topic or group name cannot break out of it
+  document.addEventListener("click", function (ev) {
+    var btn = ev.target.closest ? ev.target.closest("[data-confirm]") : null;
+    if (btn && !window.confirm(btn.getAttribute("data-confirm"))) { ev.preventDefault(); ev.stopImmediatePropagation(); }
+  }, true);
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-poll]").forEach(function (el) { setTimeout(function () { poll(el); }, 1000); });
   });
