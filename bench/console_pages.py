@@ -4,8 +4,9 @@ Part 1 (pages): 10,000 client reports over 1,000 topics and 200 groups (plus ale
 400 topic / group requests) in the MetaServer's database, the local stack's broker registered as cluster
 dc-a; every console page is requested repeatedly in-process as an admin (Starlette's TestClient: the time is
 the server's, no network; the hot-config pages and the groups pages still call the config service and the
-broker) and its p95 reported; the clients page is also timed with filters. Targets: every page p95 <= 150 ms,
-filters <= 100 ms (``targets_met``).
+broker) and its p95 reported (``pages_p95_ms``, wall clock; ``pages_cpu_p95_ms``, the CPU time the process
+spent, which a loaded machine inflates far less); the clients page is also timed with filters. Targets:
+every page p95 <= 150 ms, filters <= 100 ms (``targets_met``).
 Part 2 (closed loop): real ykafka Producers on the local stack; an operator publishes through the console
 (login, CSRF, POST) and polls the live panel; per client, the time from the publish answer to the panel
 showing it "applied" — p50 / p99 over every client and round.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import statistics
@@ -99,6 +101,7 @@ def pages(cc_url: str, cc_token: str, bootstrap: str, n_clients: int, repeats: i
                                           "status": "active", "updated_at": time.time()}])
     users.create(engine, "bench", "bench-password", "admin")  # admin: the Users page and every form render
     client = TestClient(app)
+    client.__enter__()  # the app's startup runs as in a server (lifespan)
     assert client.post("/console/login", data={"username": "bench", "password": "bench-password"},
                        follow_redirects=False).status_code == 303
     urls = {"overview": "/console/", "clients": "/console/clients", "client": "/console/clients/app-01/client-00001",
@@ -112,22 +115,27 @@ def pages(cc_url: str, cc_token: str, bootstrap: str, n_clients: int, repeats: i
                "/console/clients?app=app-03&role=producer", "/console/clients?ip=10.0.7.",
                "/console/clients?version=1.9"]
     out: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     for name, url in urls.items():
-        times = []
+        times, cpus = [], []
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             resp = client.get(url)
             times.append((time.perf_counter() - t0) * 1000)
+            cpus.append((time.process_time() - c0) * 1000)
             assert resp.status_code == 200, (url, resp.status_code, resp.text[:300])
         out[name] = _p(times, 0.95)
+        cpu[name] = _p(cpus, 0.95)
     ftimes = []
     for _ in range(repeats):
         for url in filters:
             t0 = time.perf_counter()
             assert client.get(url).status_code == 200
             ftimes.append((time.perf_counter() - t0) * 1000)
+    client.__exit__(None, None, None)
     engine.dispose()
-    return {"pages_p95_ms": out, "clients_filter_p95_ms": _p(ftimes, 0.95)}
+    return {"pages_p95_ms": out, "clients_filter_p95_ms": _p(ftimes, 0.95), "pages_cpu_p95_ms": cpu,
+            "load_average": round(os.getloadavg()[0], 1)}
 
 
 def closed_loop(n_producers: int, rounds: int) -> dict[str, Any]:

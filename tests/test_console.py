@@ -806,3 +806,21 @@ def test_before_any_pipeline_run_the_pages_say_so_and_what_to_run_without_the_st
             html = http.get(url).text
             assert "no pipeline run yet" in html and "ykafka pipeline run" in html, url
             assert str(tmp_path) not in html, url
+
+
+def test_every_page_in_the_navigation_answers_for_each_role_without_an_error(console: Console, page: Any) -> None:
+    """Each role follows every link of the navigation on the running stack: every page answers 200 with its
+    heading, nothing escapes as a server error, and only an admin sees (and opens) the Users page."""
+    for role in ("viewer", "operator", "admin"):
+        page.context.clear_cookies()
+        console.login(page, role)
+        links = page.locator("header nav a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+        assert ("/console/users" in links) == (role == "admin"), (role, links)
+        assert len(links) >= 12, links
+        for href in links:
+            resp = page.goto(console.url + href)
+            assert resp is not None and resp.status == 200, (role, href, resp and resp.status)
+            assert page.locator("main h1").count() == 1, (role, href)
+            text = page.locator("main").inner_text()
+            assert "Traceback" not in text and "Internal Server Error" not in text, (role, href)
+            assert str(console.stack.home) not in page.content(), (role, href)  # no server path shown

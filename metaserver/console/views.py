@@ -32,6 +32,22 @@ from . import loop, queries, users
 COOKIE = "ykafka_console"
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+_jinja_getattr = templates.env.getattr
+
+
+def _getattr(obj: Any, attribute: str) -> Any:
+    """``row.name`` in a template, as Jinja resolves it, without first raising AttributeError for every field
+    of a plain dict (most rows are dicts: on a page of hundreds of rows that failed lookup was the cost)."""
+    if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+        try:
+            return obj[attribute]
+        except KeyError:
+            return templates.env.undefined(obj=obj, name=attribute)
+    return _jinja_getattr(obj, attribute)
+
+
+templates.env.getattr = _getattr  # type: ignore[method-assign]
 router = APIRouter(prefix="/console", include_in_schema=False)
 log = structlog.get_logger("metaserver.console")
 
