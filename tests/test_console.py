@@ -766,6 +766,7 @@ def test_a_short_lived_ephemeral_consumer_group_is_listed_once_its_consumer_clos
     _wait_until(listed, timeout=30)  # the broker drops the member when the consumer leaves
     cells = row.locator("td").all_inner_texts()
     assert cells[1] == "ephemeral" and cells[4] == "ephemeral: its clients are gone", cells
+    assert f"{topic}:0=" in cells[5] and f"{topic}:1=" in cells[5], cells  # what the deletion drops
     console.shot(page, "groups-ephemeral")
     row.locator("input[name=confirm]").fill(group)
     page.once("dialog", lambda d: d.accept())
@@ -824,3 +825,65 @@ def test_every_page_in_the_navigation_answers_for_each_role_without_an_error(con
             text = page.locator("main").inner_text()
             assert "Traceback" not in text and "Internal Server Error" not in text, (role, href)
             assert str(console.stack.home) not in page.content(), (role, href)  # no server path shown
+
+
+def test_the_topics_page_lists_a_hundred_topics_a_page_with_their_clients_counted_and_pages_on(tmp_path: Any) -> None:
+    """150 live producers on 150 topics plus two consumers of one group on topic-0007: page one lists the
+    first hundred topics (with the consumers counted on theirs), page two the other fifty."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from metaserver import db
+    from metaserver.app import create_app
+    from metaserver.console import users
+    from metaserver.models import client_state
+    from metaserver.settings import Settings
+
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'ms.db'}", admin_tokens={"t": "token-1"}))
+    now = time.time()
+    base = {"app_id": "app-1", "hostname": "h", "pid": 1, "language": "python", "cluster": "dc-a", "state": "running",
+            "errors": [], "extra": {}, "config_release_keys": {}, "first_seen": now, "last_seen": now}
+    rows = [{**base, "client_id": f"p{i}", "ip": f"10.0.0.{i}", "role": "producer", "topics": [f"topic-{i:04d}"],
+             "group_id": None} for i in range(150)]
+    rows += [{**base, "client_id": f"c{i}", "ip": "10.0.1.1", "role": "consumer", "topics": ["topic-0007"],
+              "group_id": "g-1"} for i in range(2)]
+    with db.write(app.state.services.engine) as conn:
+        conn.execute(client_state.insert(), rows)
+    users.create(app.state.services.engine, "viewer-1", PASSWORD, "viewer")
+    with TestClient(app) as http:
+        http.post("/console/login", data={"username": "viewer-1", "password": PASSWORD})
+        first = http.get("/console/topics").text
+        shown = set(re.findall(r'<tr data-topic="([^"]+)"', first))
+        assert shown == {f"topic-{i:04d}" for i in range(100)}, sorted(shown)[:3]
+        assert "150 topics in live clients' reports; 1–100 shown" in first and 'id="next"' in first
+        assert re.search(r'data-topic="topic-0007">.*?class="producers">1</td>\s*<td><a href="/console/groups/g-1">'
+                         r'g-1</a></td><td>2</td>', first, re.S)
+        second = http.get("/console/topics?page=1").text
+        assert set(re.findall(r'<tr data-topic="([^"]+)"', second)) == {f"topic-{i:04d}" for i in range(100, 150)}
+        assert "101–150 shown" in second and 'id="prev"' in second and 'id="next"' not in second
+        assert set(re.findall(r'<tr data-topic="([^"]+)"', http.get("/console/topics?q=topic-012").text)) == {
+            f"topic-{i:04d}" for i in range(120, 130)}
+
+
+def test_the_lag_read_of_a_group_whose_clients_name_several_topics_finds_every_partition_of_each(
+        console: Console) -> None:
+    """The groups page's broker read (``LagSampler.lag_of``): the partitions of the topics a group's clients
+    name come from one metadata request; a group with no commit yet gets "no commit" (-1) on each of them,
+    and a topic the cluster does not have adds nothing."""
+    from pipeline.lag_sampler import GroupInfo, LagSampler
+
+    bootstrap = console.stack.clusters["dc-a"]
+    t2, t3, group = unique("lagread-a"), unique("lagread-b"), unique("lagread-g")
+    create_topic(bootstrap, t2, 2)
+    create_topic(bootstrap, t3, 3)
+    sampler = LagSampler(bootstrap, "dc-a", timeout_s=5.0)
+    try:
+        assert sampler.partitions_of([t2, t3, "no-such-topic-x"]) == {t2: [0, 1], t3: [0, 1, 2], "no-such-topic-x": []}
+        assert sampler.partitions_of([t3]) == {t3: [0, 1, 2]}
+        rows = sampler.lag_of([GroupInfo(group, "EMPTY", 0, {})], {group: [t2, t3, "no-such-topic-x"]})
+    finally:
+        sampler.close()
+    assert sorted((r["topic"], r["partition"], r["committed"]) for r in rows) == sorted(
+        [(t2, p, -1) for p in range(2)] + [(t3, p, -1) for p in range(3)])
+    gc.collect()

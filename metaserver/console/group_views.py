@@ -71,8 +71,8 @@ def group_lag(svc: Any, props: dict[str, Any], cluster: str, group: str, since: 
     expected = sorted(_reported(svc, [group])[group]["topics"])
     sampler = _sampler(props, cluster)
     try:
-        now = sampler.sample([group], expected={group: expected})
-        alive = sampler.groups([group])
+        alive = sampler.groups([group])  # read once: its state, members and commits
+        now = sampler.lag_of(alive, expected={group: expected})
     finally:
         sampler.close()
     history, note = _history(svc, since)
@@ -148,7 +148,8 @@ def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta)
     for info in infos:
         if not info.alive and reported.get(info.group, {}).get("ephemeral") and info.group not in found:
             found[info.group] = {"group": info.group, "state": info.state, "members": info.members,
-                                 "idle_s": None, "basis": "ephemeral: its clients are gone", "committed": {}}
+                                 "idle_s": None, "basis": "ephemeral: its clients are gone",
+                                 "committed": info.as_dict()["offsets"]}
     for name, cand in found.items():
         cand["kind"] = "ephemeral" if reported.get(name, {}).get("ephemeral") else "idle"
     return {"groups": [i.as_dict() for i in infos], "candidates": sorted(found.values(), key=lambda c: c["group"]),

@@ -30,11 +30,14 @@
         var points_ = ["send.msgs", "consume.msgs", "lag"].reduce(function (n, k) { return n + (s[k] || []).length; }, 0);
         if (!data.available || !window.Chart || points_ === 0) {
           if (data.command) {  // no pipeline has run yet: say what to run (as text, never as HTML)
-            note.textContent = "No charts yet: no pipeline has run. Start it with ";
-            var cmd = document.createElement("code");
-            cmd.textContent = data.command;
-            note.appendChild(cmd);
-            note.appendChild(document.createTextNode(" (continuously; --once for one pass; on the dev stack after source .ykafka/dev.env)."));
+            note.textContent = "";
+            ["No charts yet: no pipeline has run. Start it with ", [data.command], " (continuously), or ",
+             [data.command + " --once"], " for one pass; on the dev stack after ", ["source .ykafka/dev.env"], "."
+            ].forEach(function (part) {
+              var node = typeof part === "string" ? document.createTextNode(part) : document.createElement("code");
+              if (typeof part !== "string") { node.textContent = part[0]; }
+              note.appendChild(node);
+            });
           } else {
             note.textContent = "No charts: " + (data.reason || (window.Chart ? "no produce / consume / lag data in the last hour"
                                                                             : "chart library not loaded"));
