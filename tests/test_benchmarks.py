@@ -26,6 +26,8 @@ EXPECTED: dict[str, set[str]] = {
     "configcenter_longpoll": {"pollers", "p50_ms", "p99_ms", "answered", "errors"},
     "controlplane_failover": {"clients", "repark_p99_s", "all_reparked_s", "release_after_kill_p99_ms", "missed",
                               "applied_after_cc_kill_ms", "applied_after_ms_kill_ms", "lost", "survivor_rss_mb"},
+    "console_pages": {"pages_p95_ms", "pages_cpu_p95_ms", "clients_filter_p95_ms", "pages_p95_max_ms",
+                      "slowest_page", "targets_met", "publish_applied_p50_ms", "publish_applied_p99_ms"},
     "consumer_scaling": {"runs", "raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio"},
     "failover": {"failover_s", "failback_s", "sent", "delivered", "lost", "duplicated", "retried", "key_order",
                  "overtaken", "health"},
