@@ -6,7 +6,11 @@ standby, ``route.failover=auto``). A thread produces at a steady rate; every dc-
 restarted on the same addresses and bucket (what it acknowledged is still there).
 
 * ``failover_s``: from the kill to the first message acknowledged by the standby;
-* ``failback_s``: from the restart to the first message acknowledged by the primary again.
+* ``failback_s``: from the restart to the first message acknowledged by the primary again;
+* ``handover_ms``: how long the first send to dc-b waited until what dc-a's client held at the switch was
+  re-routed there (so no key is overtaken);
+* ``longest_send_ms``: the longest ``produce()`` call (``longest_send_after_kill_s``: when it started, from the
+  kill; the first write of an outage also records dc-b's end offsets).
 
 Counting is strict over what dc-a holds at the end (what it took directly plus the outage synced back from dc-b)
 and, while the sync still runs, the outage messages only on dc-b (``not_yet_synced``): ``lost`` and
@@ -68,6 +72,8 @@ def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float)
     sent: list[int] = []
     acked_at: dict[int, float] = {}
     stop = threading.Event()
+    longest = [0.0, 0.0]  # the longest produce() call (s) and when it started, relative to the kill (s)
+    killed_at: list[float] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
         if err is None:
@@ -78,7 +84,11 @@ def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float)
         next_at = time.perf_counter()
         while not stop.is_set():
             i = len(sent)
+            started = time.perf_counter()
             engine.produce(topic, str(i).encode(), key=str(i % 16).encode(), on_delivery=on_delivery)
+            took = time.perf_counter() - started
+            if took > longest[0]:
+                longest[0], longest[1] = took, started - killed_at[0] if killed_at else -1.0
             sent.append(i)
             next_at += interval
             delay = next_at - time.perf_counter()
@@ -94,6 +104,7 @@ def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float)
     standby_before = delivered("dc-b")
     a.kill()
     killed = time.perf_counter()
+    killed_at.append(killed)
     while delivered("dc-b") == standby_before and time.perf_counter() - killed < 60:
         time.sleep(0.005)
     failover_s = time.perf_counter() - killed
@@ -130,6 +141,9 @@ def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float)
         "unacknowledged": len(sent) - len(acked_at),
         "key_order": not overtaken,
         "overtaken": len(overtaken),
+        "handover_ms": status["links"].get("dc-a", {}).get("longest_handover_ms", 0.0),
+        "longest_send_ms": round(longest[0] * 1000, 1),
+        "longest_send_after_kill_s": round(longest[1], 2),
         "on_standby": len(b_values),
         "synced_to_primary": len(synced),
         "not_yet_synced": len(pending),

@@ -113,6 +113,7 @@ class DisasterRecovery:
         self._syncs: dict[tuple[str, str], SyncJob] = {}
         self._finished_syncs: list[dict[str, Any]] = []
         self._forced: dict[str, str] = {}  # primary -> "primary" | "standby" (in-process admin switch)
+        self._moved: dict[str, str] = {}  # topic -> the cluster its writes just left (handed over at its next send)
         self._store = OutageStore(options.spill_dir / "failback")
         self._closed = threading.Event()
         self.on_link_available: Callable[[str], None] | None = None  # the owner rebuilds its clients
@@ -250,6 +251,7 @@ class DisasterRecovery:
             self._routes[topic] = (spec, cluster)
             if previous is not None and previous[1] != cluster:
                 log.warning("route.switch", topic=topic, source=previous[1], target=cluster)
+                self._moved[topic] = previous[1]
         if cluster != spec.primary:
             self._begin_outage(spec, topic)
         elif (spec.primary, topic) in self._outages:
@@ -272,8 +274,12 @@ class DisasterRecovery:
             # the route's other cluster may still hold older messages of this topic that will come back
             # (purged, failed) and be re-routed here: they go first, so a key is never overtaken
             other = self._links.get(spec.standby if cluster == spec.primary else spec.primary)
-            if other is not None and (other.draining or (other.available and other.health.state is ClusterState.DOWN)):
-                other.hand_over()
+            left = self._moved.pop(topic, None) if self._moved else None
+            if other is not None:
+                if left == other.cluster:
+                    other.hand_over(leaving=True)
+                elif other.draining or (other.available and other.health.state is ClusterState.DOWN):
+                    other.hand_over()
         self.link(cluster).send(msg, spill_wait, client if client_cluster == cluster else None)
 
     def _reroute(self, failed_cluster: str, msg: Outgoing, err: RawKafkaError) -> None:

@@ -156,6 +156,7 @@ class ClusterLink:
         self._down_since = 0.0
         self.counts = {"spilled": 0, "rerouted": 0, "failed": 0}
         self.direct = 0  # hot-path counters as plain attributes
+        self.longest_handover_ms = 0.0  # longest wait of a send to the partner cluster (hand_over)
         self.delivered = 0
         self.on_change: Callable[[], None] | None = None  # the owner drops cached direct routes
         self.on_spilled: Callable[[Outgoing], None] | None = None  # message trace: the "spilled" step
@@ -214,17 +215,29 @@ class ClusterLink:
         """Retired clients still hold messages, or what they gave back is not re-routed yet."""
         return bool(self._retired or self._undelivered or self._rerouting)
 
-    def hand_over(self) -> None:
-        """Writes of a topic leave this cluster for another one (its DR partner): what this link's clients
-        hold and will give back must be re-routed before any newer message of its keys goes there.
+    def hand_over(self, leaving: bool = False) -> None:
+        """Writes of a topic go to this cluster's DR partner: what this link's clients hold and may still
+        give back (purged, timed out) must be re-routed before any newer message of its keys goes there.
 
-        While the cluster is DOWN its clients are taken out of service at once (the health listener does
-        so too, but a send may see the new route first), and the caller waits until everything they gave
-        back is re-routed, in produce order (:meth:`_drain_retired`)."""
-        if self.available and self.health.state is ClusterState.DOWN:
-            self.mark_unavailable("cluster down")
+        While the cluster is DOWN its clients are taken out of service at once, queued and in-flight
+        messages purged (the health listener does so too, but a send may see the new route first).
+        ``leaving``: a topic's route just moved away from this cluster while it is up (failback from the
+        standby, a manual switch): if its clients still hold messages they are taken out of service too,
+        but only the queued messages are purged; requests in flight complete where they were sent. Either
+        way the caller waits until everything given back is re-routed, in produce order
+        (:meth:`_drain_retired`)."""
+        if self.available:
+            if self.health.state is ClusterState.DOWN:
+                self.mark_unavailable("cluster down")
+            elif leaving and self.outstanding():
+                self.mark_unavailable("writes moved to the partner cluster", in_flight=False)
         if self._retired or self._undelivered or self._rerouting:
+            started = time.monotonic()
             self._drain_retired()
+            waited_ms = (time.monotonic() - started) * 1000
+            if waited_ms > self.longest_handover_ms:
+                self.longest_handover_ms = waited_ms
+                log.info("cluster.handover_wait", cluster=self.cluster, waited_ms=round(waited_ms, 1))
 
     def _drain_retired(self, timeout: float = 10.0) -> None:
         """Serve the delivery reports of retired (purged) clients until they hold nothing and what they
@@ -289,9 +302,11 @@ class ClusterLink:
 
     # --- state ------------------------------------------------------------------------------------
 
-    def mark_unavailable(self, reason: str) -> None:
+    def mark_unavailable(self, reason: str, in_flight: bool = True) -> None:
         """Stop sending directly: purge what librdkafka still holds so it comes back to be re-routed in
-        order, and retire the client (its idempotence state may not survive the cluster's restart)."""
+        order, and retire the client (its idempotence state may not survive the cluster's restart).
+        ``in_flight=False``: requests already sent are left to complete (a cluster that answers: purging
+        them would send again what it is storing); they are served from the retired client."""
         with self._lock:
             if not self.available:
                 return
@@ -305,7 +320,7 @@ class ClusterLink:
             for client in clients:
                 held += len(client)
                 with contextlib.suppress(KafkaException):
-                    client.purge(in_queue=True, in_flight=True, blocking=False)
+                    client.purge(in_queue=True, in_flight=in_flight, blocking=False)
                 self._retired.append(client)
         log.warning("cluster.link_down", cluster=self.cluster, reason=reason, held=held)
         self.health.suspect(reason)  # probe now: the link comes back after the next successful probe
@@ -391,7 +406,8 @@ class ClusterLink:
 
     def status(self) -> dict[str, Any]:
         return {"available": self.available, "outstanding": self.outstanding(), "direct": self.direct,
-                "delivered": self.delivered, **self.counts}
+                "delivered": self.delivered, "longest_handover_ms": round(self.longest_handover_ms, 1),
+                **self.counts}
 
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
