@@ -42,6 +42,11 @@ RESEND_CODES = frozenset({
 })
 
 
+#: how long a hand-over away from a cluster that is up waits for its requests in flight to be answered before
+#: purging them too (bench/failover.py: answered within ~100 ms normally; a stalled cluster held them 10 s)
+HANDOVER_GRACE_S = 1.0
+
+
 def is_resendable(err: RawKafkaError) -> bool:
     """Errors after which sending the message again (elsewhere, or later) is the right answer."""
     return err.code() in RESEND_CODES or bool(err.retriable()) or bool(err.fatal())
@@ -226,13 +231,26 @@ class ClusterLink:
         but only the queued messages are purged; requests in flight complete where they were sent. Either
         way the caller waits until everything given back is re-routed, in produce order
         (:meth:`_drain_retired`)."""
+        grace = 0.0
         if self.available:
             if self.health.state is ClusterState.DOWN:
                 self.mark_unavailable("cluster down")
             elif leaving and self.outstanding():
                 self.mark_unavailable("writes moved to the partner cluster", in_flight=False)
+                grace = HANDOVER_GRACE_S
         if self._retired or self._undelivered or self._rerouting:
             started = time.monotonic()
+            if grace:
+                self._drain_retired(grace)
+                if self._retired:  # requests in flight not answered within the grace: the cluster is not taking
+                    # writes after all; purge them too (a broker that stores one later makes a duplicate)
+                    with self._lock:
+                        retired = list(self._retired)
+                    for client in retired:
+                        with contextlib.suppress(KafkaException):
+                            client.purge(in_queue=True, in_flight=True, blocking=False)
+                    log.warning("cluster.handover_purged_in_flight", cluster=self.cluster,
+                                held=sum(len(c) for c in retired))
             self._drain_retired()
             waited_ms = (time.monotonic() - started) * 1000
             if waited_ms > self.longest_handover_ms:
