@@ -791,8 +791,10 @@ def test_before_any_pipeline_run_the_pages_say_so_and_what_to_run_without_the_st
 
     from metaserver.app import create_app
     from metaserver.console import users
+    from metaserver.console.views import code_spans
     from metaserver.settings import Settings
 
+    assert str(code_spans("run `a<b>` then <script>")) == "run <code>a&lt;b&gt;</code> then &lt;script&gt;"
     store = tmp_path / "never-written" / "pipeline"
     app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'ms.db'}", pipeline_store=str(store),
                               admin_tokens={"t": "token-1"}))
@@ -805,7 +807,7 @@ def test_before_any_pipeline_run_the_pages_say_so_and_what_to_run_without_the_st
         assert data["reason"].startswith("no pipeline run yet") and str(tmp_path) not in data["reason"], data
         for url in ("/console/trace?audit_topic=orders", "/console/topics"):
             html = http.get(url).text
-            assert "no pipeline run yet" in html and "ykafka pipeline run" in html, url
+            assert "no pipeline run yet" in html and "<code>ykafka pipeline run</code>" in html, url
             assert str(tmp_path) not in html, url
 
 
@@ -887,3 +889,57 @@ def test_the_lag_read_of_a_group_whose_clients_name_several_topics_finds_every_p
     assert sorted((r["topic"], r["partition"], r["committed"]) for r in rows) == sorted(
         [(t2, p, -1) for p in range(2)] + [(t3, p, -1) for p in range(3)])
     gc.collect()
+
+
+def test_a_clients_page_shows_its_throughput_errors_and_latency_per_topic_from_the_pipelines_aggregates(
+        tmp_path: Any) -> None:
+    """Two minutes of a producer's aggregates in the store as the pipeline writes them (partials per window):
+    1,800 messages over 120 s is 15.0 / s, 3 send errors, a p99 send latency of 12.5 ms at worst."""
+    import datetime as dt
+    import time
+
+    import pyarrow as pa
+    from fastapi.testclient import TestClient
+
+    from metaserver import db
+    from metaserver.app import create_app
+    from metaserver.console import users
+    from metaserver.models import client_state
+    from metaserver.settings import Settings
+    from pipeline.store import Store
+
+    store = tmp_path / "pipeline"
+    minute = int(time.time() // 60) * 60_000 - 120_000
+    parts = [("send.msgs", minute, 600.0, 0, 0.0), ("send.msgs", minute + 60_000, 1200.0, 0, 0.0),
+             ("send.errors", minute + 60_000, 3.0, 0, 0.0),
+             ("send.latency_ms", minute, 0.0, 10, 8.0), ("send.latency_ms", minute + 60_000, 0.0, 10, 12.5)]
+    cols: dict[str, list[Any]] = {k: [] for k in ("window_start", "name", "topic", "group", "client_id", "cluster",
+                                                  "count", "sum", "max", "p50w", "p95w", "p99w", "pcount",
+                                                  "p99_max", "value", "events", "date")}
+    for name, start, value, count, p99 in parts:
+        for k, v in (("window_start", start), ("name", name), ("topic", "orders"), ("group", None),
+                     ("client_id", "p1"), ("cluster", "dc-a"), ("count", count), ("sum", 0.0), ("max", p99),
+                     ("p50w", p99 * count), ("p95w", p99 * count), ("p99w", p99 * count), ("pcount", count),
+                     ("p99_max", p99), ("value", value), ("events", 1),
+                     ("date", dt.datetime.fromtimestamp(start / 1000, dt.UTC).strftime("%Y-%m-%d"))):
+            cols[k].append(v)
+    types = {"window_start": pa.int64(), "count": pa.int64(), "pcount": pa.int64(), "events": pa.int64(),
+             **{k: pa.float64() for k in ("sum", "max", "p50w", "p95w", "p99w", "p99_max", "value")}}
+    Store(str(store)).write(pa.table({k: pa.array(v, type=types.get(k, pa.string())) for k, v in cols.items()}),
+                            "aggregates", ["date"], 1, "agg")
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'ms.db'}", pipeline_store=str(store),
+                              admin_tokens={"t": "token-1"}))
+    now = time.time()
+    with db.write(app.state.services.engine) as conn:
+        conn.execute(client_state.insert(), [{
+            "app_id": "app-1", "client_id": "p1", "ip": "10.0.0.1", "hostname": "h", "pid": 1, "language": "python",
+            "role": "producer", "topics": ["orders"], "group_id": None, "cluster": "dc-a", "state": "running",
+            "errors": [], "extra": {}, "config_release_keys": {}, "first_seen": now, "last_seen": now}])
+    users.create(app.state.services.engine, "viewer-1", PASSWORD, "viewer")
+    with TestClient(app) as http:
+        http.post("/console/login", data={"username": "viewer-1", "password": PASSWORD})
+        html = http.get("/console/clients/app-1/p1").text
+    row = re.search(r'<tr data-topic="orders">(.*?)</tr>', html, re.S)
+    assert row, html[:2000]
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", row.group(1))
+    assert cells == ["orders", "15.0", "3", "12.5 ms", "0.0", "0", "", "2"], cells

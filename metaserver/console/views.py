@@ -7,6 +7,7 @@ Every page needs a session cookie; every POST carries the session's CSRF token; 
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +17,7 @@ import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
@@ -262,8 +264,45 @@ def client_page(request: Request, app_id: str, client_id: str) -> Response:
         return _page(request, "error.html", sess, status_code=404, message="No such client.")
     extra = client.get("extra") or {}
     rejections = [e for e in extra.get("errors") or [] if isinstance(e, dict) and e.get("type") == "config_rejected"]
+    throughput, throughput_note = client_throughput(svc, client_id)
     return _page(request, "client.html", sess, c=client, history=history, rejections=rejections,
-                 effective=extra.get("effective_config") or {}, dr=dr_summary(extra.get("dr")))
+                 effective=extra.get("effective_config") or {}, dr=dr_summary(extra.get("dr")),
+                 throughput=throughput, throughput_note=throughput_note)
+
+
+#: counters (summed) and latencies (worst window's p99) the client page shows per topic
+CLIENT_COUNTERS = ("send.msgs", "send.errors", "consume.msgs", "consume.errors")
+CLIENT_LATENCIES = ("send.latency_ms", "process.latency_ms")
+
+
+def client_throughput(svc: Services, client_id: str, since: str = "15m") -> tuple[list[dict[str, Any]], str | None]:
+    """Per topic over ``since``, from the pipeline's aggregates of this client's metrics: messages per second
+    produced / consumed (over the minutes it reported), errors, and the worst minute's p99 send latency and
+    handler time; ([], why) when there is no pipeline store."""
+    from ..routes_observe import parse_since
+
+    try:
+        rows = read_store(svc, "aggregates:read_aggregates", parse_since(since),
+                          names=[*CLIENT_COUNTERS, *CLIENT_LATENCIES], client_id=client_id, by=("name", "topic"))
+    except StoreUnavailable as exc:
+        return [], str(exc)
+    topics: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        t = topics.setdefault(row.get("topic") or "", {"windows": set()})
+        t["windows"].add(row.get("window_start"))
+        name = str(row.get("name"))
+        if name in CLIENT_COUNTERS:
+            t[name] = t.get(name, 0) + (row.get("value") or 0)
+        elif row.get("p99") is not None:
+            t[name] = max(t.get(name) or 0.0, float(row["p99"]))
+    out = []
+    for topic, t in sorted(topics.items()):
+        span_s = 60.0 * max(1, len(t["windows"]))
+        out.append({"topic": topic or "(any)", "minutes": len(t["windows"]),
+                    "produced_s": t.get("send.msgs", 0) / span_s, "send_errors": int(t.get("send.errors", 0)),
+                    "send_p99_ms": t.get("send.latency_ms"), "consumed_s": t.get("consume.msgs", 0) / span_s,
+                    "consume_errors": int(t.get("consume.errors", 0)), "process_p99_ms": t.get("process.latency_ms")})
+    return out, None
 
 
 def dr_summary(dr: Any) -> list[str]:
@@ -621,3 +660,12 @@ def fmt_time(ts: float | None) -> str:
 
 
 templates.env.filters["time"] = fmt_time
+
+
+def code_spans(text: Any) -> Markup:
+    """A message escaped as text, with its `backticked` commands shown as code (the escaping comes first, so a
+    value holding markup still shows as text)."""
+    return Markup(re.sub(r"`([^`<>]+)`", r"<code>\1</code>", str(escape(str(text)))))
+
+
+templates.env.filters["code_spans"] = code_spans
