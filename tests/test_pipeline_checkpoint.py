@@ -278,17 +278,18 @@ def test_streaming_driver_killed_mid_batch_resumes_without_gap_or_double_count(o
     per_window: collections.Counter[int] = collections.Counter()
     for e in truth_metrics:
         per_window[e["ts"] // 60_000 * 60_000] += int(e["count"])
+    rows = read_aggregates(str(store), since=dt.timedelta(hours=2), names=["send.msgs"],
+                           topic=topic, by=("name", "topic"))
+    aggregated = {r["window_start"]: r["count"] for r in rows}
+    assert aggregated == dict(per_window), f"aggregates {aggregated} != broker {dict(per_window)}"
+    assert sum(aggregated.values()) == traffic.sent  # every message the producer sent, counted once
+    # and the metric history: each of the producer's send.msgs events of the topic stored once
     history = st.read("metrics", filter=(pc.field("topic") == topic) & (pc.field("name") == "send.msgs")).to_pylist()
 
     def sample(e: dict[str, Any]) -> tuple[Any, ...]:
         return (e.get("ts"), e.get("client_id"), e.get("count"))
 
     assert collections.Counter(sample(e) for e in history) == collections.Counter(sample(e) for e in truth_metrics)
-    rows = read_aggregates(str(store), since=dt.timedelta(hours=2), names=["send.msgs"],
-                           topic=topic, by=("name", "topic"))
-    aggregated = {r["window_start"]: r["count"] for r in rows}
-    assert aggregated == dict(per_window), f"aggregates {aggregated} != broker {dict(per_window)}"
-    assert sum(aggregated.values()) == traffic.sent  # every message the producer sent, counted once
     seconds = round(time.monotonic() - started, 1)
     result = {"sent": traffic.sent, "sent_at_kill": sent_at_kill, "sent_at_restart": sent_at_restart,
               "acked_in_store": len(acked_keys),
