@@ -175,3 +175,32 @@ def write_lag_samples(store_root: Path, rows: list[dict[str, Any]]) -> None:
     """The pipeline's own lag samples (``source=sampler``) in the store's ``metrics`` dataset."""
     full = [{"name": "lag", "client_id": "ykafka-pipeline", "role": "pipeline", "source": "sampler", **r} for r in rows]
     write_events(store_root, "metric", "metrics", ["date", "hour"], full)
+
+
+def write_aggregates(store_root: Path, rows: list[dict[str, Any]]) -> None:
+    """Aggregate partials in the store as the pipeline writes them (``pipeline.aggregates.partials``: one row
+    per window and dimension). Each row: ``window_start`` (ms), ``name``, ``value`` (counter total) and / or
+    ``p99`` with ``count`` (a latency), and any of ``topic``, ``group``, ``client_id``, ``cluster``."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from pipeline.store import Store
+
+    strings = ("name", "topic", "group", "client_id", "cluster", "date")
+    ints = ("window_start", "count", "pcount", "events")
+    cols: dict[str, list[Any]] = {k: [] for k in (*strings, *ints, "sum", "max", "p50w", "p95w", "p99w",
+                                                  "p99_max", "value")}
+    for r in rows:
+        count, p99 = int(r.get("count", 0)), float(r.get("p99", 0.0))
+        full = {"topic": None, "group": None, "client_id": None, "cluster": "dc-a", "count": count, "sum": 0.0,
+                "max": p99, "p50w": p99 * count, "p95w": p99 * count, "p99w": p99 * count, "pcount": count,
+                "p99_max": p99, "value": float(r.get("value", 0.0)), "events": 1,
+                "date": dt.datetime.fromtimestamp(r["window_start"] / 1000, dt.UTC).strftime("%Y-%m-%d"),
+                **{k: v for k, v in r.items() if k not in ("p99", "count", "value")}}
+        for k in cols:
+            cols[k].append(full[k])
+    table = pa.table({k: pa.array(v, type=pa.string() if k in strings else pa.int64() if k in ints else pa.float64())
+                      for k, v in cols.items()})
+    Store(str(store_root)).write(table, "aggregates", ["date"], int(time.time() * 1000) % 10**12,
+                                 f"console-test-{uuid.uuid4().hex[:6]}")

@@ -7,6 +7,7 @@ One browser for the module, the session's SDK stack shared; every test names its
 from __future__ import annotations
 
 import gc
+import json
 import re
 from typing import Any
 
@@ -601,7 +602,7 @@ def test_a_groups_partitions_show_burrow_status_and_a_lag_chart_and_an_idle_grou
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from tests.console_fixtures import write_lag_samples
+    from tests.console_fixtures import write_aggregates, write_lag_samples
 
     st = console.stack
     bootstrap = st.clusters["dc-a"]
@@ -623,6 +624,10 @@ def test_a_groups_partitions_show_burrow_status_and_a_lag_chart_and_an_idle_grou
         samples += [{**base, "partition": 0, "committed": committed0, "end_offset": 10, "value": 10.0 - committed0},
                     {**base, "partition": 1, "committed": 2, "end_offset": 6, "value": 4.0}]
     write_lag_samples(st.home / "pipeline", samples)
+    minute = now // 60_000 * 60_000
+    write_aggregates(st.home / "pipeline", [
+        {"window_start": minute - age * 60_000, "name": name, "group": group, "topic": topic, "count": 5, "p99": p99}
+        for age in (3, 2, 1) for name, p99 in (("consume.latency_ms", 40.0 + age), ("process.latency_ms", 7.5))])
 
     console.login(page, "admin")
     page.goto(f"{console.url}/console/groups/{group}?cluster=dc-a&since=1h")
@@ -632,6 +637,11 @@ def test_a_groups_partitions_show_burrow_status_and_a_lag_chart_and_an_idle_grou
     assert "committed offset frozen at 2" in p1.inner_text() and "no live member" in p1.inner_text()
     assert p1.locator("td").last.inner_text() == "5"  # four stored samples and the read now
     page.locator("#lag-chart-box[data-state=drawn]").wait_for(state="attached")
+    latency = page.locator("#latency-chart-box[data-state=drawn]")
+    latency.wait_for(state="attached")
+    series = json.loads(latency.get_attribute("data-series") or "{}")
+    assert series == {"consume p99 (ms)": [[minute - age * 60_000, 40.0 + age] for age in (3, 2, 1)],
+                      "handler p99 (ms)": [[minute - age * 60_000, 7.5] for age in (3, 2, 1)]}, series
     console.shot(page, "group")
 
     page.goto(f"{console.url}/console/groups?cluster=dc-a&idle=1m")
@@ -895,10 +905,8 @@ def test_a_clients_page_shows_its_throughput_errors_and_latency_per_topic_from_t
         tmp_path: Any) -> None:
     """Two minutes of a producer's aggregates in the store as the pipeline writes them (partials per window):
     1,800 messages over 120 s is 15.0 / s, 3 send errors, a p99 send latency of 12.5 ms at worst."""
-    import datetime as dt
     import time
 
-    import pyarrow as pa
     from fastapi.testclient import TestClient
 
     from metaserver import db
@@ -906,27 +914,16 @@ def test_a_clients_page_shows_its_throughput_errors_and_latency_per_topic_from_t
     from metaserver.console import users
     from metaserver.models import client_state
     from metaserver.settings import Settings
-    from pipeline.store import Store
+    from tests.console_fixtures import write_aggregates
 
     store = tmp_path / "pipeline"
     minute = int(time.time() // 60) * 60_000 - 120_000
-    parts = [("send.msgs", minute, 600.0, 0, 0.0), ("send.msgs", minute + 60_000, 1200.0, 0, 0.0),
-             ("send.errors", minute + 60_000, 3.0, 0, 0.0),
-             ("send.latency_ms", minute, 0.0, 10, 8.0), ("send.latency_ms", minute + 60_000, 0.0, 10, 12.5)]
-    cols: dict[str, list[Any]] = {k: [] for k in ("window_start", "name", "topic", "group", "client_id", "cluster",
-                                                  "count", "sum", "max", "p50w", "p95w", "p99w", "pcount",
-                                                  "p99_max", "value", "events", "date")}
-    for name, start, value, count, p99 in parts:
-        for k, v in (("window_start", start), ("name", name), ("topic", "orders"), ("group", None),
-                     ("client_id", "p1"), ("cluster", "dc-a"), ("count", count), ("sum", 0.0), ("max", p99),
-                     ("p50w", p99 * count), ("p95w", p99 * count), ("p99w", p99 * count), ("pcount", count),
-                     ("p99_max", p99), ("value", value), ("events", 1),
-                     ("date", dt.datetime.fromtimestamp(start / 1000, dt.UTC).strftime("%Y-%m-%d"))):
-            cols[k].append(v)
-    types = {"window_start": pa.int64(), "count": pa.int64(), "pcount": pa.int64(), "events": pa.int64(),
-             **{k: pa.float64() for k in ("sum", "max", "p50w", "p95w", "p99w", "p99_max", "value")}}
-    Store(str(store)).write(pa.table({k: pa.array(v, type=types.get(k, pa.string())) for k, v in cols.items()}),
-                            "aggregates", ["date"], 1, "agg")
+    write_aggregates(store, [{"topic": "orders", "client_id": "p1", **r} for r in (
+        {"window_start": minute, "name": "send.msgs", "value": 600.0},
+        {"window_start": minute + 60_000, "name": "send.msgs", "value": 1200.0},
+        {"window_start": minute + 60_000, "name": "send.errors", "value": 3.0},
+        {"window_start": minute, "name": "send.latency_ms", "count": 10, "p99": 8.0},
+        {"window_start": minute + 60_000, "name": "send.latency_ms", "count": 10, "p99": 12.5})])
     app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'ms.db'}", pipeline_store=str(store),
                               admin_tokens={"t": "token-1"}))
     now = time.time()

@@ -30,6 +30,7 @@ from .views import (
     _session,
     _svc,
     pipeline_store,
+    read_store,
     router,
 )
 
@@ -95,10 +96,32 @@ def group_lag(svc: Any, props: dict[str, Any], cluster: str, group: str, since: 
         for s in window:
             per_ts = series.setdefault(topic, {})
             per_ts[s.ts] = per_ts.get(s.ts, 0) + s.lag
+    latency, latency_note = group_latency(svc, group, since)
     info = alive[0] if alive else None
-    return {"partitions": partitions, "note": note, "state": info.state if info else "UNKNOWN",
+    return {"partitions": partitions, "note": note, "latency": latency, "latency_note": latency_note,
+            "state": info.state if info else "UNKNOWN",
             "members": info.members if info else 0, "expected": expected,
             "chart": {topic: sorted([ts, lag] for ts, lag in points.items()) for topic, points in series.items()}}
+
+
+#: the latency series of a group's chart: the worst of its consumers' p99 per minute
+LATENCY_SERIES = {"consume.latency_ms": "consume p99 (ms)", "process.latency_ms": "handler p99 (ms)"}
+
+
+def group_latency(svc: Any, group: str, since: dt.timedelta) -> tuple[dict[str, list[list[float]]], str | None]:
+    """Per minute over ``since``: the p99 of the time from a message's timestamp to its handing over
+    (``consume.latency_ms``) and of the handler (``process.latency_ms``), from the pipeline's aggregates."""
+    try:
+        rows = read_store(svc, "aggregates:read_aggregates", since, names=list(LATENCY_SERIES), group=group,
+                          by=("name",))
+    except StoreUnavailable as exc:
+        return {}, str(exc)
+    series: dict[str, list[list[float]]] = {}
+    for row in sorted(rows, key=lambda r: r.get("window_start") or 0):
+        label = LATENCY_SERIES.get(str(row.get("name")))
+        if label and row.get("p99") is not None and row.get("window_start") is not None:
+            series.setdefault(label, []).append([row["window_start"], row["p99"]])
+    return series, None
 
 
 def _check_group(name: str) -> str | None:

@@ -59,17 +59,18 @@
       });
   }
   var COLORS = ["#b42318", "#2457c5", "#1d7a46", "#9a6700", "#6e40c9"];
-  function lagChart(box) {
-    // a group's lag per topic over time, from the server-rendered (escaped) JSON in data-series
+  function seriesChart(box) {
+    // one line per series over time, from the server-rendered (escaped) JSON in data-series; the box holds its
+    // canvas, and its note says why there is no chart
     var series = JSON.parse(box.getAttribute("data-series") || "{}");
-    var topics = Object.keys(series);
-    var note = document.getElementById("lag-chart-note");
-    if (!window.Chart || topics.length === 0) {
-      note.textContent = "No chart: " + (window.Chart ? "no lag samples" : "chart library not loaded");
+    var names = Object.keys(series);
+    var note = document.getElementById(box.getAttribute("data-note"));
+    if (!window.Chart || names.length === 0) {
+      note.textContent = "No chart: " + (window.Chart ? box.getAttribute("data-empty") : "chart library not loaded");
       note.hidden = false; box.hidden = true; box.setAttribute("data-state", "empty");
       return;
     }
-    line(document.getElementById("lag-chart"), topics.map(function (t, i) {
+    line(box.querySelector("canvas"), names.map(function (t, i) {
       return {label: t, data: points(series[t]), borderColor: COLORS[i % COLORS.length]};
     }));
     box.setAttribute("data-state", "drawn");
@@ -119,8 +120,7 @@
   window.addEventListener("load", function () {
     var el = document.getElementById("charts");
     if (el) { charts(el); }
-    var box = document.getElementById("lag-chart-box");
-    if (box) { lagChart(box); }
+    document.querySelectorAll("[data-series]").forEach(seriesChart);
     var selected = document.getElementById("replay-selected");
     if (selected) { chunkedReplay(selected); }
   });
