@@ -724,10 +724,13 @@ def test_a_gray_release_by_label_marks_and_reaches_the_labelled_clients_only() -
 def test_a_short_lived_ephemeral_consumer_group_is_listed_once_its_consumer_closed_and_an_admin_deletes_it(
         console: Console, page: Any) -> None:
     """A real ykafka Consumer with ``ykafka.consumer.group.ephemeral=true`` reads every message of a topic
-    (counted) and says so in its reports: while it runs its group is no candidate (it has a member); once it
+    (counted) and says so in its reports; an operator pauses it from the group's page (six messages produced
+    meanwhile stay unread) and resumes it (they are read, once); while it runs its group is no candidate (it
+    has a member); once it
     closed, the group shows as an *ephemeral* candidate even though its offsets moved just now (idle 7d finds
     nothing), and an admin deletes it: gone from the broker, audited once."""
     import threading
+    import time
 
     from confluent_kafka import Producer as RawProducer
     from confluent_kafka.admin import AdminClient
@@ -757,6 +760,33 @@ def test_a_short_lived_ephemeral_consumer_group_is_listed_once_its_consumer_clos
         _wait_until(lambda: len(seen) >= 12, timeout=60)
         _wait_until(lambda: any((c.get("extra") or {}).get("ephemeral") and c.get("group") == group
                                 for c in admin_clients(st, app[0]).values()))
+        console.login(page, "operator")  # an operator pauses the group's consumers and resumes them
+        page.goto(f"{console.url}/console/groups/{group}?cluster=dc-a")
+        assert page.locator("#paused-state").get_attribute("data-paused") == "false"
+        page.once("dialog", lambda d: d.accept())
+        page.click("#pause")
+        assert page.locator("#paused-state").get_attribute("data-paused") == "true"
+        _wait_until(lambda: consumer._session.operator_paused)
+        raw = RawProducer({"bootstrap.servers": bootstrap})
+        for i in range(12, 18):
+            raw.produce(topic, f"m{i}".encode(), f"k{i}".encode())
+        assert raw.flush(10) == 0
+        del raw
+        gc.collect()
+        time.sleep(3)
+        assert len(seen) == 12, seen  # paused: nothing fetched
+        page.once("dialog", lambda d: d.accept())
+        page.click("#resume")
+        assert page.locator("#paused-state").get_attribute("data-paused") == "false"
+        _wait_until(lambda: len(seen) >= 18, timeout=30)
+        page.goto(f"{console.url}/console/config?scope=group:{group}")
+        history = page.locator("#history tbody tr").all_inner_texts()
+        assert "consumer.paused: true → false" in history[0] and "consumer.paused: true (added)" in history[1], history
+        page.context.clear_cookies()
+        console.login(page, "viewer")
+        page.goto(f"{console.url}/console/groups/{group}?cluster=dc-a")
+        assert page.locator("#pause, #resume").count() == 0  # a viewer sees the state, no button
+        page.context.clear_cookies()
         console.login(page, "admin")
         page.goto(f"{console.url}/console/groups?cluster=dc-a&idle=7d")
         assert page.locator(f"#groups tr[data-group='{group}']").count() == 1
@@ -765,7 +795,7 @@ def test_a_short_lived_ephemeral_consumer_group_is_listed_once_its_consumer_clos
         consumer.stop()
         worker.join(30)
         consumer.close()
-    assert sorted(seen) == sorted(f"m{i}" for i in range(12)), seen  # every message once
+    assert sorted(seen) == sorted(f"m{i}" for i in range(18)), seen  # every message once
 
     row = page.locator(f"#candidates tr[data-group='{group}']")
 

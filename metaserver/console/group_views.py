@@ -17,12 +17,15 @@ from starlette.concurrency import run_in_threadpool
 
 from ykafka.catalog import Scope
 
-from .. import db, pipeline_module
+from .. import db, hotconfig, pipeline_module
+from ..apollo import ApolloError
+from ..hotconfig import ConfigRejected
 from ..models import client_state as cs
 from ..routes_observe import parse_since
 from .brokers import connection
 from .views import (
     StoreUnavailable,
+    _api,
     _audit,
     _form,
     _login_redirect,
@@ -149,8 +152,49 @@ async def group_page(request: Request, group: str) -> Response:
             ctx["error"] = str(exc.args[0])
         except HTTPException as exc:
             ctx["error"] = str(exc.detail)
+        ctx["paused"] = await run_in_threadpool(_paused, _svc(request), group)
     return _page(request, "group.html", sess, status_code=400 if ctx["error"] and ctx["view"] is None else 200,
-                 **ctx)
+                 can_pause=sess.can("operator"), **ctx)
+
+
+def _paused(svc: Any, group: str) -> str | None:
+    """``consumer.paused`` as released at the group's scope ("true" / "false"; None: not set there, or the
+    config center cannot be read)."""
+    try:
+        released = hotconfig.current(_api(svc), Scope.parse(f"group:{group}"))["released"]
+    except (ApolloError, ConfigRejected):
+        return None
+    value = released.get("consumer.paused")
+    return None if value is None else str(value).lower()
+
+
+@router.post("/groups/pause")
+async def group_pause(request: Request) -> Response:
+    """Pause or resume a group's consumers (operator): ``consumer.paused`` published at ``group:<name>``, the same
+    validated release as a hot-config change (each consumer stops fetching, stays in the group), audited."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "operator")
+    svc = _svc(request)
+    group, pause = form.get("group", ""), form.get("paused") == "true"
+    problem = _check_group(group)
+    if problem is None:
+        try:
+            plan = hotconfig.validate(f"group:{group}", {"consumer.paused": "true" if pause else "false"}, [], None)
+            api = _api(svc)
+            before = await run_in_threadpool(hotconfig.plan_changes, api, plan)
+            result = await run_in_threadpool(hotconfig.apply, api, plan, f"console:{sess.username}",
+                                             "pause" if pause else "resume")
+        except (ConfigRejected, ApolloError) as exc:
+            problem = str(exc)
+    if problem is not None:
+        return _page(request, "error.html", sess, status_code=422, message=f"Not changed: {problem}")
+    _audit(svc, sess, "config.set", plan.namespace, {"consumer.paused": before.get("consumer.paused")},
+           {"values": {"consumer.paused": "true" if pause else "false"}, "ips": None, "labels": None,
+            "release": result.get("release")})
+    return RedirectResponse(f"/console/groups/{quote(group, safe='')}?cluster={quote(form.get('cluster', ''))}",
+                            status_code=303)
 
 
 def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta) -> dict[str, Any]:
