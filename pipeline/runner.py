@@ -31,6 +31,8 @@ from .session import spark_session
 from .store import Store, days_between
 
 log = structlog.get_logger(__name__)
+# what Spark says when a Python worker it started did not connect back within its fixed 10 s
+WORKER_TIMEOUT = "Python worker failed to connect back"
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -181,16 +183,37 @@ class Pipeline:
 
     def process_available(self, names: tuple[str, ...] | None = None) -> None:
         """Process what the topics hold now (``names``: some of the queries; default all), the queries side
-        by side as in continuous mode: one query's start-up and planning overlap the others' work."""
-        queries = [self._start(name, topic, once=True) for name, topic in self.QUERIES
-                   if names is None or name in names]
+        by side as in continuous mode: one query's start-up and planning overlap the others' work.
+
+        A query whose Python worker did not connect back in time (Spark waits 10 s, not configurable; seen on
+        a loaded machine) runs once more: it resumes from its checkpoint, and the store's writes are
+        idempotent per batch (docs/observability.md, "Crash and restart")."""
+        wanted = [(name, topic) for name, topic in self.QUERIES if names is None or name in names]
+        for attempt in (1, 2):
+            failed = self._await_queries([(name, self._start(name, topic, once=True)) for name, topic in wanted])
+            if not failed:
+                return
+            name, exc = failed[0]
+            if attempt == 2 or WORKER_TIMEOUT not in str(exc):
+                raise exc
+            log.warning("pipeline.query_retried", query=name, reason=WORKER_TIMEOUT)
+            wanted = [(n, t) for n, t in wanted if n in {f for f, _ in failed}]
+
+    @staticmethod
+    def _await_queries(queries: list[tuple[str, Any]]) -> list[tuple[str, Exception]]:
+        """Wait for every query; the ones that failed, with their exceptions."""
+        failed: list[tuple[str, Exception]] = []
         try:
-            for query in queries:
-                query.awaitTermination()
+            for name, query in queries:
+                try:
+                    query.awaitTermination()
+                except Exception as exc:  # StreamingQueryException: the caller decides
+                    failed.append((name, exc))
         finally:
-            for query in queries:
+            for _, query in queries:
                 if query.isActive:
                     query.stop()
+        return failed
 
     def start(self) -> None:
         """Start the three continuous queries (returns at once)."""
