@@ -4,7 +4,9 @@
 delivery report comes back. It sends directly while the cluster is healthy, spills while it is not, and
 turns a retriable delivery failure into a re-route (to the spill, or to the standby cluster) instead of
 an error. A key with spilled records keeps queueing behind them until the replayer has drained them, so
-per-key order holds across an outage.
+per-key order holds across an outage. When a topic's route leaves a cluster, :meth:`ClusterLink.hand_over`
+gives back what its clients hold (purge) and the engine re-routes it before any newer send goes to the other
+cluster, so no key is overtaken at a failover or failback either.
 Replay of what was spilled is :mod:`ykafka.dr.replay`.
 """
 
