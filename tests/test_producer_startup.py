@@ -89,3 +89,57 @@ def test_first_message_follows_the_handle_build(sdk_stack: LocalStack, monkeypat
         assert seen[:2] == [("built", [cluster]), ("produce", topic)], seen
     finally:
         producer.close()
+
+
+class _FakeHandle:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[str, float]] = []
+        self.fail = fail
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        self.calls.append((topic, timeout))
+        if self.fail:
+            raise transport.KafkaException("unreachable")
+
+
+def test_hastener_asks_twice_for_the_topic_and_stops_on_failure_or_join() -> None:
+    handle = _FakeHandle()
+    hastener = transport.ProducerIdHastener("orders")
+    hastener.attach(handle)  # type: ignore[arg-type]
+    wait_until(lambda: len(handle.calls) == 2, timeout=5, message="two metadata requests")
+    hastener.join()
+    assert handle.calls == [("orders", transport.ProducerIdHastener.TIMEOUT_S)] * 2
+
+    failing = _FakeHandle(fail=True)
+    hastener = transport.ProducerIdHastener("orders")
+    hastener.attach(failing)  # type: ignore[arg-type]
+    hastener.join()
+    assert len(failing.calls) <= 1  # the first failure ends it: the timer gets the id as before
+
+    never = _FakeHandle()
+    hastener = transport.ProducerIdHastener("orders")
+    hastener.attach(None)  # the build failed
+    hastener.join()
+    hastener = transport.ProducerIdHastener("orders")
+    hastener.join()  # closed before it was handed anything
+    hastener.attach(never)  # type: ignore[arg-type]
+    hastener._thread.join(2)
+    assert never.calls == [] and not hastener._thread.is_alive()
+
+
+def test_a_new_idempotent_client_gets_its_producer_id_asked_for(sdk_stack: LocalStack) -> None:
+    """The Producer's new idempotent handle gets a hastener (joined at close); a non-idempotent one none."""
+    topic = f"startup-id-{uuid.uuid4().hex[:8]}"
+    producer = Producer(sdk_stack.client_config())
+    try:
+        assert _first_acks(producer, [topic]) == [None]
+        (client,) = producer._clients.values()
+        assert client.hastener is not None
+        thread = client.hastener._thread
+    finally:
+        producer.close()
+    assert not thread.is_alive()
+    with Producer(sdk_stack.client_config(**{"enable.idempotence": False, "acks": "1"})) as plain:
+        assert _first_acks(plain, [topic]) == [None]
+        (client,) = plain._clients.values()
+        assert client.hastener is None

@@ -47,7 +47,7 @@ from ykafka.partitioner import Picker, needs_python
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
 from ykafka.tracing import Tracer, new_message_id
-from ykafka.transport import KafkaException, close_producer, from_kafka_error, new_producer
+from ykafka.transport import KafkaException, ProducerIdHastener, close_producer, from_kafka_error, new_producer
 from ykafka.transport import RawProducer as _RdProducer
 
 log = structlog.get_logger(__name__)
@@ -69,13 +69,16 @@ _CALLBACKS = ("on_delivery", "delivery.report.callback", "dr_cb", "dr_msg_cb", "
 class _Client:
     """One librdkafka producer: a (cluster, settings) pair."""
 
-    __slots__ = ("key", "cluster", "props", "rd", "retiring_since", "deadline", "abandoned", "drained_at")
+    __slots__ = ("key", "cluster", "props", "rd", "retiring_since", "deadline", "abandoned", "drained_at",
+                 "hastener")
 
-    def __init__(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any], rd: _RdProducer) -> None:
+    def __init__(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any], rd: _RdProducer,
+                 hastener: ProducerIdHastener | None = None) -> None:
         self.key = key
         self.cluster = cluster
         self.props = props
         self.rd = rd
+        self.hastener = hastener  # its producer-id request, joined before the handle is closed
         self.retiring_since: float | None = None
         self.deadline = 0.0
         self.abandoned = False
@@ -391,7 +394,7 @@ class Producer:
                     # tick (500 ms) when a message arrives before the bootstrap metadata does; later, the
                     # first ack costs two ticks (docs/benchmarks.md, "Start-up")
                     self._dr.link(cluster)
-                client = self._new_client(key, cluster, props)
+                client = self._new_client(key, cluster, props, topic)
             home = self._home.get(topic)
             if home is not None and home is not client and self._held.get(topic) is None:
                 # the topic moves to another client (or moves again while its held messages were being
@@ -453,13 +456,23 @@ class Producer:
             props["message.timeout.ms"] = max(effective["spill.after.ms"], effective["producer.linger.ms"] + 1000)
         return props
 
-    def _new_client(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any]) -> _Client:
+    def _new_client(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any],
+                    topic: str | None = None) -> _Client:
+        hastener = None
+        if topic is not None and str(props.get("enable.idempotence", "")).lower() in ("true", "1"):
+            hastener = ProducerIdHastener(topic)  # the id in ~50 ms, not 500-1,000 (see the class)
         try:
             rd = new_producer(props, "producer")
-        except KafkaException as exc:
-            raise ConfigError(f"librdkafka refused the producer settings for cluster {cluster}: "
-                              f"{from_kafka_error(exc)}") from None
-        client = _Client(key, cluster, props, rd)
+        except BaseException as exc:
+            if hastener is not None:
+                hastener.attach(None)
+            if isinstance(exc, KafkaException):
+                raise ConfigError(f"librdkafka refused the producer settings for cluster {cluster}: "
+                                  f"{from_kafka_error(exc)}") from None
+            raise
+        if hastener is not None:
+            hastener.attach(rd)
+        client = _Client(key, cluster, props, rd, hastener)
         self._clients[key] = client
         log.info("ykafka.producer.client_created", **client.describe())
         self._rebind_poll()
@@ -713,6 +726,8 @@ class Producer:
             self.__dict__.pop("poll", None)
             for client in self._all_clients():
                 client.rd.flush(0)
+                if client.hastener is not None:
+                    client.hastener.join()
                 close_producer(client.rd)  # its threads and broker connections go now, not at some later GC
             self._clients.clear()
             self._retiring.clear()

@@ -7,6 +7,8 @@ through here, so the client library can be pinned, patched or replaced in one pl
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -34,7 +36,8 @@ __all__ = [
     "ConsumeError", "KafkaException", "KeyDeserializationError", "KeySerializationError", "Message",
     "MessageField", "NewTopic", "RawAdminClient", "RawConsumer", "RawKafkaError", "RawProducer",
     "SerializationContext", "TopicPartition", "ValueDeserializationError", "ValueSerializationError",
-    "close_producer", "from_kafka_error", "new_producer", "producers_built", "serde_builder", "versions",
+    "ProducerIdHastener", "close_producer", "from_kafka_error", "new_producer", "producers_built", "serde_builder",
+    "versions",
 ]
 
 #: (role, bootstrap.servers) -> librdkafka producer handles built in this process by :func:`new_producer`
@@ -48,6 +51,59 @@ def new_producer(conf: Mapping[str, Any], role: str) -> RawProducer:
     handle = RawProducer(dict(conf))
     _BUILT[(role, str(conf.get("bootstrap.servers") or conf.get("metadata.broker.list") or ""))] += 1
     return handle
+
+
+class ProducerIdHastener:
+    """Gets a new idempotent producer its producer id in ~50 ms instead of 500-1,000.
+
+    librdkafka asks for the id on a 500 ms timer, and only from a broker that is up. The first check comes
+    with the bootstrap metadata, when the bootstrap connection is being replaced by the broker's own
+    (nothing is up), and nothing connects the partition leader before the timer's first tick does unless a
+    request needs a broker: the id then comes at the second tick (docs/benchmarks.md, "Start-up"). One
+    metadata request for the topic being sent, made from this thread once the bootstrap answer is in,
+    connects the leader (after librdkafka's ~50 ms connection suppression), and its answer runs the
+    producer-id state machine at once. A second request covers a first one the bootstrap connection
+    answered. Costs two metadata requests per new handle; a failure (cluster unreachable, handle closed)
+    leaves it to the timer, as before.
+
+    Started before the handle is built (starting a thread waits for it to run, which under load takes
+    milliseconds that must not separate the handle from its first message), given the handle with
+    :meth:`attach`; the owner :meth:`join`\ s it before closing the handle (a metadata call must not outlive
+    its handle).
+    """
+
+    DELAYS_S = (0.01, 0.01)
+    TIMEOUT_S = 0.5
+
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+        self._handle: RawProducer | None = None
+        self._attached = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ykafka-producer-id", daemon=True)
+        self._thread.start()
+
+    def attach(self, handle: RawProducer | None) -> None:
+        """Hand over the built handle (None: the build failed, the thread ends)."""
+        self._handle = handle
+        self._attached.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Stop (no further request) and wait for a request in flight (bounded by its timeout)."""
+        self._handle = None
+        self._attached.set()
+        self._thread.join(timeout if timeout is not None else sum(self.DELAYS_S) + 2 * self.TIMEOUT_S + 1.0)
+
+    def _run(self) -> None:
+        self._attached.wait()
+        for delay in self.DELAYS_S:
+            time.sleep(delay)
+            handle = self._handle
+            if handle is None:
+                return
+            try:
+                handle.list_topics(self._topic, timeout=self.TIMEOUT_S)
+            except Exception:  # unreachable, closed: the producer-id timer gets there on its own
+                return
 
 
 def producers_built(reset: bool = False) -> dict[tuple[str, str], int]:
