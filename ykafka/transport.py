@@ -68,7 +68,7 @@ class ProducerIdHastener:
 
     Started before the handle is built (starting a thread waits for it to run, which under load takes
     milliseconds that must not separate the handle from its first message), given the handle with
-    :meth:`attach`; the owner :meth:`join`\ s it before closing the handle (a metadata call must not outlive
+    :meth:`attach`; the owner :meth:`join` it before closing the handle (a metadata call must not outlive
     its handle).
     """
 
