@@ -11,10 +11,11 @@ one message and waits for its delivery report:
   and namespaces (docs/architecture.md: a client starts while the control plane is away).
 
 ``ready_ms`` is the part until ``Producer(...)`` returned and the first ``produce`` was accepted: the client's
-own work (grant, namespaces, clients built); the rest is librdkafka's, the same for the raw peer (with
-idempotence, as ykafka's defaults, the producer id is fetched before the first batch goes out, and librdkafka
-asks for it on a 500 ms timer: one tick when the partition leader is connected by then, two when not).
-``two_ticks`` counts the rounds of each kind whose ack came >= 750 ms after that first ``produce``.
+own work (grant, namespaces, clients built); the rest is librdkafka's wait for the idempotent producer id
+before the first batch goes out. librdkafka asks for it on a 500 ms timer: raw waits one tick when the
+partition leader is connected by then, two when not; ykafka's Producer asks ~50 ms after building its handle
+(``transport.ProducerIdHastener``). ``two_ticks`` counts the rounds of each kind whose ack came >= 750 ms after
+that first ``produce``. ``met`` holds the issue's targets against the first ack itself (best; ``met_median``).
 
 The peer that explains the ticks (docs/benchmarks.md, "Start-up"): ``raw_late`` is raw confluent-kafka sending
 its first message 30 ms after ``Producer(...)`` (as an application does that builds its producer before it has
@@ -131,10 +132,11 @@ def main() -> None:
     result["cold_over_raw_median_ms"] = round(result["median_ms"]["cold"] - result["median_ms"]["raw"], 1)
     result["rounds"] = rounds
     result["target"] = {"up_ms": TARGET_UP_MS, "cached_down_ms": TARGET_CACHED_MS}
-    # the targets bound what ykafka adds: librdkafka's own wait for the first ack (the idempotent producer
-    # id) is the raw peer's too, and on Tansu alone exceeds both targets
-    result["met"] = {"up": result["cold_ms"] - result["raw_ms"] <= TARGET_UP_MS,
-                     "cached_down": result["cached_down_ms"] - result["raw_ms"] <= TARGET_CACHED_MS}
+    # the targets, on the first ack itself (best and median): librdkafka's producer-id wait is now
+    # ~50 ms after the handle is built (transport.ProducerIdHastener), no longer the 500 ms raw waits
+    result["met"] = {"up": result["cold_ms"] <= TARGET_UP_MS, "cached_down": result["cached_down_ms"] <= TARGET_CACHED_MS}
+    result["met_median"] = {"up": result["median_ms"]["cold"] <= TARGET_UP_MS,
+                            "cached_down": result["median_ms"]["cached_down"] <= TARGET_CACHED_MS}
     print("RESULT " + json.dumps(result), flush=True)
 
 
