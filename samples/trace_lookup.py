@@ -1,12 +1,11 @@
-"""Message trace, end to end: send a few traced messages, consume them (one fails once and is retried),
-run the pipeline once, then print one key's lifecycle the way ``ykafka trace KEY`` does.
+"""Message trace, end to end: a ykafka Producer and Consumer with tracing on send and handle a few messages
+(one handler call fails once and the message is retried), the pipeline runs once, then one key's lifecycle is
+printed the way ``ykafka trace KEY`` does.
 
 Run against the local stack:  ykafka dev up && source .ykafka/dev.env && python samples/trace_lookup.py
 (the cluster comes from YKAFKA_BOOTSTRAP_DC_A or --bootstrap; the store defaults to a temporary folder).
-
-Until the ykafka Producer / Consumer call the Tracer themselves, this sample does what their hooks do,
-around plain confluent-kafka clients: decide sampling per message, wrap the delivery callback (which
-emits ``produced`` + ``acked``), and trace each step on the consumer side.
+Tracing is a hot-config key like any other: here it is set in the clients' configuration; in production an
+operator turns it on for a topic (``ykafka admin config set topic:orders trace.enabled=true``).
 """
 
 from __future__ import annotations
@@ -14,19 +13,19 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
+import threading
 import uuid
+from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Message
 
 from pipeline.cli import trace
 from pipeline.runner import Pipeline, PipelineConfig
-from ykafka.metrics import Metrics, local_versions
+from ykafka import Consumer, Producer
+from ykafka.logs import configure
 from ykafka.oneline import run
-from ykafka.sink import EventSink
-from ykafka.tracing import Tracer
 
-TRACE_ALL = {"trace.enabled": True, "trace.sample.rate": 1.0}
+TRACE_ALL = {"trace.enabled": True, "trace.sample.rate": 1.0, "ykafka.trace.linger.ms": 20}
 
 
 def main() -> None:
@@ -38,57 +37,42 @@ def main() -> None:
     args = parser.parse_args()
     if not args.bootstrap:
         parser.error("no cluster: pass --bootstrap or source .ykafka/dev.env")
+    configure("warning")
     store = args.store or tempfile.mkdtemp(prefix="ykafka-trace-")
+    cache = tempfile.mkdtemp(prefix="ykafka-trace-cache-")
     topic, group = f"orders-{uuid.uuid4().hex[:6]}", f"billing-{uuid.uuid4().hex[:6]}"
-    sink = EventSink({"bootstrap.servers": args.bootstrap})
-    tracer = Tracer.for_client("sample-app-1", "127.0.0.1", None, app="sample", cluster="dc-a", sink=sink)
-    rate = tracer.rate(TRACE_ALL)
+    local = {"bootstrap.servers": args.bootstrap, "ykafka.cache.dir": cache, **TRACE_ALL}
 
-    # producer side: what the ykafka Producer's trace hooks do per message
-    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5})
+    # producer side: the Producer traces `produced` and `acked` for every sampled message
+    producer = Producer({**local, "producer.linger.ms": 5})
+    failed: list[Any] = []
     for i in range(args.count):
-        key = f"order-{i}"
-        headers = []
-        callback = None
-        mid = tracer.sample(rate, f"{topic}-{i}")  # the Producer passes its ykafka-id here
-        if mid is not None:
-            headers.append(("ykafka-id", mid))
-            callback = tracer.wrap_delivery(None, topic, key, mid)
-        producer.produce(topic, f"order #{i}".encode(), key.encode(), headers=headers, on_delivery=callback)
-    producer.flush(30)
-    print(f"produced {args.count} messages to {topic}")
+        producer.produce(topic, f"order #{i}".encode(), f"order-{i}".encode(),
+                         on_delivery=lambda err, msg: failed.append(err) if err else None)
+    left = producer.close()
+    print(f"produced {args.count} messages to {topic}: {len(failed) + left} not acknowledged")
 
-    # consumer side: consumed / retried / processed, as the ykafka Consumer's hooks will report them
-    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         "session.timeout.ms": 6000, "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    handled, failed_once = 0, False
-    deadline = time.monotonic() + 60
-    while handled < args.count and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is None or msg.error() is not None:
-            continue
-        waited_ms = time.time() * 1000 - msg.timestamp()[1]
-        tracer.trace_message("consumed", msg, rate=rate, group=group, latency_ms=waited_ms)
-        if msg.key() == b"order-1" and not failed_once:  # the handler fails once: retried, delivered again
-            failed_once = True
-            tracer.trace_message("retried", msg, rate=rate, group=group, error="TimeoutError: payment service")
-            time.sleep(0.2)  # the retry back-off
-            tracer.trace_message("consumed", msg, rate=rate, group=group, detail="retry 1")
-        started = time.monotonic()
-        tracer.trace_message("processed", msg, rate=rate, group=group,
-                             latency_ms=(time.monotonic() - started) * 1000)
-        handled += 1
-    consumer.commit(asynchronous=False)
+    # consumer side: `consumed` / `retried` / `processed`; order-1's handler fails once, its retry copy succeeds
+    handled: set[str] = set()
+    failed_once: list[str] = []
+    done = threading.Event()
+
+    def handle(msg: Message) -> None:
+        key = (msg.key() or b"").decode()
+        if key == "order-1" and not failed_once:
+            failed_once.append(key)
+            raise TimeoutError("payment service")  # the Consumer schedules a retry copy
+        handled.add(key)
+        if len(handled) == args.count:
+            done.set()
+
+    consumer = Consumer({**local, "group.id": group, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                         "consumer.retry.backoff.ms": "200", "consumer.workers": 2})
+    watchdog = threading.Thread(target=lambda: (done.wait(90), consumer.stop()), daemon=True)
+    watchdog.start()
+    consumer.run(handle, topics=[topic])  # returns once stopped, work finished and offsets committed
     consumer.close()
-
-    # the client reports itself (inventory)
-    metrics = Metrics(sink, "sample-app-1", "consumer", app="sample", cluster="dc-a", group=group, own_sink=False)
-    metrics.client_event({"client_id": "sample-app-1", "app_id": "sample", "ip": "127.0.0.1", "hostname": "local",
-                          "pid": os.getpid(), "versions": local_versions(), "role": "consumer", "topics": [topic],
-                          "group": group, "cluster": "dc-a", "state": "running"})
-    metrics.close(final_state=None)
-    sink.close()
+    print(f"handled {len(handled)} messages ({', '.join(failed_once)} after one retry)")
 
     print(f"running the pipeline once (Spark {args.master}), store {store} ...")
     pipeline = Pipeline(PipelineConfig(bootstrap=args.bootstrap, store=store, master=args.master))
