@@ -309,6 +309,10 @@ def test_an_admin_fails_a_cluster_over_to_its_standby_with_confirmation_and_back
         row.locator("button[data-to=standby]").click()
         _writes_to(page, "dc-a", "standby")
         console.shot(page, "clusters")
+        page.goto(f"{console.url}/console/")  # the overview shows the failover state too
+        assert page.locator("#overview-clusters tr[data-cluster='dc-a'] .writes-to").inner_text() == "standby"
+        assert page.locator("#overview-clusters tr[data-cluster='dc-b'] .writes-to").inner_text() == "primary"
+        page.goto(f"{console.url}/console/clusters")
         released = st.admin("GET", "/v1/admin/config?scope=cluster:dc-a").json()["released"]
         assert released.get("route.active") == "standby"
         page.once("dialog", lambda d: d.accept())

@@ -11,14 +11,12 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 
 from ykafka import acl as acl_rules
-from ykafka.catalog import Scope, ScopeKind
 
 from .. import audit, db, hotconfig, registry, routes_admin
-from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
 from ..models import apps
 from . import provision, users
-from .views import Denied, _api, _audit, _form, _login_redirect, _page, _session, _svc, router
+from .views import Denied, _api, _audit, _form, _login_redirect, _page, _session, _svc, router, writes_to
 
 _OPS: dict[str, acl_rules.Operation] = {op: op for op in acl_rules.OPERATIONS}
 
@@ -174,14 +172,6 @@ async def app_acl(request: Request, app_id: str) -> Response:
     return RedirectResponse(f"/console/apps/{quote(app_id, safe='')}", status_code=303)
 
 
-def _writes_to(svc: Any, cluster: str) -> str:
-    try:
-        released = hotconfig.current(_api(svc), Scope(ScopeKind.CLUSTER, cluster))["released"]
-    except (ApolloError, ConfigRejected):
-        return "primary"
-    return str(released.get("route.active", "primary"))
-
-
 @router.get("/clusters")
 def cluster_list(request: Request) -> Response:
     sess = _session(request)
@@ -191,7 +181,7 @@ def cluster_list(request: Request) -> Response:
     with db.read(svc.engine) as conn:
         clusters = list(registry.all_clusters(conn).values())
     for c in clusters:
-        c["writes_to"] = _writes_to(svc, c["name"]) if c.get("standby") else "primary"
+        c["writes_to"] = writes_to(svc, c["name"]) if c.get("standby") else "primary"
     return _page(request, "clusters.html", sess, clusters=clusters, can_switch=sess.can("admin"))
 
 

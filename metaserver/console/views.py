@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
 from ykafka import catalog
-from ykafka.catalog import Scope
+from ykafka.catalog import Scope, ScopeKind
 
 from .. import audit, clients, db, hotconfig, pipeline_module, registry
 from ..apollo import ApolloError, ApolloOpenApi
@@ -150,8 +150,19 @@ def overview(request: Request) -> Response:
                                     .where(alerts.c.status == "firing")).scalar_one()
         firing = conn.execute(select(alerts).where(alerts.c.status == "firing")
                               .order_by(alerts.c.last_seen.desc()).limit(20)).mappings().all()
+    for c in clusters.values():  # the failover state: where the cluster's writes go now
+        c["writes_to"] = writes_to(svc, c["name"]) if c.get("standby") else "primary"
     return _page(request, "overview.html", sess, clusters=list(clusters.values()), app_count=app_count,
                  live_count=sum(n for _, n in roles), roles=roles, firing=firing, firing_count=firing_count)
+
+
+def writes_to(svc: Services, cluster: str) -> str:
+    """Where a cluster's writes go: ``route.active`` released at ``cluster:<name>`` (primary / standby)."""
+    try:
+        released = hotconfig.current(_api(svc), Scope(ScopeKind.CLUSTER, cluster))["released"]
+    except (ApolloError, ConfigRejected):
+        return "primary"
+    return str(released.get("route.active", "primary"))
 
 
 _CLIENT_FILTERS = ("app", "cluster", "group", "topic", "ip", "role", "version")
