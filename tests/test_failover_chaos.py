@@ -173,3 +173,33 @@ def test_primary_frozen_under_load_fails_over_in_key_order(dc_brokers: dict[str,
     assert not stream.errors
     assert len(on_b) > 100 and sorted(_values(synced)) == sorted(_values(on_b))
     assert not key_overtakes(on_b) and not key_overtakes(synced) and in_key_order(direct)
+
+
+def test_a_route_that_moved_reports_its_hand_over_until_the_next_send(dc_brokers: dict[str, Broker],
+                                                                      tmp_path: Path) -> None:
+    """``handing_over`` (what the asyncio producer asks before sending on its event loop) is true from the
+    switch until the next send of the topic handed the old cluster's messages over, and false otherwise."""
+    a, b = dc_brokers["dc-a"], dc_brokers["dc-b"]
+    topic = unique("handover")
+    for broker in (a, b):
+        create_topic(broker.bootstrap, topic, 3)
+    engine = make_engine({"dc-a": a.bootstrap, "dc-b": b.bootstrap}, RouteSpec("dc-a", "dc-b", "manual"),
+                         tmp_path / "dr")
+    try:
+        stream = Stream(engine, topic)
+        stream.send(50)
+        assert not engine.handing_over(topic)
+        engine.switch("dc-a", "standby")
+        assert engine.target(topic) == "dc-b" and engine.handing_over(topic)
+        stream.send(50)
+        assert not engine.handing_over(topic)
+        engine.switch("dc-a", "primary")
+        assert engine.target(topic) == "dc-a" and engine.handing_over(topic)
+        stream.send(50)
+        assert not engine.handing_over(topic)
+        assert engine.wait_idle(60), engine.status()
+    finally:
+        engine.close()
+    on_a = read_all(a.bootstrap, topic, expect=150)
+    assert tally(stream.sent, _values(on_a))["lost"] == 0 and not key_overtakes(
+        [m for m in on_a if not H.synced_from(m.headers())])

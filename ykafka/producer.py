@@ -299,10 +299,12 @@ class Producer:
     def ready(self, topic: str) -> bool:
         """Whether a send to ``topic`` runs without blocking: its routing, client and settings are resolved
         (no grant check, metadata fetch or client build pending) and it is not held by a client swap (whose
-        release sends under the producer's lock). The asyncio producer sends such messages on the event loop
-        and hands the others to a thread."""
+        release sends under the producer's lock), nor waiting for a disaster-recovery hand-over (a route that
+        just moved between clusters). The asyncio producer sends such messages on the event loop and hands the
+        others to a thread."""
         st = self._states.get(topic)
-        return st is not None and not (st.expires and time.monotonic() > st.expires) and topic not in self._held
+        return st is not None and not (st.expires and time.monotonic() > st.expires) and topic not in self._held \
+            and (st.direct is not None or self._dr is None or not self._dr.handing_over(topic))
 
     def reserve(self, topic: str, value: Any) -> float:
         """Take a send's throttle tokens now and return how long it must wait before :meth:`produce_reserved`

@@ -222,6 +222,21 @@ class DisasterRecovery:
         return self.link(cluster).direct_sender(topic, client)
 
 
+    def handing_over(self, topic: str) -> bool:
+        """Whether a send of ``topic`` may wait now for a hand-over (:meth:`ClusterLink.hand_over`): its route
+        just moved, or a cluster of its route is DOWN with clients not yet out of service or gives back what
+        they held. The asyncio producer sends such messages off its event loop."""
+        if topic in self._moved:
+            return True
+        spec = self._route(topic)
+        if spec.standby is None:
+            return False
+        for name in (spec.primary, spec.standby):
+            link = self._links.get(name)
+            if link is not None and (link.draining or (link.available and link.health.state is ClusterState.DOWN)):
+                return True
+        return False
+
     def _wants_standby(self, spec: RouteSpec) -> bool:
         if spec.standby is None:
             return False
