@@ -5,6 +5,7 @@ plus one read from the broker now), the lag over time as a chart, and the group 
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from typing import Any
@@ -144,6 +145,8 @@ async def group_page(request: Request, group: str) -> Response:
     q["since"] = q["since"] or "1h"
     ctx: dict[str, Any] = {"group": group, "q": q, "view": None, "error": _check_group(group)}
     if ctx["error"] is None:
+        # the config service's answer (paused?) is read while the broker is
+        paused = asyncio.ensure_future(run_in_threadpool(_paused, _svc(request), group))
         try:
             ctx["cluster"], props = connection(_svc(request), q["cluster"] or None)
             ctx["view"] = await run_in_threadpool(group_lag, _svc(request), props, ctx["cluster"], group,
@@ -152,7 +155,7 @@ async def group_page(request: Request, group: str) -> Response:
             ctx["error"] = str(exc.args[0])
         except HTTPException as exc:
             ctx["error"] = str(exc.detail)
-        ctx["paused"] = await run_in_threadpool(_paused, _svc(request), group)
+        ctx["paused"] = await paused
     return _page(request, "group.html", sess, status_code=400 if ctx["error"] and ctx["view"] is None else 200,
                  can_pause=sess.can("operator"), **ctx)
 
