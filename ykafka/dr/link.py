@@ -191,6 +191,10 @@ class ClusterLink:
                     or not self._spill_enabled(msg[0]):
                 if client is None:
                     client = self.client()
+                elif self._client is not None and len(self._client):
+                    # our own client still holds messages (re-routed here from the partner cluster): a caller's
+                    # client could deliver a newer message of their key first, so stay behind them until it is empty
+                    client = self._client
                 elif client is not self._last_external:
                     self._last_external = client
                     if client not in self._external:
@@ -207,11 +211,13 @@ class ClusterLink:
     def direct_sender(self, topic: str, client: RawProducer) -> DirectSender | None:
         """What a caller needs to send ``topic`` straight through ``client`` instead of calling :meth:`send`
         per message (see :class:`DirectSender`); None while the topic must go through :meth:`send`
-        (cluster unavailable, records waiting in the spill, a retired client draining). The owner drops
+        (cluster unavailable, records waiting in the spill, a retired client draining, messages re-routed
+        into the link's own client not yet delivered). The owner drops
         it when :attr:`on_change` fires."""
         with self._lock:
             if not self.available or self._retired or self._undelivered or self._rerouting \
-                    or (self.queue is not None and self.queue.depth):
+                    or (self.queue is not None and self.queue.depth) \
+                    or (self._client is not None and len(self._client)):  # re-routed messages still in our client
                 return None
             if client not in self._external:
                 self._external.append(client)
