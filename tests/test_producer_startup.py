@@ -106,25 +106,27 @@ def test_hastener_asks_twice_for_the_topic_and_stops_on_failure_or_join() -> Non
     handle = _FakeHandle()
     hastener = transport.ProducerIdHastener("orders")
     hastener.attach(handle)  # type: ignore[arg-type]
-    wait_until(lambda: len(handle.calls) == 2, timeout=5, message="two metadata requests")
+    wait_until(lambda: hastener.done, timeout=5, message="the hastener's two requests")
     hastener.join()
     assert handle.calls == [("orders", transport.ProducerIdHastener.TIMEOUT_S)] * 2
 
     failing = _FakeHandle(fail=True)
     hastener = transport.ProducerIdHastener("orders")
     hastener.attach(failing)  # type: ignore[arg-type]
-    hastener.join()
-    assert len(failing.calls) <= 1  # the first failure ends it: the timer gets the id as before
+    wait_until(lambda: hastener.done, timeout=5, message="the failed request")
+    assert hastener.done and failing.calls == [("orders", transport.ProducerIdHastener.TIMEOUT_S)]  # then the timer
 
-    never = _FakeHandle()
+    stopped = _FakeHandle()
+    hastener = transport.ProducerIdHastener("orders")
+    hastener.DELAYS_S = (0.5, 0.5)
+    hastener.attach(stopped)  # type: ignore[arg-type]
+    hastener.join()  # the handle is about to be closed: nothing more is asked of it
+    assert hastener.done and stopped.calls == []
+
     hastener = transport.ProducerIdHastener("orders")
     hastener.attach(None)  # the build failed
+    assert hastener.done
     hastener.join()
-    hastener = transport.ProducerIdHastener("orders")
-    hastener.join()  # closed before it was handed anything
-    hastener.attach(never)  # type: ignore[arg-type]
-    hastener._thread.join(2)
-    assert never.calls == [] and not hastener._thread.is_alive()
 
 
 def test_a_new_idempotent_client_gets_its_producer_id_asked_for(sdk_stack: LocalStack) -> None:
@@ -134,11 +136,11 @@ def test_a_new_idempotent_client_gets_its_producer_id_asked_for(sdk_stack: Local
     try:
         assert _first_acks(producer, [topic]) == [None]
         (client,) = producer._clients.values()
-        assert client.hastener is not None
-        thread = client.hastener._thread
+        hastener = client.hastener
+        assert hastener is not None
     finally:
         producer.close()
-    assert not thread.is_alive()
+    assert hastener.done
     with Producer(sdk_stack.client_config(**{"enable.idempotence": False, "acks": "1"})) as plain:
         assert _first_acks(plain, [topic]) == [None]
         (client,) = plain._clients.values()

@@ -7,6 +7,7 @@ through here, so the client library can be pinned, patched or replaced in one pl
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import Counter
@@ -60,41 +61,70 @@ class ProducerIdHastener:
     with the bootstrap metadata, when the bootstrap connection is being replaced by the broker's own
     (nothing is up), and nothing connects the partition leader before the timer's first tick does unless a
     request needs a broker: the id then comes at the second tick (docs/benchmarks.md, "Start-up"). One
-    metadata request for the topic being sent, made from this thread once the bootstrap answer is in,
-    connects the leader (after librdkafka's ~50 ms connection suppression), and its answer runs the
+    metadata request for the topic being sent, made from a background thread once the bootstrap answer is
+    in, connects the leader (after librdkafka's ~50 ms connection suppression), and its answer runs the
     producer-id state machine at once. A second request covers a first one the bootstrap connection
     answered. Costs two metadata requests per new handle; a failure (cluster unreachable, handle closed)
     leaves it to the timer, as before.
 
-    Started before the handle is built (starting a thread waits for it to run, which under load takes
-    milliseconds that must not separate the handle from its first message), given the handle with
-    :meth:`attach`; the owner :meth:`join` it before closing the handle (a metadata call must not outlive
-    its handle).
+    One worker thread per process serves every hastener in turn, started by :meth:`start_worker` (the
+    Producer calls it when it is built: starting a thread waits until it runs, which under load takes
+    milliseconds that must neither separate a handle from its first message nor hold the Producer's lock).
+    Created before the handle is built, given it with :meth:`attach`; the owner calls :meth:`join` before
+    closing the handle (a metadata call must not outlive its handle).
     """
 
     DELAYS_S = (0.01, 0.01)
     TIMEOUT_S = 0.5
+    _jobs: queue.SimpleQueue[ProducerIdHastener] = queue.SimpleQueue()
+    _worker: threading.Thread | None = None
+    _worker_lock = threading.Lock()
+
+    @classmethod
+    def start_worker(cls) -> None:
+        """Start the process's worker thread if it is not running."""
+        if cls._worker is not None and cls._worker.is_alive():
+            return
+        with cls._worker_lock:
+            if cls._worker is None or not cls._worker.is_alive():
+                cls._worker = threading.Thread(target=cls._serve, name="ykafka-producer-id", daemon=True)
+                cls._worker.start()
+
+    @classmethod
+    def _serve(cls) -> None:
+        while True:
+            job = cls._jobs.get()
+            try:
+                job._run()
+            finally:
+                job._done.set()
 
     def __init__(self, topic: str) -> None:
         self._topic = topic
         self._handle: RawProducer | None = None
-        self._attached = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ykafka-producer-id", daemon=True)
-        self._thread.start()
+        self._done = threading.Event()
 
     def attach(self, handle: RawProducer | None) -> None:
-        """Hand over the built handle (None: the build failed, the thread ends)."""
+        """Hand over the built handle (None: the build failed, nothing is asked)."""
+        if handle is None:
+            self._done.set()
+            return
         self._handle = handle
-        self._attached.set()
+        self.start_worker()  # a no-op once the Producer started it
+        self._jobs.put(self)
 
     def join(self, timeout: float | None = None) -> None:
         """Stop (no further request) and wait for a request in flight (bounded by its timeout)."""
         self._handle = None
-        self._attached.set()
-        self._thread.join(timeout if timeout is not None else sum(self.DELAYS_S) + 2 * self.TIMEOUT_S + 1.0)
+        if self._worker is None:
+            return
+        self._done.wait(timeout if timeout is not None else sum(self.DELAYS_S) + 2 * self.TIMEOUT_S + 1.0)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
 
     def _run(self) -> None:
-        self._attached.wait()
         for delay in self.DELAYS_S:
             time.sleep(delay)
             handle = self._handle
