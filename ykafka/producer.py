@@ -466,8 +466,7 @@ class Producer:
         if (topic is not None and cluster not in self._hastened
                 and str(props.get("enable.idempotence", "")).lower() in ("true", "1")):
             # a cluster's first client (start-up): its producer id in ~50 ms, not 500-1,000 (see the class).
-            # Not for the clients of later swaps: with it there, the asyncio test's event-loop lag during
-            # rebuilds doubled (median of 5: 18.7 ms against 9.4; not explained), so they stay as they were
+            # The clients of later swaps keep librdkafka's timer, as before (docs/benchmarks.md, "Start-up")
             self._hastened.add(cluster)
             hastener = ProducerIdHastener(topic)
         try:
