@@ -677,6 +677,129 @@ def test_a_groups_partitions_show_burrow_status_and_a_lag_chart_and_an_idle_grou
         "csrf": csrf, "cluster": "dc-a", "group": group, "confirm": group}).status == 403
 
 
+def test_a_topics_page_shows_its_route_partitions_its_groups_lag_and_status_charts_and_clients_and_only_admins_move_it(
+        console: Console, page: Any) -> None:
+    """A real ykafka Producer sends 12 messages (counted) to a 3-partition topic on dc-a and a real ykafka Consumer
+    of a group reads all 12; the group is paused (it stays a live member) and 5 more are sent. Opened from the
+    Topics list, the topic's page shows the route (dc-a), 3 partitions, the group with a lag of exactly the 5
+    unread, per partition as the deliveries fell, judged STALL where lag stayed (the pipeline's samples of the
+    paused minutes plus the broker's read now), both clients among the live ones, and the rate, send latency and
+    errors charts drawn from the pipeline's aggregates; an admin sees the move form, a viewer neither sees it nor
+    can forge it (403)."""
+    import threading
+    import time
+
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    from tests.console_fixtures import write_aggregates, write_lag_samples
+    from ykafka import Producer
+    from ykafka.consumer import Consumer
+
+    st = console.stack
+    bootstrap = st.clusters["dc-a"]
+    topic, group = unique("topic-page"), unique("topic-group")
+    create_topic(bootstrap, topic, 3)
+    app = st.new_app([topic], [topic], [group])
+    producer_id, consumer_id = f"{app[0]}-producer", f"{app[0]}-consumer"
+    producer = Producer(st.client_config(app, **{"ykafka.client.id": producer_id}))
+    delivered: list[int] = []
+    failed: list[str] = []
+
+    def send(i: int) -> None:  # one record per batch: Tansu's high watermark is the last batch's base offset + 1
+        producer.produce(topic, f"m{i}".encode(), f"k{i}".encode(),
+                         on_delivery=lambda err, msg: failed.append(str(err)) if err else delivered.append(
+                             msg.partition()))
+        assert producer.flush(30) == 0
+
+    seen: list[str] = []
+    consumer = Consumer(st.client_config(app, **{
+        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "ykafka.consumer.commit.interval.ms": 200,
+        "ykafka.consumer.retry.topics": False, "ykafka.client.id": consumer_id}))
+    worker = threading.Thread(target=consumer.run, args=(lambda m: seen.append(m.value().decode()), [topic]),
+                              daemon=True)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def committed() -> dict[int, int]:
+        got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=10)
+        return {tp.partition: tp.offset for f in got.values() for tp in f.result(10).topic_partitions or []
+                if tp.topic == topic and tp.error is None and tp.offset >= 0}
+
+    try:
+        for i in range(12):
+            send(i)
+        worker.start()
+        _wait_until(lambda: len(seen) >= 12, timeout=60)
+        _wait_until(lambda: sum(committed().values()) == 12, timeout=30)
+        st.push(f"group:{group}", {"consumer.paused": "true"})
+        _wait_until(lambda: consumer._session.operator_paused)
+        for i in range(12, 17):
+            send(i)
+        assert len(delivered) == 17 and not failed, (delivered, failed)
+        time.sleep(1.0)
+        assert sorted(seen) == sorted(f"m{i}" for i in range(12)), seen  # paused: the last five stay unread
+        wait_reported_topic(st, app[0], [producer_id, consumer_id], topic)
+        at = committed()
+        lag = {p: delivered[12:].count(p) for p in range(3)}
+        ends = {p: delivered.count(p) for p in range(3)}
+        assert all(at.get(p, 0) + lag[p] == ends[p] for p in range(3)), (at, lag, ends)
+        now = int(time.time() * 1000)  # the pipeline's sampler's reads over the paused minutes (a live member)
+        write_lag_samples(st.home / "pipeline", [
+            {"ts": now - age * 1000, "cluster": "dc-a", "topic": topic, "group": group, "partition": p, "count": 1,
+             "committed": at.get(p, -1), "end_offset": ends[p], "value": float(lag[p])}
+            for age in (180, 120, 60) for p in range(3)])
+        minute = now // 60_000 * 60_000
+        write_aggregates(st.home / "pipeline", [
+            row for age in (3, 2, 1) for row in (
+                {"window_start": minute - age * 60_000, "name": "send.msgs", "topic": topic, "value": 600.0 * age},
+                {"window_start": minute - age * 60_000, "name": "send.latency_ms", "topic": topic, "count": 4,
+                 "p99": 10.0 + age},
+                {"window_start": minute - age * 60_000, "name": "send.errors", "topic": topic, "value": float(age)})])
+
+        console.login(page, "admin")
+        page.goto(f"{console.url}/console/topics?q={topic}")
+        page.locator(f"#topics tr[data-topic='{topic}'] a[href='/console/topics/{topic}']").click()
+        page.wait_for_url(f"{console.url}/console/topics/{topic}")
+        assert page.locator("#routed-to").inner_text() == "dc-a"
+        assert page.locator("#partition-count").inner_text() == "3"
+        assert page.locator("#partitions tbody tr").count() == 3
+        for p in range(3):
+            assert page.locator(f"#partitions tr[data-partition='{p}'] .end").inner_text() == str(ends[p])
+        row = page.locator(f"#groups tr[data-group='{group}']")
+        assert row.locator(".lag").inner_text() == "5" and row.get_attribute("data-status") == "STALL"
+        assert "STABLE" in row.inner_text()
+        for p in range(3):
+            cell = page.locator(f"#group-partitions tr[data-group='{group}'][data-partition='{p}']")
+            assert cell.locator(".lag").inner_text() == str(lag[p]), (p, lag)
+            assert cell.get_attribute("data-status") == ("STALL" if lag[p] else "OK"), (p, lag)
+        clients = page.locator("#topic-clients tbody tr")
+        roles = {clients.nth(i).get_attribute("data-client"): clients.nth(i).get_attribute("data-role")
+                 for i in range(clients.count())}
+        assert roles == {producer_id: "producer", consumer_id: "consumer"}, roles
+        for box, want in (("rate", {"produced / s": [[minute - a * 60_000, 10.0 * a] for a in (3, 2, 1)]}),
+                          ("latency", {"send p99 (ms)": [[minute - a * 60_000, 10.0 + a] for a in (3, 2, 1)]}),
+                          ("errors", {"send errors / min": [[minute - a * 60_000, float(a)] for a in (3, 2, 1)]})):
+            drawn = page.locator(f"#{box}-chart-box[data-state=drawn]")
+            drawn.wait_for(state="attached")
+            assert json.loads(drawn.get_attribute("data-series") or "{}") == want, box
+        assert page.locator("#move-topic select[name=cluster] option").all_inner_texts() == ["dc-b"]
+        console.shot(page, "topic")
+        page.context.clear_cookies()
+        console.login(page, "viewer")
+        page.goto(f"{console.url}/console/topics/{topic}")
+        assert page.locator("#partition-count").inner_text() == "3"
+        assert page.locator("#move-topic").count() == 0 and page.locator("form[action$='/move']").count() == 0
+        csrf = page.locator("header input[name=csrf]").get_attribute("value")
+        assert page.request.post(f"{console.url}/console/topics/move", form={
+            "csrf": csrf, "topic": topic, "cluster": "dc-b", "back": "topic"}).status == 403
+        assert st.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()["released"] == {}
+    finally:
+        consumer.close()
+        worker.join(10)
+        producer.close()
+
+
 def test_the_trace_pages_completeness_audit_shows_per_bucket_and_group_what_was_missed(
         console: Console, page: Any) -> None:
     """Traced messages in the store as the pipeline writes them: a closed bucket where one group got all five
@@ -830,7 +953,8 @@ def test_a_short_lived_ephemeral_consumer_group_is_listed_once_its_consumer_clos
 
 def test_before_any_pipeline_run_the_pages_say_so_and_what_to_run_without_the_stores_path(tmp_path: Any) -> None:
     """A MetaServer configured with a pipeline store nothing has written yet: the overview's chart data, the
-    trace audit and the topics page say "no pipeline run yet" with the command, never the store's path."""
+    trace audit, the topics page and a topic's page say "no pipeline run yet" with the command, never the store's
+    path."""
     from fastapi.testclient import TestClient
 
     from metaserver.app import create_app
@@ -849,7 +973,7 @@ def test_before_any_pipeline_run_the_pages_say_so_and_what_to_run_without_the_st
         data = http.get("/console/data/overview").json()
         assert data["available"] is False and data["command"] == "ykafka pipeline run", data
         assert data["reason"].startswith("no pipeline run yet") and str(tmp_path) not in data["reason"], data
-        for url in ("/console/trace?audit_topic=orders", "/console/topics"):
+        for url in ("/console/trace?audit_topic=orders", "/console/topics", "/console/topics/orders"):
             html = http.get(url).text
             assert "no pipeline run yet" in html and "<code>ykafka pipeline run</code>" in html, url
             assert str(tmp_path) not in html, url

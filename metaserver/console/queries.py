@@ -52,6 +52,24 @@ def topic_usage(conn: Connection, heartbeat_s: int, topics: list[str]) -> list[t
     return [(str(topic), str(role), group, int(count)) for topic, role, group, count in rows]
 
 
+def topic_clients(conn: Connection, heartbeat_s: int, topic: str, limit: int) -> tuple[list[dict[str, Any]], int]:
+    """(the first ``limit`` live clients naming ``topic`` in their reports, newest report first; how many there
+    are): the topic page's clients."""
+    conds = [cs.c.last_seen >= online_after(heartbeat_s), _topic_filter(topic)]
+    total = conn.execute(select(func.count()).select_from(cs).where(*conds)).scalar_one()
+    stmt = select(*LIST_COLUMNS).where(*conds).order_by(cs.c.role, cs.c.last_seen.desc()).limit(limit)
+    rows = [{**row, "group": row["group_id"]} for row in conn.execute(stmt).mappings()
+            if topic in (row["topics"] or [])]
+    return rows, int(total)
+
+
+def topic_groups(conn: Connection, topic: str, limit: int) -> list[str]:
+    """Consumer groups whose clients (live or not, still in the table) report reading ``topic``."""
+    stmt = (select(cs.c.group_id).where(cs.c.group_id.is_not(None), _topic_filter(topic)).distinct()
+            .order_by(cs.c.group_id).limit(limit))
+    return [str(g) for g in conn.execute(stmt).scalars()]
+
+
 def online_after(heartbeat_s: int) -> float:
     return time.time() - 3 * heartbeat_s
 

@@ -1,20 +1,39 @@
 """The Topics page: every topic the live clients report, with its producers, consumer groups and their
 consumers (from the client reports), and the max lag per group over the last 15 minutes when the pipeline's
-aggregates are there."""
+aggregates are there.
+
+A topic's own page: the cluster it is routed to (and why), its partitions (one metadata request through
+``ykafka.admin.topics``), the groups consuming it with their lag per partition judged Burrow-style (the group
+page's read: ``LagSampler`` plus the pipeline's stored samples), produce / consume rates, send latency and
+errors over time from the pipeline's aggregates, the live clients naming it, and the admin's move."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
+from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from .. import db
+from ykafka import acl as acl_rules
+from ykafka.admin.topics import TopicAdminError, describe_topic
+from ykafka.catalog import Scope
+
+from .. import db, hotconfig, pipeline_module, placements
+from ..apollo import ApolloError
+from ..hotconfig import ConfigRejected
+from ..routes_observe import parse_since
 from . import provision, queries
+from .brokers import connection
+from .group_views import STATUS_PILL, _history, _sampler
+from .models import requests as reqs
 from .views import (
     StoreUnavailable,
+    _api,
     _form,
     _login_redirect,
     _page,
@@ -23,6 +42,17 @@ from .views import (
     read_store,
     router,
 )
+
+#: live clients listed on a topic's page (the count covers all of them), and groups whose lag is read
+TOPIC_CLIENTS = 50
+TOPIC_GROUPS = 20
+#: the topic page's charts: metric -> (chart, series label, per second?)
+TOPIC_SERIES = {"send.msgs": ("rates", "produced / s", True), "consume.msgs": ("rates", "consumed / s", True),
+                "send.latency_ms": ("latency", "send p99 (ms)", False),
+                "send.errors": ("errors", "send errors / min", False),
+                "consume.errors": ("errors", "consume errors / min", False)}
+#: Burrow statuses from the best to the worst (a group's row shows its worst partition)
+SEVERITY = ("OK", "WARN", "STALL", "ERR", "STOP")
 
 
 def _lags(svc: Any) -> tuple[dict[tuple[str, str], float], str | None]:
@@ -78,6 +108,135 @@ def topic_list(request: Request) -> Response:
                  can_move=sess.can("admin"), clusters=clusters, moved=request.query_params.get("moved"))
 
 
+def _placed(svc: Any, topic: str) -> dict[str, Any]:
+    """Where ``topic`` goes (the SDK's order: ``route.cluster`` at the topic's scope, its placement, the
+    default cluster), the approved request that placed it, its live clients and the groups reading it."""
+    route_note = None
+    try:
+        released = hotconfig.current(_api(svc), Scope.parse(f"topic:{topic}"))["released"]
+        route = released.get("route.cluster")
+    except (ApolloError, ConfigRejected) as exc:
+        route, route_note = None, f"the config center cannot be read ({exc}); the topic's route is not known"
+    with db.read(svc.engine) as conn:
+        placed = placements.lookup(conn, topic)
+        approved = conn.execute(select(reqs.c.id, reqs.c.app_id, reqs.c.cluster, reqs.c.partitions).where(
+            reqs.c.kind == "topic", reqs.c.name == topic, reqs.c.status == "approved")).mappings().first()
+        clients, client_count = queries.topic_clients(conn, svc.settings.renew_interval, topic, TOPIC_CLIENTS)
+        groups = queries.topic_groups(conn, topic, TOPIC_GROUPS)
+    if route:
+        cluster, basis = str(route), "route.cluster at the topic's scope"
+    elif placed:
+        cluster, basis = placed, "its placement"
+    else:
+        cluster, basis = svc.settings.default_cluster or "", "the default cluster"
+    return {"cluster": cluster, "basis": basis, "route_note": route_note, "placed": placed,
+            "approved": dict(approved) if approved else None, "clients": clients, "client_count": client_count,
+            "groups": groups}
+
+
+def topic_charts(svc: Any, topic: str, since: dt.timedelta) -> tuple[dict[str, dict[str, list[list[float]]]],
+                                                                     str | None]:
+    """Per minute over ``since``, from the pipeline's aggregates of every client's metrics for ``topic``:
+    messages produced and consumed per second, the p99 send latency, send and consume errors."""
+    try:
+        rows = read_store(svc, "aggregates:read_aggregates", since, names=list(TOPIC_SERIES), topic=topic,
+                          by=("name",))
+    except StoreUnavailable as exc:
+        return {}, str(exc)
+    charts: dict[str, dict[str, list[list[float]]]] = {"rates": {}, "latency": {}, "errors": {}}
+    for row in sorted(rows, key=lambda r: r.get("window_start") or 0):
+        chart, label, per_s = TOPIC_SERIES.get(str(row.get("name")), ("", "", False))
+        value = row.get("p99") if chart == "latency" else row.get("value")
+        if chart and value is not None and row.get("window_start") is not None:
+            charts[chart].setdefault(label, []).append([row["window_start"], round(value / 60.0, 3) if per_s
+                                                        else value])
+    return charts, None
+
+
+def topic_lag(svc: Any, props: dict[str, Any], cluster: str, topic: str, groups: list[str],
+              history: dict[tuple[str, str, int], list[Any]]) -> dict[str, Any]:
+    """The topic's partitions (one metadata request) and, per group reading it (reported by its clients or in
+    the pipeline's samples), the lag per partition now with the Burrow verdict over the samples plus this read."""
+    burrow = pipeline_module("burrow")
+    names = sorted({*groups, *(g for g, t, _ in history if t == topic)})[:TOPIC_GROUPS]
+    sampler = _sampler(props, cluster)
+    try:
+        partitions = describe_topic(props, topic, timeout=5.0, admin=sampler.admin)
+        infos = sampler.groups(names) if names else []
+        ends = sampler.end_offsets((topic, p["partition"]) for p in partitions or [])
+    finally:
+        sampler.close()
+    for p in partitions or []:
+        p["end"] = ends.get((topic, p["partition"]))
+    reported = set(groups)
+    out = []
+    for info in infos:
+        committed_any = any(t == topic for t, _ in info.offsets)
+        if not committed_any and info.group not in reported and not any(
+                g == info.group and t == topic for g, t, _ in history):
+            continue
+        rows = []
+        for p in partitions or []:
+            window = list(history.get((info.group, topic, p["partition"]), []))
+            end = p["end"]
+            if end is not None:
+                committed = info.offsets.get((topic, p["partition"]), -1)
+                window.append(burrow.Sample(int(dt.datetime.now(dt.UTC).timestamp() * 1000), committed, end,
+                                            max(0, end - committed) if committed >= 0 else end, info.alive))
+            verdict = burrow.evaluate(window)
+            last = max(window, key=lambda s: s.ts) if window else None
+            rows.append({"partition": p["partition"], "status": verdict.status, "reason": verdict.reason,
+                         "pill": STATUS_PILL.get(verdict.status, "warn"), "samples": len(window),
+                         "committed": last.committed if last else None, "end": last.end_offset if last else None,
+                         "lag": last.lag if last else None})
+        worst = max((r["status"] for r in rows), key=lambda s: SEVERITY.index(s) if s in SEVERITY else 1,
+                    default="OK")
+        out.append({"group": info.group, "state": info.state, "members": info.members, "partitions": rows,
+                    "lag": sum(r["lag"] or 0 for r in rows), "status": worst,
+                    "pill": STATUS_PILL.get(worst, "warn")})
+    return {"partitions": partitions, "groups": out}
+
+
+@router.get("/topics/{topic}")
+async def topic_page(request: Request, topic: str) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    svc = _svc(request)
+    q = {k: request.query_params.get(k, "").strip()[:200] for k in ("cluster", "since")}
+    q["since"] = q["since"] or "1h"
+    problem = acl_rules.name_problem(topic)
+    if problem is not None:
+        return _page(request, "error.html", sess, status_code=400, message=f"topic: {problem}")
+    try:
+        since = parse_since(q["since"])
+    except HTTPException as exc:
+        q["since"], since = "1h", dt.timedelta(hours=1)
+        problem = str(exc.detail)
+    # the config service, the database and the pipeline store are read at once; then the broker
+    placed, (history, lag_note), (charts, charts_note) = await asyncio.gather(
+        run_in_threadpool(_placed, svc, topic), run_in_threadpool(_history, svc, since),
+        run_in_threadpool(topic_charts, svc, topic, since))
+    ctx: dict[str, Any] = {"topic": topic, "q": q, "placed": placed, "view": None, "error": problem,
+                           "lag_note": lag_note, "charts": charts, "charts_note": charts_note,
+                           "moved": request.query_params.get("moved"),
+                           "cluster": q["cluster"] or placed["cluster"]}
+    try:
+        ctx["cluster"], props = connection(svc, q["cluster"] or placed["cluster"] or None)
+        ctx["view"] = await run_in_threadpool(topic_lag, svc, props, ctx["cluster"], topic, placed["groups"],
+                                              history)
+    except LookupError as exc:
+        ctx["error"] = str(exc.args[0])
+    except TopicAdminError as exc:
+        ctx["error"] = str(exc)
+    clusters = []
+    if sess.can("admin"):
+        with db.read(svc.engine) as conn:
+            clusters = [c["name"] for c in provision.cluster_loads(conn, svc.settings.renew_interval)
+                        if c["name"] != placed["cluster"]]
+    return _page(request, "topic.html", sess, can_move=sess.can("admin"), clusters=clusters, **ctx)
+
+
 @router.post("/topics/move")
 async def topic_move(request: Request) -> Response:
     """Move a topic to another cluster: the live route switch (``route.cluster`` at ``topic:<name>``)."""
@@ -90,4 +249,6 @@ async def topic_move(request: Request) -> Response:
         await run_in_threadpool(provision.move_topic, _svc(request), topic, cluster, f"console:{sess.username}")
     except provision.RequestError as exc:
         return _page(request, "error.html", sess, status_code=422, message=f"Not moved: {exc}")
+    if form.get("back") == "topic":  # moved from the topic's own page: back there
+        return RedirectResponse(f"/console/topics/{quote(topic, safe='')}?moved={quote(cluster)}", status_code=303)
     return RedirectResponse(f"/console/topics?q={quote(topic)}&moved={quote(cluster)}", status_code=303)

@@ -31,6 +31,21 @@ def partition_count(props: Mapping[str, Any], topic: str, timeout: float = 10.0)
     return len(meta.partitions)
 
 
+def describe_topic(props: Mapping[str, Any], topic: str, timeout: float = 10.0,
+                   admin: Any = None) -> list[dict[str, Any]] | None:
+    """Each partition of ``topic`` (``partition``, ``leader``, ``replicas``, ``isr``) from one metadata request,
+    or None when the cluster does not have it; ``admin``: an AdminClient already open to the cluster."""
+    try:
+        # the whole listing: a metadata request naming the topic lets a broker auto-create it
+        meta = (admin or _admin(props)).list_topics(timeout=timeout).topics.get(topic)
+    except KafkaException as exc:
+        raise TopicAdminError(f"cannot list topic {topic}: {exc}") from None
+    if meta is None or meta.error is not None or not meta.partitions:
+        return None
+    return [{"partition": p.id, "leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isrs)}
+            for p in sorted(meta.partitions.values(), key=lambda p: p.id)]
+
+
 def create_topic(props: Mapping[str, Any], topic: str, partitions: int, config: Mapping[str, str] | None = None,
                  timeout: float = 15.0) -> bool:
     """Create ``topic``; False when it already exists with at least ``partitions`` partitions (nothing done),

@@ -11,11 +11,17 @@
       .finally(function () { setTimeout(function () { poll(el); }, 1000); });
   }
   function line(canvas, datasets) {
+    // whole minutes on the time axis (the data are per-minute windows): about eight labels, never one minute twice
+    var xs = [];
+    datasets.forEach(function (d) { d.data.forEach(function (p) { xs.push(p.x); }); });
+    var span = xs.length ? Math.max.apply(null, xs) - Math.min.apply(null, xs) : 0;
+    var step = 60000 * Math.max(1, Math.ceil(span / 60000 / 8));
+    datasets.forEach(function (d) { d.backgroundColor = d.borderColor; });
     return new window.Chart(canvas, {
       type: "line",
       data: {datasets: datasets},
       options: {animation: false, parsing: false, normalized: true, maintainAspectRatio: false,
-                scales: {x: {type: "linear", ticks: {callback: function (v) {
+                scales: {x: {type: "linear", ticks: {stepSize: step, callback: function (v) {
                   return new Date(v).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"}); }}},
                          y: {beginAtZero: true}}}
     });
