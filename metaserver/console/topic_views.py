@@ -108,30 +108,50 @@ def topic_list(request: Request) -> Response:
                  can_move=sess.can("admin"), clusters=clusters, moved=request.query_params.get("moved"))
 
 
-def _placed(svc: Any, topic: str) -> dict[str, Any]:
-    """Where ``topic`` goes (the SDK's order: ``route.cluster`` at the topic's scope, its placement, the
-    default cluster), the approved request that placed it, its live clients and the groups reading it."""
-    route_note = None
+def _route(svc: Any, topic: str) -> tuple[str | None, str | None]:
+    """``route.cluster`` as released at the topic's scope (None: not set there), and why it is unknown if so."""
     try:
         released = hotconfig.current(_api(svc), Scope.parse(f"topic:{topic}"))["released"]
-        route = released.get("route.cluster")
     except (ApolloError, ConfigRejected) as exc:
-        route, route_note = None, f"the config center cannot be read ({exc}); the topic's route is not known"
+        return None, f"the config center cannot be read ({exc}); the topic's route is not known"
+    route = released.get("route.cluster")
+    return (str(route) if route else None), None
+
+
+def _reported(svc: Any, topic: str, loads: bool) -> dict[str, Any]:
+    """From the database: the topic's placement, the approved request that placed it, its live clients, the
+    groups reading it and (``loads``: for the move form) the active clusters."""
     with db.read(svc.engine) as conn:
         placed = placements.lookup(conn, topic)
         approved = conn.execute(select(reqs.c.id, reqs.c.app_id, reqs.c.cluster, reqs.c.partitions).where(
             reqs.c.kind == "topic", reqs.c.name == topic, reqs.c.status == "approved")).mappings().first()
         clients, client_count = queries.topic_clients(conn, svc.settings.renew_interval, topic, TOPIC_CLIENTS)
         groups = queries.topic_groups(conn, topic, TOPIC_GROUPS)
+        clusters = [c["name"] for c in provision.cluster_loads(conn, svc.settings.renew_interval)] if loads else []
+    return {"placed": placed, "approved": dict(approved) if approved else None, "clients": clients,
+            "client_count": client_count, "groups": groups, "clusters": clusters}
+
+
+def _routed(svc: Any, route: str | None, placed: str | None) -> tuple[str, str]:
+    """The cluster the SDK sends the topic to, in its order (its route, its placement, the default cluster)."""
     if route:
-        cluster, basis = str(route), "route.cluster at the topic's scope"
-    elif placed:
-        cluster, basis = placed, "its placement"
-    else:
-        cluster, basis = svc.settings.default_cluster or "", "the default cluster"
-    return {"cluster": cluster, "basis": basis, "route_note": route_note, "placed": placed,
-            "approved": dict(approved) if approved else None, "clients": clients, "client_count": client_count,
-            "groups": groups}
+        return route, "route.cluster at the topic's scope"
+    if placed:
+        return placed, "its placement"
+    return svc.settings.default_cluster or "", "the default cluster"
+
+
+def _broker(svc: Any, cluster: str | None, topic: str, groups: list[str],
+            history: dict[tuple[str, str, int], list[Any]]) -> tuple[str, dict[str, Any] | None, str | None]:
+    """(cluster read, the topic's partitions and groups there, or the reason it could not be read)."""
+    try:
+        name, props = connection(svc, cluster or None)
+    except LookupError as exc:
+        return cluster or "", None, str(exc.args[0])
+    try:
+        return name, topic_lag(svc, props, name, topic, groups, history), None
+    except TopicAdminError as exc:
+        return name, None, str(exc)
 
 
 def topic_charts(svc: Any, topic: str, since: dt.timedelta) -> tuple[dict[str, dict[str, list[list[float]]]],
@@ -213,28 +233,28 @@ async def topic_page(request: Request, topic: str) -> Response:
     except HTTPException as exc:
         q["since"], since = "1h", dt.timedelta(hours=1)
         problem = str(exc.detail)
-    # the config service, the database and the pipeline store are read at once; then the broker
-    placed, (history, lag_note), (charts, charts_note) = await asyncio.gather(
-        run_in_threadpool(_placed, svc, topic), run_in_threadpool(_history, svc, since),
-        run_in_threadpool(topic_charts, svc, topic, since))
-    ctx: dict[str, Any] = {"topic": topic, "q": q, "placed": placed, "view": None, "error": problem,
-                           "lag_note": lag_note, "charts": charts, "charts_note": charts_note,
-                           "moved": request.query_params.get("moved"),
-                           "cluster": q["cluster"] or placed["cluster"]}
-    try:
-        ctx["cluster"], props = connection(svc, q["cluster"] or placed["cluster"] or None)
-        ctx["view"] = await run_in_threadpool(topic_lag, svc, props, ctx["cluster"], topic, placed["groups"],
-                                              history)
-    except LookupError as exc:
-        ctx["error"] = str(exc.args[0])
-    except TopicAdminError as exc:
-        ctx["error"] = str(exc)
-    clusters = []
-    if sess.can("admin"):
-        with db.read(svc.engine) as conn:
-            clusters = [c["name"] for c in provision.cluster_loads(conn, svc.settings.renew_interval)
-                        if c["name"] != placed["cluster"]]
-    return _page(request, "topic.html", sess, can_move=sess.can("admin"), clusters=clusters, **ctx)
+    # the config service (the route), the database and the pipeline store are read at once; the broker is read
+    # as soon as the database and the samples are, on the cluster they point to (the route, slower to come, is
+    # almost always that cluster too: a move updates the request's cluster; when it is not, it is read again)
+    route_f = asyncio.ensure_future(run_in_threadpool(_route, svc, topic))
+    charts_f = asyncio.ensure_future(run_in_threadpool(topic_charts, svc, topic, since))
+    reported, (history, lag_note) = await asyncio.gather(
+        run_in_threadpool(_reported, svc, topic, sess.can("admin")), run_in_threadpool(_history, svc, since))
+    approved = reported["approved"] or {}
+    guess = q["cluster"] or _routed(svc, approved.get("cluster"), reported["placed"])[0]
+    broker_f = asyncio.ensure_future(run_in_threadpool(_broker, svc, guess, topic, reported["groups"], history))
+    route, route_note = await route_f
+    cluster, basis = _routed(svc, route, reported["placed"])
+    read_on, view, error = await broker_f
+    if (q["cluster"] or cluster or read_on) != read_on:
+        read_on, view, error = await run_in_threadpool(_broker, svc, q["cluster"] or cluster, topic,
+                                                       reported["groups"], history)
+    charts, charts_note = await charts_f
+    placed = {**reported, "cluster": cluster, "basis": basis, "route_note": route_note}
+    return _page(request, "topic.html", sess, topic=topic, q=q, placed=placed, view=view, error=problem or error,
+                 lag_note=lag_note, charts=charts, charts_note=charts_note, cluster=read_on,
+                 moved=request.query_params.get("moved"), can_move=sess.can("admin"),
+                 clusters=[c for c in reported["clusters"] if c != cluster])
 
 
 @router.post("/topics/move")

@@ -37,7 +37,7 @@ def describe_topic(props: Mapping[str, Any], topic: str, timeout: float = 10.0,
     or None when the cluster does not have it; ``admin``: an AdminClient already open to the cluster."""
     try:
         # the whole listing: a metadata request naming the topic lets a broker auto-create it
-        meta = (admin or _admin(props)).list_topics(timeout=timeout).topics.get(topic)
+        meta = (admin if admin is not None else _admin(props)).list_topics(timeout=timeout).topics.get(topic)
     except KafkaException as exc:
         raise TopicAdminError(f"cannot list topic {topic}: {exc}") from None
     if meta is None or meta.error is not None or not meta.partitions:
