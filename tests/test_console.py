@@ -1096,5 +1096,6 @@ def test_a_clients_page_shows_its_throughput_errors_and_latency_per_topic_from_t
         html = http.get("/console/clients/app-1/p1").text
     row = re.search(r'<tr data-topic="orders">(.*?)</tr>', html, re.S)
     assert row, html[:2000]
-    cells = re.findall(r"<td[^>]*>([^<]*)</td>", row.group(1))
+    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)]
     assert cells == ["orders", "15.0", "3", "12.5 ms", "0.0", "0", "", "2"], cells
+    assert '<a href="/console/topics/orders">orders</a>' in row.group(1)  # the topic's own page
