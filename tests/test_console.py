@@ -684,8 +684,8 @@ def test_a_topics_page_shows_its_route_partitions_its_groups_lag_and_status_char
     Topics list, the topic's page shows the route (dc-a), 3 partitions, the group with a lag of exactly the 5
     unread, per partition as the deliveries fell, judged STALL where lag stayed (the pipeline's samples of the
     paused minutes plus the broker's read now), both clients among the live ones, and the rate, send latency and
-    errors charts drawn from the pipeline's aggregates; an admin sees the move form, a viewer neither sees it nor
-    can forge it (403)."""
+    errors charts drawn from the pipeline's aggregates; a viewer neither sees the move form nor can forge it (403);
+    an admin moves the topic from its page and the page shows the new route."""
     import threading
     import time
 
@@ -798,6 +798,19 @@ def test_a_topics_page_shows_its_route_partitions_its_groups_lag_and_status_char
         consumer.close()
         worker.join(10)
         producer.close()
+    page.context.clear_cookies()  # an admin moves it from here: the route switches, the page says so
+    console.login(page, "admin")
+    page.goto(f"{console.url}/console/topics/{topic}")
+    page.once("dialog", lambda d: d.accept())
+    page.locator("#move-topic button").click()
+    page.wait_for_url(f"{console.url}/console/topics/{topic}?moved=dc-b")
+    assert "dc-b" in page.locator("#moved").inner_text()
+    assert page.locator("#routed-to").inner_text() == "dc-b"
+    assert "route.cluster at the topic's scope" in page.locator("#placement").inner_text()
+    assert "dc-b has no topic of this name" in page.locator("#partitions").inner_text()
+    assert st.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()["released"] == {"route.cluster": "dc-b"}
+    moved = st.admin("GET", "/v1/admin/audit?action=topic.move&limit=1").json()[0]
+    assert moved["target"] == f"topic:{topic}" and moved["operator"] == f"console:{console.users['admin']}"
 
 
 def test_the_trace_pages_completeness_audit_shows_per_bucket_and_group_what_was_missed(
