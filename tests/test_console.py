@@ -1049,6 +1049,45 @@ def test_the_topics_page_lists_a_hundred_topics_a_page_with_their_clients_counte
             f"topic-{i:04d}" for i in range(120, 130)}
 
 
+def test_a_topics_page_escapes_what_clients_report_lists_at_most_fifty_of_them_and_refuses_a_bad_name(
+        tmp_path: Any) -> None:
+    """Sixty live clients name topic-0007, one reporting a host and a group holding markup: the page lists fifty
+    with the count of all sixty, every reported value as text; a name no topic can have is a 400 that does not
+    echo it; with no cluster registered the page still answers and says why the broker was not read."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from metaserver import db
+    from metaserver.app import create_app
+    from metaserver.console import users
+    from metaserver.models import client_state
+    from metaserver.settings import Settings
+
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'ms.db'}", admin_tokens={"t": "token-1"}))
+    now = time.time()
+    base = {"app_id": "app-1", "hostname": "h", "pid": 1, "language": "python", "cluster": "dc-a", "state": "running",
+            "errors": [], "extra": {}, "config_release_keys": {}, "first_seen": now, "last_seen": now,
+            "role": "producer", "topics": ["topic-0007", "other"], "group_id": None}
+    rows = [{**base, "client_id": f"p{i:02d}", "ip": f"10.0.0.{i}", "last_seen": now - i} for i in range(59)]
+    rows.append({**base, "client_id": "evil", "ip": "10.0.1.1", "role": "consumer", "last_seen": now,
+                 "hostname": "<script>alert(1)</script>", "group_id": "<b>g</b>"})
+    rows.append({**base, "client_id": "elsewhere", "ip": "10.0.1.2", "topics": ["topic-00078"]})
+    with db.write(app.state.services.engine) as conn:
+        conn.execute(client_state.insert(), rows)
+    users.create(app.state.services.engine, "viewer-1", PASSWORD, "viewer")
+    with TestClient(app) as http:
+        http.post("/console/login", data={"username": "viewer-1", "password": PASSWORD})
+        html = http.get("/console/topics/topic-0007").text
+        assert 'id="client-count">60</span>' in html and "50 of 60 shown" in html, html[-3000:]
+        assert len(re.findall(r'<tr data-client="', html)) == 50 and 'data-client="elsewhere"' not in html
+        assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert "<b>g</b>" not in html and "&lt;b&gt;g&lt;/b&gt;" in html
+        assert "unknown cluster: not in the registry" in html and 'id="move-topic"' not in html
+        bad = http.get("/console/topics/%3Cscript%3E")
+        assert bad.status_code == 400 and "<script>" not in bad.text
+
+
 def test_the_lag_read_of_a_group_whose_clients_name_several_topics_finds_every_partition_of_each(
         console: Console) -> None:
     """The groups page's broker read (``LagSampler.lag_of``): the partitions of the topics a group's clients
