@@ -78,6 +78,11 @@ def test_a_session_from_one_peer_works_on_the_other_and_logout_ends_it_on_both(
     row = re.search(rf'<tr data-topic="{topic}">.*?class="producers">(\d+)</td>.*?>g1</a></td><td>(\d+)</td>',
                     topics.text, re.S)
     assert row and row.groups() == ("2", "1"), topics.text[-1500:]
+    # the topic's own page reads the same on the other peer: its three live clients and the group g1
+    own = requests.get(b.url + f"/console/topics/{topic}", cookies={"ykafka_console": cookie}, timeout=30)
+    assert own.status_code == 200 and 'id="client-count">3</span>' in own.text, own.text[-1500:]
+    assert sorted(re.findall(r'<tr data-client="([^"]+)" data-role="([a-z]+)"', own.text)) == [
+        ("c0", "producer"), ("c1", "producer"), ("c2", "consumer")]
     out = requests.post(b.url + "/console/logout", data={"csrf": csrf.group(1)}, cookies={"ykafka_console": cookie},
                         timeout=10, allow_redirects=False)
     assert out.status_code == 303
