@@ -146,7 +146,10 @@ class SyncJob:
         conf = connection_only(self._standby_conf)
         conf.update({"group.id": o.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
                      "session.timeout.ms": 6000, "fetch.wait.max.ms": 100, "enable.partition.eof": False,
-                     "isolation.level": "read_uncommitted", "log_level": 3})
+                     "isolation.level": "read_uncommitted", "log_level": 3,
+                     # a subscription made while the standby's broker did not list the topic yet ("Subscribed
+                     # topic not available") waits for the next metadata refresh: seconds, not librdkafka's 5 min
+                     "topic.metadata.refresh.interval.ms": 2000})
         pconf = {k: v for k, v in self._primary_conf.items() if k not in ("on_delivery", "error_cb")}
         pconf.update({"enable.idempotence": True, "acks": "all", "message.timeout.ms": 30_000,
                       "partitioner": "murmur2_random"})
@@ -170,7 +173,7 @@ class SyncJob:
         log.info("failback.sync_start", topic=o.topic, source=o.standby, target=o.primary, group=o.group)
         primary_partitions: int | None = None
         last_data = time.monotonic()
-        last_log = time.monotonic()
+        last_log = last_lookup = time.monotonic()
         failures: list[str] = []
         try:
             while not self._stop.is_set():
@@ -198,6 +201,9 @@ class SyncJob:
                 if time.monotonic() - last_log >= self.progress_interval_s:
                     self._progress(consumer, assigned)
                     last_log = time.monotonic()
+                if not assigned and time.monotonic() - last_lookup >= 2.0:
+                    consumer.list_topics(o.topic, timeout=5)  # a metadata answer naming it starts the assignment
+                    last_lookup = time.monotonic()
                 if assigned and time.monotonic() - last_data >= self.idle_s and self._standby_idle():
                     self.left = self._lag(consumer, assigned)
                     if self.left == 0:
