@@ -8,6 +8,8 @@ failback sync job. Counts are strict: lost = 0 and duplicated = 0, per-key order
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +43,39 @@ def _wait(predicate: Any, timeout: float, what: str) -> float:
     return time.monotonic() - start
 
 
-def test_primary_killed_under_load_fails_over_and_back(dc_brokers: dict[str, Broker], tmp_path: Path) -> None:
-    """dc-a (durable) SIGKILLed under load: writes move to dc-b, come back when dc-a restarts on its bucket, and
-    the failback sync copies the outage to dc-a. dc-a ends with every message sent: lost = 0, duplicated = 0
-    (a message in flight at the kill was stored by dc-a, its acknowledgement lost, and sent again through dc-b:
-    a retry, counted apart), and no key overtaken: on dc-b, in what was synced back, or in dc-a's direct writes
-    (what dc-a's client held at the switch is re-routed to dc-b before any newer write of its key)."""
+@dataclass
+class Outage:
+    """What a break of dc-a under load left: every message sent, both clusters read back, the engine's status."""
+
+    stream: Stream
+    broke_at: float
+    failover_s: float
+    failback_s: float
+    sent_at_failback: int
+    status: dict[str, Any]
+    on_a: list[Any]
+    on_b: list[Any]
+
+    @property
+    def synced(self) -> list[Any]:
+        return [m for m in self.on_a if H.synced_from(m.headers())]
+
+    @property
+    def direct(self) -> list[Any]:
+        return [m for m in self.on_a if not H.synced_from(m.headers())]
+
+    def counts(self) -> dict[str, int]:
+        """Strict: a message acknowledged before the break and read back twice is a duplicate, not a retry."""
+        return strict_count(self.stream.sent, _values(self.on_a), {i for i, at in self.stream.acked
+                                                                    if at < self.broke_at})
+
+
+def _break_under_load(dc_brokers: dict[str, Broker], tmp_path: Path, name: str, fail: Callable[[Broker], Any],
+                      heal: Callable[[Broker], Any]) -> Outage:
+    """Send a keyed stream to dc-a, ``fail`` it once 300 are acknowledged, ``heal`` it once dc-b acknowledged
+    more, keep sending 300 after the failback, wait until the sync is done; read both clusters back."""
     a, b = dc_brokers["dc-a"], dc_brokers["dc-b"]
-    topic = unique("failover")
+    topic = unique(name)
     for broker in (a, b):
         create_topic(broker.bootstrap, topic, 3)
     # the default health settings and spill.after.ms: the tight test ones flap on a loaded machine (a slow probe
@@ -58,39 +85,46 @@ def test_primary_killed_under_load_fails_over_and_back(dc_brokers: dict[str, Bro
     try:
         stream = Stream(engine, topic).start()
         _wait(lambda: len(stream.acked) >= 300, 20, "300 acknowledged by the primary")
-        a.kill()
-        killed_at = time.monotonic()
+        fail(a)
+        broke_at = time.monotonic()
         failover_s = _wait(lambda: engine.status()["routes"][topic]["active"] == "dc-b", 15, "the switch")
         _wait(lambda: len(stream.acked) > 400, 15, "writes acknowledged by the standby")
-        a.start()  # back on its bucket, with everything it acknowledged
-        sent_at_restart = len(stream.sent)
+        heal(a)
         failback_s = _wait(lambda: engine.status()["routes"][topic]["active"] == "dc-a", 15, "failback")
-        _wait(lambda: len(stream.sent) >= sent_at_restart + 300, 15, "writes after the failback")
+        sent_at_failback = len(stream.sent)
+        _wait(lambda: len(stream.sent) >= sent_at_failback + 300, 15, "writes after the failback")
         stream.stop()
         assert engine.wait_idle(90), engine.status()
         status = engine.status()
     finally:
         engine.close()
-    on_a, on_b = read_all(a.bootstrap, topic, expect=len(stream.sent)), read_all(b.bootstrap, topic)
-    counts = strict_count(stream.sent, _values(on_a), {i for i, at in stream.acked if at < killed_at})
-    outage = set(_values(on_b))
-    synced = [m for m in on_a if H.synced_from(m.headers())]
-    direct = [m for m in on_a if not H.synced_from(m.headers())]
-    print(f"failover: {counts} failover_s={failover_s:.2f} failback_s={failback_s:.2f} on_standby={len(outage)} "
-          f"synced={len(synced)} sync={status['sync']}")
+    return Outage(stream, broke_at, failover_s, failback_s, sent_at_failback, status,
+                  read_all(a.bootstrap, topic, expect=len(stream.sent)), read_all(b.bootstrap, topic))
+
+
+def test_primary_killed_under_load_fails_over_and_back(dc_brokers: dict[str, Broker], tmp_path: Path) -> None:
+    """dc-a (durable) SIGKILLed under load: writes move to dc-b, come back when dc-a restarts on its bucket, and
+    the failback sync copies the outage to dc-a. dc-a ends with every message sent: lost = 0, duplicated = 0
+    (a message in flight at the kill was stored by dc-a, its acknowledgement lost, and sent again through dc-b:
+    a retry, counted apart), and no key overtaken: on dc-b, in what was synced back, or in dc-a's direct writes
+    (what dc-a's client held at the switch is re-routed to dc-b before any newer write of its key)."""
+    run = _break_under_load(dc_brokers, tmp_path, "failover", Broker.kill, Broker.start)
+    counts, outage, status = run.counts(), set(_values(run.on_b)), run.status
+    print(f"failover: {counts} failover_s={run.failover_s:.2f} failback_s={run.failback_s:.2f} "
+          f"on_standby={len(outage)} synced={len(run.synced)} sync={status['sync']}")
     assert counts["lost"] == 0 and counts["duplicated"] == 0 and counts["unexpected"] == 0
-    assert not stream.errors
-    assert len(outage) > 100 and len(on_b) == len(outage)  # the standby took each outage message once
-    assert sorted(_values(synced)) == sorted(outage)  # ...and the failback copied every one back
-    late = [i for i in stream.sent if i >= sent_at_restart + 200]  # well after the failback
-    assert late and all(i in set(_values(direct)) and i not in outage for i in late)
+    assert not run.stream.errors
+    assert len(outage) > 100 and len(run.on_b) == len(outage)  # the standby took each outage message once
+    assert sorted(_values(run.synced)) == sorted(outage)  # ...and the failback copied every one back
+    late = [i for i in run.stream.sent if i >= run.sent_at_failback + 200]  # well after the failback
+    assert late and all(i in set(_values(run.direct)) and i not in outage for i in late)
     # per-key order, strictly: what dc-a's client held at the switch was re-routed to dc-b ahead of every newer
     # write of its key, so no key is overtaken on dc-b, in what was synced back, or in dc-a's direct writes
-    assert not key_overtakes(on_b), key_overtakes(on_b)[:5]
-    assert not key_overtakes(synced) and in_key_order(direct)
+    assert not key_overtakes(run.on_b), key_overtakes(run.on_b)[:5]
+    assert not key_overtakes(run.synced) and in_key_order(run.direct)
     assert status["sync"] and status["sync"][-1]["state"] == "done"
     assert status["outages"] == []
-    assert failover_s < 10 and failback_s < 10
+    assert run.failover_s < 10 and run.failback_s < 10
 
 
 def test_manual_switch_moves_writes_and_syncs_back(dc_brokers: dict[str, Broker], tmp_path: Path) -> None:
@@ -141,38 +175,14 @@ def test_primary_frozen_under_load_fails_over_in_key_order(dc_brokers: dict[str,
     writes move to dc-b once the probes declare dc-a down, and what dc-a's client still held (queued and in flight)
     is re-routed to dc-b ahead of any newer write of its key. A request in flight at the purge may still be stored
     by dc-a once it is thawed: that message then has two copies (a retry, counted apart); none is lost."""
-    a, b = dc_brokers["dc-a"], dc_brokers["dc-b"]
-    topic = unique("failover-freeze")
-    for broker in (a, b):
-        create_topic(broker.bootstrap, topic, 3)
-    engine = make_engine({"dc-a": a.bootstrap, "dc-b": b.bootstrap}, RouteSpec("dc-a", "dc-b", "auto"),
-                         tmp_path / "dr", **DEFAULT_HEALTH)
-    try:
-        stream = Stream(engine, topic).start()
-        _wait(lambda: len(stream.acked) >= 300, 20, "300 acknowledged by the primary")
-        a.freeze()
-        frozen_at = time.monotonic()
-        failover_s = _wait(lambda: engine.status()["routes"][topic]["active"] == "dc-b", 15, "the switch")
-        _wait(lambda: len(stream.acked) > 400, 15, "writes acknowledged by the standby")
-        a.thaw()
-        failback_s = _wait(lambda: engine.status()["routes"][topic]["active"] == "dc-a", 15, "failback")
-        sent_at_failback = len(stream.sent)
-        _wait(lambda: len(stream.sent) >= sent_at_failback + 300, 15, "writes after the failback")
-        stream.stop()
-        assert engine.wait_idle(90), engine.status()
-        status = engine.status()
-    finally:
-        engine.close()
-    on_a, on_b = read_all(a.bootstrap, topic, expect=len(stream.sent)), read_all(b.bootstrap, topic)
-    counts = strict_count(stream.sent, _values(on_a), {i for i, at in stream.acked if at < frozen_at})
-    synced = [m for m in on_a if H.synced_from(m.headers())]
-    direct = [m for m in on_a if not H.synced_from(m.headers())]
-    print(f"failover (freeze): {counts} failover_s={failover_s:.2f} failback_s={failback_s:.2f} "
-          f"on_standby={len(on_b)} synced={len(synced)} links={status['links']}")
+    run = _break_under_load(dc_brokers, tmp_path, "failover-freeze", Broker.freeze, Broker.thaw)
+    counts = run.counts()
+    print(f"failover (freeze): {counts} failover_s={run.failover_s:.2f} failback_s={run.failback_s:.2f} "
+          f"on_standby={len(run.on_b)} synced={len(run.synced)} links={run.status['links']}")
     assert counts["lost"] == 0 and counts["duplicated"] == 0 and counts["unexpected"] == 0
-    assert not stream.errors
-    assert len(on_b) > 100 and sorted(_values(synced)) == sorted(_values(on_b))
-    assert not key_overtakes(on_b) and not key_overtakes(synced) and in_key_order(direct)
+    assert not run.stream.errors
+    assert len(run.on_b) > 100 and sorted(_values(run.synced)) == sorted(_values(run.on_b))
+    assert not key_overtakes(run.on_b) and not key_overtakes(run.synced) and in_key_order(run.direct)
 
 
 def test_a_route_that_moved_reports_its_hand_over_until_the_next_send(dc_brokers: dict[str, Broker],
