@@ -103,7 +103,8 @@ def installed(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     folder = base / "work"
     folder.mkdir()
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("YKAFKA_", "PYTHON", "VIRTUAL_ENV")) and k != "PATH"}
+           # PYSPARK_*: this test process's own Spark sessions point them at the dev venv's python
+           if not k.startswith(("YKAFKA_", "PYTHON", "VIRTUAL_ENV", "PYSPARK_")) and k != "PATH"}
     env.update({"PATH": f"{server.parent}:/usr/bin:/bin", "YKAFKA_DEV_HOME": str(folder / ".ykafka"),
                 "YKAFKA_DEV_STARTUP_TIMEOUT": "60"})
     for name in ("dc-a", "dc-b", "configcenter", "metaserver"):
