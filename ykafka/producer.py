@@ -469,17 +469,15 @@ class Producer:
             # The clients of later swaps keep librdkafka's timer, as before (docs/benchmarks.md, "Start-up")
             self._hastened.add(cluster)
             hastener = ProducerIdHastener(topic)
+        rd: _RdProducer | None = None
         try:
             rd = new_producer(props, "producer")
-        except BaseException as exc:
+        except KafkaException as exc:
+            raise ConfigError(f"librdkafka refused the producer settings for cluster {cluster}: "
+                              f"{from_kafka_error(exc)}") from None
+        finally:
             if hastener is not None:
-                hastener.attach(None)
-            if isinstance(exc, KafkaException):
-                raise ConfigError(f"librdkafka refused the producer settings for cluster {cluster}: "
-                                  f"{from_kafka_error(exc)}") from None
-            raise
-        if hastener is not None:
-            hastener.attach(rd)
+                hastener.attach(rd)  # None when the build failed: nothing to ask
         client = _Client(key, cluster, props, rd, hastener)
         self._clients[key] = client
         log.info("ykafka.producer.client_created", **client.describe())

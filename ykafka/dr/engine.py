@@ -233,7 +233,7 @@ class DisasterRecovery:
             return False
         for name in (spec.primary, spec.standby):
             link = self._links.get(name)
-            if link is not None and (link.draining or (link.available and link.health.state is ClusterState.DOWN)):
+            if link is not None and link.must_hand_over:
                 return True
         return False
 
@@ -284,7 +284,7 @@ class DisasterRecovery:
         msg = tuple.__new__(Outgoing, (topic, value, key, -1 if partition is None else partition, timestamp or 0,
                                        headers, on_delivery))
         cluster = self.target(topic)
-        spec = self._route(topic)
+        spec = self._routes[topic][0]  # what target() just resolved
         if spec.standby is not None:
             # the route's other cluster may still hold older messages of this topic that will come back
             # (purged, failed) and be re-routed here: they go first, so a key is never overtaken
@@ -293,7 +293,7 @@ class DisasterRecovery:
             if other is not None:
                 if left == other.cluster:
                     other.hand_over(leaving=True)
-                elif other.draining or (other.available and other.health.state is ClusterState.DOWN):
+                elif other.must_hand_over:
                     other.hand_over()
         self.link(cluster).send(msg, spill_wait, client if client_cluster == cluster else None)
 

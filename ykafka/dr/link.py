@@ -228,6 +228,12 @@ class ClusterLink:
         """Retired clients still hold messages, or what they gave back is not re-routed yet."""
         return bool(self._retired or self._undelivered or self._rerouting)
 
+    @property
+    def must_hand_over(self) -> bool:
+        """A send to the partner cluster must first wait for :meth:`hand_over`: retired clients are still
+        giving back, or the cluster is DOWN while its clients are still in service."""
+        return self.draining or (self.available and self.health.state is ClusterState.DOWN)
+
     def hand_over(self, leaving: bool = False) -> None:
         """Writes of a topic go to this cluster's DR partner: what this link's clients hold and may still
         give back (purged, timed out) must be re-routed before any newer message of its keys goes there.
