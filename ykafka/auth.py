@@ -12,7 +12,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -104,10 +104,14 @@ class GrantClient:
     def _post(self, path: str, **kwargs: Any) -> requests.Response:
         return self._request("POST", path, **kwargs)
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+    def _request(self, method: str, path: str, fresh_headers: Callable[[], dict[str, str]] | None = None,
+                 **kwargs: Any) -> requests.Response:
         """Call the current instance; on a connection error, timeout or 5xx move to the next peer and retry
-        (each instance at most once per call). The last failure is raised or returned."""
+        (each instance at most once per call). The last failure is raised or returned. ``fresh_headers``:
+        the headers, built again for each attempt (a signature's nonce is good for one request)."""
         def send(url: str) -> requests.Response:
+            if fresh_headers is not None:
+                kwargs["headers"] = fresh_headers()
             with self._lock:
                 return self._session.request(method, url + path, timeout=self.timeout_s, **kwargs)
 
@@ -125,9 +129,10 @@ class GrantClient:
         confirm in that namespace of the config center (docs/metaserver.md, "What a grant carries")."""
         body = json.dumps({"app_id": self.app_id, "client_id": self.client_id, "ip": self.ip,
                            **_want_body(wants)}).encode()
-        headers = signed_headers(self.app_id, self._signing_key(), "POST", GRANT_PATH, body)
-        headers["Content-Type"] = "application/json"
-        grant = self._grant_request(GRANT_PATH, body, headers)
+        key = self._signing_key()
+        # signed again for each instance tried: a killed instance may have spent the first nonce already
+        grant = self._grant_request(GRANT_PATH, body, lambda: {
+            **signed_headers(self.app_id, key, "POST", GRANT_PATH, body), "Content-Type": "application/json"})
         if grant.app_id != self.app_id:
             raise AuthError(f"MetaServer returned a grant for {grant.app_id!r}, expected {self.app_id!r}")
         return grant
@@ -137,7 +142,7 @@ class GrantClient:
         wants = list(wants)
         headers = {"Authorization": f"Bearer {grant.token}", "Content-Type": "application/json"}
         try:
-            return self._grant_request(RENEW_PATH, json.dumps(_want_body(wants)).encode(), headers)
+            return self._grant_request(RENEW_PATH, json.dumps(_want_body(wants)).encode(), lambda: headers)
         except MetaServerUnavailable:
             raise
         except AuthError:
@@ -158,9 +163,9 @@ class GrantClient:
                 f"MetaServer {self.metaserver} unreachable ({exc}) and no unexpired cached grant in "
                 f"{self.store.path}") from None
 
-    def _grant_request(self, path: str, body: bytes, headers: dict[str, str]) -> Grant:
+    def _grant_request(self, path: str, body: bytes, headers: Callable[[], dict[str, str]]) -> Grant:
         try:
-            resp = self._post(path, data=body, headers=headers)
+            resp = self._request("POST", path, data=body, fresh_headers=headers)
         except requests.RequestException as exc:
             raise MetaServerUnavailable(f"{type(exc).__name__}: {exc}") from None
         if resp.status_code in (401, 403):
