@@ -8,7 +8,7 @@ EXTRAS ?= dev
 SERVER_EXTRAS ?= pipeline,postgres,devstack
 PYTEST_ARGS ?=
 
-.PHONY: help prereqs chromium venv install lint typecheck test test-fast demo dev dev-down dev-status bench dist clean
+.PHONY: help prereqs chromium postgres venv install lint typecheck test test-fast demo dev dev-down dev-status bench dist clean
 
 help:
 	@echo "make demo      start the local stack and run the quickstart sample"
@@ -31,6 +31,14 @@ chromium:
 	  && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; } \
 	  || { echo "the console browser tests need Chromium at /usr/bin/chromium: install it (e.g. apt-get install chromium)"; exit 1; }
 
+# tests and benchmarks start a private PostgreSQL from Debian's server binaries (tests/pg_server.py), unless
+# YKAFKA_TEST_PG_DSN names a running one
+postgres:
+	@[ -n "$${YKAFKA_TEST_PG_DSN:-}" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }; } \
+	  || { echo "the PostgreSQL tests start a private server from Debian's binaries: install them (e.g. apt-get install postgresql) or set YKAFKA_TEST_PG_DSN"; exit 1; }
+
 $(BIN)/python: | prereqs
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -49,7 +57,7 @@ lint: $(STAMP)
 # two passes: everything not timing-sensitive on both cores (one test file per worker), then the chaos, DR,
 # pacing and benchmark modules alone (tests/conftest.py SERIAL_MODULES), so no test races another for the CPU
 # (both passes run; the target fails if either had a failure; exit code 5 means none selected)
-test: lint chromium
+test: lint chromium postgres
 	@rc=0; \
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
 	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \

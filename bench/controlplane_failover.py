@@ -18,9 +18,9 @@ Starts, on free ports, a Tansu broker, two config services on one database and t
 5. every record is read back from the broker: ``lost`` = sent but not stored (must be 0), ``duplicated``.
 
 ``survivor_rss_mb`` is config service B's resident memory after taking A's clients. With PostgreSQL at
-``YKAFKA_TEST_PG_DSN`` (default: the test server), ``notify_p50_ms`` / ``scan_p50_ms`` compare a release through
-one config service reaching a poll parked on another that LISTENs and on one that only scans (every 0.5 s),
-timed on the same releases.
+``YKAFKA_TEST_PG_DSN`` (default: a private server, tests.pg_server), ``notify_p50_ms`` / ``scan_p50_ms``
+compare a release through one config service reaching a poll parked on another that LISTENs and on one that
+only scans (every 0.5 s), timed on the same releases.
 
     python bench/controlplane_failover.py [--clients 1000] [--producers 4] [--rate 2000] [--quick]
 
@@ -63,7 +63,6 @@ from ykafka.logs import configure  # noqa: E402
 
 APP = "bench-cp"
 NS = "bench.failover"
-PG_DSN = os.environ.get("YKAFKA_TEST_PG_DSN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 class Watcher:
@@ -267,14 +266,17 @@ def notify_vs_scan(releases: int) -> dict[str, Any]:
     answered, three config services on one PostgreSQL schema; both timed on the same releases."""
     import sqlalchemy as sa
 
+    from bench.metaserver_auth import pg_dsn
+
     schema = f"cc_bench_{uuid.uuid4().hex[:8]}"
+    dsn = pg_dsn()
     try:
-        engine = sa.create_engine(PG_DSN, connect_args={"connect_timeout": 3})
+        engine = sa.create_engine(dsn, connect_args={"connect_timeout": 3})
         with engine.begin() as conn:
             conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
     except Exception as exc:  # noqa: BLE001 - no PostgreSQL: the comparison is skipped, said so
-        return {"notify_vs_scan": f"skipped: PostgreSQL at {PG_DSN} does not answer ({type(exc).__name__})"}
-    url = f"{PG_DSN}{'&' if '?' in PG_DSN else '?'}options=-csearch_path%3D{schema}"
+        return {"notify_vs_scan": f"skipped: PostgreSQL at {dsn} does not answer ({type(exc).__name__})"}
+    url = f"{dsn}{'&' if '?' in dsn else '?'}options=-csearch_path%3D{schema}"
     procs: list[subprocess.Popen[bytes]] = []
     try:
         urls = []

@@ -32,7 +32,15 @@ from ykafka import signing  # noqa: E402
 from ykafka.devstack import free_port  # noqa: E402
 
 ADMIN = "bench-admin-token"
-PG_DSN = os.environ.get("YKAFKA_TEST_PG_DSN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def pg_dsn() -> str:
+    """``YKAFKA_TEST_PG_DSN``, else a private server started for this run (tests.pg_server), else a DSN that
+    fails (the PostgreSQL figures are then reported as skipped with the reason)."""
+    from tests.pg_server import ensure_pg
+
+    dsn, _reason = ensure_pg()
+    return dsn or "postgresql+psycopg://postgres@127.0.0.1:1/unavailable"
 
 
 def pg_reachable(dsn: str) -> str | None:
@@ -176,7 +184,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--pg-dsn", default=PG_DSN)
+    parser.add_argument("--pg-dsn", default=None, help="default: YKAFKA_TEST_PG_DSN or a private server")
     parser.add_argument("--quick", action="store_true", help="2 s, 2 clients, 1 worker (the suite's check)")
     args = parser.parse_args()
     if args.quick:
@@ -187,6 +195,7 @@ def main() -> None:
         sqlite = run_backend(f"sqlite:///{tmp}/ms.db", args.seconds, args.clients, args.workers)
     print(f"sqlite:   {sqlite}")
     result["sqlite"] = sqlite
+    args.pg_dsn = args.pg_dsn or pg_dsn()
     reason = pg_reachable(args.pg_dsn)
     if reason is None:
         schema_dsn = pg_fresh_schema(args.pg_dsn)

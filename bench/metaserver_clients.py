@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.metaserver_auth import (  # noqa: E402
-    PG_DSN,
     admin,
     pg_drop_schema,
+    pg_dsn,
     pg_fresh_schema,
     pg_reachable,
     start_server,
@@ -164,7 +164,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--renew-s", type=float, default=600.0, help="each client's grant renewal interval")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers")
-    parser.add_argument("--pg-dsn", default=PG_DSN)
+    parser.add_argument("--pg-dsn", default=None, help="default: YKAFKA_TEST_PG_DSN or a private server")
     parser.add_argument("--quick", action="store_true", help="3 s per backend")
     args = parser.parse_args()
     seconds = 3.0 if args.quick else args.seconds
@@ -174,6 +174,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ms-fleet-") as tmp:
         result["sqlite"] = run_backend(f"sqlite:///{tmp}/ms.db", args.clients, seconds, args.renew_s, args.workers)
     print(f"sqlite:   {result['sqlite']}", flush=True)
+    args.pg_dsn = args.pg_dsn or pg_dsn()
     reason = pg_reachable(args.pg_dsn)
     if reason is None:
         schema_dsn = pg_fresh_schema(args.pg_dsn)

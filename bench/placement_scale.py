@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.metaserver_auth import (  # noqa: E402
-    PG_DSN,
     admin,
     pg_drop_schema,
+    pg_dsn,
     pg_fresh_schema,
     pg_reachable,
     start_server,
@@ -56,10 +56,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.topics, args.clusters, args.lookups = 20_000, 10, 300
-    reason = pg_reachable(PG_DSN)
+    dsn = pg_dsn()
+    reason = pg_reachable(dsn)
     if reason is not None:
         sys.exit(f"PostgreSQL is needed ({reason})")
-    db_url = pg_fresh_schema(PG_DSN)
+    db_url = pg_fresh_schema(dsn)
     proc, port = start_server(db_url, workers=1)
     try:
         clusters = [f"c{n:03d}" for n in range(args.clusters)]
@@ -103,7 +104,7 @@ def main() -> None:
         }
     finally:
         stop_server(proc)
-        pg_drop_schema(PG_DSN, db_url)
+        pg_drop_schema(dsn, db_url)
     print("RESULT " + json.dumps(result))
 
 

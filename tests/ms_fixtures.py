@@ -27,13 +27,13 @@ import pytest
 import requests
 
 from tests.helpers import wait_until as wait_until
+from tests.pg_server import ensure_pg
 from tests.support import ConfigService, Proc
 from ykafka import signing
 from ykafka.admin.client import AdminClient
 
 ADMIN_TOKEN = "ms-test-admin-token"
 OPENAPI_TOKEN = "ms-test-openapi-token"
-PG_DSN = os.environ.get("YKAFKA_TEST_PG_DSN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 _ip_counter = itertools.count(1)
 
 
@@ -118,7 +118,19 @@ class SdkClient:
                                  headers={"Authorization": f"Bearer {token}"}, timeout=10)
 
 
-def pg_unavailable(dsn: str = PG_DSN) -> str | None:
+def pg_dsn() -> str:
+    """The test database: ``YKAFKA_TEST_PG_DSN``, else a private server started on first use (tests.pg_server)."""
+    dsn, reason = ensure_pg()
+    if dsn is None:
+        raise RuntimeError(f"no PostgreSQL for the tests: {reason}")
+    return dsn
+
+
+def pg_unavailable(dsn: str | None = None) -> str | None:
+    if dsn is None:
+        dsn, reason = ensure_pg()
+        if dsn is None:
+            return f"no PostgreSQL: {reason}"
     try:
         import sqlalchemy as sa
 
@@ -131,10 +143,10 @@ def pg_unavailable(dsn: str = PG_DSN) -> str | None:
         return f"PostgreSQL at {dsn} does not answer ({type(exc).__name__}: {str(exc).splitlines()[0][:150]})"
 
 
-def require_pg(dsn: str = PG_DSN) -> None:
+def require_pg(dsn: str | None = None) -> None:
     """Skip (locally) or fail (CI: ``YKAFKA_TEST_PG_REQUIRED=1``, set by ``.ci/run``) when PostgreSQL is down.
 
-    CI machines are expected to have a server, so a missing one must not pass silently as skips.
+    CI machines start a private server (tests.pg_server), so a missing one must not pass silently as skips.
     """
     reason = pg_unavailable(dsn)
     if reason is None:
@@ -152,7 +164,8 @@ class PgSchemas:
 
         self.prefix = prefix
         self.created: list[str] = []
-        self.engine = sa.create_engine(PG_DSN)
+        self.dsn = pg_dsn()
+        self.engine = sa.create_engine(self.dsn)
 
     def make(self) -> str:
         import sqlalchemy as sa
@@ -161,8 +174,8 @@ class PgSchemas:
         with self.engine.begin() as conn:
             conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
         self.created.append(schema)
-        sep = "&" if "?" in PG_DSN else "?"
-        return f"{PG_DSN}{sep}options=-csearch_path%3D{schema}"
+        sep = "&" if "?" in self.dsn else "?"
+        return f"{self.dsn}{sep}options=-csearch_path%3D{schema}"
 
     def drop(self) -> None:
         import sqlalchemy as sa

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ms_fixtures import PG_DSN, pg_unavailable, require_pg
+from tests.ms_fixtures import pg_dsn, pg_unavailable, require_pg
 
 
 def _closed_port_dsn() -> str:
@@ -42,4 +42,25 @@ def test_reachable_server_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     if pg_unavailable():
         pytest.skip("no PostgreSQL here; the two tests above cover the missing-server paths")
     monkeypatch.setenv("YKAFKA_TEST_PG_REQUIRED", "1")
-    require_pg(PG_DSN)  # no skip, no failure
+    require_pg(pg_dsn())  # no skip, no failure
+
+
+def test_private_server_starts_on_loopback_and_stops_by_pid() -> None:
+    """tests.pg_server: initdb + postgres in a temporary folder on a free port; stop() ends that pid and
+    removes the folder."""
+    from tests import pg_server
+
+    if pg_server.server_bindir() is None:
+        pytest.skip(pg_server.INSTALL_HINT)
+    server = pg_server.start()
+    try:
+        import psycopg
+
+        with psycopg.connect(host="127.0.0.1", port=server.port, user="postgres", dbname="test") as conn:
+            listen = conn.execute("SHOW listen_addresses").fetchone()
+            assert listen == ("127.0.0.1",)
+        assert server.proc.poll() is None and server.folder.is_dir()
+    finally:
+        server.stop()
+    assert server.proc.poll() is not None
+    assert not server.folder.exists()
