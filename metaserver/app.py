@@ -27,6 +27,8 @@ from .console import install as install_console
 from .hotconfig import ConfigRejected
 from .httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
 from .reach import RouteBook
+from .rollouts import guards
+from .rollouts import routes as rollout_routes
 from .services import Services
 from .settings import Settings
 from .tokens import TokenCodec, load_or_create_key
@@ -80,6 +82,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes_observe.router)
     app.include_router(routes_placements.admin)
     app.include_router(routes_placements.sdk)
+    app.include_router(rollout_routes.router)
     install_console(app)
 
     @app.get("/health", tags=["ops"])
@@ -103,6 +106,10 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(ConfigRejected)
     async def _rejected(_request: Request, exc: ConfigRejected) -> JSONResponse:
         return JSONResponse({"detail": exc.message, "errors": exc.errors}, status_code=422)
+
+    @app.exception_handler(guards.GuardRulesInvalid)
+    async def _bad_rules(_request: Request, exc: guards.GuardRulesInvalid) -> JSONResponse:
+        return JSONResponse({"detail": "invalid guard rules", "errors": exc.errors}, status_code=422)
 
     @app.exception_handler(ApolloError)
     async def _apollo(_request: Request, exc: ApolloError) -> JSONResponse:

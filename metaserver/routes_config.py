@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException
 
 from . import audit, db, hotconfig, registry
 from .apollo import ApolloOpenApi
+from .rollouts import guardcheck
 from .routes_admin import operator
 from .schemas import ConfigPush, ScopeBody
 from .services import Services, services
@@ -30,6 +31,7 @@ def push(body: ConfigPush, who: str = Depends(operator), svc: Services = Depends
         hotconfig.check_registered(plan, registry.all_clusters(conn))
     api = _api(svc)
     before = hotconfig.plan_changes(api, plan)
+    guardcheck.enforce(svc, plan, before)  # a change breaking a guard rule: 422 naming the rule, dry run too
     out: dict[str, Any] = {"scope": str(plan.scope), "namespace": plan.namespace, "dry_run": body.dry_run,
                            "changes": plan.changes, "ips": plan.ips, "labels": plan.labels}
     if body.dry_run:

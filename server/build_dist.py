@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "server"
 # what the server's project folder holds, from where in the repository
 STAGED = {"metaserver": "metaserver", "pipeline": "pipeline",
-          "pipeline/alerts.yaml": "configs/alerts.yaml"}  # the default alert rules (pipeline/alerts.py DEFAULT_RULES)
+          "pipeline/alerts.yaml": "configs/alerts.yaml",  # the default alert rules (pipeline/alerts.py DEFAULT_RULES)
+          "metaserver/rollouts/guardrules.yaml": "configs/guardrules.yaml"}  # the default guard rules (guards.py)
 
 
 def client_version() -> str:

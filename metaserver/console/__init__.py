@@ -23,8 +23,11 @@ from . import (
 
 
 def install(app: FastAPI) -> None:
+    from ..rollouts import console_views as rollout_views  # registers its pages on the console router
+
     # the page modules register on the console router
-    assert (admin_views.router is dlq_views.router is group_views.router is request_views.router is topic_views.router
+    assert (admin_views.router is rollout_views.router is
+            dlq_views.router is group_views.router is request_views.router is topic_views.router
             is trace_views.router is views.router)
     app.include_router(views.router)
     app.include_router(api.router)

@@ -28,6 +28,7 @@ from .. import audit, clients, db, hotconfig, pipeline_module, registry
 from ..apollo import ApolloError, ApolloOpenApi
 from ..hotconfig import ConfigRejected
 from ..models import alerts, apps
+from ..rollouts import guardcheck
 from ..services import Services
 from . import loop, queries, users
 
@@ -585,7 +586,7 @@ async def config_preview(request: Request) -> Response:
         scope = _scope(form.get("scope", "global"))
         plan = _plan(form)
         svc = _svc(request)
-        hotconfig.plan_changes(_api(svc), plan)
+        guardcheck.enforce(svc, plan, hotconfig.plan_changes(_api(svc), plan))
     except ConfigRejected as exc:
         return _config_page(request, sess, catalog.GLOBAL if "scope" in exc.errors else _scope(form["scope"]),
                             status_code=422, form=form, errors=exc.errors)
@@ -614,6 +615,7 @@ async def config_publish(request: Request) -> Response:
         plan = _plan(form)
         api = _api(svc)
         before = hotconfig.plan_changes(api, plan)
+        guardcheck.enforce(svc, plan, before)
         result = hotconfig.apply(api, plan, f"console:{sess.username}", form.get("comment", "")[:200])
     except ConfigRejected as exc:
         return _config_page(request, sess, catalog.GLOBAL, status_code=422, form=form, errors=exc.errors)
