@@ -78,6 +78,19 @@ class Rule(BaseModel):
             raise ValueError("partitions_left_min applies to producer.partitions.exclude only")
         return self
 
+    def summary(self) -> str:
+        """One line: where the rule applies, what it requires, its text (the audit log's form of a rule)."""
+        where = " ".join(x for x in (f"grade {self.grade}" if self.grade else "",
+                                     f"cluster {self.cluster}" if self.cluster else "") if x) or "every topic"
+        if self.equals is not None:
+            must = f"= {catalog.render(self.key, catalog.parse(self.key, self.equals))}"
+        elif self.partitions_left_min is not None:
+            must = f"leaves >= {self.partitions_left_min} partitions"
+        else:
+            must = " ".join(x for x in (f">= {self.min:g}" if self.min is not None else "",
+                                        f"<= {self.max:g}" if self.max is not None else "") if x)
+        return f"{self.key} {must} on {where}: {self.text}"
+
     def judge(self, value: Any, partitions: int | None) -> str | None:
         """Why ``value`` (typed, as the catalog parses it) breaks this rule, or None when it keeps it."""
         shown = catalog.render(self.key, value)
@@ -168,8 +181,8 @@ def save(engine: Engine, body: str, who: str, path: Path | None = None) -> InFor
         else:
             conn.execute(guard_rules.insert().values(id=1, **values))
         audit.record(conn, who, "guard.rules", "guard-rules",
-                     {"rules": [r.model_dump(exclude_none=True) for r in before.rules], "source": before.source},
-                     {"rules": [r.model_dump(exclude_none=True) for r in rules], "version": version})
+                     {**{f"rule {r.name}": r.summary() for r in before.rules}, "version": before.version},
+                     {**{f"rule {r.name}": r.summary() for r in rules}, "version": version})
     return in_force(engine, path)
 
 
