@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -127,3 +128,45 @@ def test_unknown_service_is_a_clear_error(tmp_path: Path) -> None:
     result = _ykafka("dev", "stop", "dc-z", home=tmp_path, ports={})
     assert result.returncode != 0
     assert "unknown service(s) dc-z; known: dc-a, dc-b, configcenter, metaserver" in result.stderr
+
+
+@pytest.mark.slow
+def test_down_without_the_up_settings_stops_what_up_started(tmp_path: Path) -> None:
+    """Up on other ports (env and flags) with two replicas; down with none of them (only the home, as a user who
+    opened a new shell): every recorded pid is gone and no record is left behind."""
+    ports = {"dc-a": free_port(), "dc-b": free_port(), "configcenter": _free_pair(), "metaserver": _free_pair()}
+    env = {**os.environ, "YKAFKA_DEV_STARTUP_TIMEOUT": "60", "YKAFKA_DEV_DC_A_PORT": str(ports["dc-a"]),
+           "YKAFKA_DEV_CONFIGCENTER_PORT": str(ports["configcenter"])}
+    home = ["--home", str(tmp_path)]
+    cli = [sys.executable, "-m", "ykafka.cli", "dev"]
+    started: list[int] = []  # every pid `up` started, from the records (killed here if the test fails)
+    try:
+        _up_then_down_bare(cli, home, env, ports, tmp_path, started)
+    finally:
+        for pid in started:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _up_then_down_bare(cli: list[str], home: list[str], env: dict[str, str], ports: dict[str, int], tmp_path: Path,
+                       started: list[int]) -> None:
+    up = subprocess.run([*cli, "up", "--replicas", "2", *home, "--dc-b-port", str(ports["dc-b"]),
+                         "--metaserver-port", str(ports["metaserver"])], capture_output=True, text=True, timeout=180,
+                        env=env)
+    started += [json.loads(p.read_text())["pid"] for p in (tmp_path / "run").glob("*.pid")]
+    assert up.returncode == 0, up.stderr + up.stdout
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("YKAFKA_DEV_")}
+    status = json.loads(subprocess.run([*cli, "status", "--json", *home], capture_output=True, text=True,
+                                       timeout=60, env=bare).stdout)
+    pids = status["running"]  # read back from the records, though today's settings say other ports
+    assert set(pids) == {"dc-a", "dc-b", "configcenter", "configcenter-2", "metaserver", "metaserver-2"}
+    assert all(isinstance(pid, int) and _alive(pid) for pid in pids.values()), pids
+    assert status["clusters"] == {"dc-a": f"127.0.0.1:{ports['dc-a']}", "dc-b": f"127.0.0.1:{ports['dc-b']}"}
+    recorded = json.loads((tmp_path / "run" / "dc-a.pid").read_text())
+    assert recorded["pid"] == pids["dc-a"] and recorded["port"] == ports["dc-a"]
+    assert f"tcp://127.0.0.1:{ports['dc-a']}" in recorded["argv"]
+
+    down = subprocess.run([*cli, "down", *home], capture_output=True, text=True, timeout=120, env=bare)
+    assert down.returncode == 0, down.stderr
+    assert [name for name, pid in pids.items() if _alive(pid)] == []
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == []

@@ -2,7 +2,8 @@
 
 One implementation serves ``ykafka dev up`` and the test fixtures, so what the tests exercise is what a
 user runs. Each service is a background process with a pid file and a log under the stack's home;
-``down`` stops exactly the pids it recorded (after checking the pid still runs our command), nothing else.
+``down`` stops exactly the pids it recorded (after checking the pid still runs the command recorded with it),
+nothing else, and keeps the record of any process it could not stop.
 """
 
 from __future__ import annotations
@@ -397,11 +398,52 @@ def _healthy(cfg: StackConfig, svc: Service) -> bool:
     return port_open(cfg.host, svc.port)
 
 
-def read_pid(path: Path) -> int | None:
+@dataclass(frozen=True)
+class ServiceRecord:
+    """What ``up`` started for one service, kept in its pid file: ``down`` and ``status`` check the process
+    against this record, not against the command today's settings would build (other ports, other flags)."""
+
+    pid: int
+    argv: list[str] | None  # None: a pid file from before records held more than the pid
+    port: int | None = None
+
+    def runs(self, fallback: list[str]) -> bool:
+        """The recorded process is alive and still runs the recorded command (else ``fallback``)."""
+        return _pid_runs(self.pid, self.argv if self.argv is not None else fallback)
+
+
+def read_record(path: Path) -> ServiceRecord | None:
     try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
+        raw = json.loads(path.read_text())
+        if isinstance(raw, int):
+            return ServiceRecord(raw, None)
+        return ServiceRecord(int(raw["pid"]), [str(a) for a in raw["argv"]], raw.get("port"))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def write_record(path: Path, svc: Service, pid: int) -> None:
+    """Replace the record atomically: a reader sees the old one or the new one, never half of it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": pid, "argv": svc.argv, "port": svc.port}))
+    tmp.replace(path)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file of secrets readable by its owner only from its first byte: created 0600 beside ``path``
+    (whatever the umask) and renamed over it, so no reader ever sees it world-readable, even when it replaces
+    an older file that was."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)  # a leftover keeps its own mode: start from a file this call creates
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    tmp.replace(path)
+
+
+def read_pid(path: Path) -> int | None:
+    record = read_record(path)
+    return record.pid if record else None
 
 
 class Stack:
@@ -422,9 +464,20 @@ class Stack:
     def _replicas_file(self) -> Path:
         return self.home / "run" / "replicas.json"
 
+    def _records(self) -> dict[str, tuple[Path, ServiceRecord | None]]:
+        """Every service record under ``run/``, newest first (the order ``down`` stops them in)."""
+        found: list[tuple[int, Path]] = []
+        for path in (self.home / "run").glob("*.pid"):
+            with contextlib.suppress(OSError):  # removed meanwhile
+                found.append((path.stat().st_mtime_ns, path))
+        return {path.stem: (path, read_record(path)) for _, path in sorted(found, reverse=True)}
+
     def _load_layout(self) -> None:
-        """A running stack's storage and broker count per cluster and its control-plane replicas (written by
-        ``up``), so ``status`` and ``down`` see the brokers, the S3 server and the replicas ``up`` started."""
+        """A running stack's ports, storage and broker count per cluster and its control-plane replicas (written
+        by ``up``), so ``status``, ``down`` and ``up`` see the brokers, the S3 server and the replicas ``up``
+        started, whatever today's settings say. A layout whose processes are all gone is stale: ignored."""
+        if not any(rec is not None and _pid_alive(rec.pid) for _, rec in self._records().values()):
+            return
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             replicas = json.loads(self._replicas_file.read_text())
             self.cfg.replicas = self._recorded_replicas = int(replicas["replicas"])
@@ -434,7 +487,7 @@ class Stack:
             for name, layout in json.loads(self._layout_file.read_text()).items():
                 spec = self.cfg.clusters[name]
                 spec.storage, spec.brokers = str(layout["storage"]), int(layout["brokers"])
-                spec.extra_ports = [int(p) for p in layout["ports"][1:]]
+                spec.port, *spec.extra_ports = (int(p) for p in layout["ports"])
 
     def services(self, names: list[str] | None = None) -> list[Service]:
         all_services = services(self.cfg)
@@ -447,8 +500,8 @@ class Stack:
         return [svc for svc in all_services if svc.name in names]
 
     def pid(self, svc: Service) -> int | None:
-        pid = read_pid(svc.pid_file(self.home))
-        return pid if pid is not None and _pid_runs(pid, svc.argv) else None
+        record = read_record(svc.pid_file(self.home))
+        return record.pid if record is not None and record.runs(svc.argv) else None
 
     def up(self, names: list[str] | None = None, seed: bool = True) -> dict[str, int]:
         """Start what is not running, wait until each answers; idempotent."""
@@ -499,7 +552,7 @@ class Stack:
             proc = subprocess.Popen(svc.argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self.home, env={**os.environ, **svc.env})
         self._procs[svc.name] = proc
-        svc.pid_file(self.home).write_text(str(proc.pid))
+        write_record(svc.pid_file(self.home), svc, proc.pid)
         log.info("stack.service.started", service=svc.name, pid=proc.pid, port=svc.port)
         self._wait_healthy(svc, proc.pid)
         return proc.pid
@@ -517,21 +570,32 @@ class Stack:
                          f"{self.cfg.startup_timeout_s:g}s; log {svc.log_file(self.home)}:\n{tail}")
 
     def down(self, names: list[str] | None = None, timeout: float = 10.0) -> dict[str, int]:
-        """Stop exactly the processes this stack started (by pid file), newest first."""
+        """Stop exactly the processes this stack started, newest first, each checked against its record (so a
+        stack started with other ports or flags stops too). A record is dropped only once its process is gone;
+        the layout files only once every record is."""
+        argv = {svc.name: svc.argv for svc in self.services(names)}  # checks the names; the fallback command
+        records = self._records()
         stopped: dict[str, int] = {}
-        for svc in reversed(self.services(names)):
-            pid_path = svc.pid_file(self.home)
-            pid = self.pid(svc)
-            if pid is not None:
-                _terminate(pid, timeout)
-                stopped[svc.name] = pid
-                log.info("stack.service.stopped", service=svc.name, pid=pid)
-            proc = self._procs.pop(svc.name, None)
+        wanted = set(argv) if names else set(argv) | set(records)
+        for name in [n for n in records if n in wanted] + [n for n in reversed(argv) if n not in records]:
+            path, record = records.get(name, (self.home / "run" / f"{name}.pid", None))
+            if record is not None and record.runs(argv.get(name, [])):
+                _terminate(record.pid, timeout)
+                stopped[name] = record.pid
+                log.info("stack.service.stopped", service=name, pid=record.pid)
+            proc = self._procs.pop(name, None)
             if proc is not None:
                 with contextlib.suppress(Exception):
                     proc.wait(timeout=1)
-            pid_path.unlink(missing_ok=True)
-        if not names:
+            if record is not None and record.runs(argv.get(name, [])):
+                log.error("stack.service.still_running", service=name, pid=record.pid, record=str(path))
+            elif record is not None and record.argv is None and _pid_alive(record.pid):
+                # a bare pid (no recorded command) that runs something else than today's command: it may be our
+                # process started with other settings; keep the pid so it can still be stopped by hand
+                log.warning("stack.service.unverified", service=name, pid=record.pid, record=str(path))
+            else:
+                path.unlink(missing_ok=True)
+        if not names and not any((self.home / "run").glob("*.pid")):
             self._layout_file.unlink(missing_ok=True)
             self._replicas_file.unlink(missing_ok=True)
         return stopped
@@ -552,6 +616,9 @@ class Stack:
 
     def status(self) -> dict[str, Any]:
         running = {svc.name: self.pid(svc) for svc in self.services()}
+        for name, (_, record) in self._records().items():  # recorded, though today's settings build no such service
+            if name not in running and record is not None and record.argv is not None:
+                running[name] = record.pid if record.runs(record.argv) else None
         brokers = {} if self.cfg.external_bootstrap else {
             name: {"storage": spec.storage,
                    "brokers": [{"name": spec.broker_name(i), "address": f"{self.cfg.host}:{port}",
@@ -595,8 +662,7 @@ class Stack:
         env["YKAFKA_CONSOLE_USER"] = existing.get("YKAFKA_CONSOLE_USER") or "admin"
         env["YKAFKA_CONSOLE_PASSWORD"] = existing.get("YKAFKA_CONSOLE_PASSWORD") or secrets.token_urlsafe(12)
         admin.create_user(env["YKAFKA_CONSOLE_USER"], env["YKAFKA_CONSOLE_PASSWORD"], "admin", replace=True)
-        self.env_file.write_text("".join(f"export {k}={v}\n" for k, v in env.items()))
-        self.env_file.chmod(0o600)
+        write_private(self.env_file, "".join(f"export {k}={v}\n" for k, v in env.items()))
         return env
 
     def client_env(self, secret: str) -> dict[str, str]:
