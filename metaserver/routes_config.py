@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException
 
 from . import audit, db, hotconfig, registry
 from .apollo import ApolloOpenApi
-from .rollouts import guardcheck
+from .rollouts import guardcheck, targeting
 from .routes_admin import operator
 from .schemas import ConfigPush, ScopeBody
 from .services import Services, services
@@ -26,14 +26,19 @@ def _api(svc: Services) -> ApolloOpenApi:
 def push(body: ConfigPush, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
     """Validate every key with the catalog, then write and release through Apollo (gray when ``ips`` or
     ``labels`` are given)."""
+    if body.targets is not None and (body.ips is not None or body.labels is not None):
+        raise hotconfig.ConfigRejected({"targets": "give targets or ips / labels, not both"})
     plan = hotconfig.validate(body.scope, dict(body.set), list(body.delete), body.ips, body.labels)
     with db.read(svc.engine) as conn:
         hotconfig.check_registered(plan, registry.all_clusters(conn))
     api = _api(svc)
     before = hotconfig.plan_changes(api, plan)
     guardcheck.enforce(svc, plan, before)  # a change breaking a guard rule: 422 naming the rule, dry run too
+    reach = targeting.resolve(svc, plan, body.targets)
     out: dict[str, Any] = {"scope": str(plan.scope), "namespace": plan.namespace, "dry_run": body.dry_run,
-                           "changes": plan.changes, "ips": plan.ips, "labels": plan.labels}
+                           "changes": plan.changes, "ips": plan.ips,
+                           "labels": plan.labels if body.targets is None or not body.targets.per_instance() else None,
+                           "reach": reach}
     if body.dry_run:
         return out
     out.update(hotconfig.apply(api, plan, who, body.comment))
@@ -42,7 +47,8 @@ def push(body: ConfigPush, who: str = Depends(operator), svc: Services = Depends
         audit.record(conn, who, "config.gray" if plan.gray else "config.set", plan.namespace,
                      {k: before.get(k) for k in changed},
                      {"values": {c["key"]: c["after"] for c in plan.changes}, "ips": plan.ips,
-                      "labels": plan.labels, "release": out.get("release")})
+                      "labels": plan.labels, "release": out.get("release"),
+                      "targets": body.targets.describe() if body.targets else None})
     return out
 
 

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ykafka import acl as acl_patterns
 
+from .rollouts.targets import Targets
+
 ClusterStatus = Literal["active", "draining", "down"]
 
 
@@ -157,6 +159,8 @@ class ConfigPush(Strict):
     ips: list[str] | None = Field(default=None, max_length=1000)
     labels: list[str] | None = Field(default=None, max_length=100,
                                      description="gray release to clients carrying one of these labels")
+    targets: Targets | None = Field(default=None, description="a gray release to the clients these select "
+                                    "(percentage, labels, IPs, apps, hosts, versions); instead of ips / labels")
     dry_run: bool = False
     comment: str = Field(default="", max_length=200)
 

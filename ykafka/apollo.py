@@ -147,9 +147,13 @@ class ApolloClient:
     def __init__(self, url: str, app_id: str, cluster: str, ip: str, cache_dir: Path | None,
                  on_update: UpdateCallback, secret: str | None = None, longpoll_timeout_s: float = 90.0,
                  refresh_interval_s: float = 300.0, fetch_timeout_s: float = 5.0,
-                 max_request_line: int = MAX_REQUEST_LINE, label: str | None = None) -> None:
+                 max_request_line: int = MAX_REQUEST_LINE, label: str | None = None,
+                 instance: str | None = None) -> None:
         self.endpoints = Endpoints(url)  # one URL or a comma-separated list of instances
         self.label = label  # Apollo's apollo.label: gray rules may match it instead of the IP
+        # the client instance's id: the config service serves it a gray release whose rule lists its own label
+        # (a rollout step reaching a percentage of the clients); a real Apollo ignores the parameter
+        self.instance = instance
         self.max_request_line = max_request_line
         self.app_id = app_id
         self.cluster = cluster
@@ -229,6 +233,8 @@ class ApolloClient:
         query = {"ip": self.ip}
         if self.label:
             query["label"] = self.label
+        if self.instance:
+            query["ykafkaInstance"] = self.instance
         if release_key:
             query["releaseKey"] = release_key
         path_q = f"{path}?{urlencode(query)}"

@@ -250,7 +250,7 @@ class Runtime:
             longpoll_timeout_s=self.conf.ms("ykafka.configcenter.longpoll.timeout.ms"),
             refresh_interval_s=self.conf.ms("ykafka.configcenter.refresh.interval.ms"),
             fetch_timeout_s=self.conf.ms("ykafka.configcenter.fetch.timeout.ms"),
-            label=self.conf.get("ykafka.client.label"))
+            label=self.conf.get("ykafka.client.label"), instance=self.client_id)
         self.subscribe_scope(catalog.GLOBAL)
         if self.group:
             self.subscribe_scope(Scope(ScopeKind.GROUP, self.group))

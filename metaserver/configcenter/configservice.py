@@ -20,7 +20,7 @@ from .center import ConfigCenter
 from .errors import BadRequest, error_body
 from .longpoll import Waiter, notification
 from .properties import to_properties
-from .readmodel import ReleaseView, strip_properties_suffix
+from .readmodel import INSTANCE_LABEL, ReleaseView, strip_properties_suffix
 
 log = structlog.get_logger(__name__)
 
@@ -72,7 +72,9 @@ def _query_releases(request: Request, app_id: str, cluster: str, namespace: str,
     normalized = center.model.normalize_namespace(app_id, strip_properties_suffix(namespace))
     q = request.query_params
     ip = client_ip(request, q.get("ip"))
-    releases = center.model.releases_for(app_id, cluster, normalized, ip, q.get("label"), q.get("dataCenter"))
+    instance = q.get("ykafkaInstance")  # a ykafka client's own id: rollout steps target single instances
+    labels = tuple(x for x in (q.get("label"), INSTANCE_LABEL + instance if instance else None) if x) or None
+    releases = center.model.releases_for(app_id, cluster, normalized, ip, labels, q.get("dataCenter"))
     if record and releases:  # Apollo's instance audit: who holds which release (batched, memory only here)
         center.instances.served(app_id, cluster, q.get("dataCenter"), ip, releases)
     return normalized, releases

@@ -43,6 +43,12 @@ class ReleaseView:
     configurations: dict[str, str]
 
 
+#: the label a client sends (Apollo's ``label``), or several: a ykafka client adds its instance's own label
+#: (``ykafka-client:<client id>``, sent as ``ykafkaInstance``), which a rollout step's gray rule may list
+Labels = str | tuple[str, ...] | None
+INSTANCE_LABEL = "ykafka-client:"
+
+
 @dataclass(frozen=True)
 class RuleItem:
     """GrayReleaseRuleItemDTO: matches a client by app id plus IP or label (`*` matches all)."""
@@ -51,12 +57,14 @@ class RuleItem:
     ips: frozenset[str]
     labels: frozenset[str]
 
-    def matches(self, client_app_id: str, client_ip: str | None, client_label: str | None) -> bool:
+    def matches(self, client_app_id: str, client_ip: str | None, client_label: Labels) -> bool:
         if self.client_app_id.lower() != (client_app_id or "").lower():
             return False
         if ALL in self.ips or (client_ip is not None and client_ip in self.ips):
             return True
-        return ALL in self.labels or (client_label is not None and client_label in self.labels)
+        if ALL in self.labels or client_label is None:
+            return ALL in self.labels
+        return any(x in self.labels for x in ((client_label,) if isinstance(client_label, str) else client_label))
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> RuleItem:
@@ -71,7 +79,7 @@ class GrayRuleView:
     active: bool
     items: tuple[RuleItem, ...]
 
-    def matches(self, client_app_id: str, client_ip: str | None, client_label: str | None) -> bool:
+    def matches(self, client_app_id: str, client_ip: str | None, client_label: Labels) -> bool:
         return any(item.matches(client_app_id, client_ip, client_label) for item in self.items)
 
 
@@ -161,7 +169,7 @@ class ReadModel:
         return public.app_id
 
     # --- releases ------------------------------------------------------------------------------
-    def _find_release(self, client_app_id: str, ip: str | None, label: str | None, config_app_id: str,
+    def _find_release(self, client_app_id: str, ip: str | None, label: Labels, config_app_id: str,
                       cluster: str, namespace: str) -> ReleaseView | None:
         state = self.namespaces.get((config_app_id.lower(), namespace.lower()))
         if state is None:
@@ -174,7 +182,7 @@ class ReadModel:
                 break
         return state.latest.get(cluster.lower())
 
-    def load_config(self, client_app_id: str, ip: str | None, label: str | None, config_app_id: str,
+    def load_config(self, client_app_id: str, ip: str | None, label: Labels, config_app_id: str,
                     cluster: str, namespace: str, data_center: str | None) -> ReleaseView | None:
         """AbstractConfigService.loadConfig: the named cluster, then the data center, then `default`."""
         if cluster != CLUSTER_DEFAULT:
@@ -187,7 +195,7 @@ class ReadModel:
                 return found
         return self._find_release(client_app_id, ip, label, config_app_id, CLUSTER_DEFAULT, namespace)
 
-    def releases_for(self, app_id: str, cluster: str, namespace: str, ip: str | None, label: str | None,
+    def releases_for(self, app_id: str, cluster: str, namespace: str, ip: str | None, label: Labels,
                      data_center: str | None) -> list[ReleaseView]:
         """The releases `/configs` merges: the app's own, then a public namespace's owner (lower priority)."""
         releases: list[ReleaseView] = []

@@ -16,6 +16,8 @@ from typing import Any
 
 from ykafka.catalog import Scope, ScopeKind
 
+from ..configcenter.readmodel import INSTANCE_LABEL
+
 
 @dataclass(frozen=True)
 class Target:
@@ -30,7 +32,7 @@ class Target:
 
     def in_gray(self, client: dict[str, Any]) -> bool:
         """Served the gray release: its IP or its label (``ykafka.client.label``) is in the branch's rules."""
-        return bool(self.gray_key) and (client.get("ip") in self.gray_ips or client_label(client) in self.gray_labels)
+        return bool(self.gray_key) and gray_match(client, list(self.gray_ips), list(self.gray_labels))
 
     def key_for(self, client: dict[str, Any]) -> str | None:
         return self.gray_key if self.in_gray(client) else self.main_key
@@ -48,7 +50,8 @@ def gray_match(client: dict[str, Any], ips: list[str] | None, labels: list[str] 
     """Whether a gray release to ``ips`` and / or ``labels`` reaches this client (no gray: everyone)."""
     if ips is None and labels is None:
         return True
-    return client.get("ip") in (ips or ()) or client_label(client) in (labels or ())
+    return (client.get("ip") in (ips or ()) or client_label(client) in (labels or ())
+            or INSTANCE_LABEL + str(client.get("client_id")) in (labels or ()))  # a rollout step's instances
 
 
 def client_label(client: dict[str, Any]) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, String, Text, and_, bindparam, cast, false, func, not_, or_, select, text
 
+from ..configcenter.readmodel import INSTANCE_LABEL
 from ..models import client_state as cs
 
 LIST_COLUMNS = (cs.c.app_id, cs.c.client_id, cs.c.ip, cs.c.hostname, cs.c.role, cs.c.cluster, cs.c.topics,
@@ -154,7 +155,8 @@ def reached_summary(conn: Connection, heartbeat_s: int, kind: str, name: str, na
     """(held key, has errors, on a gray IP or label, how many) over the live clients a scope reaches: the
     panel's counts without a row per client."""
     held, errs = _held(namespace), _has_errors()
-    gray = or_(cs.c.ip.in_(gray_ips), cs.c.extra["label"].as_string().in_(gray_labels))
+    instances = [x[len(INSTANCE_LABEL):] for x in gray_labels if x.startswith(INSTANCE_LABEL)]  # a rollout step's
+    gray = or_(cs.c.ip.in_(gray_ips), cs.c.extra["label"].as_string().in_(gray_labels), cs.c.client_id.in_(instances))
     groups = [held, errs] + ([gray] if gray_ips or gray_labels else [])
     stmt = select(*groups, func.count()).where(cs.c.last_seen >= online_after(heartbeat_s))
     stmt = _scope_filter(stmt, kind, name).group_by(*groups)
