@@ -28,7 +28,7 @@ from ykafka.consumer.observe import ConsumerObserver
 from ykafka.consumer.retry import RetryRouter, shared_properties
 from ykafka.consumer.settings import ConsumerSettings
 from ykafka.consumer.shutdown import stop_on_signals
-from ykafka.errors import ClosedError, ConfigError, InvalidConfigValue
+from ykafka.errors import ClosedError, ConfigError, InvalidConfigValue, KafkaError
 from ykafka.runtime import Runtime
 from ykafka.transport import Message, TopicPartition, from_kafka_error
 
@@ -65,6 +65,7 @@ class Consumer:
             self._session = S.ConsumerSession(self._props(self.cluster, self.effective), facade=self)
             self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None,
                                  self._observer)
+            self.engine.on_fatal = self._on_fatal
             # Values in force at start-up (local config or a namespace) apply from the first join on.
             self._session.operator_paused = bool(self.effective.get("consumer.paused"))
             self._session.left = bool(self.effective.get("consumer.leave"))
@@ -141,6 +142,10 @@ class Consumer:
                                        "reason": exc.reason})
         return rejected
 
+    def _on_fatal(self, error: KafkaError) -> None:
+        self.runtime.record_error({"type": "kafka", "code": error.name, "reason": str(error), "fatal": True})
+        self.runtime.report_now()
+
     def _router_factory(self, cluster: str) -> Callable[[], RetryRouter] | None:
         if not self.group:
             return None
@@ -169,7 +174,8 @@ class Consumer:
 
         The handler receives one confluent-kafka ``Message``; returning means done, raising sends the message
         to the retry topics / DLQ. Offsets are committed once every earlier message is done. An ``async def``
-        handler runs as with :meth:`run_async`.
+        handler runs as with :meth:`run_async`. A fatal client error (e.g. a fenced static member) ends it by
+        raising that :class:`~ykafka.errors.KafkaError` (``fatal=True``), also recorded in the client report.
         """
         if is_async_handler(handler):
             return self.run_async(handler, topics)

@@ -34,10 +34,10 @@ from ykafka.consumer.ordering import FAST_HANDLER_S, Dispatcher, Ordering
 from ykafka.consumer.pool import AsyncPool, Pool, WorkerPool
 from ykafka.consumer.retry import RetryPolicy, RetryRouter, Routed
 from ykafka.consumer.settings import ConsumerSettings
-from ykafka.errors import InvalidConfigValue
+from ykafka.errors import InvalidConfigValue, KafkaError
 from ykafka.metrics import Metrics
 from ykafka.throttle import TokenBucket
-from ykafka.transport import KafkaException, Message, TopicPartition
+from ykafka.transport import KafkaException, Message, TopicPartition, from_kafka_error
 from ykafka.transport import RawKafkaError as CKError
 
 log = structlog.get_logger(__name__)
@@ -108,6 +108,8 @@ class Engine:
         self._waiting = False
         self._wake = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._fatal: KafkaError | None = None  # a fatal client error ended run(): it raises this
+        self.on_fatal: Callable[[KafkaError], None] | None = None  # the owner reports it
 
     # -- control ----------------------------------------------------------------------------------------
 
@@ -163,10 +165,12 @@ class Engine:
     # -- run --------------------------------------------------------------------------------------------
 
     def run(self, handler: Handler) -> None:
-        """Blocking: fetch, dispatch and commit until :meth:`stop`."""
+        """Blocking: fetch, dispatch and commit until :meth:`stop`; raises the typed error when a fatal
+        client error ended it (after the same orderly shutdown as a stop)."""
         if self._running.is_set():
             raise RuntimeError("this consumer is already running")
         self._handler = handler
+        self._fatal = None
         self._stop.clear()
         self._running.set()
         workers = int(catalog.value(self.effective, "consumer.workers"))
@@ -199,6 +203,8 @@ class Engine:
                 self.session.hooks = None
                 self._running.clear()
                 log.info("consumer stopped", processed=self.processed, failed=self.failed)
+        if self._fatal is not None:
+            raise self._fatal
 
     def run_async(self, handler: Callable[[Message], Coroutine[Any, Any, Any]],
                   loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -392,6 +398,9 @@ class Engine:
             log.debug("consumer notice", error=err.str(), topic=msg.topic())
         elif err.fatal():
             log.error("fatal consumer error; stopping", error=err.str())
+            self._fatal = from_kafka_error(err)
+            if self.on_fatal is not None:
+                self.on_fatal(self._fatal)
             self._stop.set()
         else:
             log.warning("consumer error", error=err.str(), topic=msg.topic(), partition=msg.partition())
