@@ -13,10 +13,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import Connection
+
 from ykafka import catalog
 from ykafka.catalog import Scope
 from ykafka.errors import InvalidConfigValue
 
+from . import clients
 from .apollo import ApolloOpenApi
 
 _LABEL = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -95,6 +98,20 @@ def check_registered(plan: PushPlan, registered: Iterable[str]) -> None:
               for name, value in plan.set.items() if catalog.names_cluster(name) and value not in known}
     if errors:
         raise ConfigRejected(errors, "values name unregistered clusters")
+
+
+def check_group_protocol(plan: PushPlan, conn: Connection, heartbeat_s: int) -> None:
+    """422 before anything is written when a group scope sets a key the broker owns for this group: one of its
+    online members reports the new consumer protocol (KIP-848), so the broker runs the group's assignor and
+    sets its session timeout and heartbeat (``catalog.BROKER_OWNED``)."""
+    owned = sorted(name for name in plan.set if name in catalog.BROKER_OWNED)
+    if plan.scope.kind is not catalog.ScopeKind.GROUP or not owned:
+        return
+    members = clients.current(conn, heartbeat_s, group=plan.scope.name, online=True)
+    if any((m.get("extra") or {}).get("group_protocol") == "consumer" for m in members):
+        raise ConfigRejected({name: f"group {plan.scope.name!r} uses group.protocol=consumer: "
+                                    f"{catalog.BROKER_OWNED_REASON}" for name in owned},
+                             "values the broker owns for this group")
 
 
 def _ip_like(text: str) -> bool:

@@ -31,6 +31,7 @@ def push(body: ConfigPush, who: str = Depends(operator), svc: Services = Depends
     plan = hotconfig.validate(body.scope, dict(body.set), list(body.delete), body.ips, body.labels)
     with db.read(svc.engine) as conn:
         hotconfig.check_registered(plan, registry.all_clusters(conn))
+        hotconfig.check_group_protocol(plan, conn, svc.settings.renew_interval)
     api = _api(svc)
     before = hotconfig.plan_changes(api, plan)
     guardcheck.enforce(svc, plan, before)  # a change breaking a guard rule: 422 naming the rule, dry run too

@@ -18,7 +18,8 @@ def test_every_design_key_is_in_the_catalog() -> None:
         "consumer.fetch.max.bytes", "consumer.max.partition.fetch.bytes", "consumer.fetch.wait.max.ms",
         "consumer.rate.limit.msgs", "consumer.workers", "consumer.ordering", "consumer.paused", "consumer.leave",
         "consumer.retry.backoff.ms", "consumer.retry.max.attempts", "consumer.dlq.enabled", "trace.enabled",
-        "trace.sample.rate", "topic.grade", "auth.enabled",
+        "trace.sample.rate", "topic.grade", "auth.enabled", "consumer.session.timeout.ms",
+        "consumer.heartbeat.interval.ms",
     }
     assert design_keys <= set(catalog.KEYS)
 

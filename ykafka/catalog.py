@@ -247,7 +247,14 @@ _KEYS: list[Key] = [
     Key("consumer.socket.receive.buffer.bytes", int_range(0, _BYTES), Apply.REBUILD, 0, "0 = system default",
         _CONSUMER_SCOPES, "socket.receive.buffer.bytes"),
     Key("consumer.assignment.strategy", choice("range", "roundrobin", "cooperative-sticky"), Apply.REJOIN,
-        "range", "partition assignment strategy", _CONSUMER_SCOPES, "partition.assignment.strategy"),
+        "range", "partition assignment strategy (classic protocol only: refused for a group.protocol=consumer "
+        "group, whose broker assigns)", _CONSUMER_SCOPES, "partition.assignment.strategy"),
+    Key("consumer.session.timeout.ms", int_range(1, 3_600_000), Apply.REJOIN, 45_000,
+        "a member silent this long leaves the group (classic protocol only: refused for a group.protocol=consumer "
+        "group, whose broker owns it as group.consumer.session.timeout.ms)", _CONSUMER_SCOPES, "session.timeout.ms"),
+    Key("consumer.heartbeat.interval.ms", int_range(1, 3_600_000), Apply.REJOIN, 3000,
+        "group heartbeat period (classic protocol only: refused for a group.protocol=consumer group, whose broker "
+        "owns it as group.consumer.heartbeat.interval.ms)", _CONSUMER_SCOPES, "heartbeat.interval.ms"),
     Key("consumer.fetch.max.bytes", int_range(1, 2_147_483_135), Apply.REBUILD, 52_428_800,
         "max bytes per fetch response", _CONSUMER_SCOPES, "fetch.max.bytes"),
     Key("consumer.max.partition.fetch.bytes", int_range(1, 1_000_000_000), Apply.REBUILD, 1_048_576,
@@ -298,6 +305,19 @@ _KEYS: list[Key] = [
 ]
 
 KEYS: dict[str, Key] = {key.name: key for key in _KEYS}
+
+#: Keys the broker owns for a group on the new consumer protocol (KIP-848, ``group.protocol=consumer``): it sets
+#: the session timeout and heartbeat interval (``group.consumer.*`` broker settings) and runs the assignor, and
+#: librdkafka refuses a consumer that sets them. Hot config setting one of them for such a group is refused.
+BROKER_OWNED = ("consumer.assignment.strategy", "consumer.session.timeout.ms", "consumer.heartbeat.interval.ms")
+BROKER_OWNED_REASON = ("owned by the broker under group.protocol=consumer (KIP-848): set "
+                       "group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms or "
+                       "group.consumer.assignors on the broker instead")
+
+
+def consumer_protocol(rdkafka: Mapping[str, Any]) -> bool:
+    """Whether librdkafka settings join the group with the new consumer protocol (KIP-848)."""
+    return str(rdkafka.get("group.protocol", "classic")).strip().lower() == "consumer"
 
 #: Defaults that a topic's grade switches on, below any explicit value at any scope.
 GRADE_DEFAULTS: dict[str, dict[str, Any]] = {

@@ -568,11 +568,14 @@ def config_panel(request: Request) -> Response:
     return _page(request, "panel.html", sess, panel=_live(_svc(request), scope, tgt))
 
 
-def _plan(form: dict[str, str]) -> hotconfig.PushPlan:
+def _plan(form: dict[str, str], svc: Services) -> hotconfig.PushPlan:
     sets, deletes = _parse_changes(form.get("changes", ""))
     ips = [ip.strip() for ip in form.get("ips", "").replace(",", " ").split() if ip.strip()] or None
     labels = [x.strip() for x in form.get("labels", "").replace(",", " ").split() if x.strip()] or None
-    return hotconfig.validate(form.get("scope", "global") or "global", dict(sets), deletes, ips, labels)
+    plan = hotconfig.validate(form.get("scope", "global") or "global", dict(sets), deletes, ips, labels)
+    with db.read(svc.engine) as conn:
+        hotconfig.check_group_protocol(plan, conn, svc.settings.renew_interval)
+    return plan
 
 
 @router.post("/config/preview")
@@ -584,8 +587,8 @@ async def config_preview(request: Request) -> Response:
     form = await _form(request, sess, "operator")
     try:
         scope = _scope(form.get("scope", "global"))
-        plan = _plan(form)
         svc = _svc(request)
+        plan = _plan(form, svc)
         guardcheck.enforce(svc, plan, hotconfig.plan_changes(_api(svc), plan))
     except ConfigRejected as exc:
         return _config_page(request, sess, catalog.GLOBAL if "scope" in exc.errors else _scope(form["scope"]),
@@ -612,7 +615,7 @@ async def config_publish(request: Request) -> Response:
     svc = _svc(request)
     try:
         scope = _scope(form.get("scope", "global"))
-        plan = _plan(form)
+        plan = _plan(form, svc)
         api = _api(svc)
         before = hotconfig.plan_changes(api, plan)
         guardcheck.enforce(svc, plan, before)

@@ -25,6 +25,7 @@ from ykafka import config as config_mod
 from ykafka.consumer import session as S
 from ykafka.consumer.engine import Engine, retry_policy
 from ykafka.consumer.observe import ConsumerObserver
+from ykafka.consumer.protocol import GroupProtocol
 from ykafka.consumer.retry import RetryRouter, shared_properties
 from ykafka.consumer.settings import ConsumerSettings
 from ykafka.consumer.shutdown import stop_on_signals
@@ -57,6 +58,7 @@ class Consumer:
             if self.group:
                 self.runtime.check_acl("group", self.group)
             self.settings = ConsumerSettings.from_options(conf.options)
+            self.protocol = GroupProtocol(conf.rdkafka, self.runtime)  # KIP-848: what the broker owns
             self._topics: list[str] = []
             self.cluster = self.runtime.route(group=self.group)
             self.effective = self._resolve(self.cluster)
@@ -90,7 +92,11 @@ class Consumer:
         return plain[0] if len(plain) == 1 and len(self._topics) == 1 else None
 
     def _resolve(self, cluster: str) -> dict[str, Any]:
-        return self.runtime.effective(topic=self._scope_topic(), group=self.group, cluster=cluster)
+        topic = self._scope_topic()
+        effective = self.runtime.effective(topic=topic, group=self.group, cluster=cluster)
+        if self.protocol.consumer:
+            effective = self.protocol.effective(effective, self.runtime.sources(topic, self.group, cluster))
+        return effective
 
     def _props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
         props = self.runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "consumer."))
@@ -136,7 +142,8 @@ class Consumer:
 
     def apply(self, changes: Mapping[str, Any]) -> dict[str, InvalidConfigValue]:
         """Apply hot-config values now (the entry point the runtime's change events use)."""
-        rejected = self.engine.apply(changes)
+        accepted, rejected = self.protocol.refuse(changes)
+        rejected.update(self.engine.apply(accepted))
         for name, exc in rejected.items():
             self.runtime.record_error({"type": "config_rejected", "key": name, "value": str(exc.value),
                                        "reason": exc.reason})
@@ -165,7 +172,8 @@ class Consumer:
                              "ordering": engine.dispatcher.ordering if engine.dispatcher else None,
                              "processed": engine.processed, "failed": engine.failed,
                              "paused": self._session.operator_paused, "left": self._session.left},
-                "extra": {"ephemeral": True} if self.settings.ephemeral_group else {}}
+                "extra": {**({"ephemeral": True} if self.settings.ephemeral_group else {}),
+                          **({"group_protocol": "consumer"} if self.protocol.consumer else {})}}
 
     # -- framework mode ---------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from ykafka import catalog
 from ykafka.transport import RawConsumer, TopicPartition
 
 log = structlog.get_logger(__name__)
@@ -65,7 +66,9 @@ class ConsumerSession:
 
     @property
     def cooperative(self) -> bool:
-        return str(self.client_config.get("partition.assignment.strategy", "")).startswith("cooperative")
+        """Incremental rebalances: a cooperative assignor, or the consumer protocol (KIP-848, always incremental)."""
+        return str(self.client_config.get("partition.assignment.strategy", "")).startswith("cooperative") \
+            or catalog.consumer_protocol(self.client_config)
 
     def open(self) -> RawConsumer:
         """Build the handle (if there is none) and restore the subscription or manual assignment."""
