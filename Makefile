@@ -7,14 +7,18 @@ STAMP := $(VENV)/.installed
 EXTRAS ?= dev
 SERVER_EXTRAS ?= pipeline,postgres,devstack
 PYTEST_ARGS ?=
+# Apache Kafka's broker (devstack/kafka/pom.xml pins the release), resolved by Maven into a cache outside the checkout
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' devstack/kafka/pom.xml)
+KAFKA_LIBS ?= $(HOME)/.cache/ykafka/kafka-$(KAFKA_VERSION)/libs
 
-.PHONY: help prereqs chromium postgres venv install lint typecheck test test-fast demo dev dev-down dev-status bench dist clean
+.PHONY: help prereqs chromium postgres kafka venv install lint typecheck test test-fast demo dev dev-down dev-status bench dist clean
 
 help:
 	@echo "make demo      start the local stack and run the quickstart sample"
 	@echo "make test      install, lint (ruff + mypy) and run the whole test suite"
 	@echo "make dev       start the local stack (ykafka dev up);  make dev-down stops it"
 	@echo "make lint      ruff + mypy;  make bench  run every benchmark"
+	@echo "make kafka     resolve Apache Kafka $(KAFKA_VERSION) from Maven Central into $(KAFKA_LIBS)"
 	@echo "make dist      build the wheels and sdists of ykafka and ykafka-server into dist/ and check them"
 
 prereqs:
@@ -24,6 +28,18 @@ prereqs:
 	  || { echo "Python's venv module is missing: install python3-venv (e.g. apt-get install python3.11-venv)"; exit 1; }
 	@command -v java >/dev/null 2>&1 \
 	  || { echo "Java 17 is needed for the PySpark pipeline: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+
+# Apache Kafka's jars, once (checksums verified: -C fails on a mismatch); the stamp names the pom it came from
+kafka: $(KAFKA_LIBS)/.resolved
+
+$(KAFKA_LIBS)/.resolved: devstack/kafka/pom.xml
+	@command -v java >/dev/null 2>&1 \
+	  || { echo "the Kafka broker needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null 2>&1 \
+	  || { echo "resolving Apache Kafka needs Maven 3.8+: install it (e.g. apt-get install maven)"; exit 1; }
+	rm -rf $(KAFKA_LIBS)
+	mvn -B -q -C -f devstack/kafka/pom.xml dependency:copy-dependencies -Dkafka.libs=$(KAFKA_LIBS)
+	@touch $@
 
 # the console's browser tests drive Debian's chromium (Playwright's own browser download is not reachable)
 chromium:
@@ -48,7 +64,7 @@ $(STAMP): pyproject.toml server/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' -e './server[$(SERVER_EXTRAS)]'
 	@touch $(STAMP)
 
-venv install: $(STAMP)
+venv install: $(STAMP) kafka
 
 lint: $(STAMP)
 	$(BIN)/ruff check ykafka metaserver pipeline server tests samples bench
@@ -57,7 +73,7 @@ lint: $(STAMP)
 # two passes: everything not timing-sensitive on both cores (one test file per worker), then the chaos, DR,
 # pacing and benchmark modules alone (tests/conftest.py SERIAL_MODULES), so no test races another for the CPU
 # (both passes run; the target fails if either had a failure; exit code 5 means none selected)
-test: lint chromium postgres
+test: lint chromium postgres kafka
 	@rc=0; \
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
 	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
@@ -66,7 +82,7 @@ test: lint chromium postgres
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
-dev: $(STAMP)
+dev: $(STAMP) kafka
 	$(BIN)/ykafka dev up
 
 dev-down: $(STAMP)
@@ -75,7 +91,7 @@ dev-down: $(STAMP)
 dev-status: $(STAMP)
 	$(BIN)/ykafka dev status
 
-demo: $(STAMP)
+demo: $(STAMP) kafka
 	$(BIN)/ykafka dev up
 	source .ykafka/dev.env && $(BIN)/python samples/quickstart.py
 	@echo

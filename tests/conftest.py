@@ -1,6 +1,14 @@
 """Session fixtures: the same local stack `ykafka dev up` runs (``tests.support``), on free ports, stopped by pid
 at the end.
 
+Clusters every test module can ask for (each started once per session and worker, on first use):
+
+- ``brokers`` / ``stack``: the shared stack's clusters ``dc-a`` and ``dc-b`` (bootstrap dict / the whole stack);
+- ``kafka_brokers`` / ``kafka_stack``: the same on Apache Kafka (one KRaft node per cluster), for tests of broker
+  behaviour (groups, lag, transactions, the console's group and topic pages);
+- ``kafka_cluster3``: a three-node Kafka cluster (RF 3, ``min.insync.replicas=2``; a :class:`tests.support.Broker`
+  whose nodes a durability test may kill: it gets them running again with ``.ready()``).
+
 ``YKAFKA_TEST_BOOTSTRAP`` points the Kafka tests at an external cluster instead of local brokers.
 """
 
@@ -19,7 +27,7 @@ pytest.register_assert_rewrite("tests.helpers", "tests.support", "tests.cc_fixtu
                                 "tests.pipeline_fixtures", "tests.console_fixtures")
 
 from tests.helpers import unique as unique  # noqa: E402
-from tests.support import LocalStack, new_stack  # noqa: E402
+from tests.support import Broker, LocalStack, new_stack  # noqa: E402
 
 # every fixture module, registered once here (never in a test module)
 pytest_plugins = ["tests.cc_fixtures", "tests.ms_fixtures", "tests.sdk_fixtures", "tests.consumer_fixtures",
@@ -67,6 +75,40 @@ def brokers(_session_stack: LocalStack) -> dict[str, str]:
 def stack(_session_stack: LocalStack, brokers: dict[str, str]) -> LocalStack:
     """The whole stack: brokers, config service and MetaServer, with the demo app seeded."""
     return _session_stack.up()
+
+
+@pytest.fixture(scope="session")
+def _kafka_session_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    st = new_stack(tmp_path_factory.mktemp("kafka-stack"), broker="kafka", external_bootstrap=EXTERNAL_BOOTSTRAP)
+    try:
+        yield st
+    finally:
+        st.down()
+
+
+@pytest.fixture(scope="session")
+def kafka_brokers(_kafka_session_stack: LocalStack) -> dict[str, str]:
+    """Cluster name -> bootstrap servers of ``dc-a`` and ``dc-b`` on Apache Kafka (one KRaft node each)."""
+    if not EXTERNAL_BOOTSTRAP:
+        _kafka_session_stack.up(["brokers"])
+    return _kafka_session_stack.clusters
+
+
+@pytest.fixture(scope="session")
+def kafka_stack(_kafka_session_stack: LocalStack, kafka_brokers: dict[str, str]) -> LocalStack:
+    """The whole stack on Apache Kafka: brokers, config service and MetaServer, with the demo app seeded."""
+    return _kafka_session_stack.up()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A three-node Apache Kafka cluster ``k3`` (each node broker + controller; RF 3, ``min.insync.replicas=2``):
+    ``.bootstrap``, ``.kill(index)``, ``.pids``, ``.ready()`` (every node running again, data kept)."""
+    cluster = Broker("k3", tmp_path_factory.mktemp("kafka3"), brokers=3, broker="kafka").start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
 
 
 def consumer_config(bootstrap: str, group: str | None = None, **extra: Any) -> dict[str, Any]:

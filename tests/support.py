@@ -1,10 +1,17 @@
 """The one way tests and benchmarks start any part of the local stack: on free ports, stopped by their own pid.
 
 - :class:`LocalStack` / :func:`local_stack`: what ``ykafka dev up`` runs (``ykafka.devstack``): any subset of
-  brokers (``memory``, or ``durable``: N Tansu brokers on the S3 engine over a local moto S3 server), the config
-  service and the MetaServer, seeded with one app; helpers to push hot config and build client configs.
-- :class:`Broker`: one private Kafka cluster (memory or durable) to kill, freeze and restart in chaos tests;
-  started through ``ykafka.devstack`` too, so its brokers are exactly the ``dev up`` ones.
+  brokers, the config service and the MetaServer, seeded with one app; helpers to push hot config and build client
+  configs.
+- :class:`Broker`: one private Kafka cluster to kill, freeze and restart in chaos tests; started through
+  ``ykafka.devstack`` too, so its brokers are exactly the ``dev up`` ones.
+
+Broker kinds (``broker=``, everywhere a cluster is made): ``"kafka"`` is Apache Kafka in KRaft mode
+(``ykafka.devstack_kafka``; ``brokers`` nodes, each broker + controller, logs on disk: a SIGKILL keeps what was
+acknowledged; 3 nodes: RF 3, ``min.insync.replicas=2``); ``"tansu"`` is Tansu, ``storage="memory"`` (one broker
+that forgets on restart) or ``"durable"`` (N brokers on the S3 engine over a local moto S3 server).
+The session fixtures of ``tests/conftest.py`` (``kafka_brokers``, ``kafka_stack``, ``kafka_cluster3``) are built
+from these.
 - :class:`Proc` / :class:`ConfigService`: one server process polled on ``/health`` (a config service on its own
   database, a MetaServer with test flags), in its own process group, stopped by its pid.
 
@@ -227,30 +234,37 @@ def start_config_service(workdir: Path, longpoll_timeout: float = 5, db: Path | 
 
 # --- one private Kafka cluster ------------------------------------------------------------------------
 
-def cluster_stack(names: list[str], home: Path, storage: str = "memory", brokers: int | None = None) -> Stack:
-    """A devstack :class:`Stack` holding only the clusters ``names`` (durable ones share its one S3 server)."""
+def cluster_stack(names: list[str], home: Path, storage: str = "memory", brokers: int | None = None,
+                  broker: str = "tansu") -> Stack:
+    """A devstack :class:`Stack` holding only the clusters ``names`` of ``broker`` kind (durable Tansu clusters
+    share its one S3 server; a Kafka cluster is ``brokers`` KRaft nodes, default 1)."""
     cfg = ephemeral_config(home, storage=storage, brokers=brokers)
-    count = cfg.clusters[cfg.default_cluster].brokers
-    cfg.clusters = {name: ClusterSpec(name, free_port(), name, storage=storage, brokers=count,
-                                      extra_ports=[free_port() for _ in range(count - 1)]) for name in names}
+    count = brokers or (1 if broker == "kafka" else cfg.clusters[cfg.default_cluster].brokers)
+    cfg.clusters = {name: ClusterSpec(name, free_port(), name, storage="durable" if broker == "kafka" else storage,
+                                      brokers=count, extra_ports=[free_port() for _ in range(count - 1)],
+                                      broker=broker,
+                                      controller_ports=[free_port() for _ in range(count)] if broker == "kafka" else [])
+                    for name in names}
     cfg.default_cluster = names[0]
     return Stack(cfg)
 
 
 class Broker:
-    """One Kafka cluster ``name`` started as ``ykafka dev up`` starts it: ``memory`` (one Tansu broker that
-    forgets everything on restart) or ``durable`` (``brokers``, default 2, Tansu processes on one bucket of a local
-    S3 server, so an acknowledged message survives a SIGKILL of every broker and any broker serves it). Ports are
-    fixed at construction, so ``restart`` comes back at the same address; kill / freeze / thaw act on the brokers'
-    own pids. Several clusters can share one ``stack`` (:func:`cluster_stack`, :func:`brokers`)."""
+    """One Kafka cluster ``name`` started as ``ykafka dev up`` starts it: ``broker="kafka"`` (``brokers`` Apache
+    Kafka KRaft nodes, default 1, logs on disk), or Tansu ``memory`` (one broker that forgets everything on
+    restart) or ``durable`` (``brokers``, default 2, Tansu processes on one bucket of a local S3 server, so an
+    acknowledged message survives a SIGKILL of every broker and any broker serves it). Ports are fixed at
+    construction, so ``restart`` comes back at the same address; kill / freeze / thaw act on the brokers' own
+    pids (``pids``). Several clusters can share one ``stack`` (:func:`cluster_stack`, :func:`brokers`)."""
 
     def __init__(self, name: str, log_dir: Path | None = None, storage: str = "memory", brokers: int | None = None,
-                 stack: Stack | None = None) -> None:
+                 stack: Stack | None = None, broker: str = "tansu") -> None:
         if stack is None:
             assert log_dir is not None, "a Broker needs a log_dir or a stack"
-            stack = cluster_stack([name], log_dir / name, storage, brokers)
+            stack = cluster_stack([name], log_dir / name, storage, brokers, broker)
         spec = stack.cfg.clusters[name]
         self.name = name
+        self.kind = spec.broker
         self.storage = spec.storage
         self.stack = stack
         self.names = [spec.broker_name(i) for i in range(spec.brokers)]
@@ -261,11 +275,17 @@ class Broker:
 
     def start(self) -> Broker:
         """Start whatever of this cluster is not running (idempotent)."""
-        self.stack.up((["s3"] if self.storage == "durable" else []) + self.names, seed=False)
+        self.stack.up((["s3"] if self.stack.cfg.durable else []) + self.names, seed=False)
         return self
 
+    @property
+    def pids(self) -> list[int | None]:
+        """Each broker's pid (None: not running), in node order."""
+        return [self.stack.pid(svc) for svc in self.stack.services(self.names)]
+
     def kill(self, index: int | None = None) -> None:
-        """SIGKILL every broker (or broker ``index``): a memory cluster loses its data, a durable one keeps it."""
+        """SIGKILL every broker (or broker ``index``): a Tansu memory cluster loses its data, a durable or Kafka
+        one keeps it."""
         for name in self.names if index is None else [self.names[index]]:
             self.stack.kill(name)  # SIGKILL ends a stopped (frozen) process too
         if index is None:
@@ -309,11 +329,12 @@ class Broker:
 
 @contextlib.contextmanager
 def brokers(names: list[str], log_dir: Path, storage: str = "memory",
-            count: int | None = None) -> Iterator[dict[str, Broker]]:
-    """Private clusters by name (on one stack: durable ones share one S3 server), started now and stopped by pid
-    when the block ends."""
-    stack = cluster_stack(names, log_dir, storage, count)
+            count: int | None = None, broker: str = "tansu") -> Iterator[dict[str, Broker]]:
+    """Private clusters by name (on one stack: durable Tansu ones share one S3 server), started now (Kafka
+    clusters together) and stopped by pid when the block ends."""
+    stack = cluster_stack(names, log_dir, storage, count, broker)
     try:
+        stack.up([svc.name for svc in stack.services() if svc.kind is not None or svc.name == "s3"], seed=False)
         yield {name: Broker(name, stack=stack).start() for name in names}
     finally:
         with contextlib.suppress(Exception):
@@ -454,7 +475,8 @@ class LocalStack:
 
 def new_stack(home: Path | None = None, **overrides: Any) -> LocalStack:
     """A stack on free ports under ``home`` (a temp dir when None), nothing started yet; ``overrides`` as
-    :func:`ykafka.devstack.ephemeral_config` (``storage="durable"``, ``brokers=2``, ``external_bootstrap``...)."""
+    :func:`ykafka.devstack.ephemeral_config` (``broker="kafka"``, ``storage="durable"``, ``brokers=2``,
+    ``external_bootstrap``...)."""
     home = home or Path(tempfile.mkdtemp(prefix="ykafka-stack-"))
     return LocalStack(Stack(ephemeral_config(home, **overrides)))
 

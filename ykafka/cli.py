@@ -80,17 +80,22 @@ def dev() -> None:
 
 
 @dev.command("up")
+@click.option("--broker", type=click.Choice(["kafka", "tansu"]), default=None,
+              help="what runs every cluster's brokers (env YKAFKA_DEV_BROKER, or `broker:` per cluster in "
+                   "configs/dev.yaml): Apache Kafka (KRaft, logs on disk; `make kafka` resolves it) or Tansu")
 @click.option("--storage", type=click.Choice(["memory", "durable"]), default=None,
-              help="every cluster's storage (env YKAFKA_DEV_STORAGE): memory (one broker, fastest) or durable "
-                   "(2 brokers on a local S3 server, survives SIGKILL)")
+              help="every Tansu cluster's storage (env YKAFKA_DEV_STORAGE): memory (one broker, fastest) or durable "
+                   "(2 brokers on a local S3 server, survives SIGKILL); a Kafka cluster is always on disk")
 @click.option("--replicas", type=click.IntRange(1, 9), default=None,
               help="config services and MetaServers each, peers on one database (env YKAFKA_DEV_REPLICAS, "
                    "default 1); the extra ones are named configcenter-2, metaserver-2, ...")
 @stack_options
-def dev_up(storage: str | None, replicas: int | None, **kw: Any) -> None:
+def dev_up(broker: str | None, storage: str | None, replicas: int | None, **kw: Any) -> None:
     """Start the whole stack (idempotent) and seed a demo app; writes .ykafka/dev.env."""
     stack = _build(kw)
     try:
+        if broker:
+            stack.set_broker(broker)
         if storage:
             stack.cfg.set_storage(storage)
         if replicas:

@@ -1,4 +1,5 @@
-"""The embedded local stack: two Tansu brokers, the config service and the MetaServer on loopback.
+"""The embedded local stack: two Kafka clusters (Apache Kafka or Tansu brokers), the config service and the
+MetaServer on loopback.
 
 One implementation serves ``ykafka dev up`` and the test fixtures, so what the tests exercise is what a
 user runs. Each service is a background process with a pid file and a log under the stack's home;
@@ -17,7 +18,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import requests
 import structlog
 import yaml
 
+from ykafka.devstack_kafka import KafkaSettings, client_listener, kafka_services
 from ykafka.servers import ServerPackage, install_hint, require_server_package
 
 log = structlog.get_logger(__name__)
@@ -38,13 +41,17 @@ class StackError(RuntimeError):
 
 
 STORAGES = ("memory", "durable")
+#: what runs a cluster's brokers: Apache Kafka (KRaft, ``ykafka.devstack_kafka``) or Tansu
+BROKER_KINDS = ("kafka", "tansu")
 
 
 @dataclass
 class ClusterSpec:
-    """One Kafka cluster: ``memory`` is one Tansu broker that forgets on restart (fastest); ``durable`` is
-    ``brokers`` Tansu processes on the S3 engine sharing one bucket of the stack's local S3 server, so an
-    acknowledged message survives a SIGKILL of every broker and any broker serves it."""
+    """One Kafka cluster. ``broker="kafka"``: ``brokers`` Apache Kafka nodes in KRaft combined mode, their logs on
+    disk under the stack's home (always durable; 3 nodes: RF 3, ``min.insync.replicas=2``). ``broker="tansu"``:
+    ``memory`` is one Tansu broker that forgets on restart; ``durable`` is ``brokers`` Tansu processes on the S3
+    engine sharing one bucket of the stack's local S3 server, so an acknowledged message survives a SIGKILL of
+    every broker and any broker serves it."""
 
     name: str
     port: int
@@ -53,6 +60,15 @@ class ClusterSpec:
     storage: str = "memory"
     brokers: int = 1
     extra_ports: list[int] = field(default_factory=list)  # brokers 2..n; default port+1, port+2, ...
+    broker: str = "tansu"
+    controller_ports: list[int] = field(default_factory=list)  # Kafka's KRaft quorum; default port+100, +101, ...
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)  # listeners / security of Kafka nodes
+
+    @property
+    def quorum_ports(self) -> list[int]:
+        """The controller listener of each Kafka node (loopback)."""
+        given = list(self.controller_ports)
+        return [*given, *(self.port + 100 + i for i in range(len(given), self.brokers))][: self.brokers]
 
     @property
     def ports(self) -> list[int]:
@@ -95,12 +111,27 @@ class StackConfig:
     metaserver_extra_ports: list[int] = field(default_factory=list)
 
     def set_storage(self, storage: str, brokers: int | None = None) -> None:
-        """Every cluster on ``storage`` (``ykafka dev up --storage``); durable defaults to 2 brokers."""
+        """Every Tansu cluster on ``storage`` (``ykafka dev up --storage``); durable defaults to 2 brokers. A Kafka
+        cluster is always on disk: only ``brokers`` changes it."""
         if storage not in STORAGES:
             raise StackError(f"unknown storage {storage!r}; choose one of {', '.join(STORAGES)}")
         for spec in self.clusters.values():
+            if spec.broker == "kafka":
+                spec.brokers = brokers or spec.brokers
+                continue
             spec.storage = storage
             spec.brokers = brokers or (2 if storage == "durable" else 1)
+
+    def set_broker(self, kind: str, brokers: int | None = None) -> None:
+        """Every cluster run by ``kind`` (``ykafka dev up --broker``): Kafka clusters keep their data on disk."""
+        if kind not in BROKER_KINDS:
+            raise StackError(f"unknown broker {kind!r}; choose one of {', '.join(BROKER_KINDS)}")
+        for spec in self.clusters.values():
+            spec.broker = kind
+            if kind == "kafka":
+                spec.storage = "durable"
+            if brokers:
+                spec.brokers = brokers
 
     @classmethod
     def load(cls, path: Path | None = None, env: Mapping[str, str] | None = None,
@@ -110,16 +141,21 @@ class StackConfig:
         raw: dict[str, Any] = (yaml.safe_load(source.read_text()) if source.exists() else None) or {}
         raw.setdefault("clusters", {"dc-a": {"port": 19092, "dc": "a", "standby": "dc-b"},
                                     "dc-b": {"port": 29092, "dc": "b", "standby": "dc-a"}})
+        default_broker = env.get("YKAFKA_DEV_BROKER") or raw.get("broker", "tansu")
         clusters = {
             name: ClusterSpec(name, int(env.get(f"YKAFKA_DEV_{_envname(name)}_PORT", spec["port"])),
-                              str(spec.get("dc", name)), spec.get("standby"), str(spec.get("storage", "memory")),
-                              int(spec.get("brokers") or (2 if spec.get("storage") == "durable" else 1)))
+                              str(spec.get("dc", name)), spec.get("standby"),
+                              str(spec.get("storage", "durable" if spec.get("broker", default_broker) == "kafka"
+                                           else "memory")),
+                              int(spec.get("brokers") or (2 if spec.get("storage") == "durable" else 1)),
+                              broker=str(spec.get("broker", default_broker)),
+                              controller_ports=[int(p) for p in spec.get("controller_ports") or []])
             for name, spec in (raw.get("clusters") or {}).items()
         }
         for spec in clusters.values():
-            if spec.storage not in STORAGES or spec.brokers < 1:
-                raise StackError(f"cluster {spec.name}: storage must be one of {', '.join(STORAGES)} "
-                                 f"and brokers at least 1")
+            if spec.storage not in STORAGES or spec.brokers < 1 or spec.broker not in BROKER_KINDS:
+                raise StackError(f"cluster {spec.name}: storage must be one of {', '.join(STORAGES)}, broker one "
+                                 f"of {', '.join(BROKER_KINDS)} and brokers at least 1")
         cc = raw.get("configcenter") or {}
         ms = raw.get("metaserver") or {}
         demo = raw.get("demo_app") or {}
@@ -141,6 +177,8 @@ class StackConfig:
             s3_port=int(env.get("YKAFKA_DEV_S3_PORT", (raw.get("s3") or {}).get("port", 19000))),
             replicas=int(env.get("YKAFKA_DEV_REPLICAS", raw.get("replicas", 1))),
         )
+        if env.get("YKAFKA_DEV_BROKER"):
+            cfg.set_broker(env["YKAFKA_DEV_BROKER"])
         if env.get("YKAFKA_DEV_STORAGE"):
             cfg.set_storage(env["YKAFKA_DEV_STORAGE"])
         for name, value in overrides.items():
@@ -191,11 +229,15 @@ class StackConfig:
     def bootstrap(self, cluster: str) -> str:
         if self.external_bootstrap:
             return self.external_bootstrap
-        return ",".join(f"{self.host}:{port}" for port in self.clusters[cluster].ports)
+        spec = self.clusters[cluster]
+        ports = client_listener(spec)[1] if spec.broker == "kafka" else spec.ports
+        return ",".join(f"{self.host}:{port}" for port in ports)
 
     @property
     def durable(self) -> bool:
-        return not self.external_bootstrap and any(s.storage == "durable" for s in self.clusters.values())
+        """Some Tansu cluster is durable: the stack runs the local S3 server."""
+        return not self.external_bootstrap and any(s.storage == "durable" and s.broker == "tansu"
+                                                   for s in self.clusters.values())
 
     @property
     def s3_url(self) -> str:
@@ -220,6 +262,10 @@ class Service:
     port: int
     health_url: str | None = None  # HTTP health check; else a TCP connect
     env: dict[str, str] = field(default_factory=dict)  # added to the stack's environment
+    prepare: Callable[[], None] | None = None  # run before each start (a Kafka node formats its storage)
+    group: str | None = None  # services of one group start together, then are waited for (a KRaft quorum)
+    kind: str | None = None  # a broker's kind (kafka, tansu)
+    node_id: int | None = None  # a broker's node id
 
     def pid_file(self, home: Path) -> Path:
         return home / "run" / f"{self.name}.pid"
@@ -265,11 +311,15 @@ def services(cfg: StackConfig) -> list[Service]:
     if cfg.durable:
         out.append(Service("s3", [sys.executable, moto_binary(), "-H", cfg.host, "-p", str(cfg.s3_port)], cfg.s3_port,
                            f"{cfg.s3_url}/moto-api/"))
+    home = cfg.home.resolve()
     if not cfg.external_bootstrap:
-        binary = tansu_binary()
         s3_env = {"AWS_ENDPOINT": cfg.s3_url, "AWS_ACCESS_KEY_ID": "ykafka-dev", "AWS_SECRET_ACCESS_KEY": "ykafka-dev",
                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
         for spec in cfg.clusters.values():
+            if spec.broker == "kafka":
+                out.extend(kafka_services(cfg, spec, home, Service))
+                continue
+            binary = tansu_binary()
             durable = spec.storage == "durable"
             for index, port in enumerate(spec.ports):
                 url = f"tcp://{cfg.host}:{port}"
@@ -277,8 +327,7 @@ def services(cfg: StackConfig) -> list[Service]:
                 out.append(Service(spec.broker_name(index),
                                    [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
                                     "--storage-engine", engine, "--cluster-id", spec.name], port,
-                                   env=s3_env if durable else {}))
-    home = cfg.home.resolve()
+                                   env=s3_env if durable else {}, kind="tansu", node_id=index + 1))
     metaserver = _server("metaserver")
     for index, port in enumerate(cfg.configcenter_ports):  # replicas share one database (peers)
         url = cfg.configcenter_urls[index]
@@ -488,6 +537,16 @@ class Stack:
                 spec = self.cfg.clusters[name]
                 spec.storage, spec.brokers = str(layout["storage"]), int(layout["brokers"])
                 spec.port, *spec.extra_ports = (int(p) for p in layout["ports"])
+                spec.broker = str(layout.get("broker", "tansu"))
+                spec.controller_ports = [int(p) for p in layout.get("controller_ports") or []]
+
+    def set_broker(self, kind: str) -> None:
+        """Every cluster on ``kind`` brokers (``ykafka dev up --broker``), refused while brokers of another kind
+        run (``down`` would no longer see them)."""
+        other = [svc.name for svc in services(self.cfg) if svc.kind not in (None, kind) and self.pid(svc) is not None]
+        if other:
+            raise StackError(f"{', '.join(other)} run on another broker; stop the stack first (`ykafka dev down`)")
+        self.cfg.set_broker(kind)
 
     def services(self, names: list[str] | None = None) -> list[Service]:
         all_services = services(self.cfg)
@@ -515,25 +574,34 @@ class Stack:
                              f" stop it first (`ykafka dev down`) or keep --replicas {self._recorded_replicas}")
         started: dict[str, int] = {}
         self._layout_file.write_text(json.dumps({
-            name: {"storage": spec.storage, "brokers": spec.brokers, "ports": spec.ports}
+            name: {"storage": spec.storage, "brokers": spec.brokers, "ports": spec.ports, "broker": spec.broker,
+                   **({"controller_ports": spec.quorum_ports} if spec.broker == "kafka" else {})}
             for name, spec in self.cfg.clusters.items()}))
         self._replicas_file.write_text(json.dumps({"replicas": self.cfg.replicas,
                                                    "configcenter": self.cfg.configcenter_ports,
                                                    "metaserver": self.cfg.metaserver_ports}))
-        for svc in self.services(names):
-            pid = self.pid(svc)
-            if pid is not None:
+        for batch in _batches(self.services(names)):
+            waiting: list[tuple[Service, int]] = []
+            todo: list[Service] = []
+            for svc in batch:
+                pid = self.pid(svc)
+                if pid is not None:
+                    waiting.append((svc, pid))
+                    continue
+                if port_open(self.cfg.host, svc.port):
+                    holder = port_holder(svc.port)
+                    raise StackError(f"port {svc.port} for {svc.name} is already in use"
+                                     + (f" by {holder}" if holder else "")
+                                     + "; free it or choose another port (see configs/dev.yaml)")
+                todo.append(svc)
+            with ThreadPoolExecutor(max(1, len(todo))) as pool:  # a group's nodes format their storage at once
+                list(pool.map(lambda svc: svc.prepare and svc.prepare(), todo))
+            waiting += [(svc, self._spawn(svc)) for svc in todo]
+            for svc, pid in waiting:
                 self._wait_healthy(svc, pid)
                 started[svc.name] = pid
-                continue
-            if port_open(self.cfg.host, svc.port):
-                holder = port_holder(svc.port)
-                raise StackError(f"port {svc.port} for {svc.name} is already in use"
-                                 + (f" by {holder}" if holder else "")
-                                 + "; free it or choose another port (see configs/dev.yaml)")
-            started[svc.name] = self._spawn(svc)
-            if svc.name == "s3":
-                self._make_buckets()
+                if svc.name == "s3" and svc in todo:
+                    self._make_buckets()
         if seed and (names is None or any(name.startswith("metaserver") for name in names)):
             self.seed()
         return started
@@ -554,7 +622,6 @@ class Stack:
         self._procs[svc.name] = proc
         write_record(svc.pid_file(self.home), svc, proc.pid)
         log.info("stack.service.started", service=svc.name, pid=proc.pid, port=svc.port)
-        self._wait_healthy(svc, proc.pid)
         return proc.pid
 
     def _wait_healthy(self, svc: Service, pid: int) -> None:
@@ -577,10 +644,14 @@ class Stack:
         records = self._records()
         stopped: dict[str, int] = {}
         wanted = set(argv) if names else set(argv) | set(records)
+        alive = {name: rec.pid for name, (_, rec) in records.items()
+                 if name in wanted and rec is not None and rec.runs(argv.get(name, []))}
+        group = {svc.name: svc.group for svc in self.services(names) if svc.group is not None}
         for name in [n for n in records if n in wanted] + [n for n in reversed(argv) if n not in records]:
             path, record = records.get(name, (self.home / "run" / f"{name}.pid", None))
-            if record is not None and record.runs(argv.get(name, [])):
-                _terminate(record.pid, timeout)
+            if record is not None and name in alive:
+                _terminate(record.pid, timeout, [pid for other, pid in alive.items()
+                                                 if name in group and group.get(other) == group[name]])
                 stopped[name] = record.pid
                 log.info("stack.service.stopped", service=name, pid=record.pid)
             proc = self._procs.pop(name, None)
@@ -620,9 +691,10 @@ class Stack:
             if name not in running and record is not None and record.argv is not None:
                 running[name] = record.pid if record.runs(record.argv) else None
         brokers = {} if self.cfg.external_bootstrap else {
-            name: {"storage": spec.storage,
-                   "brokers": [{"name": spec.broker_name(i), "address": f"{self.cfg.host}:{port}",
-                                "pid": running.get(spec.broker_name(i))} for i, port in enumerate(spec.ports)]}
+            name: {"storage": spec.storage, "kind": spec.broker,
+                   "brokers": [{"name": spec.broker_name(i), "kind": spec.broker, "node_id": i + 1,
+                                "address": address, "pid": running.get(spec.broker_name(i))}
+                               for i, address in enumerate(self.cfg.bootstrap(name).split(","))]}
             for name, spec in self.cfg.clusters.items()}
         return {
             "clusters": {name: self.cfg.bootstrap(name) for name in self.cfg.clusters},
@@ -691,9 +763,23 @@ class Stack:
         return env
 
 
-def _terminate(pid: int, timeout: float) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+def _batches(services: list[Service]) -> list[list[Service]]:
+    """Services in start order, those of one ``group`` (a Kafka cluster's nodes) in one batch."""
+    out: list[list[Service]] = []
+    for svc in services:
+        if svc.group is not None and out and out[-1][0].group == svc.group:
+            out[-1].append(svc)
+        else:
+            out.append([svc])
+    return out
+
+
+def _terminate(pid: int, timeout: float, peers: list[int | None] | None = None) -> None:
+    """SIGTERM ``pid`` (and its ``peers``, the other nodes of its Kafka cluster: a quorum stopped one by one would
+    leave the last node waiting for the lost majority), then SIGKILL what outlives ``timeout``."""
+    for target in {pid, *(p for p in peers or [] if p is not None)}:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGTERM)
     if not _wait_gone(pid, timeout):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -721,12 +807,20 @@ def _tail(path: Path, lines: int = 20) -> str:
 def ephemeral_config(home: Path, **overrides: Any) -> StackConfig:
     """A stack on free ports under ``home`` with fresh random tokens: for tests and benchmarks."""
     cfg = StackConfig.load(env={}, home=home)
+    broker = overrides.pop("broker", None)
+    if broker:
+        cfg.set_broker(broker, overrides.get("brokers"))
     storage = overrides.pop("storage", None)
     if storage:
-        cfg.set_storage(storage, overrides.pop("brokers", None))
+        cfg.set_storage(storage, overrides.get("brokers"))
+    elif overrides.get("brokers"):
+        for spec in cfg.clusters.values():
+            spec.brokers = int(overrides["brokers"])
+    overrides.pop("brokers", None)
     for spec in cfg.clusters.values():
         spec.port = free_port()
         spec.extra_ports = [free_port() for _ in range(spec.brokers - 1)]
+        spec.controller_ports = [free_port() for _ in range(spec.brokers)] if spec.broker == "kafka" else []
     cfg.s3_port = free_port()
     cfg.set_replicas(int(overrides.pop("replicas", 1)))
     cfg.configcenter_port = free_port()

@@ -1,0 +1,79 @@
+"""Apache Kafka in the local stack (``ykafka.devstack_kafka``): the pinned release, one KRaft node and the
+three-node cluster, each checked by what a client sees."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.helpers import wait_until
+from tests.support import ROOT, Broker
+from ykafka.devstack_kafka import KAFKA_VERSION, server_properties
+
+
+def test_the_pom_pins_the_release_the_launcher_runs() -> None:
+    pom = (ROOT / "devstack" / "kafka" / "pom.xml").read_text()
+    assert re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)[1] == KAFKA_VERSION  # type: ignore[index]
+
+
+def _roundtrip(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(count):
+        producer.produce(topic, str(i).encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        while len(got) < count:
+            msg = consumer.poll(15)
+            assert msg is not None, f"only {len(got)} of {count} read"
+            if msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_one_node_keeps_what_it_acknowledged_across_a_sigkill(tmp_path: Path) -> None:
+    cluster = Broker("solo", tmp_path, broker="kafka").start()
+    try:
+        assert _roundtrip(cluster.bootstrap, "before", 50) == [str(i).encode() for i in range(50)]
+        cluster.kill()
+        assert cluster.pids == [None]
+        cluster.start()  # the same log.dirs, so the same cluster id and every record
+        assert _roundtrip(cluster.bootstrap, "before", 0) == []
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "after",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["before"])
+        seen = 0
+        while seen < 50:
+            msg = consumer.poll(15)
+            assert msg is not None, f"{seen} of 50 acknowledged records survived"
+            seen += msg.error() is None
+        consumer.close()
+        props = (cluster.stack.home / "data" / "kafka" / "solo" / "node-1" / "server.properties").read_text()
+        assert "process.roles=broker,controller" in props and "min.insync.replicas=1" in props
+    finally:
+        cluster.close()
+    assert cluster.pids == [None]
+
+
+def test_three_nodes_replicate_every_topic_three_times_with_min_isr_two(kafka_cluster3: Broker) -> None:
+    cluster = kafka_cluster3.ready()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = f"rf3-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, 2)])[topic].result(30)
+    meta = wait_until(lambda: (m := admin.list_topics(topic, timeout=10).topics[topic]).partitions and m,
+                      message="the topic's metadata on the node asked")
+    assert sorted(len(p.replicas) for p in meta.partitions.values()) == [3, 3]
+    assert len(admin.list_topics(timeout=10).brokers) == 3
+    spec = cluster.stack.cfg.clusters["k3"]
+    props = server_properties(cluster.stack.cfg, spec, 0, cluster.stack.home)
+    assert props["min.insync.replicas"] == "2" and props["default.replication.factor"] == "3"
+    assert _roundtrip(cluster.bootstrap, topic, 20) == [str(i).encode() for i in range(20)]

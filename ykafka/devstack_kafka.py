@@ -1,0 +1,256 @@
+"""Apache Kafka brokers of the local stack: real KRaft processes (``java -cp <libs>/* kafka.Kafka``).
+
+The jars come from Maven Central through the repository's ``devstack/kafka/pom.xml`` (``make kafka`` resolves
+them once, checksums verified, into :func:`kafka_libs`, a cache outside the checkout). A cluster of ``n`` nodes
+runs every node in combined mode (broker and controller; a static quorum of all ``n`` on loopback); its storage
+(``log.dirs``, one folder per node under the stack's home) is formatted once with a cluster id kept beside it,
+so a restarted broker keeps what it acknowledged. :mod:`ykafka.devstack` builds the :class:`Service` of each
+node through :func:`kafka_services`; everything Kafka-specific lives here.
+
+Hook for listeners and security (``ClusterSpec.kafka``, a :class:`KafkaSettings`): extra listeners with their
+own protocol and ports, properties merged last into every node's ``server.properties``, extra arguments to the
+storage format (``--add-scram ...``), extra JVM arguments and environment (a JAAS file), and which listener the
+cluster's bootstrap address names (:func:`client_listener`).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import structlog
+
+if TYPE_CHECKING:
+    from ykafka.devstack import ClusterSpec, Service, StackConfig
+
+log = structlog.get_logger(__name__)
+
+#: the pinned release; devstack/kafka/pom.xml names the same (tests/test_devstack_kafka.py checks they agree)
+KAFKA_VERSION = "4.1.1"
+#: the broker's heap: enough for the suite's and the demo's traffic, small enough for 2-node stacks on a 2-core,
+#: 24 GB machine (docs/deployment.md: start time and RSS measured at this figure)
+DEFAULT_HEAP = "512m"
+#: start-up over peak speed: a small heap needs no concurrent collector, and one JVM class-data archive
+JVM_ARGS = ["-XX:+UseSerialGC", "-Xshare:auto", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"]
+CONTROLLER = "CONTROLLER"
+CLIENT = "CLIENT"
+
+LOG4J2 = """\
+# the broker logs to stdout, which the stack sends to the node's log file (logs/<name>.log)
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.config.name = org.apache.kafka.common.config.AbstractConfig
+logger.config.level = WARN
+"""
+
+
+class KafkaMissing(RuntimeError):
+    """Java or the broker's jars are not there; the message says how to get them."""
+
+
+@dataclass
+class KafkaListener:
+    """A client listener beside the cluster's own: ``name`` in server.properties, its security ``protocol``
+    (``SASL_PLAINTEXT``...) and one port per node."""
+
+    name: str
+    protocol: str
+    ports: list[int]
+
+
+@dataclass
+class KafkaSettings:
+    """What a cluster's Kafka nodes run with beyond the launcher's defaults (the hook for security)."""
+
+    protocol: str = "PLAINTEXT"  # of the CLIENT listener on the cluster's ports (also the inter-broker one)
+    listeners: list[KafkaListener] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)  # merged last into server.properties
+    format_args: list[str] = field(default_factory=list)  # e.g. ["--add-scram", "SCRAM-SHA-256=[name=a,password=b]"]
+    jvm_args: list[str] = field(default_factory=list)  # e.g. ["-Djava.security.auth.login.config=/path/jaas.conf"]
+    env: dict[str, str] = field(default_factory=dict)
+    heap: str = DEFAULT_HEAP
+    bootstrap_listener: str = CLIENT  # the listener whose addresses the cluster's bootstrap servers name
+
+
+def kafka_libs() -> Path:
+    """Where ``make kafka`` put the broker's jars: ``$YKAFKA_KAFKA_LIBS``, else
+    ``~/.cache/ykafka/kafka-<version>/libs`` (the Makefile's default too)."""
+    configured = os.environ.get("YKAFKA_KAFKA_LIBS")
+    if configured:
+        return Path(configured)
+    return Path.home() / ".cache" / "ykafka" / f"kafka-{KAFKA_VERSION}" / "libs"
+
+
+def java_binary() -> str:
+    home = Path(os.environ.get("JAVA_HOME") or "/nonexistent") / "bin" / "java"
+    found = str(home) if home.exists() else shutil.which("java")
+    if not found:
+        raise KafkaMissing("the Kafka broker needs Java 17 or newer: install it (e.g. apt-get install "
+                           "openjdk-17-jre-headless)")
+    return found
+
+
+def require_kafka() -> Path:
+    """The jars folder, or :class:`KafkaMissing` with the command that resolves it."""
+    libs = kafka_libs()
+    if not (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
+        raise KafkaMissing(f"Apache Kafka {KAFKA_VERSION} is not in {libs}: run `make kafka` in the ykafka "
+                           "checkout (Maven resolves it from Maven Central; needs mvn and Java 17)")
+    return libs
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID, base64url without padding (what ``kafka-storage random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def client_listener(spec: ClusterSpec) -> tuple[str, list[int]]:
+    """The listener the cluster's bootstrap servers name, and its ports."""
+    if spec.kafka.bootstrap_listener == CLIENT:
+        return CLIENT, spec.ports
+    for listener in spec.kafka.listeners:
+        if listener.name == spec.kafka.bootstrap_listener:
+            return listener.name, listener.ports
+    raise ValueError(f"cluster {spec.name}: no listener {spec.kafka.bootstrap_listener!r}")
+
+
+def cluster_dir(home: Path, spec: ClusterSpec) -> Path:
+    return home / "data" / "kafka" / spec.name
+
+
+def node_dir(home: Path, spec: ClusterSpec, index: int) -> Path:
+    return cluster_dir(home, spec) / f"node-{index + 1}"
+
+
+def server_properties(cfg: StackConfig, spec: ClusterSpec, index: int, home: Path) -> dict[str, str]:
+    """Node ``index`` (node id ``index + 1``) of ``spec``: broker and controller in one process, every listener on
+    the stack's host; replication sized to the cluster (3 nodes: RF 3, ``min.insync.replicas=2``)."""
+    host, n = cfg.host, spec.brokers
+    settings = spec.kafka
+    listeners = [(CLIENT, settings.protocol, spec.ports[index]),
+                 *((lst.name, lst.protocol, lst.ports[index]) for lst in settings.listeners)]
+    voters = ",".join(f"{i + 1}@{host}:{port}" for i, port in enumerate(spec.quorum_ports))
+    replication = str(min(n, 3))
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": str(index + 1),
+        "controller.quorum.voters": voters,
+        "listeners": ",".join([*(f"{name}://{host}:{port}" for name, _, port in listeners),
+                               f"{CONTROLLER}://{host}:{spec.quorum_ports[index]}"]),
+        "advertised.listeners": ",".join(f"{name}://{host}:{port}" for name, _, port in listeners),
+        "listener.security.protocol.map": ",".join([*(f"{name}:{proto}" for name, proto, _ in listeners),
+                                                    f"{CONTROLLER}:PLAINTEXT"]),
+        "controller.listener.names": CONTROLLER,
+        "inter.broker.listener.name": CLIENT,
+        "log.dirs": str(node_dir(home, spec, index) / "logs"),
+        "num.partitions": "1",
+        "default.replication.factor": replication,
+        "min.insync.replicas": "2" if n >= 3 else "1",
+        "offsets.topic.replication.factor": replication,
+        "offsets.topic.num.partitions": "8",  # the default 50 costs seconds at the first group's join
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": "2" if n >= 3 else "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": replication,
+        "share.coordinator.state.topic.min.isr": "2" if n >= 3 else "1",
+        "group.initial.rebalance.delay.ms": "0",  # a test's first consumer is assigned at once
+        "auto.create.topics.enable": "true",
+        "log.flush.interval.messages": str(2**63 - 1),  # Kafka's default: durability by replication, not fsync
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "num.recovery.threads.per.data.dir": "1",
+        "log.cleaner.threads": "1",
+        "background.threads": "4",
+    }
+    props.update(settings.properties)
+    return props
+
+
+def _write_properties(path: Path, props: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
+
+
+def _jvm(settings: KafkaSettings, home: Path) -> list[str]:
+    return [java_binary(), f"-Xmx{settings.heap}", *JVM_ARGS,
+            f"-Dlog4j2.configurationFile={home / 'run' / 'kafka-log4j2.properties'}",
+            *settings.jvm_args, "-cp", f"{require_kafka()}/*"]
+
+
+def format_storage(cfg: StackConfig, spec: ClusterSpec, home: Path, indexes: list[int] | None = None) -> list[int]:
+    """Write each node's server.properties and format the storage of those not formatted yet (in parallel, one
+    JVM each), all with the cluster's id (created at the first format, kept in ``cluster.id``). Returns the
+    indexes formatted now."""
+    from ykafka.devstack import StackError, _tail
+
+    (home / "run").mkdir(parents=True, exist_ok=True)
+    (home / "run" / "kafka-log4j2.properties").write_text(LOG4J2)
+    id_file = cluster_dir(home, spec) / "cluster.id"
+    id_file.parent.mkdir(parents=True, exist_ok=True)
+    if not id_file.exists():
+        id_file.write_text(new_cluster_id())
+    cluster_id = id_file.read_text().strip()
+    todo = []
+    for index in range(spec.brokers) if indexes is None else indexes:
+        config = node_dir(home, spec, index) / "server.properties"
+        _write_properties(config, server_properties(cfg, spec, index, home))
+        if not (node_dir(home, spec, index) / "logs" / "meta.properties").exists():
+            todo.append(index)
+
+    def run(index: int) -> None:
+        out = node_dir(home, spec, index) / "format.log"
+        argv = [*_jvm(spec.kafka, home), "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
+                "--config", str(node_dir(home, spec, index) / "server.properties"), "--ignore-formatted",
+                *spec.kafka.format_args]
+        with out.open("wb") as fh:
+            done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=120,
+                                  env={**os.environ, **spec.kafka.env})
+        if done.returncode:
+            raise StackError(f"formatting {spec.broker_name(index)}'s storage failed; {out}:\n{_tail(out)}")
+
+    with ThreadPoolExecutor(max(1, len(todo))) as pool:
+        list(pool.map(run, todo))
+    if todo:
+        log.info("kafka.storage.formatted", cluster=spec.name, nodes=[i + 1 for i in todo], cluster_id=cluster_id)
+    return todo
+
+
+def kafka_services(cfg: StackConfig, spec: ClusterSpec, home: Path,
+                   service: Callable[..., Service]) -> list[Service]:
+    """One :class:`Service` per node; starting one first formats what is not formatted (``prepare``), and the
+    nodes of a cluster start together (``group``: a quorum of 3 answers only once 2 run)."""
+    try:
+        base = _jvm(spec.kafka, home)
+    except KafkaMissing as exc:
+        from ykafka.devstack import StackError
+
+        raise StackError(str(exc)) from None
+    _, ports = client_listener(spec)
+    out = []
+    for index in range(spec.brokers):
+        config = node_dir(home, spec, index) / "server.properties"
+
+        def prepare(index: int = index) -> None:
+            format_storage(cfg, spec, home, [index])
+
+        out.append(service(spec.broker_name(index), [*base, "kafka.Kafka", str(config)], ports[index],
+                           env=dict(spec.kafka.env), prepare=prepare, group=spec.name, kind="kafka",
+                           node_id=index + 1))
+    return out
