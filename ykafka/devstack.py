@@ -266,6 +266,7 @@ class Service:
     group: str | None = None  # services of one group start together, then are waited for (a KRaft quorum)
     kind: str | None = None  # a broker's kind (kafka, tansu)
     node_id: int | None = None  # a broker's node id
+    startup_timeout_s: float | None = None  # longer than the stack's own (a JVM recovering its logs under load)
 
     def pid_file(self, home: Path) -> Path:
         return home / "run" / f"{self.name}.pid"
@@ -625,7 +626,8 @@ class Stack:
         return proc.pid
 
     def _wait_healthy(self, svc: Service, pid: int) -> None:
-        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        timeout = max(self.cfg.startup_timeout_s, svc.startup_timeout_s or 0)
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if _healthy(self.cfg, svc):
                 return
@@ -634,7 +636,7 @@ class Stack:
             time.sleep(0.1)
         tail = _tail(svc.log_file(self.home))
         raise StackError(f"{svc.name} (pid {pid}) did not answer on port {svc.port} within "
-                         f"{self.cfg.startup_timeout_s:g}s; log {svc.log_file(self.home)}:\n{tail}")
+                         f"{timeout:g}s; log {svc.log_file(self.home)}:\n{tail}")
 
     def down(self, names: list[str] | None = None, timeout: float = 10.0) -> dict[str, int]:
         """Stop exactly the processes this stack started, newest first, each checked against its record (so a

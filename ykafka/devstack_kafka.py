@@ -39,7 +39,12 @@ KAFKA_VERSION = "4.1.1"
 #: 24 GB machine (docs/deployment.md: start time and RSS measured at this figure)
 DEFAULT_HEAP = "512m"
 #: start-up over peak speed: a small heap needs no concurrent collector, and one JVM class-data archive
-JVM_ARGS = ["-XX:+UseSerialGC", "-Xshare:auto", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"]
+#: (C1 only: a third less CPU to start, docs/deployment.md; ``KafkaSettings.jvm_args`` comes later and wins)
+JVM_ARGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true"]
+#: how long a node may take to answer: seconds when the machine is idle, much longer when a 2-core machine runs
+#: the suite and a node recovers its logs after a SIGKILL
+STARTUP_TIMEOUT_S = 120.0
 CONTROLLER = "CONTROLLER"
 CLIENT = "CLIENT"
 
@@ -58,6 +63,10 @@ logger.request.name = kafka.request.logger
 logger.request.level = WARN
 logger.config.name = org.apache.kafka.common.config.AbstractConfig
 logger.config.level = WARN
+logger.loader.name = org.apache.kafka.storage.internals.log
+logger.loader.level = WARN
+logger.logmanager.name = kafka.log.LogManager
+logger.logmanager.level = WARN
 """
 
 
@@ -252,5 +261,5 @@ def kafka_services(cfg: StackConfig, spec: ClusterSpec, home: Path,
 
         out.append(service(spec.broker_name(index), [*base, "kafka.Kafka", str(config)], ports[index],
                            env=dict(spec.kafka.env), prepare=prepare, group=spec.name, kind="kafka",
-                           node_id=index + 1))
+                           node_id=index + 1, startup_timeout_s=STARTUP_TIMEOUT_S))
     return out
