@@ -54,13 +54,21 @@ def main() -> None:
               show_default=True, help="seconds the config center's route values (what a grant reaches) are trusted")
 @click.option("--pipeline-store", envvar=_env("pipeline_store"),
               help="the pipeline's Parquet store (path or URI) served by /v1/admin/aggregates")
+@click.option("--kafka-admin-user", envvar=_env("kafka_admin_user"),
+              help="the MetaServer's super user on secured clusters (password: YKAFKA_MS_KAFKA_ADMIN_PASSWORD)")
+@click.option("--acl-reconcile-interval", "acl_reconcile_s", default=60.0, type=float, envvar=_env("acl_reconcile_s"),
+              show_default=True, help="seconds between ACL reconciles of secured clusters (0: after changes only)")
+@click.option("--credential-grace", "credential_grace_s", default=None, type=float,
+              envvar=_env("credential_grace_s"),
+              help="seconds a rotated app credential keeps working (default: 2 renew intervals + 60)")
 @click.option("--workers", default=1, type=int, envvar=_env("workers"), show_default=True)
 @click.option("--log-level", default="info", envvar=_env("log_level"), show_default=True)
 def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
     """Serve the MetaServer API."""
     from .app import configure_logging
 
-    settings = Settings(admin_tokens=parse_admin_tokens(",".join(admin_tokens)), **options)
+    settings = Settings(admin_tokens=parse_admin_tokens(",".join(admin_tokens)),
+                        kafka_admin_password=os.environ.get(_env("kafka_admin_password")) or None, **options)
     configure_logging(settings.log_level)
     # Migrate once before workers fork, then hand the resolved settings to them through the environment.
     from . import db

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from . import db, routes_admin, routes_config, routes_observe, routes_placements, routes_sdk
+from . import credentials, db, routes_admin, routes_config, routes_observe, routes_placements, routes_sdk
 from .apollo import ApolloError, ApolloOpenApi
 from .auth import AuthFailed, RateLimited
 from .authswitch import AuthSwitch
@@ -27,6 +27,7 @@ from .console import install as install_console
 from .hotconfig import ConfigRejected
 from .httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
 from .reach import RouteBook
+from .reconciler import Reconciler
 from .rollouts import guards
 from .rollouts import routes as rollout_routes
 from .services import Services
@@ -45,7 +46,7 @@ def build_services(settings: Settings) -> Services:
                                app_id=settings.apollo_app_id, cluster=settings.apollo_cluster,
                                operator=settings.apollo_operator)
     key = load_or_create_key(engine)
-    return Services(
+    svc = Services(
         settings=settings,
         engine=engine,
         tokens=TokenCodec(key),
@@ -54,7 +55,10 @@ def build_services(settings: Settings) -> Services:
         apollo=apollo,
         routes=RouteBook(apollo, max_age_s=settings.route_cache_s),
         issuer=hashlib.sha256(b"ykafka-issuer:" + key).hexdigest()[:16],
+        box=credentials.box_for(key),
     )
+    svc.reconciler = Reconciler(svc, settings.acl_reconcile_s)
+    return svc
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -67,7 +71,10 @@ def create_app(settings: Settings) -> FastAPI:
         # console page's p95 (~100 ms at 10,000 clients, bench/console_pages.py)
         gc.collect()
         gc.freeze()
+        svc.reconciler.start()
+        svc.reconciler.kick()  # a first pass at start-up repairs whatever drifted while no MetaServer ran
         yield
+        svc.reconciler.stop()
         svc.engine.dispose()
 
     app = FastAPI(title="ykafka MetaServer", version="1", lifespan=lifespan, responses=ERROR_RESPONSES,

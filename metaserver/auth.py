@@ -18,7 +18,7 @@ from ykafka import signing
 from ykafka.catalog import NAMESPACE_PREFIX
 from ykafka.grants import grant_json
 
-from . import db, hotpath, placements, ratelimit, reach, registry
+from . import credentials, db, hotpath, placements, ratelimit, reach, registry
 from .models import apps
 from .services import Services
 from .tokens import TokenClaims
@@ -26,6 +26,9 @@ from .tokens import TokenClaims
 Wants = list[tuple[str, str]]  # (namespace, cluster) pairs a client asks to have confirmed
 
 log = structlog.get_logger("metaserver.auth")
+
+#: how long a grant that issued an app's first principal on a cluster waits for the brokers to know it
+PROVISION_WAIT_S = 10.0
 
 
 class AuthFailed(Exception):
@@ -93,9 +96,8 @@ def signed_grant(svc: Services, headers: Mapping[str, str], method: str, path: s
 
 
 def _cluster(row: Any) -> dict[str, Any]:
-    sasl = {"mechanism": row[5], "username": row[6], "password": row[7]} if row[5] else None
     return {"name": row[0], "bootstrap_servers": row[1], "dc": row[2], "standby": row[3], "status": row[4],
-            "sasl": sasl}
+            "security": registry.security_json(row[6], row[5], row[7])}
 
 
 def _check_signature(svc: Services, app: Mapping[str, Any], headers: Mapping[str, str], method: str, path: str,
@@ -148,6 +150,29 @@ def renew(svc: Services, claims: TokenClaims, wants: Wants | None = None) -> dic
     return build_grant(svc, dict(app), claims.client_id, clusters, time.time(), wants or [])
 
 
+def with_credentials(svc: Services, app_id: str, reachable: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The reachable clusters, each secured one with this app's own principal (issued here on first reach)."""
+    secured = [name for name, spec in reachable.items() if credentials.secured(spec)]
+    with db.read(svc.engine) as conn:
+        creds = credentials.for_grant(conn, app_id, svc.box)
+    if set(secured) - set(creds):
+        with db.write(svc.engine) as conn:
+            made = credentials.ensure(conn, app_id, secured, svc.box)
+            creds = credentials.for_grant(conn, app_id, svc.box)
+        # the broker must know a principal before it is used
+        if made and svc.settings.kafka_admin_user and not svc.reconciler.kick_and_wait(PROVISION_WAIT_S):
+            log.warning("new principals not yet on the brokers", app_id=app_id, clusters=made)
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in reachable.items():
+        security = spec.get("security")
+        if security and name in creds:
+            user, password = creds[name]
+            spec = {**spec, "sasl": {"mechanism": security["mechanism"], "username": user, "password": password,
+                                     "security_protocol": security["protocol"], "ca_pem": security.get("ca_pem")}}
+        out[name] = spec
+    return out
+
+
 def build_grant(svc: Services, app: Mapping[str, Any], client_id: str, clusters: dict[str, dict[str, Any]],
                 now: float, wants: Wants) -> dict[str, Any]:
     """The grant: only the clusters this app can reach, with credentials only for those (metaserver/reach.py)."""
@@ -157,6 +182,8 @@ def build_grant(svc: Services, app: Mapping[str, Any], client_id: str, clusters:
     default = registry.default_cluster(app["default_cluster"], settings.default_cluster, clusters)
     reachable = reach.grant_clusters(svc.routes, acl, default, clusters, wants,
                                      lambda topic: placements.lookup_on(svc.engine, topic))
+    if any(credentials.secured(spec) for spec in reachable.values()):
+        reachable = with_credentials(svc, app["app_id"], reachable)
     return grant_json(
         app_id=app["app_id"], token=token, expires_at=expires_at, renew_interval_s=settings.renew_interval,
         acl=acl, clusters=reachable, default_cluster=default, issuer=svc.issuer,

@@ -19,7 +19,7 @@ APP = ("SELECT app_id, signing_key, key_generation, enabled, acl, default_cluste
        "WHERE app_id = :app_id")
 FAILURES = ("SELECT count FROM ms_auth_failures WHERE window_start = :window_start AND "
             "((scope = 'ip' AND subject = :ip) OR (scope = 'app' AND subject = :app_id))")
-CLUSTERS = ("SELECT name, bootstrap_servers, dc, standby, status, sasl_mechanism, sasl_username, sasl_password "
+CLUSTERS = ("SELECT name, bootstrap_servers, dc, standby, status, sasl_mechanism, security_protocol, ssl_ca "
             "FROM ms_clusters ORDER BY name")
 NONCE = ("INSERT INTO ms_nonces (app_id, nonce, expires_at) VALUES (:app_id, :nonce, :expires_at) "
          "ON CONFLICT (app_id, nonce) DO NOTHING RETURNING nonce")

@@ -54,10 +54,37 @@ clusters = Table(
     Column("dc", String(100), nullable=False, default=""),
     Column("standby", String(200), nullable=True),
     Column("status", String(16), nullable=False, default="active"),
+    # broker-side security: PLAINTEXT (open), SASL_PLAINTEXT or SASL_SSL; the SCRAM mechanism; the CA (PEM) that
+    # signed the brokers' certificates. No password: each app gets its own principal (kafka_principals)
     Column("sasl_mechanism", String(32), nullable=True),
-    Column("sasl_username", String(255), nullable=True),
-    Column("sasl_password", Text, nullable=True),
     Column("updated_at", Float, nullable=False),
+    Column("security_protocol", String(16), nullable=False, default="PLAINTEXT", server_default="PLAINTEXT"),
+    Column("ssl_ca", Text, nullable=True),
+)
+
+#: one SCRAM principal per (app, cluster, generation); the password is encrypted with a key derived from the
+#: token key (metaserver/credentials.py). A rotation adds generation n+1 and retires n at ``retire_at``.
+kafka_principals = Table(
+    "ms_kafka_principals", metadata,
+    Column("app_id", String(128), primary_key=True),
+    Column("cluster", String(200), primary_key=True),
+    Column("generation", Integer, primary_key=True),
+    Column("username", String(255), nullable=False, unique=True),
+    Column("password", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("provisioned_at", Float, nullable=True),  # when the broker last received this credential
+    Column("retire_at", Float, nullable=True),
+)
+
+#: each secured cluster's last ACL reconcile: when, whether it succeeded, repairs made, the bindings in force
+kafka_reconciles = Table(
+    "ms_kafka_reconciles", metadata,
+    Column("cluster", String(200), primary_key=True),
+    Column("at", Float, nullable=False),
+    Column("ok", Boolean, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("repairs", Integer, nullable=False),
+    Column("bindings", JSON, nullable=False),
 )
 
 nonces = Table(

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, RowMapping, delete, select, update
 from ykafka import acl as acl_patterns
 from ykafka import signing
 
-from . import audit, clients, db, ratelimit, registry
+from . import audit, clients, credentials, db, kafka_view, placements, ratelimit, reach, registry
 from .auth import AuthFailed, RateLimited
 from .models import apps, clusters
 from .schemas import Acl, AppCreate, AppUpdate, ClusterPut
@@ -101,12 +101,33 @@ def insert_app(conn: Connection, who: str, app_id: str, description: str = "", d
     return {**app_json(row), "secret": secret}
 
 
+def issue_principals(svc: Services, app_id: str) -> None:
+    """Give a registered (or approved) app its SCRAM principal on each secured cluster it can reach, and have
+    the reconciler put them and their ACL bindings on the brokers."""
+    with db.read(svc.engine) as conn:
+        app = dict(_get_app(conn, app_id))
+        registry_ = registry.all_clusters(conn)
+    if not app["enabled"]:
+        return
+    default = registry.default_cluster(app["default_cluster"], svc.settings.default_cluster, registry_)
+    reachable = reach.grant_clusters(svc.routes, app["acl"] or {}, default, registry_, [],
+                                     lambda topic: placements.lookup_on(svc.engine, topic))
+    secured = [name for name, spec in reachable.items() if credentials.secured(spec)]
+    if secured:
+        with db.write(svc.engine) as conn:
+            credentials.ensure(conn, app_id, secured, svc.box)
+    svc.reconciler.kick()
+
+
 @router.post("/apps", status_code=201)
 def create_app_(body: AppCreate, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
-    """Create an app; the answer carries its secret, the only time it is ever shown."""
+    """Create an app; the answer carries its secret, the only time it is ever shown. On secured clusters it
+    reaches, it gets its own SCRAM principal and the ACL bindings of its ACL."""
     with db.write(svc.engine) as conn:
-        return insert_app(conn, who, body.app_id, body.description, body.default_cluster,
+        made = insert_app(conn, who, body.app_id, body.description, body.default_cluster,
                           (body.acl or Acl()).model_dump())
+    issue_principals(svc, body.app_id)
+    return made
 
 
 @router.patch("/apps/{app_id}")
@@ -124,6 +145,7 @@ def update_app(app_id: str, body: AppUpdate, who: str = Depends(operator),
         conn.execute(update(apps).where(apps.c.app_id == app_id).values(**changes, updated_at=time.time()))
         after = app_json(_get_app(conn, app_id))
         audit.record(conn, who, "app.update", f"app:{app_id}", before, after)
+    issue_principals(svc, app_id)  # a disabled app's principals leave the brokers at this pass
     return after
 
 
@@ -132,11 +154,15 @@ def delete_app(app_id: str, who: str = Depends(operator), svc: Services = Depend
     with db.write(svc.engine) as conn:
         before = app_json(_get_app(conn, app_id))
         conn.execute(delete(apps).where(apps.c.app_id == app_id))
+        credentials.revoke(conn, app_id)
         audit.record(conn, who, "app.delete", f"app:{app_id}", before, None)
+    svc.reconciler.kick()
 
 
 def new_secret(conn: Connection, who: str, app_id: str) -> dict[str, Any]:
-    """A new secret for an app (audited in ``conn``'s transaction), shown only in this answer."""
+    """A new secret for an app (audited in ``conn``'s transaction), shown only in this answer. Its Kafka
+    principals are left alone: clients holding the old secret can no longer renew, so the secret's holders
+    change; rotate those with ``rotate-credentials``."""
     secret = secrets.token_urlsafe(32)
     key = signing.derive_key(app_id, secret)
     before = app_json(_get_app(conn, app_id))
@@ -154,6 +180,28 @@ def rotate_secret(app_id: str, who: str = Depends(operator), svc: Services = Dep
     with db.write(svc.engine) as conn:
         return new_secret(conn, who, app_id)
 
+
+@router.post("/apps/{app_id}/rotate-credentials")
+def rotate_credentials(app_id: str, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
+    """New Kafka credentials for the app on every cluster where it has a principal. Running clients pick
+    them up at their next renewal and reconnect with them; the old ones are deleted from the brokers after
+    ``--credential-grace`` seconds."""
+    grace = svc.settings.credential_grace
+    with db.write(svc.engine) as conn:
+        _get_app(conn, app_id)
+        rotated = credentials.rotate(conn, app_id, svc.box, grace)
+        audit.record(conn, who, "app.rotate_credentials", f"app:{app_id}", None,
+                     {"clusters": rotated, "old_valid_s": grace})
+    svc.reconciler.kick()
+    return {"app_id": app_id, "clusters": rotated, "old_valid_s": grace}
+
+
+@router.get("/apps/{app_id}/kafka")
+def app_kafka(app_id: str, svc: Services = Depends(services)) -> dict[str, Any]:
+    """The app's principals per cluster, and on each cluster the bindings it should have against those in
+    force at the last reconcile (no passwords)."""
+    with db.read(svc.engine) as conn:
+        return kafka_view.app_view(conn, dict(_get_app(conn, app_id)))
 
 # --- ACL -------------------------------------------------------------------------------------
 
@@ -177,7 +225,9 @@ def replace_acl(conn: Connection, who: str, app_id: str, acl: dict[str, list[str
 def put_acl(app_id: str, body: Acl, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
     """Replace the app's ACL; running clients get it at their next renewal."""
     with db.write(svc.engine) as conn:
-        return dict(replace_acl(conn, who, app_id, body.model_dump()))
+        saved = dict(replace_acl(conn, who, app_id, body.model_dump()))
+    issue_principals(svc, app_id)  # the new ACL may reach more clusters; bindings follow at this pass
+    return saved
 
 
 # --- clusters --------------------------------------------------------------------------------
@@ -186,7 +236,7 @@ def put_acl(app_id: str, body: Acl, who: str = Depends(operator), svc: Services 
 @router.get("/clusters")
 def list_clusters(svc: Services = Depends(services)) -> list[dict[str, Any]]:
     with db.read(svc.engine) as conn:
-        return list(registry.all_clusters(conn, redact=True).values())
+        return list(registry.all_clusters(conn).values())
 
 
 @router.get("/clusters/{name}")
@@ -195,7 +245,7 @@ def get_cluster(name: str, svc: Services = Depends(services)) -> dict[str, Any]:
         row = conn.execute(select(clusters).where(clusters.c.name == name)).mappings().first()
         if row is None:
             raise _not_found(f"cluster {name!r}")
-        return registry.cluster_json(row, redact=True)
+        return registry.cluster_json(row)
 
 
 @router.put("/clusters/{name}")
@@ -210,18 +260,21 @@ def put_cluster(name: str, body: ClusterPut, who: str = Depends(operator),
         raise HTTPException(status_code=422, detail=f"cluster name: {problem}")
     if body.standby == name:
         raise HTTPException(status_code=422, detail="standby: a cluster cannot be its own standby")
+    security = body.security
+    if security is not None and security.protocol == "SASL_SSL" and not security.ca_pem:
+        raise HTTPException(status_code=422, detail="security.ca_pem: SASL_SSL needs the CA that signed the brokers")
     values = {"name": name, "bootstrap_servers": body.bootstrap_servers, "dc": body.dc, "standby": body.standby,
-              "status": body.status, "sasl_mechanism": body.sasl.mechanism if body.sasl else None,
-              "sasl_username": body.sasl.username if body.sasl else None,
-              "sasl_password": body.sasl.password if body.sasl else None, "updated_at": time.time()}
+              "status": body.status, "security_protocol": security.protocol if security else "PLAINTEXT",
+              "sasl_mechanism": security.mechanism if security else None,
+              "ssl_ca": security.ca_pem if security else None, "updated_at": time.time()}
     with db.write(svc.engine) as conn:
         row = conn.execute(select(clusters).where(clusters.c.name == name)).mappings().first()
-        before = registry.cluster_json(row, redact=True) if row else None
+        before = registry.cluster_json(row) if row else None
         db.upsert(conn, clusters, values, ["name"])
-        after = registry.cluster_json(conn.execute(select(clusters).where(clusters.c.name == name)).mappings().one(),
-                                      redact=True)
+        after = registry.cluster_json(conn.execute(select(clusters).where(clusters.c.name == name)).mappings().one())
         audit.record(conn, who, "cluster.create" if before is None else "cluster.update", f"cluster:{name}",
                      before, after)
+    svc.reconciler.kick()
     return after
 
 
@@ -235,7 +288,7 @@ def delete_cluster(name: str, who: str = Depends(operator), svc: Services = Depe
         if users:
             raise HTTPException(status_code=409, detail=f"cluster {name!r} is the standby of {sorted(users)}")
         conn.execute(delete(clusters).where(clusters.c.name == name))
-        audit.record(conn, who, "cluster.delete", f"cluster:{name}", registry.cluster_json(row, redact=True), None)
+        audit.record(conn, who, "cluster.delete", f"cluster:{name}", registry.cluster_json(row), None)
 
 
 # --- clients and audit -----------------------------------------------------------------------

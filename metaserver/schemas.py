@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ykafka import acl as acl_patterns
 
+from . import kafka_acls
 from .rollouts.targets import Targets
 
 ClusterStatus = Literal["active", "draining", "down"]
@@ -71,10 +72,23 @@ class ClientReport(Strict):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
-class SaslCredentials(Strict):
-    mechanism: str = Field(min_length=1, max_length=32)
-    username: str = Field(min_length=1, max_length=255)
-    password: str = Field(max_length=4096)
+class ClusterSecurity(Strict):
+    """How a cluster's brokers authenticate clients; the credentials themselves are issued per app."""
+
+    protocol: Literal["SASL_PLAINTEXT", "SASL_SSL"]
+    mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256"] = "SCRAM-SHA-512"
+    ca_pem: str | None = Field(default=None, max_length=65536,
+                               description="PEM of the CA that signed the brokers' certificates (SASL_SSL)")
+
+
+class SaslGrant(BaseModel):
+    """The app's own principal on one cluster (never shared with another app)."""
+
+    mechanism: str
+    username: str
+    password: str
+    security_protocol: str
+    ca_pem: str | None = None
 
 
 class ClusterOut(BaseModel):
@@ -83,7 +97,8 @@ class ClusterOut(BaseModel):
     dc: str
     standby: str | None
     status: ClusterStatus
-    sasl: SaslCredentials | None
+    security: ClusterSecurity | None
+    sasl: SaslGrant | None = Field(default=None, description="in a grant only: this app's credentials")
 
 
 class Acl(Strict):
@@ -94,9 +109,10 @@ class Acl(Strict):
     @field_validator("produce", "consume", "group")
     @classmethod
     def _patterns(cls, values: list[str]) -> list[str]:
-        bad = [v for v in values if not acl_patterns.valid_pattern(v)]
-        if bad:
-            raise ValueError(f"invalid patterns {bad}: use a name, a prefix ending in '*', or '*'")
+        for index, value in enumerate(values):
+            problem = kafka_acls.pattern_problem(value)
+            if problem is not None:  # the reason, never the input back
+                raise ValueError(f"pattern {index + 1}: {problem}")
         return sorted(set(values))
 
 
@@ -149,7 +165,8 @@ class ClusterPut(Strict):
     dc: str = Field(default="", max_length=100)
     standby: str | None = None
     status: ClusterStatus = "active"
-    sasl: SaslCredentials | None = None
+    security: ClusterSecurity | None = Field(
+        default=None, description="broker-side authentication; the MetaServer issues each app its own principal")
 
 
 class ConfigPush(Strict):

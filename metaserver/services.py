@@ -7,7 +7,9 @@ cache of the config center, the rest is connection plumbing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from cryptography.fernet import Fernet
 from fastapi import Request
 from sqlalchemy import Engine
 
@@ -16,6 +18,9 @@ from .authswitch import AuthSwitch
 from .reach import RouteBook
 from .settings import Settings
 from .tokens import TokenCodec
+
+if TYPE_CHECKING:
+    from .reconciler import Reconciler
 
 
 @dataclass
@@ -27,6 +32,8 @@ class Services:
     apollo: ApolloOpenApi | None
     routes: RouteBook
     issuer: str  # the deployment's id, derived from the shared token key: the same on every peer
+    box: Fernet  # seals the apps' Kafka passwords (metaserver/credentials.py)
+    reconciler: Reconciler = None  # type: ignore[assignment]  # set right after construction (it needs us)
 
 
 def services(request: Request) -> Services:

@@ -64,6 +64,19 @@ class Settings:
     #: root of the pipeline's Parquet store (path or pyarrow URI) served by ``GET /v1/admin/aggregates``
     pipeline_store: str | None = None
     log_level: str = "info"
+    #: the MetaServer's super user on secured clusters (creates each app's SCRAM user and ACL bindings);
+    #: give the password through YKAFKA_MS_KAFKA_ADMIN_PASSWORD, never on the command line
+    kafka_admin_user: str | None = None
+    kafka_admin_password: str | None = None
+    #: seconds between ACL reconciles of every secured cluster (also one after every change); 0: changes only
+    acl_reconcile_s: float = 60.0
+    #: how long a rotated app credential keeps working, so every client renews onto the new one first
+    #: (default: two renew intervals plus a minute)
+    credential_grace_s: float | None = None
+
+    @property
+    def credential_grace(self) -> float:
+        return self.credential_grace_s if self.credential_grace_s is not None else 2 * self.renew_interval + 60
 
     @property
     def openapi_url(self) -> str | None:

@@ -210,7 +210,7 @@ def ms_factory(tmp_path_factory: pytest.TempPathFactory, ms_cc: ConfigService) -
     started: list[MetaServer] = []
 
     def start(db_url: str | None = None, apollo_app_id: str | None = None, configcenter: bool = True,
-              **flags: Any) -> MetaServer:
+              env: dict[str, str] | None = None, **flags: Any) -> MetaServer:
         db_url = db_url or f"sqlite:///{tmp / f'ms-{uuid.uuid4().hex[:8]}.db'}"
         app_id = apollo_app_id or f"ykafka-t{uuid.uuid4().hex[:8]}"
         options = {"--renew-interval": "1", "--auth-fail-limit": "5", "--auth-switch-ttl": "0.3",
@@ -222,7 +222,7 @@ def ms_factory(tmp_path_factory: pytest.TempPathFactory, ms_cc: ConfigService) -
             args += ["--configcenter-url", ms_cc.url, "--configcenter-openapi-token", OPENAPI_TOKEN]
         for key, value in options.items():
             args += [key, value]
-        server = MetaServer(Proc("metaserver", args, tmp / f"ms-{len(started)}.log").start(), db_url, app_id,
+        server = MetaServer(Proc("metaserver", args, tmp / f"ms-{len(started)}.log", env=env).start(), db_url, app_id,
                             ms_cc.url if configcenter else None, options)
         started.append(server)
         return server

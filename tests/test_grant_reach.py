@@ -26,8 +26,7 @@ from tests.support import LocalStack
 from ykafka import Producer
 from ykafka.auth import GrantClient
 
-SECRET_B = "pw-only-for-payments"
-SECRET_C = "pw-for-nobody"
+SASL = {"protocol": "SASL_PLAINTEXT", "mechanism": "SCRAM-SHA-512"}
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +34,9 @@ def server(ms_factory: object) -> MetaServer:
     ms: MetaServer = ms_factory()  # type: ignore[operator]
     admin = ms.admin()
     admin.set_cluster("home", "127.0.0.1:19101", dc="a")
-    admin.set_cluster("pay", "127.0.0.1:19102", dc="a", standby="pay-dr",
-                      sasl={"mechanism": "SCRAM-SHA-256", "username": "pay", "password": SECRET_B})
+    admin.set_cluster("pay", "127.0.0.1:19102", dc="a", standby="pay-dr", security=SASL)
     admin.set_cluster("pay-dr", "127.0.0.1:19103", dc="b")
-    admin.set_cluster("vault", "127.0.0.1:19104", dc="b",
-                      sasl={"mechanism": "SCRAM-SHA-256", "username": "vault", "password": SECRET_C})
+    admin.set_cluster("vault", "127.0.0.1:19104", dc="b", security=SASL)
     push(ms, "topic:payments.eu", {"route.cluster": "pay"})
     return ms
 
@@ -69,14 +66,16 @@ def test_a_grant_names_only_reachable_clusters_and_no_other_password(
     granted_orders = clients[0].authenticate()
     assert sorted(granted_orders.clusters) == ["home"]
     text = json.dumps(granted_orders.raw)
-    assert SECRET_B not in text and SECRET_C not in text and "19102" not in text
+    assert "password" not in text and "19102" not in text
     granted_pay = clients[1].authenticate()
     assert sorted(granted_pay.clusters) == ["home", "pay", "pay-dr"]  # the route and its standby
-    assert granted_pay.clusters["pay"].sasl == {"mechanism": "SCRAM-SHA-256", "username": "pay",
-                                                "password": SECRET_B}
-    assert SECRET_C not in json.dumps(granted_pay.raw)
-    renewed = clients[1].renew(granted_pay)  # renewal narrows the same way
-    assert sorted(renewed.clusters) == ["home", "pay", "pay-dr"]
+    sasl = granted_pay.clusters["pay"].sasl or {}
+    assert sasl["username"] == f"app.{payments.app_id}@pay.g1" and len(sasl["password"]) >= 32
+    assert sasl["mechanism"] == "SCRAM-SHA-512" and sasl["security_protocol"] == "SASL_PLAINTEXT"
+    assert granted_pay.clusters["home"].sasl is None  # an open cluster needs none
+    assert "vault" not in json.dumps(granted_pay.raw)
+    renewed = clients[1].renew(granted_pay)  # renewal narrows the same way, with the same principal
+    assert sorted(renewed.clusters) == ["home", "pay", "pay-dr"] and renewed.clusters["pay"].sasl == sasl
 
 
 def test_a_want_is_granted_only_when_the_config_center_confirms_it(
@@ -226,8 +225,7 @@ def test_a_config_center_that_hangs_does_not_hold_every_grant(
         ms = ms_factory(configcenter=False, configcenter_url=url, configcenter_openapi_token="t",
                         auth_switch_ttl=3600)
         ms.admin().set_cluster("one", "127.0.0.1:19201")
-        ms.admin().set_cluster("two", "127.0.0.1:19202", sasl={"mechanism": "PLAIN", "username": "u",
-                                                               "password": "p"})
+        ms.admin().set_cluster("two", "127.0.0.1:19202", security=SASL)
         app = new_app(ms, acl={"produce": ["orders.*"], "consume": [], "group": []}, default_cluster="one")
         client = grant_client(ms, app.app_id, app.secret, tmp_path)
         try:

@@ -27,7 +27,7 @@ def registry(ms: MetaServer) -> MetaServer:
     admin = ms.admin()
     admin.set_cluster("dc-a", "127.0.0.1:19001", dc="a", standby="dc-b")
     admin.set_cluster("dc-b", "127.0.0.1:19002", dc="b", standby="dc-a", status="draining",
-                      sasl={"mechanism": "SCRAM-SHA-256", "username": "u-b", "password": "p-b"})
+                      security={"protocol": "SASL_PLAINTEXT", "mechanism": "SCRAM-SHA-256"})
     return ms
 
 
@@ -57,9 +57,17 @@ def test_grant_has_exact_shape(registry: MetaServer, app: App) -> None:
     assert before + 590 <= grant["expires_at"] <= time.time() + 601
     assert grant["acl"] == {"produce": ["orders.*"], "consume": ["orders.*"], "group": ["billing-*"]}
     assert grant["clusters"]["dc-a"] == {"name": "dc-a", "bootstrap_servers": "127.0.0.1:19001", "dc": "a",
-                                         "standby": "dc-b", "status": "active", "sasl": None}
+                                         "standby": "dc-b", "status": "active", "security": None}
     assert grant["clusters"]["dc-b"]["status"] == "draining"
-    assert grant["clusters"]["dc-b"]["sasl"] == {"mechanism": "SCRAM-SHA-256", "username": "u-b", "password": "p-b"}
+    sasl = grant["clusters"]["dc-b"]["sasl"]  # the app's own principal, issued at its first grant
+    assert {k: v for k, v in sasl.items() if k != "password"} == {
+        "mechanism": "SCRAM-SHA-256", "username": f"app.{app.app_id}@dc-b.g1", "security_protocol": "SASL_PLAINTEXT",
+        "ca_pem": None}
+    again = sdk.grant("client-2").json()["clusters"]["dc-b"]["sasl"]
+    assert again == sasl  # the same principal for every client of the app
+    other = new_app(registry)
+    theirs = registry.sdk(other.app_id, other.secret).grant("c").json()["clusters"]["dc-b"]["sasl"]
+    assert theirs["username"] != sasl["username"] and theirs["password"] != sasl["password"]
     assert grant["default_cluster"] == "dc-a"  # first active by name (dc-b is draining)
     assert grant["configcenter"] == {"url": registry.configcenter_url, "app_id": registry.apollo_app_id,
                                      "cluster": "default", "namespace_prefix": "ykafka", "access_key_secret": None}
@@ -164,7 +172,9 @@ def test_acl_wildcards_in_grant(registry: MetaServer) -> None:
     assert acl_patterns.check(acl, "group", "billing-eu") and not acl_patterns.check(acl, "group", "ops")
     with pytest.raises(AdminError) as err:
         registry.admin().set_acl(app.app_id, produce=["or*ders"])
-    assert err.value.status == 422 and "or*ders" in str(err.value)
+    # refused when saved, with the reason (Kafka's ACLs could not enforce it), not the input back
+    assert err.value.status == 422 and "pattern 1: '*' may only end a prefix" in str(err.value)
+    assert "Kafka ACLs match only a literal name, a prefix" in str(err.value) and "or*ders" not in str(err.value)
 
 
 def test_client_reports_realtime_and_history(registry: MetaServer, app: App) -> None:
@@ -269,18 +279,26 @@ def test_apps_crud(registry: MetaServer) -> None:
     assert raw.status_code == 422 and raw.json()["detail"][0]["loc"] == ["body", "colour"]
 
 
-def test_clusters_crud_redacts_secrets(registry: MetaServer, app: App) -> None:
+def test_clusters_crud_holds_no_shared_secret(registry: MetaServer, app: App) -> None:
     admin = registry.admin()
     name = f"c-{uuid.uuid4().hex[:6]}"
-    saved = admin.set_cluster(name, "127.0.0.1:19099", dc="z", sasl={"mechanism": "PLAIN", "username": "u",
-                                                                     "password": "secret-pw"})
-    assert saved["sasl"] == {"mechanism": "PLAIN", "username": "u", "password": "***"}
-    assert admin.get_cluster(name)["sasl"]["password"] == "***"
+    security = {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "ca_pem": "-----BEGIN CERTIFICATE-----"}
+    saved = admin.set_cluster(name, "127.0.0.1:19099", dc="z", security=security)
+    assert saved["security"] == security and "sasl" not in saved
+    assert admin.get_cluster(name)["security"] == security
     assert {c["name"] for c in admin.list_clusters()} >= {"dc-a", "dc-b", name}
     grant = registry.sdk(app.app_id, app.secret).grant().json()
-    assert grant["clusters"][name]["sasl"]["password"] == "secret-pw"
+    assert grant["clusters"][name]["sasl"]["username"] == f"app.{app.app_id}@{name}.g1"
+    assert grant["clusters"][name]["sasl"]["ca_pem"] == security["ca_pem"]
+    with pytest.raises(AdminError) as shared:  # the registry takes no shared user and password any more
+        registry.admin()._call("PUT", f"/v1/admin/clusters/{name}", json={
+            "bootstrap_servers": "x:1", "sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}})
+    assert shared.value.status == 422
+    with pytest.raises(AdminError) as no_ca:
+        admin.set_cluster(name, "x:1", security={"protocol": "SASL_SSL"})
+    assert no_ca.value.status == 422 and "ca_pem" in str(no_ca.value)
     admin.set_cluster(name, "127.0.0.1:19100", dc="z", status="down")
-    assert admin.get_cluster(name)["status"] == "down" and admin.get_cluster(name)["sasl"] is None
+    assert admin.get_cluster(name)["status"] == "down" and admin.get_cluster(name)["security"] is None
     with pytest.raises(AdminError) as in_use:
         admin.delete_cluster("dc-b")  # dc-a's standby
     assert in_use.value.status == 409

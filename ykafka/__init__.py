@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ykafka.errors import (
         AclDenied,
         AuthError,
+        BrokerAuthError,
         BufferFullError,
         ClosedError,
         ConfigError,
@@ -37,18 +38,19 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_ERRORS = ("AclDenied", "AuthError", "BufferFullError", "ClosedError", "ConfigError", "InvalidConfigValue",
-           "KafkaError", "KafkaTimeoutError", "MessageTooLargeError", "MetaServerUnavailable", "SpillFullError",
-           "ThrottledError", "UnknownClusterError", "UnknownConfigKey", "UnknownTopicError", "YKafkaError")
+_ERRORS = ("AclDenied", "AuthError", "BrokerAuthError", "BufferFullError", "ClosedError", "ConfigError",
+           "InvalidConfigValue", "KafkaError", "KafkaTimeoutError", "MessageTooLargeError", "MetaServerUnavailable",
+           "SpillFullError", "ThrottledError", "UnknownClusterError", "UnknownConfigKey", "UnknownTopicError",
+           "YKafkaError")
 _EXPORTS = {"Consumer": "ykafka.consumer", "Producer": "ykafka.producer",
             "SerializingProducer": "ykafka.serializing", "DeserializingConsumer": "ykafka.serializing",
             **dict.fromkeys(_ERRORS, "ykafka.errors")}
 
 __all__ = [
-    "AclDenied", "AuthError", "BufferFullError", "ClosedError", "ConfigError", "Consumer", "DeserializingConsumer",
-    "InvalidConfigValue", "KafkaError", "KafkaTimeoutError", "MessageTooLargeError", "MetaServerUnavailable",
-    "Producer", "SerializingProducer", "SpillFullError", "ThrottledError", "UnknownClusterError", "UnknownConfigKey",
-    "UnknownTopicError", "YKafkaError", "__version__",
+    "AclDenied", "AuthError", "BrokerAuthError", "BufferFullError", "ClosedError", "ConfigError", "Consumer",
+    "DeserializingConsumer", "InvalidConfigValue", "KafkaError", "KafkaTimeoutError", "MessageTooLargeError",
+    "MetaServerUnavailable", "Producer", "SerializingProducer", "SpillFullError", "ThrottledError",
+    "UnknownClusterError", "UnknownConfigKey", "UnknownTopicError", "YKafkaError", "__version__",
 ]
 
 

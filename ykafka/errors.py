@@ -83,6 +83,26 @@ class BufferFullError(KafkaError, BufferError):
     """
 
 
+class BrokerAuthError(KafkaError):
+    """A broker refused the app: its credentials (authentication) or its ACL bindings (authorization).
+
+    The message names the app, the cluster and the topic or group when known, so a revoked or mis-granted
+    app is told apart from a network problem at a glance.
+    """
+
+    def __init__(self, message: str, code: int | None = None, name: str | None = None, retriable: bool = False,
+                 fatal: bool = False, app_id: str | None = None, cluster: str | None = None,
+                 resource: str | None = None) -> None:
+        self.app_id = app_id
+        self.cluster = cluster
+        self.resource = resource
+        where = ", ".join(part for part in (f"app {app_id!r}" if app_id else "",
+                                            f"cluster {cluster!r}" if cluster else "",
+                                            f"topic/group {resource!r}" if resource else "") if part)
+        super().__init__(f"broker refused {where or 'the client'}: {message}", code=code, name=name,
+                         retriable=retriable, fatal=fatal)
+
+
 class UnknownTopicError(KafkaError):
     """The topic does not exist on the cluster and is not auto-created."""
 

@@ -29,21 +29,24 @@ class ClusterInfo:
 
     @classmethod
     def from_json(cls, name: str, data: Mapping[str, Any]) -> ClusterInfo:
-        sasl = data.get("sasl")
+        sasl = data.get("sasl")  # the app's own principal on this cluster (only on a secured one)
         return cls(name=str(data.get("name") or name), bootstrap_servers=str(data["bootstrap_servers"]),
                    dc=str(data.get("dc") or ""), standby=data.get("standby") or None,
                    status=str(data.get("status") or "active"), sasl=dict(sasl) if sasl else None)
 
     def rdkafka(self) -> dict[str, Any]:
-        """librdkafka connection properties for this cluster."""
+        """librdkafka connection properties for this cluster: on a secured one, the app's own principal (a
+        rotation changes them, so a Producer's next send builds a new client and drains the old one)."""
         props: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
         if self.sasl:
             props.update({
-                "security.protocol": self.sasl.get("security_protocol", "SASL_PLAINTEXT"),
-                "sasl.mechanism": self.sasl.get("mechanism", "PLAIN"),
-                "sasl.username": self.sasl.get("username", ""),
-                "sasl.password": self.sasl.get("password", ""),
+                "security.protocol": self.sasl.get("security_protocol") or "SASL_PLAINTEXT",
+                "sasl.mechanism": self.sasl.get("mechanism") or "SCRAM-SHA-512",
+                "sasl.username": self.sasl.get("username") or "",
+                "sasl.password": self.sasl.get("password") or "",
             })
+            if self.sasl.get("ca_pem"):
+                props["ssl.ca.pem"] = self.sasl["ca_pem"]
         return props
 
 

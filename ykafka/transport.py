@@ -165,8 +165,23 @@ def versions() -> dict[str, str]:
             "librdkafka": confluent_kafka.libversion()[0]}
 
 
-def from_kafka_error(err: Any) -> errors.KafkaError:
-    """Map a librdkafka error (or a ``KafkaException`` wrapping one) to :mod:`ykafka.errors`."""
+_AUTH_CODES = frozenset(getattr(RawKafkaError, name) for name in (
+    "_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
+    "CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "DELEGATION_TOKEN_AUTHORIZATION_FAILED"))
+
+
+def is_auth_error(err: Any) -> bool:
+    """Whether a librdkafka error is a broker refusing the client's credentials or ACL."""
+    if isinstance(err, KafkaException) and err.args:
+        err = err.args[0]
+    return isinstance(err, RawKafkaError) and err.code() in _AUTH_CODES
+
+
+def from_kafka_error(err: Any, *, app_id: str | None = None, cluster: str | None = None,
+                     resource: str | None = None) -> errors.KafkaError:
+    """Map a librdkafka error (or a ``KafkaException`` wrapping one) to :mod:`ykafka.errors`; a broker's
+    authentication or authorization refusal becomes :class:`~ykafka.errors.BrokerAuthError` naming the app,
+    cluster and topic given."""
     if isinstance(err, KafkaException) and err.args:
         err = err.args[0]
     if not isinstance(err, RawKafkaError):
@@ -179,6 +194,8 @@ def from_kafka_error(err: Any) -> errors.KafkaError:
         "fatal": bool(err.fatal()),
     }
     message = err.str()
+    if code in _AUTH_CODES:
+        return errors.BrokerAuthError(message, app_id=app_id, cluster=cluster, resource=resource, **kwargs)
     if code == RawKafkaError._QUEUE_FULL:
         return errors.BufferFullError(message, **kwargs)
     if code in (RawKafkaError._UNKNOWN_TOPIC, RawKafkaError.UNKNOWN_TOPIC_OR_PART):

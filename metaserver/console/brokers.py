@@ -1,11 +1,12 @@
-"""librdkafka connection properties of a registered cluster (bootstrap servers and SASL), for the console's
-direct broker work: DLQ reads and replays, topic creation, group deletion, lag reads."""
+"""librdkafka connection properties of a registered cluster (bootstrap servers, and on a secured cluster the
+MetaServer's own super user), for the console's direct broker work: DLQ reads and replays, topic creation,
+group deletion, lag reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import db, registry
+from .. import db, kafka_admin, registry
 
 
 def connection(svc: Any, cluster: str | None) -> tuple[str, dict[str, Any]]:
@@ -15,10 +16,6 @@ def connection(svc: Any, cluster: str | None) -> tuple[str, dict[str, Any]]:
     name = cluster or svc.settings.default_cluster or (sorted(clusters)[0] if clusters else "")
     if name not in clusters:
         raise LookupError("unknown cluster: not in the registry")
-    spec = clusters[name]
-    props: dict[str, Any] = {"bootstrap.servers": spec["bootstrap_servers"]}
-    sasl = spec.get("sasl")
-    if sasl:
-        props.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": sasl["mechanism"],
-                      "sasl.username": sasl["username"], "sasl.password": sasl["password"]})
+    props = kafka_admin.connection(clusters[name], svc.settings)
+    props.pop("socket.timeout.ms", None)
     return name, props

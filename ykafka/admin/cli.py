@@ -19,6 +19,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -184,6 +185,19 @@ def apps_rotate(ctx: click.Context, app_id: str) -> None:
         console.print(f"new secret for [bold]{app_id}[/bold]: [bold yellow]{rotated['secret']}[/bold yellow]")
 
 
+@apps.command("rotate-credentials")
+@click.argument("app_id")
+@_json_flag
+@click.pass_context
+def apps_rotate_credentials(ctx: click.Context, app_id: str) -> None:
+    """New Kafka credentials for APP_ID on every secured cluster; running clients switch at their next
+    renewal, the old credentials are deleted from the brokers after the grace period."""
+    rotated = _run(lambda: _client(ctx).rotate_credentials(app_id))
+    if not _emit_json(ctx, rotated):
+        console.print(f"new Kafka credentials for [bold]{app_id}[/bold] on {', '.join(rotated['clusters']) or '-'};"
+                      f" the old ones work {rotated['old_valid_s']:.0f} s more")
+
+
 # --- ACL -----------------------------------------------------------------------------------------
 
 
@@ -241,9 +255,9 @@ def clusters_list(ctx: click.Context) -> None:
     for c in rows:  # the manual switch of `ykafka admin failover`, primary when never switched
         c["writes_to"] = writes_to(client, c["name"]) if c.get("standby") else "primary"
     _show(ctx, rows, "clusters",
-          ["name", "bootstrap servers", "dc", "standby", "writes to", "status", "sasl"],
+          ["name", "bootstrap servers", "dc", "standby", "writes to", "status", "security"],
           lambda c: (c["name"], c["bootstrap_servers"], c["dc"], c["standby"], c["writes_to"], c["status"],
-                     f"{c['sasl']['mechanism']}:{c['sasl']['username']}" if c["sasl"] else None))
+                     f"{c['security']['protocol']} {c['security']['mechanism']}" if c.get("security") else "open"))
 
 
 @clusters.command("set")
@@ -252,20 +266,23 @@ def clusters_list(ctx: click.Context) -> None:
 @click.option("--dc", default="")
 @click.option("--standby", default=None)
 @click.option("--status", type=click.Choice(["active", "draining", "down"]), default="active", show_default=True)
-@click.option("--sasl-mechanism", default=None)
-@click.option("--sasl-username", default=None)
-@click.option("--sasl-password", default=None)
+@click.option("--security-protocol", type=click.Choice(["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"]),
+              default="PLAINTEXT", show_default=True,
+              help="how the brokers authenticate clients; SASL: the MetaServer issues each app its own principal")
+@click.option("--sasl-mechanism", type=click.Choice(["SCRAM-SHA-512", "SCRAM-SHA-256"]), default="SCRAM-SHA-512",
+              show_default=True)
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="PEM of the CA that signed the brokers' certificates (SASL_SSL)")
 @_json_flag
 @click.pass_context
 def clusters_set(ctx: click.Context, name: str, bootstrap_servers: str, dc: str, standby: str | None, status: str,
-                 sasl_mechanism: str | None, sasl_username: str | None, sasl_password: str | None) -> None:
+                 security_protocol: str, sasl_mechanism: str, ca_file: str | None) -> None:
     """Create or replace cluster NAME."""
-    sasl = None
-    if sasl_mechanism or sasl_username or sasl_password:
-        if not (sasl_mechanism and sasl_username and sasl_password is not None):
-            raise click.UsageError("SASL needs --sasl-mechanism, --sasl-username and --sasl-password together")
-        sasl = {"mechanism": sasl_mechanism, "username": sasl_username, "password": sasl_password}
-    saved = _run(lambda: _client(ctx).set_cluster(name, bootstrap_servers, dc, standby, status, sasl))
+    security = None
+    if security_protocol != "PLAINTEXT":
+        security = {"protocol": security_protocol, "mechanism": sasl_mechanism,
+                    "ca_pem": Path(ca_file).read_text() if ca_file else None}
+    saved = _run(lambda: _client(ctx).set_cluster(name, bootstrap_servers, dc, standby, status, security))
     if not _emit_json(ctx, saved):
         console.print(f"cluster [bold]{name}[/bold]: {saved['bootstrap_servers']} ({saved['status']})")
 

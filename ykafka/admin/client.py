@@ -132,10 +132,20 @@ class AdminClient:
         return dict(self._call("GET", f"/v1/admin/clusters/{name}"))
 
     def set_cluster(self, name: str, bootstrap_servers: str, dc: str = "", standby: str | None = None,
-                    status: str = "active", sasl: Mapping[str, str] | None = None) -> dict[str, Any]:
+                    status: str = "active", security: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``security``: ``{"protocol": "SASL_PLAINTEXT"|"SASL_SSL", "mechanism"?, "ca_pem"?}`` for a cluster
+        whose brokers authenticate clients (the MetaServer then issues each app its own principal there)."""
         body = {"bootstrap_servers": bootstrap_servers, "dc": dc, "standby": standby, "status": status,
-                "sasl": dict(sasl) if sasl else None}
+                "security": dict(security) if security else None}
         return dict(self._call("PUT", f"/v1/admin/clusters/{name}", json=body))
+
+    def rotate_credentials(self, app_id: str) -> dict[str, Any]:
+        """New Kafka credentials for the app on every cluster where it has a principal."""
+        return dict(self._call("POST", f"/v1/admin/apps/{app_id}/rotate-credentials"))
+
+    def app_kafka(self, app_id: str) -> dict[str, Any]:
+        """The app's principals per cluster, desired bindings against those in force, last reconcile."""
+        return dict(self._call("GET", f"/v1/admin/apps/{app_id}/kafka"))
 
     def delete_cluster(self, name: str) -> None:
         self._call("DELETE", f"/v1/admin/clusters/{name}")

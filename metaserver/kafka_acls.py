@@ -1,0 +1,105 @@
+"""The MetaServer's ACL table as Kafka ACL bindings: what the broker must allow each app principal.
+
+produce → WRITE and DESCRIBE on the topic; consume → READ and DESCRIBE on the topic; group → READ on the
+group; transactional producers → WRITE and DESCRIBE on transactional ids starting with the app id. A name
+is a LITERAL pattern, ``prefix*`` a PREFIXED one, ``*`` Kafka's literal wildcard. Pure data: the reconciler
+(metaserver/reconciler.py) compares these with ``describe_acls`` and repairs the difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ykafka import acl as acl_patterns
+
+#: principals the MetaServer issues and therefore owns on a cluster: ``User:app.<app>@<cluster>.g<n>``
+PRINCIPAL_PREFIX = "User:app."
+#: Kafka's "every user" principal: a hand-made binding for it opens the cluster, so the reconciler owns it too
+EVERYONE = "User:*"
+
+_OPERATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "produce": ("TOPIC", ("WRITE", "DESCRIBE")),
+    "consume": ("TOPIC", ("READ", "DESCRIBE")),
+    "group": ("GROUP", ("READ",)),
+}
+
+
+@dataclass(frozen=True, order=True)
+class Binding:
+    """One ALLOW binding from any host (the only kind the MetaServer writes)."""
+
+    principal: str
+    resource: str  # TOPIC, GROUP, TRANSACTIONAL_ID
+    name: str
+    pattern: str  # LITERAL or PREFIXED
+    operation: str
+    permission: str = "ALLOW"
+    host: str = "*"
+
+    def as_json(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Binding:
+        return cls(**{k: str(v) for k, v in data.items()})
+
+
+def principal(username: str) -> str:
+    return f"User:{username}"
+
+
+def username(app_id: str, cluster: str, generation: int) -> str:
+    """The SCRAM user of an app on a cluster; the generation changes at each credential rotation."""
+    return f"app.{app_id}@{cluster}.g{generation}"
+
+
+def user_cluster(user: str) -> str | None:
+    """The registry cluster an issued SCRAM user belongs to, or None when the MetaServer did not issue it
+    (app ids hold no '@', so the part after it is ``<cluster>.g<n>``)."""
+    if not user.startswith("app.") or "@" not in user:
+        return None
+    cluster, sep, generation = user.split("@", 1)[1].rpartition(".g")
+    return cluster if sep and generation.isdigit() else None
+
+
+def owned(principal_name: str, cluster: str) -> bool:
+    """Whether the reconciler of ``cluster`` owns bindings of this principal (deletes them when not desired):
+    the principals it issued for that cluster (two registry names may share one Kafka cluster) and Kafka's
+    every-user principal."""
+    if principal_name == EVERYONE:
+        return True
+    return principal_name.startswith(PRINCIPAL_PREFIX) and user_cluster(principal_name[len("User:"):]) == cluster
+
+
+def resource_pattern(pattern: str) -> tuple[str, str]:
+    """(name, pattern type) of an ACL pattern: ``*`` → Kafka's wildcard, ``p*`` → PREFIXED ``p``, else LITERAL."""
+    if pattern == "*":
+        return "*", "LITERAL"
+    if pattern.endswith("*"):
+        return pattern[:-1], "PREFIXED"
+    return pattern, "LITERAL"
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why Kafka's ACLs cannot express ``pattern`` (so it is refused when saved, never enforced only in the
+    SDK), or None."""
+    problem = acl_patterns.pattern_problem(pattern)
+    if problem is None:
+        return None
+    return (f"{problem}; Kafka ACLs match only a literal name, a prefix (written 'prefix*') or every name "
+            f"('*')")
+
+
+def app_bindings(user: str, app_id: str, acl: Mapping[str, Iterable[str]]) -> set[Binding]:
+    """The bindings one app principal needs for ``acl``."""
+    who = principal(user)
+    out: set[Binding] = set()
+    for operation, (resource, kafka_ops) in _OPERATIONS.items():
+        for pattern in acl.get(operation, ()):
+            name, kind = resource_pattern(pattern)
+            out.update(Binding(who, resource, name, kind, op) for op in kafka_ops)
+    if acl.get("produce"):  # a transactional producer's transactional.id starts with its app id
+        out.update(Binding(who, "TRANSACTIONAL_ID", app_id, "PREFIXED", op) for op in ("WRITE", "DESCRIBE"))
+    return out

@@ -1,0 +1,129 @@
+"""A secured one-node Apache Kafka for the broker-security tests: SASL_SSL (or SASL_PLAINTEXT) with
+SCRAM-SHA-512, ``StandardAuthorizer``, no access without an ACL, the MetaServer's admin as the one super
+user (its credential written at storage format time), certificates from ``ykafka.kafka_security``.
+
+Started and stopped by pid; the jars are those ``make kafka`` resolved (``ykafka.devstack_kafka``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ykafka import kafka_security
+from ykafka.devstack import free_port
+
+ADMIN_USER = "ykafka-admin"
+
+
+@dataclass
+class SecuredKafka:
+    home: Path
+    bootstrap: str
+    protocol: str
+    ca_pem: str | None
+    admin_password: str
+    reauth_ms: int
+    proc: subprocess.Popen[bytes]
+
+    def security(self) -> dict[str, Any]:
+        """The registry entry's ``security`` (what ``PUT /v1/admin/clusters`` takes)."""
+        return {"protocol": self.protocol, "mechanism": kafka_security.MECHANISM, "ca_pem": self.ca_pem}
+
+    def client(self, username: str | None = None, password: str | None = None, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings of a client as ``username`` (default: the super user)."""
+        props = {"bootstrap.servers": self.bootstrap,
+                 **kafka_security.client_properties(protocol=self.protocol, username=username or ADMIN_USER,
+                                                    password=password if username else self.admin_password,
+                                                    ca_pem=self.ca_pem)}
+        return {**props, **extra}
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.client())
+
+    def create_topics(self, *names: str, partitions: int = 1) -> None:
+        admin = self.admin()  # held until the futures resolve (a collected client destroys its handle)
+        futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names], operation_timeout=20)
+        for future in futures.values():
+            future.result(30)
+
+    def metaserver_env(self) -> dict[str, str]:
+        return {"YKAFKA_MS_KAFKA_ADMIN_PASSWORD": self.admin_password}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _classpath() -> str:
+    with contextlib.suppress(ImportError):
+        from ykafka import devstack_kafka  # type: ignore[attr-defined,unused-ignore]
+
+        return f"{devstack_kafka.require_kafka()}/*"
+    explicit = os.environ.get("YKAFKA_KAFKA_CLASSPATH")
+    if explicit:
+        return explicit
+    libs = Path(os.environ.get("YKAFKA_KAFKA_LIBS") or Path.home() / ".cache/ykafka/kafka-4.1.1/libs")
+    if not any(libs.glob("kafka_2.13-*.jar")):
+        pytest.skip(f"Apache Kafka's jars are not in {libs}: run `make kafka`")
+    return f"{libs}/*"
+
+
+def start(home: Path, protocol: str = "SASL_SSL", reauth_ms: int = 5000) -> SecuredKafka:
+    home.mkdir(parents=True, exist_ok=True)
+    port, controller = free_port(), free_port()
+    password = secrets.token_urlsafe(18)
+    tls = kafka_security.make_tls(home / "tls")
+    props = {
+        "process.roles": "broker,controller", "node.id": "1", "controller.quorum.voters": f"1@127.0.0.1:{controller}",
+        "listeners": f"CLIENT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"CLIENT://127.0.0.1:{port}",
+        "listener.security.protocol.map": f"CLIENT:{protocol},CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "CLIENT", "controller.listener.names": "CONTROLLER",
+        "log.dirs": str(home / "logs"), "num.partitions": "1", "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4", "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1", "transaction.state.log.num.partitions": "2",
+        "group.initial.rebalance.delay.ms": "0", "num.network.threads": "2", "num.io.threads": "2",
+        **kafka_security.broker_properties(listener="CLIENT", protocol=protocol, admin_user=ADMIN_USER,
+                                           admin_password=password, tls=tls, reauth_ms=reauth_ms),
+    }
+    config = home / "server.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    java = ["java", "-Xmx384m", "-XX:+UseSerialGC", "-cp", _classpath()]
+    formatted = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", "ykafkaSecurityTest0001",
+                                "-c", str(config), *kafka_security.format_scram_args(ADMIN_USER, password)],
+                               capture_output=True, text=True, timeout=120)
+    if formatted.returncode != 0:
+        raise RuntimeError(f"kafka-storage format failed: {formatted.stderr[-2000:]}")
+    log = (home / "kafka.log").open("ab")
+    proc = subprocess.Popen([*java, "kafka.Kafka", str(config)], stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    kafka = SecuredKafka(home, f"127.0.0.1:{port}", protocol, tls.ca_pem() if protocol == "SASL_SSL" else None,
+                         password, reauth_ms, proc)
+    deadline = time.monotonic() + 90
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kafka exited: {(home / 'kafka.log').read_text()[-3000:]}")
+        try:
+            kafka.admin().list_topics(timeout=2)
+            return kafka
+        except Exception:  # noqa: BLE001 - not up yet
+            if time.monotonic() > deadline:
+                kafka.stop()
+                raise
+            time.sleep(0.5)

@@ -1,0 +1,194 @@
+"""Broker-side security, proved against a secured Apache Kafka over the network as an outsider would
+(issue 28): the cluster refuses anyone the MetaServer has not granted, each app is confined to its ACL by
+the broker itself, and the MetaServer's reconciler keeps the brokers' bindings equal to its table.
+
+One SASL_SSL Kafka (SCRAM-SHA-512, StandardAuthorizer, no ACL = no access) and one MetaServer holding its
+super user. The registry names the same broker twice (``dc-a`` and ``dc-b``): each name gets its own
+principals, so a grant that reaches only dc-a provably carries nothing that opens dc-b.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import KafkaError as RawKafkaError
+from confluent_kafka import Producer as RawProducer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from tests import kafka_secured
+from tests.helpers import wait_until
+from tests.ms_fixtures import App, MetaServer, new_app
+from ykafka.auth import GrantClient
+from ykafka.grants import Grant
+
+RECONCILE_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_secured.SecuredKafka]:
+    broker = kafka_secured.start(tmp_path_factory.mktemp("kafka-sasl-ssl"), "SASL_SSL")
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def server(kafka: kafka_secured.SecuredKafka, ms_factory: Callable[..., MetaServer]) -> MetaServer:
+    ms = ms_factory(env=kafka.metaserver_env(), kafka_admin_user=kafka_secured.ADMIN_USER,
+                    acl_reconcile_interval=RECONCILE_S)
+    for name in ("dc-a", "dc-b"):
+        ms.admin().set_cluster(name, kafka.bootstrap, dc=name[-1], security=kafka.security())
+    return ms
+
+
+def app_on(server: MetaServer, prefix: str, cluster: str = "dc-a") -> App:
+    return new_app(server, acl={"produce": [f"{prefix}.*"], "consume": [f"{prefix}.*"], "group": [f"{prefix}-*"]},
+                   default_cluster=cluster)
+
+
+def grant_of(server: MetaServer, app: App, tmp_path: Path) -> Grant:
+    client = GrantClient(server.url, app.app_id, app.secret, f"c-{uuid.uuid4().hex[:6]}", "10.0.0.1",
+                         tmp_path / f"cache-{uuid.uuid4().hex[:6]}")
+    try:
+        return client.authenticate()
+    finally:
+        client.close()
+
+
+def produce_raw(conf: dict[str, Any], topic: str, count: int = 3, timeout: float = 15.0) -> list[Any]:
+    """Send ``count`` messages with a plain confluent-kafka Producer; the delivery errors (None: delivered)."""
+    results: list[Any] = []
+    producer = RawProducer({**conf, "message.timeout.ms": int(timeout * 1000) - 2000, "retries": 2})
+    for i in range(count):
+        producer.produce(topic, f"m{i}".encode(), on_delivery=lambda err, _msg: results.append(err))
+    producer.flush(timeout)
+    return results
+
+
+def consume_raw(conf: dict[str, Any], topic: str, group: str, timeout: float = 15.0) -> tuple[int, Any]:
+    """(messages read, first error) of a plain Consumer reading ``topic`` from the start in ``group`` (errors
+    from a message or, for a refused authentication, from ``error_cb``)."""
+    reported: list[Any] = []
+    consumer = RawConsumer({**conf, "group.id": group, "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False, "error_cb": reported.append})
+    consumer.subscribe([topic])
+    read, error = 0, None
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and error is None:
+            msg = consumer.poll(0.5)
+            error = error or next((e for e in reported if e.code() != RawKafkaError._TRANSPORT), None)
+            if msg is None:
+                if read:
+                    break
+                continue
+            if msg.error() is not None:
+                if msg.error().code() != RawKafkaError._PARTITION_EOF:
+                    error = msg.error()
+                continue
+            read += 1
+    finally:
+        consumer.close()
+    return read, error
+
+
+def test_a_client_with_only_the_address_is_refused(kafka: kafka_secured.SecuredKafka) -> None:
+    topic = f"open.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    plain = produce_raw({"bootstrap.servers": kafka.bootstrap}, topic, timeout=8)
+    assert len(plain) == 3 and all(err is not None for err in plain)  # no TLS, no SASL: never delivered
+    guessed = produce_raw(kafka.client("someone", "guessed-password"), topic, timeout=8)
+    assert len(guessed) == 3 and all(err is not None for err in guessed)
+    read, error = consume_raw(kafka.client("someone", "guessed-password"), topic, "g", timeout=8)
+    assert read == 0 and error is not None and error.code() in (RawKafkaError._AUTHENTICATION,
+                                                                 RawKafkaError.SASL_AUTHENTICATION_FAILED)
+    assert consume_raw(kafka.client(), topic, "admin-check", timeout=5)[0] == 0  # nothing got in
+
+
+def test_an_apps_credentials_open_only_its_own_topics_and_groups(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    a, b = app_on(server, "sa"), app_on(server, "sb")
+    kafka.create_topics("sa.orders", "sb.orders", "other.t")
+    grant = grant_of(server, a, tmp_path)
+    creds = grant.clusters["dc-a"].rdkafka()
+    assert creds["sasl.username"] == f"app.{a.app_id}@dc-a.g1" and creds["security.protocol"] == "SASL_SSL"
+    assert all(err is None for err in produce_raw(creds, "sa.orders"))  # its own topic works
+    assert consume_raw(creds, "sa.orders", "sa-billing") == (3, None)
+    errors = produce_raw(creds, "sb.orders")  # B's topic
+    assert [e.code() for e in errors] == [RawKafkaError.TOPIC_AUTHORIZATION_FAILED] * 3
+    errors = produce_raw(creds, "other.t")  # outside A's ACL
+    assert [e.code() for e in errors] == [RawKafkaError.TOPIC_AUTHORIZATION_FAILED] * 3
+    read, error = consume_raw(creds, "sb.orders", "sa-billing")  # reading B's topic
+    assert read == 0 and error is not None and error.code() == RawKafkaError.TOPIC_AUTHORIZATION_FAILED
+    read, error = consume_raw(creds, "sa.orders", "sb-billing")  # joining B's group
+    assert read == 0 and error is not None and error.code() == RawKafkaError.GROUP_AUTHORIZATION_FAILED
+    b_creds = grant_of(server, b, tmp_path).clusters["dc-a"].rdkafka()
+    assert b_creds["sasl.password"] != creds["sasl.password"]
+    assert all(err is None for err in produce_raw(b_creds, "sb.orders"))
+
+
+def test_a_grant_for_dc_a_only_carries_no_credential_for_dc_b(server: MetaServer, tmp_path: Path) -> None:
+    only_a = app_on(server, "oa", "dc-a")
+    on_b = app_on(server, "ob", "dc-b")
+    grant_a = grant_of(server, only_a, tmp_path)
+    assert sorted(grant_a.clusters) == ["dc-a"]
+    text = json.dumps(grant_a.raw)
+    assert "@dc-b" not in text and text.count('"password"') == 1
+    grant_b = grant_of(server, on_b, tmp_path)
+    assert sorted(grant_b.clusters) == ["dc-b"]
+    assert (grant_b.clusters["dc-b"].sasl or {})["username"] == f"app.{on_b.app_id}@dc-b.g1"
+    principals = server.admin().app_kafka(only_a.app_id)["clusters"]
+    assert [c["cluster"] for c in principals] == ["dc-a"]
+
+
+def _acls(kafka: kafka_secured.SecuredKafka, principal: str) -> set[tuple[str, str, str, str]]:
+    admin = kafka.admin()
+    found = admin.describe_acls(AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,  # type: ignore[arg-type]
+        AclPermissionType.ANY)).result(15)
+    return {(b.restype.name, b.name, b.resource_pattern_type.name, b.operation.name) for b in found}
+
+
+def test_the_reconciler_restores_a_binding_deleted_by_hand_and_audits_it(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    app = app_on(server, "rc")
+    grant_of(server, app, tmp_path)  # its principal and bindings now exist
+    principal = f"User:app.{app.app_id}@dc-a.g1"
+    want = {("TOPIC", "rc.", "PREFIXED", "WRITE"), ("TOPIC", "rc.", "PREFIXED", "DESCRIBE"),
+            ("TOPIC", "rc.", "PREFIXED", "READ"), ("GROUP", "rc-", "PREFIXED", "READ"),
+            ("TRANSACTIONAL_ID", app.app_id, "PREFIXED", "WRITE"),
+            ("TRANSACTIONAL_ID", app.app_id, "PREFIXED", "DESCRIBE")}
+    assert wait_until(lambda: _acls(kafka, principal) == want, 15, message="bindings provisioned")
+    started = time.time()
+    write = AclBindingFilter(ResourceType.TOPIC, "rc.", ResourcePatternType.PREFIXED, principal, "*",
+                             AclOperation.WRITE, AclPermissionType.ALLOW)
+    everyone = AclBinding(ResourceType.TOPIC, "*", ResourcePatternType.LITERAL, "User:*", "*", AclOperation.ALL,
+                          AclPermissionType.ALLOW)
+    admin = kafka.admin()
+    for future in admin.delete_acls([write]).values():
+        assert len(future.result(15)) == 1  # Kafka's own admin API deleted it
+    for future in admin.create_acls([everyone]).values():
+        future.result(15)  # and someone opened every topic to everyone
+    wait_until(lambda: _acls(kafka, principal) == want and not _acls(kafka, "User:*"), RECONCILE_S * 3 + 10,
+               message="reconciler repaired the drift")
+    took = time.time() - started
+    repairs = [row for row in server.admin().audit(action="kafka.reconcile") if row["at"] >= started]
+    text = json.dumps(repairs)
+    assert f"{principal} WRITE TOPIC:PREFIXED:rc." in text and "User:* ALL TOPIC:LITERAL:*" in text
+    assert all(row["operator"] == "reconciler" and row["target"] == "cluster:dc-a" for row in repairs)
+    assert took <= RECONCILE_S * 3 + 10
+    view = server.admin().app_kafka(app.app_id)["clusters"][0]
+    assert view["ok"] is True and view["missing"] == [] and view["extra"] == [] and len(view["desired"]) == 6

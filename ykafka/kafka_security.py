@@ -1,0 +1,138 @@
+"""A secured Apache Kafka broker's pieces: a certificate authority and broker certificates, the listener
+and authorizer properties, and the super user's SCRAM credential written at storage format time.
+
+The stack's Kafka launcher adds these to its ``server.properties`` and ``kafka-storage format`` call when a
+cluster is secured (docs/metaserver.md, "Broker-side enforcement"). Certificates come from the
+``cryptography`` package (the MetaServer's credential encryption uses it too), so no ``keytool`` or
+``openssl`` is needed: Kafka reads PEM key stores directly (``ssl.keystore.type=PEM``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MECHANISM = "SCRAM-SHA-512"
+PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of the stack's certificate authority and of the broker certificate it signed."""
+
+    ca_cert: Path
+    broker_cert: Path  # the broker's certificate followed by the CA's (the chain Kafka presents)
+    broker_key: Path  # PKCS#8, unencrypted, 0600
+
+    def ca_pem(self) -> str:
+        return self.ca_cert.read_text()
+
+
+def make_tls(folder: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"), days: int = 825) -> TlsFiles:
+    """Create (once; kept across restarts) a CA and a broker certificate for ``hosts`` under ``folder``."""
+    files = TlsFiles(folder / "ca.pem", folder / "broker-chain.pem", folder / "broker-key.pem")
+    if files.ca_cert.exists() and files.broker_cert.exists() and files.broker_key.exists():
+        return files
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ykafka dev stack CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    files.ca_cert.write_bytes(ca.public_bytes(pem))
+    files.broker_cert.write_bytes(cert.public_bytes(pem) + ca.public_bytes(pem))
+    fd = os.open(files.broker_key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return files
+
+
+def broker_properties(*, listener: str, protocol: str, admin_user: str, admin_password: str,
+                      tls: TlsFiles | None, reauth_ms: int) -> dict[str, str]:
+    """``server.properties`` entries that secure a KRaft node whose client (and inter-broker) listener
+    ``listener`` speaks ``protocol``: SCRAM-SHA-512, ``StandardAuthorizer``, nobody allowed what no ACL grants.
+
+    The node talks to its peers over that listener as the super user, whose credential
+    :func:`format_scram_args` writes at storage format time. The controller listener stays plaintext on
+    loopback: KRaft cannot use SCRAM there (the credentials live in the metadata the controller serves), and its
+    only principal, ``User:ANONYMOUS``, is a super user so brokers can register with their controller; that
+    listener answers only controller APIs and only on loopback (docs/metaserver.md, threat model).
+    ``connections.max.reauth.ms`` bounds how long a connection authenticated before a credential was deleted
+    keeps working.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
+    if protocol == "SASL_SSL" and tls is None:
+        raise ValueError("SASL_SSL needs the broker's certificate (make_tls)")
+    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{admin_user}" '
+            f'password="{admin_password}";')
+    props = {
+        "sasl.enabled.mechanisms": MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": MECHANISM,
+        f"listener.name.{listener.lower()}.scram-sha-512.sasl.jaas.config": jaas,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "false",
+        "super.users": f"User:{admin_user};User:ANONYMOUS",
+        "connections.max.reauth.ms": str(reauth_ms),
+        "auto.create.topics.enable": "false",  # topics are created by the admin, not by whoever writes first
+    }
+    if tls is not None and protocol == "SASL_SSL":
+        keystore = tls.broker_cert.parent / "broker-keystore.pem"  # Kafka's PEM key store: key, then chain
+        if not keystore.exists():
+            fd = os.open(keystore, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(tls.broker_key.read_text() + tls.broker_cert.read_text())
+        props.update({
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(tls.ca_cert),
+            "ssl.client.auth": "none",
+            "ssl.endpoint.identification.algorithm": "https",
+        })
+    return props
+
+
+def format_scram_args(admin_user: str, admin_password: str) -> list[str]:
+    """``kafka-storage format`` arguments that create the super user's SCRAM credential with the metadata log,
+    so the broker can authenticate its own inter-broker connection before any admin call exists."""
+    return ["--add-scram", f"{MECHANISM}=[name={admin_user},password={admin_password}]"]
+
+
+def client_properties(*, protocol: str, username: str, password: str, ca_pem: str | None) -> dict[str, str]:
+    """librdkafka properties of a client authenticating as ``username`` over ``protocol``."""
+    props = {"security.protocol": protocol, "sasl.mechanism": MECHANISM, "sasl.username": username,
+             "sasl.password": password}
+    if protocol == "SASL_SSL" and ca_pem:
+        props["ssl.ca.pem"] = ca_pem
+    return props
