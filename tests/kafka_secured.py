@@ -7,8 +7,6 @@ Started and stopped by pid; the jars are those ``make kafka`` resolved (``ykafka
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
 import signal
 import subprocess
@@ -17,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ykafka import kafka_security
+from ykafka import devstack_kafka, kafka_security
 from ykafka.devstack import free_port
 
 ADMIN_USER = "ykafka-admin"
@@ -71,17 +68,7 @@ class SecuredKafka:
 
 
 def _classpath() -> str:
-    with contextlib.suppress(ImportError):
-        from ykafka import devstack_kafka  # type: ignore[attr-defined,unused-ignore]
-
-        return f"{devstack_kafka.require_kafka()}/*"
-    explicit = os.environ.get("YKAFKA_KAFKA_CLASSPATH")
-    if explicit:
-        return explicit
-    libs = Path(os.environ.get("YKAFKA_KAFKA_LIBS") or Path.home() / ".cache/ykafka/kafka-4.1.1/libs")
-    if not any(libs.glob("kafka_2.13-*.jar")):
-        pytest.skip(f"Apache Kafka's jars are not in {libs}: run `make kafka`")
-    return f"{libs}/*"
+    return f"{devstack_kafka.require_kafka()}/*"  # the jars `make kafka` resolved; KafkaMissing says how
 
 
 def start(home: Path, protocol: str = "SASL_SSL", reauth_ms: int = 5000) -> SecuredKafka:
@@ -104,7 +91,7 @@ def start(home: Path, protocol: str = "SASL_SSL", reauth_ms: int = 5000) -> Secu
     }
     config = home / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    java = ["java", "-Xmx384m", "-XX:+UseSerialGC", "-cp", _classpath()]
+    java = [devstack_kafka.java_binary(), "-Xmx384m", *devstack_kafka.JVM_ARGS, "-cp", _classpath()]
     formatted = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", "ykafkaSecurityTest0001",
                                 "-c", str(config), *kafka_security.format_scram_args(ADMIN_USER, password)],
                                capture_output=True, text=True, timeout=120)
