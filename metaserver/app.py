@@ -30,6 +30,7 @@ from .reach import RouteBook
 from .reconciler import Reconciler
 from .rollouts import guards
 from .rollouts import routes as rollout_routes
+from .rollouts.driver import Driver as RolloutDriver
 from .services import Services
 from .settings import Settings
 from .tokens import TokenCodec, load_or_create_key
@@ -73,7 +74,9 @@ def create_app(settings: Settings) -> FastAPI:
         gc.freeze()
         svc.reconciler.start()
         svc.reconciler.kick()  # a first pass at start-up repairs whatever drifted while no MetaServer ran
+        driver = RolloutDriver(svc).start()  # drives rollout plans while this process holds the lease
         yield
+        driver.stop()
         svc.reconciler.stop()
         svc.engine.dispose()
 

@@ -144,6 +144,10 @@ class Metrics:
         self._client_provider: Callable[[], Mapping[str, Any]] | None = None
         self._client_wake = threading.Event()
         self.last_lag: dict[tuple[str, int], tuple[int, int, int]] = {}  # (topic, partition) -> lag, committed, hwm
+        #: cumulative counts since start and the latest send p99, for the client report's ``health`` (the
+        #: MetaServer compares a rollout's canary clients with the others on them)
+        self.totals: dict[str, float] = {}
+        self.send_p99_ms: float | None = None
         self.stats_seen = 0
         self.prometheus: _Prometheus | None = None
         if prometheus_port is not None:
@@ -219,6 +223,7 @@ class Metrics:
         key = (name, topic, group)
         with self._lock:
             self._counters[key] = self._counters.get(key, 0) + n
+            self.totals[name] = self.totals.get(name, 0) + n
 
     # --- librdkafka statistics -------------------------------------------------------------------
 
@@ -272,7 +277,25 @@ class Metrics:
                 if delta:
                     out.append(self._event(ts, MetricName.CONSUME_MSGS, topic=topic, group=self.group,
                                            count=int(delta), value=delta))
+        p99s = [e["p99"] for e in out if e["name"] == MetricName.SEND_LATENCY and e.get("count")]
+        if p99s:
+            self.send_p99_ms = max(p99s)
+        with self._lock:
+            for e in out:
+                if e["name"] in (MetricName.SEND_MSGS, MetricName.SEND_ERRORS, MetricName.CONSUME_MSGS,
+                                 MetricName.CONSUME_ERRORS):
+                    self.totals[e["name"]] = self.totals.get(e["name"], 0) + float(e.get("value") or 0)
         self._emit(out)
+        return out
+
+    def health(self) -> dict[str, float | None]:
+        """Cumulative sends, send errors, consumed, consume / handler errors, the latest send p99 and the
+        consumer lag now (summed over partitions): what a client report's ``health`` carries."""
+        with self._lock:
+            out: dict[str, float | None] = {k: round(v, 3) for k, v in self.totals.items()}
+        out["send.p99_ms"] = self.send_p99_ms
+        lags = [lag for lag, _, _ in list(self.last_lag.values()) if lag >= 0]
+        out["lag"] = float(sum(lags)) if lags else None
         return out
 
     def _lag(self, ts: int, topic: str, partition: int, part: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -823,6 +823,12 @@ class Producer:
         if self._user_error_cb is not None:
             self._user_error_cb(err)
 
+    def _health(self) -> dict[str, Any]:
+        """Cumulative sends, errors, throttled sends and the latest send p99 (a rollout's canary judgement)."""
+        obs = self.__dict__.get("_obs")  # the first report may come before observability is set up
+        metrics = obs.metrics if obs is not None else None
+        return {**(metrics.health() if metrics is not None else {}), "throttled": self._throttles.refused()}
+
     def _report(self) -> dict[str, Any]:
         dr = self._dr.status() if self._dr is not None else None  # before our lock: the engine's come second
         with self._lock:
@@ -835,5 +841,6 @@ class Producer:
                 "state": "closed" if self._closed else ("swapping" if self._held or self._retiring else "running"),
                 "extra": {"routes": routes, "clients": [c.describe() for c in self._all_clients()],
                           "held_topics": sorted(self._held), "pending": len(self._pending), "swaps": self._swaps,
-                          "dr": dr, "partitions": {topic: count for (_, topic), (count, _) in self._meta.items()}},
+                          "dr": dr, "partitions": {topic: count for (_, topic), (count, _) in self._meta.items()},
+                          "health": self._health()},
             }

@@ -31,6 +31,7 @@ class TokenBucket:
         self._burst = 1.0
         self._tokens = 0.0
         self._stamp = time.monotonic()
+        self.refused = 0  # sends refused with ThrottledError (a client report's health)
         self.set_rate(rate)
         if start_full:
             self._tokens = self._burst  # a new limit starts with a full burst of budget
@@ -89,6 +90,7 @@ class TokenBucket:
             deficit = amount - self._tokens
             wait = deficit / self._rate if deficit > 0 else 0.0
             if wait > max_wait_s:
+                self.refused += 1
                 raise ThrottledError(f"rate limit {self.name or 'producer'} ({self._rate:g}/s) would delay this "
                                      f"send {wait * 1000:.0f} ms, more than the {max_wait_s * 1000:.0f} ms bound")
             self._tokens -= amount  # may go negative: later callers wait behind this reservation
@@ -145,6 +147,11 @@ class Throttles:
             elif found.rate != rate:
                 found.set_rate(rate)
             return found
+
+    def refused(self) -> int:
+        """Sends refused with ThrottledError so far, over every bucket."""
+        with self._lock:
+            return sum(b.refused for b in self._buckets.values())
 
     def for_topic(self, effective: dict[str, object], sources: dict[str, str], max_wait_s: float) -> Throttle | None:
         buckets: list[TokenBucket | None] = []

@@ -1,16 +1,18 @@
-"""Admin API of guarded rollouts: the guard rules (read by every admin, replaced whole, audited)."""
+"""Admin API of guarded rollouts: the guard rules (read by every admin, replaced whole, audited) and rollout
+plans (start, list, pause / resume / abort / force)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, HTTPException
 from pydantic import Field
 
+from .. import hotconfig
 from ..routes_admin import operator
 from ..schemas import Strict
 from ..services import Services, services
-from . import guards
+from . import guards, plans
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(operator)])
 
@@ -35,3 +37,37 @@ def get_guards(svc: Services = Depends(services)) -> dict[str, Any]:
 def put_guards(body: GuardRulesBody, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
     """Replace the rules (checked first: a malformed rule is 422 and nothing is stored); audited."""
     return guard_json(guards.save(svc.engine, body.body, who))
+
+
+# --- rollout plans -----------------------------------------------------------------------------------
+
+@router.post("/rollouts", status_code=201)
+def create_plan(body: plans.PlanSpec, who: str = Depends(operator),
+                svc: Services = Depends(services)) -> dict[str, Any]:
+    """Start a rollout plan: validated like a push (catalog, registry, guard rules); the driver publishes it."""
+    return plans.create(svc, body, who)
+
+
+@router.get("/rollouts")
+def list_plans(scope: str | None = None, svc: Services = Depends(services)) -> list[dict[str, Any]]:
+    """Plans, newest first (of one scope with ``scope``), with their decisions and evidence."""
+    namespace = hotconfig.parse_scope(scope).namespace() if scope else None
+    return plans.listing(svc, namespace)
+
+
+@router.get("/rollouts/{plan_id}")
+def get_plan(plan_id: int, svc: Services = Depends(services)) -> dict[str, Any]:
+    try:
+        return plans.get(svc, plan_id)
+    except LookupError:
+        raise HTTPException(status_code=404, detail="plan not found") from None
+
+
+@router.post("/rollouts/{plan_id}/action")
+def act(plan_id: int, body: plans.PlanAction, who: str = Depends(operator),
+        svc: Services = Depends(services)) -> dict[str, Any]:
+    """pause / resume / abort (drops the canary's gray release) / force (judge the step now), audited."""
+    try:
+        return plans.control(svc, plan_id, body.action, who)
+    except LookupError:
+        raise HTTPException(status_code=404, detail="plan not found") from None

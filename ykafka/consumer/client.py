@@ -173,7 +173,9 @@ class Consumer:
                              "processed": engine.processed, "failed": engine.failed,
                              "paused": self._session.operator_paused, "left": self._session.left},
                 "extra": {**({"ephemeral": True} if self.settings.ephemeral_group else {}),
-                          **({"group_protocol": "consumer"} if self.protocol.consumer else {})}}
+                          **({"group_protocol": "consumer"} if self.protocol.consumer else {}),
+                          "health": {**(self._observer.metrics.health() if self._observer.metrics else {}),
+                                     "processed": engine.processed, "handler.failed": engine.failed}}}
 
     # -- framework mode ---------------------------------------------------------------------------------
 
