@@ -88,7 +88,9 @@ def test_producer_fails_over_and_back_without_loss(dc_brokers: dict[str, Broker]
             send(10)
         send(500)
         assert producer.flush(10) == 0
-        assert engine.wait_idle(60), engine.status()
+        if not engine.wait_idle(60):
+            print("not idle:", engine.status())
+            raise AssertionError("the engine did not settle within 60 s (status printed above)")
         producer.flush(5)
         status = engine.status()
         on_a, on_b = read_all(a.bootstrap, topic, expect=len(sent)), read_all(b.bootstrap, topic)

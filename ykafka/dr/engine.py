@@ -111,6 +111,7 @@ class DisasterRecovery:
         self._outages: dict[tuple[str, str], Outage] = {}
         self._outage_locks: dict[tuple[str, str], threading.Lock] = {}
         self._syncs: dict[tuple[str, str], SyncJob] = {}
+        self._cancelled: dict[tuple[str, str], SyncJob] = {}  # a sync cut short by a new outage, still closing
         self._finished_syncs: list[dict[str, Any]] = []
         self._forced: dict[str, str] = {}  # primary -> "primary" | "standby" (in-process admin switch)
         self._moved: dict[str, str] = {}  # topic -> the cluster its writes just left (handed over at its next send)
@@ -333,6 +334,7 @@ class DisasterRecovery:
                 job = self._syncs.pop(key, None)
                 if job is not None:
                     job.cancel()  # it commits only what the primary acknowledged; the next sync resumes
+                    self._cancelled[key] = job
                 existing.ended = None
                 self._store.save(existing)
                 return
@@ -371,6 +373,11 @@ class DisasterRecovery:
                 log.warning("failover.end", topic=topic, primary=primary, standby=outage.standby)
             if not self.health.is_up(outage.standby):
                 return  # the maintenance loop retries once the standby answers
+            cancelled = self._cancelled.get((primary, topic))
+            if cancelled is not None:
+                if cancelled.running:  # its consumer is still in the sync group: a new member beside it waits for
+                    return  # a rebalance (Tansu never assigns it); the maintenance loop retries within a second
+                del self._cancelled[(primary, topic)]
             standby_link = self.link(outage.standby)
             self._syncs[(primary, topic)] = SyncJob(
                 outage, self._rdkafka_config(outage.standby), self._rdkafka_config(primary),

@@ -277,6 +277,11 @@ class SyncJob:
                 "state": self.state, "copied": self.copied, "left": self.left,
                 "rate": round(self.copied / elapsed), "error": self.error}
 
+    @property
+    def running(self) -> bool:
+        """Its thread still runs (a cancelled job closes its consumer, leaving the sync group, before it ends)."""
+        return self._thread.is_alive()
+
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
