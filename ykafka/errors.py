@@ -65,7 +65,12 @@ class SpillFullError(YKafkaError):
 
 
 class KafkaError(YKafkaError):
-    """An error reported by librdkafka, with its code and retriability preserved."""
+    """An error reported by librdkafka, with its code and retriability preserved.
+
+    Those mapped from librdkafka (:func:`ykafka.transport.from_kafka_error`) are also confluent-kafka's
+    ``KafkaException`` wrapping the librdkafka error (``exc.args[0].code()``), so code written for
+    confluent-kafka (``except KafkaException``) catches them unchanged. ``str()`` is the message.
+    """
 
     def __init__(self, message: str, code: int | None = None, name: str | None = None,
                  retriable: bool = False, fatal: bool = False) -> None:
@@ -73,7 +78,11 @@ class KafkaError(YKafkaError):
         self.name = name
         self.retriable = retriable
         self.fatal = fatal
+        self.message = message
         super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class BufferFullError(KafkaError, BufferError):

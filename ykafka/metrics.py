@@ -546,6 +546,12 @@ class Observability:
         """librdkafka statistics settings for the client's own Kafka clients ({} when metrics are off)."""
         return self.metrics.rdkafka_settings() if self.metrics is not None else {}
 
+    def add_statistics(self, props: dict[str, Any]) -> None:
+        """Put our statistics settings into a client's librdkafka ``props``, keeping the application's
+        ``stats_cb`` (see :func:`merge_statistics`)."""
+        merge_statistics(props, self.rdkafka_settings())
+
+
     def close(self, timeout: float = 1.0) -> None:
         """Last metrics interval and a last client event (``closed``), then send what is queued within
         ``timeout`` (short: closing a client must not wait long for a trace cluster that is down)."""
@@ -555,3 +561,28 @@ class Observability:
             self._tracer.close(timeout)
         if self._sink is not None:
             self._sink.close(timeout)
+
+
+def merge_statistics(props: dict[str, Any], ours: Mapping[str, Any]) -> None:
+    """Our ``stats_cb`` / ``statistics.interval.ms`` in ``props`` beside the application's own: librdkafka
+    takes one callback, so with both, statistics come at the shorter interval and each callback is called
+    at its own (the application's is called only when it asked for statistics, as librdkafka would)."""
+    if not ours:
+        return
+    user_cb = props.get("stats_cb")
+    user_ms = int(props.get("statistics.interval.ms") or 0)
+    if not callable(user_cb) or user_ms <= 0:
+        props.update(ours)
+        return
+    our_cb, our_ms = ours["stats_cb"], int(ours["statistics.interval.ms"])
+    due = {id(user_cb): 0.0, id(our_cb): 0.0}
+
+    def stats_cb(stats_json: str) -> None:
+        now = time.monotonic()
+        for cb, every_ms in ((our_cb, our_ms), (user_cb, user_ms)):
+            if now >= due[id(cb)]:
+                due[id(cb)] = now + every_ms * 0.9 / 1000  # a document early by a few ms still counts
+                cb(stats_json)
+
+    props["stats_cb"] = stats_cb
+    props["statistics.interval.ms"] = min(user_ms, our_ms)

@@ -218,6 +218,10 @@ class Producer:
             self._dr = dr_attach.attach(self)  # installs the send hook through the ProducerPort (ykafka/dr/port.py)
             self._dr.on_change.append(self._states.clear)  # a link went down / up, a route moved
         self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
+        if any(callable(rd.get(name)) for name in ("error_cb", "stats_cb", "throttle_cb")):
+            # confluent-kafka's producer is up (connecting, reporting errors and statistics) once created;
+            # an application that listens for those gets the default cluster's client now, not at a first send
+            self._default_client()
 
     # --- the hot path ------------------------------------------------------------------------------
 
@@ -345,11 +349,12 @@ class Producer:
               on_delivery: DeliveryCallback | None, timestamp: int, headers: Any) -> None:
         """THE place a message is handed to a cluster's librdkafka client (spill / failover seam)."""
         hook = self._send_hook
-        if hook is not None and hook(self, client, topic, value, key, partition, on_delivery, timestamp, headers):
-            return
-        if self._delivery_hook is not None:
-            on_delivery = functools.partial(self._delivered, on_delivery or self._default_dr)
         try:
+            if hook is not None and hook(self, client, topic, value, key, partition, on_delivery, timestamp,
+                                         headers):
+                return
+            if self._delivery_hook is not None:
+                on_delivery = functools.partial(self._delivered, on_delivery or self._default_dr)
             client.rd.produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
         except BufferError:
             raise BufferFullError("local queue full (queue.buffering.max.messages): poll() and retry",
@@ -455,7 +460,7 @@ class Producer:
     def _client_props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
         props = self._settings(cluster, effective)
         props["error_cb"] = self._error_cb
-        props.update(self._obs.rdkafka_settings())  # statistics -> __ykafka_metrics
+        self._obs.add_statistics(props)  # statistics -> __ykafka_metrics (beside the application's stats_cb)
         if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled
             props["message.timeout.ms"] = max(effective["spill.after.ms"], effective["producer.linger.ms"] + 1000)
         return props

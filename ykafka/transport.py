@@ -181,7 +181,10 @@ def from_kafka_error(err: Any, *, app_id: str | None = None, cluster: str | None
                      resource: str | None = None) -> errors.KafkaError:
     """Map a librdkafka error (or a ``KafkaException`` wrapping one) to :mod:`ykafka.errors`; a broker's
     authentication or authorization refusal becomes :class:`~ykafka.errors.BrokerAuthError` naming the app,
-    cluster and topic given."""
+    cluster and topic given. The result is also confluent-kafka's ``KafkaException`` wrapping the librdkafka
+    error (``exc.args[0].code()``), so code written for confluent-kafka catches it unchanged."""
+    if isinstance(err, errors.KafkaError):  # already mapped
+        return err
     if isinstance(err, KafkaException) and err.args:
         err = err.args[0]
     if not isinstance(err, RawKafkaError):
@@ -193,15 +196,32 @@ def from_kafka_error(err: Any, *, app_id: str | None = None, cluster: str | None
         "retriable": bool(err.retriable()),
         "fatal": bool(err.fatal()),
     }
-    message = err.str()
+    cls: type[errors.KafkaError] = errors.KafkaError
     if code in _AUTH_CODES:
-        return errors.BrokerAuthError(message, app_id=app_id, cluster=cluster, resource=resource, **kwargs)
-    if code == RawKafkaError._QUEUE_FULL:
-        return errors.BufferFullError(message, **kwargs)
-    if code in (RawKafkaError._UNKNOWN_TOPIC, RawKafkaError.UNKNOWN_TOPIC_OR_PART):
-        return errors.UnknownTopicError(message, **kwargs)
-    if code == RawKafkaError.MSG_SIZE_TOO_LARGE:
-        return errors.MessageTooLargeError(message, **kwargs)
-    if code in (RawKafkaError._MSG_TIMED_OUT, RawKafkaError._TIMED_OUT, RawKafkaError.REQUEST_TIMED_OUT):
-        return errors.KafkaTimeoutError(message, **kwargs)
-    return errors.KafkaError(message, **kwargs)
+        cls = errors.BrokerAuthError
+        kwargs.update(app_id=app_id, cluster=cluster, resource=resource)
+    elif code == RawKafkaError._QUEUE_FULL:
+        cls = errors.BufferFullError
+    elif code in (RawKafkaError._UNKNOWN_TOPIC, RawKafkaError.UNKNOWN_TOPIC_OR_PART):
+        cls = errors.UnknownTopicError
+    elif code == RawKafkaError.MSG_SIZE_TOO_LARGE:
+        cls = errors.MessageTooLargeError
+    elif code in (RawKafkaError._MSG_TIMED_OUT, RawKafkaError._TIMED_OUT, RawKafkaError.REQUEST_TIMED_OUT):
+        cls = errors.KafkaTimeoutError
+    mapped = _DROP_IN[cls](err.str(), **kwargs)
+    mapped.args = (err,)  # as confluent-kafka's KafkaException: args[0] is the librdkafka error
+    return mapped
+
+
+def _drop_in(cls: type[errors.KafkaError]) -> type[errors.KafkaError]:
+    """``cls`` that is also confluent-kafka's ``KafkaException`` (ykafka.errors stays free of the client)."""
+
+    def __reduce__(self: errors.KafkaError) -> Any:  # pickles as the plain ykafka error (its message)
+        return errors.KafkaError, (self.message, self.code, self.name, self.retriable, self.fatal)
+
+    return type(cls.__name__, (cls, KafkaException), {"__module__": __name__, "__reduce__": __reduce__})
+
+
+_DROP_IN = {cls: _drop_in(cls) for cls in (errors.KafkaError, errors.BrokerAuthError, errors.BufferFullError,
+                                            errors.UnknownTopicError, errors.MessageTooLargeError,
+                                            errors.KafkaTimeoutError)}

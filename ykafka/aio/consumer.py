@@ -1,8 +1,8 @@
 """``AIOConsumer``: confluent-kafka's asyncio consumer API over the one ykafka :class:`~ykafka.Consumer`.
 
-Every call runs on one dedicated thread: the sync consumer applies live changes (rebuild, rejoin, cluster
-switch) on the thread that polls it, so one thread keeps that true and the event loop never blocks. Long
-polls are taken in short slices so a ``commit`` or ``pause`` awaited meanwhile is not stuck behind them.
+Every call runs off the loop, one at a time (the gate): the sync consumer applies live changes (rebuild,
+rejoin, cluster switch) on the thread that polls it, and no other call may run beside that. Long polls are
+taken in short slices so a ``commit`` or ``pause`` awaited meanwhile is not stuck behind them.
 ``consumer.rate.limit`` is awaited on the loop, not slept on a thread. ``run(handler)`` takes an ``async
 def`` handler whose coroutines run on the application's own loop (docs/consumer.md).
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from ykafka.aio import callbacks
 from ykafka.consumer import Consumer
 
 log = structlog.get_logger(__name__)
@@ -29,15 +30,32 @@ _SLICE_S = 0.2  # longest single blocking poll on the consumer thread
 class AIOConsumer:
     """Drop-in for confluent-kafka's ``aio.AIOConsumer``. Must be created inside a running event loop.
 
-    ``max_workers`` / ``executor`` are accepted for signature compatibility; calls are serialized on one
-    consumer thread (see the module docstring for why).
+    Calls run on ``executor`` (or a pool of ``max_workers``) one at a time, in the order they were made,
+    as confluent-kafka's gate admits them: a ``close()`` or ``position()`` awaited while a ``poll()`` is in
+    flight waits for it. A call made from inside a callback this consumer runs (``on_assign``, ``on_revoke``,
+    ``on_lost``, ``on_commit``, ``error_cb``...) runs on the thread that waits for the callback
+    (:mod:`ykafka.aio.callbacks`). After :meth:`close` every call raises ``RuntimeError("Consumer closed")``.
     """
 
     def __init__(self, consumer_conf: Mapping[str, Any], max_workers: int = 2,
                  executor: concurrent.futures.Executor | None = None) -> None:
+        self._closed = False
+        self._own_executor = executor is None
+        if executor is None:
+            if max_workers < 1:
+                raise ValueError("max_workers must be at least 1")
+            executor = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                             thread_name_prefix="ykafka-aio-consumer")
+        self.executor = executor
         self._loop = asyncio.get_running_loop()
-        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ykafka-aio-consumer")
-        self._consumer = Consumer(dict(consumer_conf))
+        self._gate = asyncio.Lock()
+        conf = callbacks.wrap_conf(self._loop, dict(consumer_conf), self, (*callbacks.COMMON_CALLBACKS, "on_commit"))
+        try:
+            self._consumer = Consumer(conf)
+        except BaseException:
+            if self._own_executor:
+                executor.shutdown(wait=False)
+            raise
 
     async def __aenter__(self) -> AIOConsumer:
         return self
@@ -51,7 +69,26 @@ class AIOConsumer:
         return self._consumer
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self._loop.run_in_executor(self._thread, functools.partial(fn, *args, **kwargs))
+        """Run one call of the sync consumer off the loop, through the gate (see the class)."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        job = functools.partial(fn, *args, **kwargs)
+        lane = callbacks.current_lane(self)
+        if lane is not None:  # from inside a callback: the thread waiting for it runs the call
+            fut = lane.submit(job)
+            if fut is not None:
+                return await asyncio.wrap_future(fut)
+        await self._gate.acquire()
+        try:
+            if self._closed:
+                raise RuntimeError("Consumer closed")
+            running = self._loop.run_in_executor(self.executor, job)
+        except BaseException:
+            self._gate.release()
+            raise
+        # released when the call has finished on its thread, even if the awaiting task is cancelled meanwhile
+        running.add_done_callback(lambda _: self._gate.release())
+        return await asyncio.shield(running)
 
     async def _throttled(self, timeout: float) -> bool:
         """Await ``consumer.rate.limit``; False when it outlasts ``timeout`` (nothing may be read yet)."""
@@ -66,48 +103,39 @@ class AIOConsumer:
 
     async def poll(self, timeout: float = -1) -> Any:
         """The next message or event, or ``None`` after ``timeout`` seconds (-1: wait for one)."""
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        while True:
-            left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-            if not await self._throttled(left):
-                return None
-            left = _SLICE_S if deadline is None else min(_SLICE_S, max(0.0, deadline - time.monotonic()))
-            msg = await self._call(self._consumer.poll, left)
-            if msg is not None or (deadline is not None and time.monotonic() >= deadline):
-                return msg
+        return await self._sliced(self._consumer.poll, (), timeout, None)
 
     async def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
         """Up to ``num_messages`` messages, waiting at most ``timeout`` seconds (-1: until at least one)."""
+        msgs: list[Any] = await self._sliced(self._consumer.consume, (num_messages,), timeout, [])
+        return msgs
+
+    async def _sliced(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, empty: Any) -> Any:
+        """``fn(*args, slice)`` in slices of at most ``_SLICE_S`` until it returns something or ``timeout``
+        passed; ``empty`` when it did not, or when close() ran between two slices."""
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        started = False
         while True:
             left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
             if not await self._throttled(left):
-                return []
+                return empty
             left = _SLICE_S if deadline is None else min(_SLICE_S, max(0.0, deadline - time.monotonic()))
-            msgs: list[Any] = await self._call(self._consumer.consume, num_messages, left)
-            if msgs or (deadline is not None and time.monotonic() >= deadline):
-                return msgs
+            try:
+                got = await self._call(fn, *args, left)
+            except RuntimeError:
+                if started and self._closed:
+                    return empty
+                raise
+            started = True
+            if got or (deadline is not None and time.monotonic() >= deadline):
+                return got
 
     async def subscribe(self, topics: Sequence[str], on_assign: Callable[..., Any] | None = None,
                         on_revoke: Callable[..., Any] | None = None, on_lost: Callable[..., Any] | None = None) -> None:
         """Subscribe; rebalance callbacks may be plain functions or coroutines (run on this loop)."""
-        kwargs = {name: self._on_loop(cb) for name, cb in
+        kwargs = {name: callbacks.on_loop(self._loop, cb, self, first=self) for name, cb in
                   (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost)) if cb is not None}
         await self._call(self._consumer.subscribe, list(topics), **kwargs)
-
-    def _on_loop(self, cb: Callable[..., Any]) -> Callable[..., Any]:
-        """A rebalance callback called on the consumer thread runs on the loop; the thread waits for it."""
-        loop = self._loop
-
-        def call(*args: Any) -> Any:
-            async def run() -> Any:
-                result = cb(self, *args[1:])
-                if asyncio.iscoroutine(result):
-                    result = await result
-                return result
-            return asyncio.run_coroutine_threadsafe(run(), loop).result()
-
-        return call
 
     async def unsubscribe(self) -> None:
         await self._call(self._consumer.unsubscribe)
@@ -189,6 +217,17 @@ class AIOConsumer:
         self._consumer.stop()
 
     async def close(self) -> None:
-        """Leave the group (committing per the mode's rules) and release the consumer."""
-        await self._loop.run_in_executor(None, self._consumer.close)
-        self._thread.shutdown(wait=True)
+        """Leave the group (committing per the mode's rules) and release the consumer. Waits for the call in
+        flight, as every call does; later calls raise ``RuntimeError("Consumer closed")``."""
+        def close() -> None:
+            try:
+                self._consumer.close()
+            finally:
+                self._closed = True  # before the gate opens again: a call waiting behind close() sees it
+
+        try:
+            await self._call(close)
+        finally:
+            self._closed = True
+            if self._own_executor:
+                await self._loop.run_in_executor(None, self.executor.shutdown, True)

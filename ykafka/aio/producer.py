@@ -25,9 +25,10 @@ from typing import Any
 
 import structlog
 
+from ykafka.aio import callbacks
 from ykafka.errors import BufferFullError, ClosedError
 from ykafka.producer import Producer
-from ykafka.transport import from_kafka_error
+from ykafka.transport import KafkaException, from_kafka_error
 
 log = structlog.get_logger(__name__)
 
@@ -54,7 +55,8 @@ class AIOProducer:
         # one thread for sends that must resolve first: FIFO keeps their order
         self._sender = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ykafka-aio-send")
         self._queued = 0  # sends handed to the sender thread and not yet enqueued in librdkafka
-        self._producer = Producer(dict(producer_conf))
+        # error_cb, throttle_cb, stats_cb and logger run on the loop (confluent-kafka's wrap_common_callbacks)
+        self._producer = Producer(callbacks.wrap_conf(self._loop, dict(producer_conf), self))
         self._reports: list[tuple[asyncio.Future[Any], DeliveryCallback | None, Any, Any]] = []
         self._reports_lock = threading.Lock()
         self._wake_scheduled = False
@@ -80,28 +82,36 @@ class AIOProducer:
 
         Raises at once what :meth:`ykafka.Producer.produce` raises before sending (:class:`AclDenied`,
         :class:`ThrottledError` beyond ``ykafka.throttle.max.wait.ms``, :class:`ClosedError`, ``TypeError``).
-        A full local queue is waited out (awaiting), not raised.
+        A message librdkafka refuses (``MSG_SIZE_TOO_LARGE``, ``_UNKNOWN_PARTITION``) fails its own future
+        with a ``KafkaException``, as confluent-kafka's. A full local queue is waited out (awaiting).
         """
         if self._closed:
             raise ClosedError("producer is closed")
         fut: asyncio.Future[Any] = self._loop.create_future()
         report = functools.partial(self._report, fut, on_delivery or callback)
         p = self._producer
-        if self._queued or not p.ready(topic):
-            await self._send_off_loop(topic, value, key, partition, report, timestamp, headers)
+        try:
+            if self._queued or not p.ready(topic):
+                await self._send_off_loop(topic, value, key, partition, report, timestamp, headers)
+                return fut
+            wait = p.reserve(topic, value)
+            if wait > 0:
+                await asyncio.sleep(wait)
+                if self._queued:  # a rebuild started meanwhile: stay behind the sends it holds
+                    await self._send_off_loop(topic, value, key, partition, report, timestamp, headers,
+                                              reserved=True)
+                    return fut
+            while True:
+                try:
+                    p.produce_reserved(topic, value, key, partition, report, timestamp, headers)
+                    return fut
+                except BufferFullError:
+                    await asyncio.sleep(_FULL_RETRY_S)
+        except KafkaException as exc:
+            # librdkafka refused this message (too large, unknown partition...): as confluent-kafka's, its
+            # future fails with the KafkaException and the other messages go on
+            fut.set_exception(exc)
             return fut
-        wait = p.reserve(topic, value)
-        if wait > 0:
-            await asyncio.sleep(wait)
-            if self._queued:  # a rebuild started meanwhile: stay behind the sends it holds
-                await self._send_off_loop(topic, value, key, partition, report, timestamp, headers, reserved=True)
-                return fut
-        while True:
-            try:
-                p.produce_reserved(topic, value, key, partition, report, timestamp, headers)
-                return fut
-            except BufferFullError:
-                await asyncio.sleep(_FULL_RETRY_S)
 
     async def _send_off_loop(self, topic: str, value: Any, key: Any, partition: int, report: DeliveryCallback,
                              timestamp: int, headers: Any, reserved: bool = False) -> None:

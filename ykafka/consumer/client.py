@@ -100,7 +100,7 @@ class Consumer:
 
     def _props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
         props = self.runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "consumer."))
-        props.update(self._observer.rdkafka_settings())  # statistics -> lag, received messages in __ykafka_metrics
+        self._observer.obs.add_statistics(props)  # statistics -> lag, received messages in __ykafka_metrics
         return props
 
     def _route(self, topics: Sequence[str]) -> str:
@@ -266,6 +266,8 @@ class Consumer:
         for tp in partitions:
             self.runtime.check_acl("consume", tp.topic)
         self._raw().incremental_assign(partitions)
+        if self._session.rebalancing:
+            self._session.user_assigned = True
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         self._raw().incremental_unassign(partitions)

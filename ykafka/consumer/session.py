@@ -50,6 +50,8 @@ class ConsumerSession:
         self.hooks: RebalanceHooks | None = None
         self.left = False  # consumer.leave in force: no handle, not in the group
         self.operator_paused = False
+        self.rebalancing = False  # the user's on_assign runs (its assign calls are the group's assignment)
+        self.user_assigned = False  # ... and it made the assignment itself
         self._topics: list[str] | None = None
         self._manual: list[TopicPartition] | None = None
         self._user: dict[str, RebalanceCallback | None] = {}
@@ -131,6 +133,10 @@ class ConsumerSession:
                                  on_lost=self._on_lost)
 
     def assign(self, partitions: list[TopicPartition]) -> None:
+        if self.rebalancing:  # the user's on_assign makes the group's assignment: not a manual one
+            self.require().assign(partitions)
+            self.user_assigned = True
+            return
         self._manual = list(partitions)
         self._topics = None
         self.require()
@@ -264,16 +270,30 @@ class ConsumerSession:
     # -- rebalance callbacks ----------------------------------------------------------------------------
 
     def _on_assign(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
-        if self.cooperative:
-            consumer.incremental_assign(partitions)
-        else:
-            consumer.assign(partitions)
+        if not self.cooperative:
             self._reasons.clear()
             self.rewound.clear()
-        tps = [(tp.topic, tp.partition) for tp in partitions]
         if partitions:
-            # librdkafka may keep a partition's pause flag across revoke / re-assign; start from "fetching".
-            consumer.resume(partitions)
+            # librdkafka may keep a partition's pause flag across revoke / re-assign; start from "fetching"
+            # (before the user's callback, which may pause them itself)
+            try:
+                consumer.resume(partitions)
+            except Exception as exc:
+                log.debug("resume before assign failed", error=str(exc))
+        # As confluent-kafka: the user's on_assign runs before the assignment and may make it itself
+        # (assign / incremental_assign with its own offsets); when it does not, it is made here.
+        self.user_assigned = False
+        self.rebalancing = True
+        try:
+            self._call_user("assign", partitions)
+        finally:
+            self.rebalancing = False
+        if not self.user_assigned:
+            if self.cooperative:
+                consumer.incremental_assign(partitions)
+            else:
+                consumer.assign(partitions)
+        tps = [(tp.topic, tp.partition) for tp in partitions]
         self.assigned = (self.assigned | set(tps)) if self.cooperative else set(tps)
         self.member_id = consumer.memberid()
         if self.operator_paused:
@@ -281,7 +301,6 @@ class ConsumerSession:
         log.info("partitions assigned", partitions=_names(partitions), generation=self.generation)
         if self.hooks is not None:
             self.hooks.assigned(partitions)
-        self._call_user("assign", partitions)
 
     def _on_revoke(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
         log.info("partitions revoked", partitions=_names(partitions), generation=self.generation)
