@@ -75,6 +75,7 @@ def create_app(settings: Settings) -> FastAPI:
         svc.reconciler.start()
         svc.reconciler.kick()  # a first pass at start-up repairs whatever drifted while no MetaServer ran
         driver = RolloutDriver(svc).start()  # drives rollout plans while this process holds the lease
+        _app.state.rollout_driver = driver
         yield
         driver.stop()
         svc.reconciler.stop()

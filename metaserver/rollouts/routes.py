@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import Field
 
 from .. import hotconfig
@@ -53,6 +53,21 @@ def list_plans(scope: str | None = None, svc: Services = Depends(services)) -> l
     """Plans, newest first (of one scope with ``scope``), with their decisions and evidence."""
     namespace = hotconfig.parse_scope(scope).namespace() if scope else None
     return plans.listing(svc, namespace)
+
+
+@router.get("/rollouts/driver")
+def driver_state(request: Request, svc: Services = Depends(services)) -> dict[str, Any]:
+    """Which MetaServer drives the plans: the lease's holder and expiry, and this process's own driver id."""
+    from sqlalchemy import select
+
+    from .. import db
+    from .models import rollout_lease
+
+    with db.read(svc.engine) as conn:
+        row = conn.execute(select(rollout_lease)).mappings().first()
+    mine = getattr(request.app.state, "rollout_driver", None)
+    return {"holder": row["holder"] if row else None, "expires_at": row["expires_at"] if row else None,
+            "this": mine.holder if mine is not None else None}
 
 
 @router.get("/rollouts/{plan_id}")
