@@ -38,6 +38,7 @@ EXPECTED: dict[str, set[str]] = {
     "pipeline_throughput": {"events", "events_s", "event_to_alert_s"},
     "placement_scale": {"topics", "clusters", "lookup_p50_ms", "lookup_p99_ms", "rss_mb"},
     "producer_throughput": {"raw_msgs_s", "ykafka_msgs_s", "ratio", "messages"},
+    "rollout": {"clients", "applied_s", "decision_s", "cpu_per_1000_clients_s", "state"},
     "scale_client": {"rdkafka_producers", "longest_request_line", "release_ms"},
     "spill_replay": {"spill_msgs_s", "replay_msgs_s", "lost", "duplicated", "key_order"},
     "startup": {"raw_ms", "cold_ms", "warm_ms", "median_ms"},
