@@ -124,5 +124,5 @@ class KafkaTimeoutError(KafkaError):
     """A request or delivery timed out."""
 
 
-class ClosedError(YKafkaError):
-    """The client was closed and can no longer be used."""
+class ClosedError(YKafkaError, RuntimeError):
+    """The client was closed and can no longer be used (a ``RuntimeError``, as confluent-kafka raises)."""

@@ -47,7 +47,14 @@ from ykafka.partitioner import Picker, needs_python
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
 from ykafka.tracing import Tracer, new_message_id
-from ykafka.transport import KafkaException, ProducerIdHastener, close_producer, from_kafka_error, new_producer
+from ykafka.transport import (
+    KafkaException,
+    ProducerIdHastener,
+    check_settings,
+    close_producer,
+    from_kafka_error,
+    new_producer,
+)
 from ykafka.transport import RawProducer as _RdProducer
 
 log = structlog.get_logger(__name__)
@@ -210,6 +217,12 @@ class Producer:
             self._runtime.close()
             raise ConfigError(f"route.cluster {local_route!r} is not a known cluster "
                               f"({', '.join(sorted(self._runtime.clusters()))})")
+        try:  # a bad local setting raises here (KafkaException), as confluent-kafka's does, not at a first send
+            cluster = self._runtime.default_cluster
+            check_settings(self._settings(cluster, self._runtime.effective(cluster=cluster)))
+        except BaseException:
+            self._runtime.close()
+            raise
         self._runtime.add_version_listener(self._on_version)
         self._runtime.set_report_provider(self._report)
         self._runtime.hot.add_scoped_validator(self._check_partitions)

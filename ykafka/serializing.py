@@ -18,6 +18,7 @@ from typing import Any
 
 from ykafka.consumer import Consumer
 from ykafka.consumer.client import is_async_handler
+from ykafka.errors import ClosedError
 from ykafka.producer import DeliveryCallback, Producer
 from ykafka.transport import (
     ConsumeError,
@@ -168,16 +169,21 @@ class SerializingProducer(Producer):
     def produce(self, topic: str, key: Any = None, value: Any = None, partition: int = -1,  # type: ignore[override]
                 on_delivery: DeliveryCallback | None = None, timestamp: int = 0, headers: Any = None) -> None:
         """Serialize key and value, then send. Raises ``KeySerializationError`` / ``ValueSerializationError``
-        (nothing sent) besides what :meth:`ykafka.Producer.produce` raises."""
+        (nothing sent) besides what :meth:`ykafka.Producer.produce` raises; after :meth:`close` a
+        ``RuntimeError`` (:class:`ClosedError`) before the serializers run (they may register schemas)."""
+        if self._closed:
+            raise ClosedError("Producer has been closed")
         if not isinstance(topic, str):
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         key, value = self._serdes.serialize(topic, key, value, headers)
         super().produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
 
-    def close(self, timeout: float = 30.0) -> int:
-        left = super().close(timeout)
+    def close(self, timeout: float = 30.0) -> bool:
+        """Close the producer, then the serdes it built; ``True`` as confluent-kafka's (messages left
+        undelivered are logged by :meth:`ykafka.Producer.close`)."""
+        super().close(timeout)
         self._serdes.close()
-        return left
+        return True
 
 
 class DeserializingConsumer(Consumer):

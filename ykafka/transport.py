@@ -54,6 +54,23 @@ def new_producer(conf: Mapping[str, Any], role: str) -> RawProducer:
     return handle
 
 
+_SENTINEL = "ykafka.settings.checked"  # not a librdkafka property: refused last, after every real one
+
+
+def check_settings(conf: Mapping[str, Any]) -> None:
+    """Raise what confluent-kafka raises at construction for a bad setting (``KafkaException``,
+    ``_INVALID_ARG``: "No such configuration property" or a bad value), without building a client:
+    librdkafka takes the properties in order, so one that cannot exist, put last, is refused only once
+    every real one was accepted."""
+    try:
+        RawProducer({**{k: v for k, v in conf.items() if k != _SENTINEL}, _SENTINEL: "1"})
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, RawKafkaError) and _SENTINEL in err.str():
+            return
+        raise from_kafka_error(exc) from None
+
+
 class ProducerIdHastener:
     """Gets a new idempotent producer its producer id in ~50 ms instead of 500-1,000.
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ykafka.aio.consumer import AIOConsumer
 from ykafka.aio.producer import AIOProducer, DeliveryCallback
+from ykafka.errors import ClosedError
 from ykafka.serializing import DESERIALIZERS, SERIALIZERS, Serdes, asyncinit
 from ykafka.transport import ConsumeError
 
@@ -29,7 +30,10 @@ class AsyncSerializingProducer(AIOProducer):
     async def produce(self, topic: str, key: Any = None, value: Any = None,  # type: ignore[override]
                       partition: int = -1, timestamp: int = 0, headers: Any = None,
                       on_delivery: DeliveryCallback | None = None) -> Any:
-        """Serialize, then :meth:`AIOProducer.produce`; returns the delivery future."""
+        """Serialize, then :meth:`AIOProducer.produce`; returns the delivery future. After :meth:`close`
+        a ``RuntimeError`` before the serializers run, as confluent-kafka's."""
+        if self._closed:
+            raise ClosedError("Producer has been closed")
         if not isinstance(topic, str):
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         key, value = await self._serdes.serialize_async(topic, key, value, headers)
