@@ -17,7 +17,8 @@ from .schemas import ClientReport
 
 def _columns(report: ClientReport) -> dict[str, Any]:
     return {
-        "ip": report.ip, "hostname": report.hostname, "pid": report.pid, "language": report.language,
+        "ip": report.ip, "hostname": report.hostname, "pid": report.pid,
+        "process_started": report.process_started, "language": report.language,
         "ykafka_version": report.versions.ykafka, "confluent_kafka_version": report.versions.confluent_kafka,
         "librdkafka_version": report.versions.librdkafka, "role": report.role, "topics": report.topics,
         "group_id": report.group, "cluster": report.cluster, "config_release_keys": report.config_release_keys,

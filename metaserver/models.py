@@ -114,6 +114,7 @@ _CLIENT_COLUMNS = (
     ("ip", String(64)),
     ("hostname", String(255)),
     ("pid", Integer),
+    ("process_started", Float),
     ("language", String(32)),
     ("ykafka_version", String(64)),
     ("confluent_kafka_version", String(64)),

@@ -60,6 +60,8 @@ class ClientReport(Strict):
     ip: str | None = Field(default=None, max_length=64)
     hostname: str | None = Field(default=None, max_length=255)
     pid: int | None = None
+    #: when the client's process started (epoch s): with hostname and pid, the process holding the client
+    process_started: float | None = None
     language: str | None = Field(default=None, max_length=32)
     versions: Versions = Field(default_factory=Versions)
     role: Literal["producer", "consumer"]

@@ -84,7 +84,7 @@ def test_an_operator_changes_linger_for_one_topic_sees_diff_and_reach_publishes_
         page.goto(f"{console.url}/console/topics?q={topic}")
         assert page.locator(f"#topics tr[data-topic='{topic}'] .producers").inner_text() == "2"
         page.goto(f"{console.url}/console/clients?app={app_id}")
-        assert page.locator("#clients tbody tr").count() == 2
+        assert page.locator("#clients tr.client").count() == 2
         console.shot(page, "clients")
         page.click(f"text={loads[0].client_id}")
         assert f"ykafka.topic.{topic}" in page.content()

@@ -131,7 +131,7 @@ def test_sample_admin_push_runs(server: MetaServer) -> None:
     assert "'producer.acks': 'all'" in result.stdout
 
 
-CLIENT_COLUMNS = ["app", "client", "host", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state",
+CLIENT_COLUMNS = ["process", "app", "client", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state",
                   "last seen", "online", "errors"]
 
 

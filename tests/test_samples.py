@@ -30,6 +30,11 @@ def test_quickstart_produces_and_consumes_every_message(stack: LocalStack, tmp_p
     assert "300 acknowledged, 0 failed" in result.stdout
     assert "consumed 300 messages back over 6 keys (key-0=50," in result.stdout
     assert result.stdout.strip().endswith("OK")
+    # the console's inventory lists both of its clients (one process, each its own id; issue 30)
+    topic = result.stdout.split(" messages to '", 1)[1].split("'", 1)[0]
+    mine = [c for c in stack.client_reports(stack.app_id) if topic in (c.get("topics") or [])]
+    assert sorted(c["role"] for c in mine) == ["consumer", "producer"], mine
+    assert len({(c["hostname"], c["pid"], c["process_started"]) for c in mine}) == 1, mine
 
 
 def test_asyncio_service_produces_and_consumes_every_message_through_live_changes(stack: LocalStack,

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import importlib
 import os
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ykafka import catalog
+from ykafka import catalog, process
 from ykafka.endpoints import parse_urls
 from ykafka.errors import ConfigError, InvalidConfigValue
 
@@ -103,7 +102,7 @@ for _name, _parse, _default, _help, _env in [
     ("ykafka.metaserver", _urls, None, "MetaServer base URL, or several peer instances comma-separated "
      "(random start, failover); unset = local mode", "YKAFKA_METASERVER"),
     ("ykafka.cache.dir", _opt_str, None, "grant / config disk cache (default ~/.cache/ykafka)", "YKAFKA_CACHE_DIR"),
-    ("ykafka.client.id", _opt_str, None, "client id reported to the MetaServer (default app-host-pid)", None),
+    ("ykafka.client.id", _opt_str, None, "client id reported to the MetaServer (default app-host-pid-n)", None),
     ("ykafka.client.ip", _opt_str, None, "IP sent to the config center for gray releases (default: detected)",
      "YKAFKA_CLIENT_IP"),
     ("ykafka.client.label", _opt_str, None, "label sent to the config center (Apollo's apollo.label): a gray "
@@ -174,12 +173,10 @@ class LocalConfig:
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         return Path(base) / "ykafka"
 
-    @property
-    def client_id(self) -> str:
+    def new_client_id(self) -> str:
+        """A new client instance's own id (``ykafka.process.instance_id``): each Producer / Consumer has one."""
         explicit = self.options["ykafka.client.id"]
-        if explicit:
-            return str(explicit)
-        return f"{self.app_id or 'local'}-{socket.gethostname()}-{os.getpid()}"
+        return process.instance_id(self.app_id or "local", str(explicit) if explicit else None)
 
     def local_clusters(self) -> dict[str, str]:
         """Local mode: cluster name -> bootstrap servers (``bootstrap.servers`` is cluster ``default``)."""

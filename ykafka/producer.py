@@ -203,6 +203,7 @@ class Producer:
         self._send_hook: SendHook | None = None
         self._delivery_hook: DeliveryHook | None = None
         self._closed = False
+        self._closed_routes: dict[str, str] = {}
         self._swaps = 0
         self._max_wait_s = self._conf.ms("ykafka.throttle.max.wait.ms")
         self._swap_timeout_s = self._conf.ms("ykafka.swap.timeout.ms")
@@ -746,6 +747,8 @@ class Producer:
             self._dr.close(1.0)  # what is still spilled stays on disk for the next start
         with self._lock:
             self._closed = True
+            # the last report still names the topics it wrote to (the console's inventory of a short-lived job)
+            self._closed_routes = self._routes()
             self._states.clear()
             self.__dict__.pop("poll", None)
             for client in self._all_clients():
@@ -847,12 +850,17 @@ class Producer:
         metrics = obs.metrics if obs is not None else None
         return {**(metrics.health() if metrics is not None else {}), "throttled": self._throttles.refused()}
 
+    def _routes(self) -> dict[str, str]:
+        """Topic -> the cluster it is written to (under the lock)."""
+        routes = {topic: st.cluster for topic, st in self._states.items()}
+        for topic, client in self._home.items():
+            routes.setdefault(topic, client.cluster)
+        return routes
+
     def _report(self) -> dict[str, Any]:
         dr = self._dr.status() if self._dr is not None else None  # before our lock: the engine's come second
         with self._lock:
-            routes = {topic: st.cluster for topic, st in self._states.items()}
-            for topic, client in self._home.items():
-                routes.setdefault(topic, client.cluster)
+            routes = self._closed_routes if self._closed else self._routes()
             return {
                 "topics": sorted(routes),
                 "cluster": self._runtime.default_cluster,

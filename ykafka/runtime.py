@@ -30,8 +30,6 @@ Stable API for the Producer / Consumer (everything else is internal)::
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
 from collections import deque
@@ -42,7 +40,7 @@ import structlog
 from cachetools import TTLCache
 
 from ykafka import acl as acl_patterns
-from ykafka import catalog, transport
+from ykafka import catalog, process, transport
 from ykafka.apollo import ApolloClient, NamespaceConfig
 from ykafka.auth import AclCache, ClusterInfo, Grant, GrantClient, Want
 from ykafka.catalog import Scope, ScopeKind
@@ -85,7 +83,7 @@ class Runtime:
         self.conf = conf
         self.role: Role = conf.role
         self.group = group
-        self.client_id = conf.client_id
+        self.client_id = conf.new_client_id()
         self.local_mode = conf.local_mode
         self.app_id: str = conf.app_id or "local"
         self._grant: Grant | None = None
@@ -393,9 +391,11 @@ class Runtime:
 
     def report_body(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
+        proc = process.current()
         body: dict[str, Any] = {
-            "client_id": self.client_id, "app_id": self.app_id, "ip": self.ip, "hostname": socket.gethostname(),
-            "pid": os.getpid(), "language": "python", "versions": transport.versions(), "role": self.role,
+            "client_id": self.client_id, "app_id": self.app_id, "ip": self.ip, "hostname": proc.host,
+            "pid": proc.pid, "process_started": proc.started, "language": "python",
+            "versions": transport.versions(), "role": self.role,
             "topics": [], "group": self.group, "cluster": self.default_cluster,
             "config_release_keys": self.release_keys(), "state": self.state,
         }

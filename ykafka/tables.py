@@ -18,7 +18,7 @@ from rich.text import Text
 #: columns an operator searches by: never shortened, whatever the width
 KEY_COLUMNS = frozenset({"app", "client", "host", "ip", "role", "state", "release", "cluster", "group", "topic",
                          "metric", "service", "level", "status", "rule", "id", "name", "address", "pid", "key",
-                         "scope", "operator", "action", "target"})
+                         "process", "scope", "operator", "action", "target"})
 
 
 def cell(value: Any) -> str:

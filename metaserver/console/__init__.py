@@ -7,7 +7,7 @@ sessions, lockouts) is in the MetaServer's database, so any peer behind one addr
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from . import (
@@ -32,6 +32,10 @@ def install(app: FastAPI) -> None:
     app.include_router(views.router)
     app.include_router(api.router)
     app.mount("/console/static", StaticFiles(directory=str(views.HERE / "static")), name="console-static")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def _favicon() -> FileResponse:  # browsers ask for it whatever the page's <link rel=icon> says
+        return FileResponse(views.HERE / "static" / "favicon.svg", media_type="image/svg+xml")
 
     @app.get("/console", include_in_schema=False)
     def _root() -> RedirectResponse:

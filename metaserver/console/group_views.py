@@ -23,6 +23,7 @@ from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
 from ..models import client_state as cs
 from ..routes_observe import parse_since
+from . import queries
 from .brokers import connection
 from .views import (
     StoreUnavailable,
@@ -156,8 +157,15 @@ async def group_page(request: Request, group: str) -> Response:
         except HTTPException as exc:
             ctx["error"] = str(exc.detail)
         ctx["paused"] = await paused
+        ctx["members"] = await run_in_threadpool(_members, _svc(request), group)
     return _page(request, "group.html", sess, status_code=400 if ctx["error"] and ctx["view"] is None else 200,
                  can_pause=sess.can("operator"), **ctx)
+
+
+def _members(svc: Any, group: str) -> list[dict[str, Any]]:
+    """The group's live ykafka consumers (their reports), grouped by the process holding each."""
+    with db.read(svc.engine) as conn:
+        return queries.by_process(queries.group_clients(conn, svc.settings.renew_interval, group))
 
 
 def _paused(svc: Any, group: str) -> str | None:

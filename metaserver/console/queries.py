@@ -15,7 +15,8 @@ from sqlalchemy import Connection, String, Text, and_, bindparam, cast, false, f
 from ..configcenter.readmodel import INSTANCE_LABEL
 from ..models import client_state as cs
 
-LIST_COLUMNS = (cs.c.app_id, cs.c.client_id, cs.c.ip, cs.c.hostname, cs.c.role, cs.c.cluster, cs.c.topics,
+LIST_COLUMNS = (cs.c.app_id, cs.c.client_id, cs.c.ip, cs.c.hostname, cs.c.pid, cs.c.process_started, cs.c.role,
+                cs.c.cluster, cs.c.topics,
                 cs.c.group_id, cs.c.ykafka_version, cs.c.librdkafka_version, cs.c.state, cs.c.last_seen)
 
 
@@ -104,6 +105,40 @@ def client_list(conn: Connection, heartbeat_s: int, f: dict[str, str], online_on
         item["online"] = item["last_seen"] >= after
         rows.append(item)
     return rows, int(total)
+
+
+def by_process(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows grouped by the process holding each client (host, pid, start time), in the order of each process's
+    first row: ``{"host", "pid", "started", "clients", "roles": {role: n}}``."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = (row.get("hostname") or "", row.get("pid"), row.get("process_started"))
+        proc = out.setdefault(key, {"host": key[0], "pid": key[1], "started": key[2], "clients": [], "roles": {}})
+        proc["clients"].append(row)
+        proc["roles"][row.get("role") or "?"] = proc["roles"].get(row.get("role") or "?", 0) + 1
+    return list(out.values())
+
+
+def _live_rows(conn: Connection, heartbeat_s: int, conds: list[Any], limit: int) -> list[dict[str, Any]]:
+    after = online_after(heartbeat_s)
+    stmt = select(*LIST_COLUMNS).where(*conds).order_by(cs.c.role, cs.c.app_id, cs.c.client_id).limit(limit)
+    return [{**row, "group": row["group_id"], "online": row["last_seen"] >= after}
+            for row in conn.execute(stmt).mappings()]
+
+
+def process_clients(conn: Connection, heartbeat_s: int, hostname: str | None, pid: int | None,
+                    started: float | None, limit: int = 50) -> list[dict[str, Any]]:
+    """Every client (live or not) of one process: the client page's siblings."""
+    conds = [cs.c.hostname == hostname if hostname is not None else cs.c.hostname.is_(None),
+             cs.c.pid == pid if pid is not None else cs.c.pid.is_(None),
+             cs.c.process_started == started if started is not None else cs.c.process_started.is_(None)]
+    return _live_rows(conn, heartbeat_s, conds, limit)
+
+
+def group_clients(conn: Connection, heartbeat_s: int, group: str, limit: int = 50) -> list[dict[str, Any]]:
+    """The live clients reporting ``group``: its ykafka consumers (the group page)."""
+    return _live_rows(conn, heartbeat_s, [cs.c.group_id == group, cs.c.last_seen >= online_after(heartbeat_s)],
+                      limit)
 
 
 def live_roles(conn: Connection, heartbeat_s: int) -> list[tuple[str, int]]:

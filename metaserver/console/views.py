@@ -30,7 +30,7 @@ from ..hotconfig import ConfigRejected
 from ..models import alerts, apps
 from ..rollouts import guardcheck
 from ..services import Services
-from . import loop, queries, users
+from . import loop, queries, titles, users
 
 COOKIE = "ykafka_console"
 HERE = Path(__file__).parent
@@ -70,7 +70,8 @@ def _source(request: Request) -> str:
 
 def _page(request: Request, name: str, sess: users.Session | None, status_code: int = 200,
           **ctx: Any) -> HTMLResponse:
-    return templates.TemplateResponse(request, name, {"session": sess, "nav": name.split(".")[0], **ctx},
+    return templates.TemplateResponse(request, name, {"session": sess, "nav": name.split(".")[0],
+                                                      "page_title": titles.page_title(name, ctx), **ctx},
                                       status_code=status_code)
 
 
@@ -260,7 +261,8 @@ def client_list(request: Request) -> Response:
     online = request.query_params.get("online", "")
     with db.read(svc.engine) as conn:
         rows, total = queries.client_list(conn, svc.settings.renew_interval, f, online == "1", PAGE_ROWS)
-    return _page(request, "clients.html", sess, rows=rows, total=total, f=f, online=online)
+    return _page(request, "clients.html", sess, rows=rows, procs=queries.by_process(rows), total=total, f=f,
+                 online=online)
 
 
 @router.get("/clients/{app_id}/{client_id}")
@@ -272,6 +274,8 @@ def client_page(request: Request, app_id: str, client_id: str) -> Response:
     with db.read(svc.engine) as conn:
         client = clients.one(conn, svc.settings.renew_interval, app_id, client_id)
         history = clients.history(conn, app=app_id, client_id=client_id, limit=20) if client else []
+        siblings = (queries.process_clients(conn, svc.settings.renew_interval, client["hostname"], client["pid"],
+                                            client["process_started"]) if client else [])
     if client is None:
         return _page(request, "error.html", sess, status_code=404, message="No such client.")
     extra = client.get("extra") or {}
@@ -279,7 +283,7 @@ def client_page(request: Request, app_id: str, client_id: str) -> Response:
     throughput, throughput_note = client_throughput(svc, client_id)
     return _page(request, "client.html", sess, c=client, history=history, rejections=rejections,
                  effective=extra.get("effective_config") or {}, dr=dr_summary(extra.get("dr")),
-                 throughput=throughput, throughput_note=throughput_note)
+                 throughput=throughput, throughput_note=throughput_note, siblings=siblings)
 
 
 #: counters (summed) and latencies (worst window's p99) the client page shows per topic

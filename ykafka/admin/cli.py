@@ -501,12 +501,24 @@ def clients_cmd(ctx: click.Context, app: str | None, cluster: str | None, librdk
               lambda r: (_when(r["at"]), r["app_id"], r["client_id"], r["role"], r["cluster"], r["group"],
                          r["versions"]["librdkafka"], r["state"]))
         return
-    _show(ctx, _run(lambda: client.clients(app, cluster, librdkafka, group, online, limit)), "clients",
-          ["app", "client", "host", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state", "last seen",
-           "online", "errors"],
-          lambda r: (r["app_id"], r["client_id"], r["hostname"], r["ip"], r["role"], r["cluster"], r["group"],
+    rows = sorted(_run(lambda: client.clients(app, cluster, librdkafka, group, online, limit)), key=_process_key)
+    _show(ctx, rows, "clients (a process's clients together)",
+          ["process", "app", "client", "ip", "role", "cluster", "group", "ykafka", "librdkafka", "state",
+           "last seen", "online", "errors"],
+          lambda r: (_process(r), r["app_id"], r["client_id"], r["ip"], r["role"], r["cluster"], r["group"],
                      r["versions"]["ykafka"], r["versions"]["librdkafka"], r["state"], _when(r["last_seen"]),
                      "yes" if r["online"] else "no", "; ".join(r.get("errors") or []) or "-"))
+
+
+def _process_key(r: dict[str, Any]) -> tuple[str, int, float, str, str]:
+    return (str(r.get("hostname") or ""), int(r.get("pid") or 0), float(r.get("process_started") or 0),
+            str(r.get("role") or ""), str(r.get("client_id")))
+
+
+def _process(r: dict[str, Any]) -> str:
+    """The process holding a client: host, pid and start time (older clients report no start time)."""
+    started = f" started {_when(r['process_started'])}" if r.get("process_started") else ""
+    return f"{r.get('hostname') or '?'} pid {r.get('pid') or '?'}{started}"
 
 
 @admin.command("audit")

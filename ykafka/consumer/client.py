@@ -168,11 +168,13 @@ class Consumer:
         engine = self.engine
         return {"topics": list(self._topics), "group": self.group, "cluster": self.cluster,
                 "state": "running" if engine.running else ("closed" if self._closed else "idle"),
-                "consumer": {"workers": engine.pool.alive if engine.pool else 0,
-                             "ordering": engine.dispatcher.ordering if engine.dispatcher else None,
-                             "processed": engine.processed, "failed": engine.failed,
-                             "paused": self._session.operator_paused, "left": self._session.left},
-                "extra": {**({"ephemeral": True} if self.settings.ephemeral_group else {}),
+                # consumer state in extra (the report's free part): the console waits on paused / left (a
+                # coordinated offset reset)
+                "extra": {"consumer": {"workers": engine.pool.alive if engine.pool else 0,
+                                       "ordering": engine.dispatcher.ordering if engine.dispatcher else None,
+                                       "processed": engine.processed, "failed": engine.failed,
+                                       "paused": self._session.operator_paused, "left": self._session.left},
+                          **({"ephemeral": True} if self.settings.ephemeral_group else {}),
                           **({"group_protocol": "consumer"} if self.protocol.consumer else {}),
                           "health": {**(self._observer.metrics.health() if self._observer.metrics else {}),
                                      "processed": engine.processed, "handler.failed": engine.failed}}}
