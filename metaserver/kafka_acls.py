@@ -1,7 +1,8 @@
 """The MetaServer's ACL table as Kafka ACL bindings: what the broker must allow each app principal.
 
 produce → WRITE and DESCRIBE on the topic; consume → READ and DESCRIBE on the topic; group → READ on the
-group; transactional producers → WRITE and DESCRIBE on transactional ids starting with the app id. A name
+group; transactional producers → WRITE and DESCRIBE on transactional ids starting with the app id; every
+client → WRITE and DESCRIBE on the SDK's telemetry topics (``__ykafka_clients``, ``_metrics``, ``_trace``). A name
 is a LITERAL pattern, ``prefix*`` a PREFIXED one, ``*`` Kafka's literal wildcard. Pure data: the reconciler
 (metaserver/reconciler.py) compares these with ``describe_acls`` and repairs the difference.
 """
@@ -13,9 +14,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ykafka import acl as acl_patterns
+from ykafka.events import CLIENTS_TOPIC, METRICS_TOPIC, TRACE_TOPIC
 
 #: principals the MetaServer issues and therefore owns on a cluster: ``User:app.<app>@<cluster>.g<n>``
 PRINCIPAL_PREFIX = "User:app."
+#: what every ykafka client writes besides its own topics: its reports, metrics and sampled traces
+TELEMETRY_TOPICS = (CLIENTS_TOPIC, METRICS_TOPIC, TRACE_TOPIC)
 #: Kafka's "every user" principal: a hand-made binding for it opens the cluster, so the reconciler owns it too
 EVERYONE = "User:*"
 
@@ -102,4 +106,6 @@ def app_bindings(user: str, app_id: str, acl: Mapping[str, Iterable[str]]) -> se
             out.update(Binding(who, resource, name, kind, op) for op in kafka_ops)
     if acl.get("produce"):  # a transactional producer's transactional.id starts with its app id
         out.update(Binding(who, "TRANSACTIONAL_ID", app_id, "PREFIXED", op) for op in ("WRITE", "DESCRIBE"))
+    for topic in TELEMETRY_TOPICS:
+        out.update(Binding(who, "TOPIC", topic, "LITERAL", op) for op in ("WRITE", "DESCRIBE"))
     return out

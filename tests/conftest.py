@@ -42,7 +42,7 @@ SERIAL_MODULES = frozenset({
     "test_pipeline_checkpoint", "test_pipeline_cluster", "test_producer_swap", "test_spill", "test_spill_chaos",
     "test_throttle",
     "test_tracing_spill", "test_consumer_backpressure", "test_metaserver_failover", "test_kafka_consumer_groups",
-    "test_rollouts", "test_rollout_failover",
+    "test_rollouts", "test_rollout_failover", "test_broker_security_live",
 })
 
 

@@ -170,7 +170,9 @@ def test_the_reconciler_restores_a_binding_deleted_by_hand_and_audits_it(
     want = {("TOPIC", "rc.", "PREFIXED", "WRITE"), ("TOPIC", "rc.", "PREFIXED", "DESCRIBE"),
             ("TOPIC", "rc.", "PREFIXED", "READ"), ("GROUP", "rc-", "PREFIXED", "READ"),
             ("TRANSACTIONAL_ID", app.app_id, "PREFIXED", "WRITE"),
-            ("TRANSACTIONAL_ID", app.app_id, "PREFIXED", "DESCRIBE")}
+            ("TRANSACTIONAL_ID", app.app_id, "PREFIXED", "DESCRIBE"),
+            *(("TOPIC", telemetry, "LITERAL", op)  # every client's reports, metrics and traces
+              for telemetry in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace") for op in ("WRITE", "DESCRIBE"))}
     assert wait_until(lambda: _acls(kafka, principal) == want, 15, message="bindings provisioned")
     started = time.time()
     write = AclBindingFilter(ResourceType.TOPIC, "rc.", ResourcePatternType.PREFIXED, principal, "*",
@@ -191,4 +193,4 @@ def test_the_reconciler_restores_a_binding_deleted_by_hand_and_audits_it(
     assert all(row["operator"] == "reconciler" and row["target"] == "cluster:dc-a" for row in repairs)
     assert took <= RECONCILE_S * 3 + 10
     view = server.admin().app_kafka(app.app_id)["clusters"][0]
-    assert view["ok"] is True and view["missing"] == [] and view["extra"] == [] and len(view["desired"]) == 6
+    assert view["ok"] is True and view["missing"] == [] and view["extra"] == [] and len(view["desired"]) == 12

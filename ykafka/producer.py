@@ -276,8 +276,8 @@ class Producer:
         except BufferError:
             raise BufferFullError("local queue full (queue.buffering.max.messages): poll() and retry",
                                   code=-184, name="_QUEUE_FULL", retriable=True) from None
-        except KafkaException as exc:
-            raise from_kafka_error(exc) from None
+        except KafkaException as exc:  # a broker's refusal names the app, cluster and topic
+            raise from_kafka_error(exc, app_id=self._runtime.app_id, cluster=st.cluster, resource=topic) from None
 
     def _produce_slow(self, topic: str, value: Any, key: Any, partition: int,
                       on_delivery: DeliveryCallback | None, timestamp: int, headers: Any,
@@ -374,7 +374,7 @@ class Producer:
             raise BufferFullError("local queue full (queue.buffering.max.messages): poll() and retry",
                                   code=-184, name="_QUEUE_FULL", retriable=True) from None
         except KafkaException as exc:
-            raise from_kafka_error(exc) from None
+            raise from_kafka_error(exc, app_id=self._runtime.app_id, cluster=client.cluster, resource=topic) from None
 
     def _delivered(self, user_callback: DeliveryCallback | None, err: Any, msg: Any) -> None:
         """THE place delivery reports come back when a delivery hook is installed."""
