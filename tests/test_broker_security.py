@@ -172,7 +172,8 @@ def test_the_reconciler_restores_a_binding_deleted_by_hand_and_audits_it(
             ("TRANSACTIONAL_ID", app.app_id, "PREFIXED", "WRITE"),
             ("TRANSACTIONAL_ID", app.app_id, "PREFIXED", "DESCRIBE"),
             *(("TOPIC", telemetry, "LITERAL", op)  # every client's reports, metrics and traces
-              for telemetry in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace") for op in ("WRITE", "DESCRIBE"))}
+              for telemetry in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace")
+              for op in ("WRITE", "DESCRIBE"))}
     assert wait_until(lambda: _acls(kafka, principal) == want, 15, message="bindings provisioned")
     started = time.time()
     write = AclBindingFilter(ResourceType.TOPIC, "rc.", ResourcePatternType.PREFIXED, principal, "*",
