@@ -23,6 +23,7 @@ from . import credentials, db, routes_admin, routes_config, routes_observe, rout
 from .apollo import ApolloError, ApolloOpenApi
 from .auth import AuthFailed, RateLimited
 from .authswitch import AuthSwitch
+from .configwrites import ConfigBusy
 from .console import install as install_console
 from .hotconfig import ConfigRejected
 from .httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
@@ -117,6 +118,10 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(ConfigRejected)
     async def _rejected(_request: Request, exc: ConfigRejected) -> JSONResponse:
         return JSONResponse({"detail": exc.message, "errors": exc.errors}, status_code=422)
+
+    @app.exception_handler(ConfigBusy)
+    async def _busy(_request: Request, exc: ConfigBusy) -> JSONResponse:
+        return JSONResponse({"detail": exc.message, "errors": exc.errors}, status_code=409)
 
     @app.exception_handler(guards.GuardRulesInvalid)
     async def _bad_rules(_request: Request, exc: guards.GuardRulesInvalid) -> JSONResponse:

@@ -7,12 +7,14 @@ With ``ips`` the change goes out as an Apollo gray release of the namespace to j
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 from sqlalchemy import Connection
 
 from ykafka import catalog
@@ -20,8 +22,9 @@ from ykafka.catalog import Scope
 from ykafka.errors import InvalidConfigValue
 
 from . import clients
-from .apollo import ApolloOpenApi
+from .apollo import ApolloError, ApolloOpenApi
 
+log = structlog.get_logger("metaserver.hotconfig")
 _LABEL = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -182,31 +185,98 @@ def plan_changes(api: ApolloOpenApi, plan: PushPlan) -> dict[str, str]:
     return before
 
 
+class PushFailed(ApolloError):
+    """A push failed part-way; ``restored`` says whether every item it had written was put back."""
+
+    def __init__(self, cause: ApolloError, restored: bool) -> None:
+        super().__init__(cause.status, cause.message)
+        self.args = cause.args
+        self.restored = restored
+
+
 def apply(api: ApolloOpenApi, plan: PushPlan, operator: str, comment: str) -> dict[str, Any]:
-    """Write the items and publish: a normal release, or a gray release to ``plan.ips``."""
+    """Write the items and publish: a normal release, or a gray release to ``plan.ips`` / ``plan.labels``.
+
+    All or nothing: when a step fails, the items written are put back as they were (a branch this push opened is
+    closed) before the error (:class:`PushFailed`) is raised, so the next release cannot publish them. A main-line
+    push first puts back what an earlier push could not (its working copy differing from the release in force,
+    ``discarded`` in the result). Run it under the namespace's lock (``configwrites.push``)."""
     title = time.strftime("%Y%m%d%H%M%S") + f"-ykafka-{operator}"[:40]
     note = f"by {operator} via ykafka MetaServer" + (f": {comment}" if comment else "")
     api.ensure_app()
     api.ensure_namespace(plan.namespace)
     if not plan.gray:
-        for key, value in plan.set.items():
-            api.set_item(plan.namespace, key, value)
-        for key in plan.delete:
-            api.delete_item(plan.namespace, key)
-        release = api.release(plan.namespace, title, note)
-        return {"release": _release_summary(release), "gray": None}
+        released = dict((api.latest_release(plan.namespace) or {}).get("configurations") or {})
+        discarded = _put_back(api, plan.namespace, api.items(plan.namespace), released, None)
+        if discarded:
+            log.warning("config.unreleased_items_discarded", namespace=plan.namespace, keys=sorted(discarded))
+        with _restoring(lambda: _put_back(api, plan.namespace, api.items(plan.namespace), released,
+                                          [*plan.set, *plan.delete])):
+            for key, value in plan.set.items():
+                api.set_item(plan.namespace, key, value)
+            for key in plan.delete:
+                api.delete_item(plan.namespace, key)
+            release = api.release(plan.namespace, title, note)
+        return {"release": _release_summary(release), "gray": None,
+                **({"discarded": sorted(discarded)} if discarded else {})}
     if api.latest_release(plan.namespace) is None:
         # Apollo branches off a released namespace; publish the (unchanged) main line first
         api.release(plan.namespace, title, f"initial release before gray; {note}")
-    branch = api.find_branch(plan.namespace) or api.create_branch(plan.namespace)
-    for key, value in plan.set.items():
-        api.set_branch_item(plan.namespace, branch, key, value)
-    for key in plan.delete:
-        api.delete_branch_item(plan.namespace, branch, key)
-    api.set_branch_rules(plan.namespace, branch, plan.ips or [], plan.labels)
-    release = api.branch_release(plan.namespace, branch, title, note)
+    branch = api.find_branch(plan.namespace)
+    if branch is None:
+        branch = api.create_branch(plan.namespace)
+        undo = lambda: api.delete_branch(plan.namespace, branch)  # noqa: E731
+    else:
+        items = api.items(plan.namespace, cluster=branch)
+        ips, labels = api.branch_rules(plan.namespace, branch)
+
+        def undo() -> None:
+            for key in [*plan.set, *plan.delete]:
+                if key in items:
+                    api.set_branch_item(plan.namespace, branch, key, items[key])
+                else:
+                    api.delete_branch_item(plan.namespace, branch, key)
+            api.set_branch_rules(plan.namespace, branch, ips, labels or None)
+    with _restoring(undo):
+        for key, value in plan.set.items():
+            api.set_branch_item(plan.namespace, branch, key, value)
+        for key in plan.delete:
+            api.delete_branch_item(plan.namespace, branch, key)
+        api.set_branch_rules(plan.namespace, branch, plan.ips or [], plan.labels)
+        release = api.branch_release(plan.namespace, branch, title, note)
     return {"release": _release_summary(release),
             "gray": {"branch": branch, "ips": plan.ips or [], "labels": plan.labels or []}}
+
+
+def _put_back(api: ApolloOpenApi, namespace: str, working: dict[str, str], released: dict[str, str],
+              keys: Iterable[str] | None) -> dict[str, str | None]:
+    """Make the working copy's ``keys`` (None: every key) equal the release in force; what was changed."""
+    changed: dict[str, str | None] = {}
+    for key in sorted(set(working) | set(released) if keys is None else set(keys)):
+        if key in released and working.get(key) != released[key]:
+            api.set_item(namespace, key, released[key])
+            changed[key] = working.get(key)
+        elif key not in released and key in working:
+            api.delete_item(namespace, key)
+            changed[key] = working[key]
+    return changed
+
+
+@contextlib.contextmanager
+def _restoring(undo: Callable[[], object]) -> Iterator[None]:
+    """On an error inside, run ``undo`` and raise :class:`PushFailed` (ApolloError) or the error itself."""
+    try:
+        yield
+    except Exception as exc:
+        try:
+            undo()
+            restored = True
+        except Exception as again:  # the config center may be the reason: say so, keep the first error
+            log.error("config.restore_failed", error=str(again))
+            restored = False
+        if isinstance(exc, ApolloError):
+            raise PushFailed(exc, restored) from exc
+        raise
 
 
 def rollback(api: ApolloOpenApi, scope: Scope) -> dict[str, Any]:

@@ -199,3 +199,11 @@ alerts = Table(
     Index("ix_ms_alerts_topic", "topic"),
     Index("ix_ms_alerts_group", "group_id"),
 )
+
+#: one row per namespace a push is publishing to: the push's lock across MetaServer instances (configwrites)
+config_locks = Table(
+    "ms_config_locks", metadata,
+    Column("namespace", String(300), primary_key=True),
+    Column("holder", String(64), nullable=False),
+    Column("expires_at", Float, nullable=False),  # a lock left by a MetaServer that died mid-push lapses
+)

@@ -46,3 +46,8 @@ def install(app: FastAPI) -> None:
         return views.templates.TemplateResponse(request, "error.html", {"session": None, "nav": "",
                                                 "message": "Forbidden: your role may not do this, or the "
                                                 "form's CSRF token is missing or stale."}, status_code=403)
+
+    @app.exception_handler(views.FormIncomplete)
+    async def _incomplete(request: Request, exc: views.FormIncomplete) -> HTMLResponse:
+        return views.templates.TemplateResponse(request, "error.html", {"session": None, "nav": "",
+                                                "message": f"Bad request: {exc}."}, status_code=400)

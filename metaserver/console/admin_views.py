@@ -9,14 +9,15 @@ from urllib.parse import quote
 from fastapi import HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 
 from ykafka import acl as acl_rules
 
-from .. import audit, db, hotconfig, registry, routes_admin
+from .. import audit, configwrites, db, hotconfig, registry, routes_admin
 from ..hotconfig import ConfigRejected
 from ..models import apps
 from . import provision, users
-from .views import Denied, _api, _audit, _form, _login_redirect, _page, _session, _svc, router, writes_to
+from .views import Denied, _audit, _form, _login_redirect, _page, _session, _svc, required, router, writes_to
 
 _OPS: dict[str, acl_rules.Operation] = {op: op for op in acl_rules.OPERATIONS}
 
@@ -191,22 +192,19 @@ async def cluster_failover(request: Request) -> Response:
     sess = _session(request)
     if sess is None:
         return _login_redirect()
-    form = await _form(request, sess, "admin")
-    svc = _svc(request)
-    to, cluster = form.get("to", ""), form.get("cluster", "")
+    form = required(await _form(request, sess, "admin"), "to", "cluster")
+    to, cluster = form["to"], form["cluster"]
     try:
         if to not in ("standby", "primary", "clear"):
             raise ConfigRejected({"to": "standby, primary or clear"})
         scope = f"cluster:{cluster}"
         plan = (hotconfig.validate(scope, {}, ["route.active"], None) if to == "clear"
                 else hotconfig.validate(scope, {"route.active": to}, [], None))
-        api = _api(svc)
-        before = hotconfig.plan_changes(api, plan)
-        result = hotconfig.apply(api, plan, f"console:{sess.username}", f"failover: writes to {to}")
+        await run_in_threadpool(lambda: configwrites.push(
+            _svc(request), plan, f"console:{sess.username}", f"failover: writes to {to}", guard=False,
+            action="cluster.failover", extra={"to": to}))
     except ConfigRejected as exc:
         return _page(request, "error.html", sess, status_code=422, message="; ".join(exc.errors.values()))
-    _audit(svc, sess, "cluster.failover", plan.namespace, {"route.active": before.get("route.active")},
-           {"to": to, "release": result.get("release")})
     return RedirectResponse("/console/clusters", status_code=303)
 
 

@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ykafka.catalog import Scope
 
-from .. import db, hotconfig, pipeline_module
+from .. import configwrites, db, hotconfig, pipeline_module
 from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
 from ..models import client_state as cs
@@ -193,17 +193,12 @@ async def group_pause(request: Request) -> Response:
     if problem is None:
         try:
             plan = hotconfig.validate(f"group:{group}", {"consumer.paused": "true" if pause else "false"}, [], None)
-            api = _api(svc)
-            before = await run_in_threadpool(hotconfig.plan_changes, api, plan)
-            result = await run_in_threadpool(hotconfig.apply, api, plan, f"console:{sess.username}",
-                                             "pause" if pause else "resume")
+            await run_in_threadpool(lambda: configwrites.push(svc, plan, f"console:{sess.username}",
+                                                              "pause" if pause else "resume", guard=False))
         except (ConfigRejected, ApolloError) as exc:
             problem = str(exc)
     if problem is not None:
         return _page(request, "error.html", sess, status_code=422, message=f"Not changed: {problem}")
-    _audit(svc, sess, "config.set", plan.namespace, {"consumer.paused": before.get("consumer.paused")},
-           {"values": {"consumer.paused": "true" if pause else "false"}, "ips": None, "labels": None,
-            "release": result.get("release")})
     return RedirectResponse(f"/console/groups/{quote(group, safe='')}?cluster={quote(form.get('cluster', ''))}",
                             status_code=303)
 

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, func, select, update
 from ykafka import acl as acl_rules
 from ykafka.admin.topics import TopicAdminError, create_topic
 
-from .. import audit, db, hotconfig, registry, routes_admin
+from .. import audit, configwrites, db, hotconfig, registry, routes_admin
 from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
 from ..models import apps
@@ -159,9 +159,9 @@ def set_route(svc: Services, topic: str, cluster: str, who: str, comment: str) -
         raise RequestError("no config center configured: the route cannot be set")
     try:
         plan = hotconfig.validate(f"topic:{topic}", {"route.cluster": cluster}, [], None)
-        if hotconfig.plan_changes(svc.apollo, plan).get("route.cluster") == cluster:
+        if configwrites.preview(svc, plan, guard=False).get("route.cluster") == cluster:
             return None
-        return hotconfig.apply(svc.apollo, plan, who, comment).get("release")
+        return configwrites.push(svc, plan, who, comment, guard=False).get("release")
     except ConfigRejected as exc:
         raise RequestError("; ".join(exc.errors.values())) from None
     except ApolloError as exc:

@@ -24,11 +24,10 @@ from starlette.concurrency import run_in_threadpool
 from ykafka import catalog
 from ykafka.catalog import Scope, ScopeKind
 
-from .. import audit, clients, db, hotconfig, pipeline_module, registry
+from .. import audit, clients, configwrites, db, hotconfig, pipeline_module, registry
 from ..apollo import ApolloError, ApolloOpenApi
 from ..hotconfig import ConfigRejected
 from ..models import alerts, apps
-from ..rollouts import guardcheck
 from ..services import Services
 from . import loop, queries, titles, users
 
@@ -57,6 +56,21 @@ log = structlog.get_logger("metaserver.console")
 
 class Denied(Exception):
     """403: wrong role or missing / wrong CSRF token."""
+
+
+class FormIncomplete(Exception):
+    """400: a POSTed form lacks fields its page always sends (a hand-made or truncated request)."""
+
+    def __init__(self, missing: list[str]) -> None:
+        super().__init__(f"missing form field(s): {', '.join(missing)}")
+
+
+def required(form: dict[str, str], *names: str) -> dict[str, str]:
+    """``form`` when it holds every one of ``names`` (FormIncomplete → 400 naming the missing ones, never a value)."""
+    missing = [name for name in names if name not in form]
+    if missing:
+        raise FormIncomplete(missing)
+    return form
 
 
 def _svc(request: Request) -> Services:
@@ -519,6 +533,12 @@ def readable_change(before: Any, after: Any) -> dict[str, Any]:
         release = after.get("release")
         if isinstance(release, dict) and release.get("name"):
             notes.append(f"release {release['name']}")
+        if after.get("error"):
+            notes.append("failed, nothing released" + {True: "; its items were put back",
+                                                         False: "; its items could not be put back"}.get(
+                after.get("restored"), ""))
+        if after.get("discarded"):
+            notes.append(f"put back unreleased items first: {', '.join(after['discarded'])}")
     changes = [{"key": k, "before": old.get(k), "after": new.get(k)}
                for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     return {"changes": changes, "notes": notes}
@@ -573,10 +593,10 @@ def config_panel(request: Request) -> Response:
 
 
 def _plan(form: dict[str, str], svc: Services) -> hotconfig.PushPlan:
-    sets, deletes = _parse_changes(form.get("changes", ""))
+    sets, deletes = _parse_changes(form["changes"])
     ips = [ip.strip() for ip in form.get("ips", "").replace(",", " ").split() if ip.strip()] or None
     labels = [x.strip() for x in form.get("labels", "").replace(",", " ").split() if x.strip()] or None
-    plan = hotconfig.validate(form.get("scope", "global") or "global", dict(sets), deletes, ips, labels)
+    plan = hotconfig.validate(form["scope"] or "global", dict(sets), deletes, ips, labels)
     with db.read(svc.engine) as conn:
         hotconfig.check_group_protocol(plan, conn, svc.settings.renew_interval)
     return plan
@@ -584,16 +604,21 @@ def _plan(form: dict[str, str], svc: Services) -> hotconfig.PushPlan:
 
 @router.post("/config/preview")
 async def config_preview(request: Request) -> Response:
-    """Validate as the MetaServer validates, diff against what is in force, list the clients it reaches."""
+    """Validate as the MetaServer validates (catalog, guard rules), diff against what is in force, list the
+    clients it reaches; the config service and the database are asked off the event loop."""
     sess = _session(request)
     if sess is None:
         return _login_redirect()
-    form = await _form(request, sess, "operator")
+    form = required(await _form(request, sess, "operator"), "scope", "changes")
+    return await run_in_threadpool(_preview, request, sess, form)
+
+
+def _preview(request: Request, sess: users.Session, form: dict[str, str]) -> Response:
+    svc = _svc(request)
     try:
-        scope = _scope(form.get("scope", "global"))
-        svc = _svc(request)
+        scope = _scope(form["scope"])
         plan = _plan(form, svc)
-        guardcheck.enforce(svc, plan, hotconfig.plan_changes(_api(svc), plan))
+        configwrites.preview(svc, plan)
     except ConfigRejected as exc:
         return _config_page(request, sess, catalog.GLOBAL if "scope" in exc.errors else _scope(form["scope"]),
                             status_code=422, form=form, errors=exc.errors)
@@ -612,25 +637,21 @@ async def config_preview(request: Request) -> Response:
 
 @router.post("/config/publish")
 async def config_publish(request: Request) -> Response:
+    """Publish what the preview showed, through the one config-write path (all or nothing, audited)."""
     sess = _session(request)
     if sess is None:
         return _login_redirect()
-    form = await _form(request, sess, "operator")
-    svc = _svc(request)
+    form = required(await _form(request, sess, "operator"), "scope", "changes")
+    return await run_in_threadpool(_publish, request, sess, form)
+
+
+def _publish(request: Request, sess: users.Session, form: dict[str, str]) -> Response:
     try:
-        scope = _scope(form.get("scope", "global"))
-        plan = _plan(form, svc)
-        api = _api(svc)
-        before = hotconfig.plan_changes(api, plan)
-        guardcheck.enforce(svc, plan, before)
-        result = hotconfig.apply(api, plan, f"console:{sess.username}", form.get("comment", "")[:200])
+        scope = _scope(form["scope"])
+        svc = _svc(request)
+        configwrites.push(svc, _plan(form, svc), f"console:{sess.username}", form.get("comment", "")[:200])
     except ConfigRejected as exc:
         return _config_page(request, sess, catalog.GLOBAL, status_code=422, form=form, errors=exc.errors)
-    changed = [c["key"] for c in plan.changes]
-    _audit(svc, sess, "config.gray" if plan.gray else "config.set", plan.namespace,
-           {k: before.get(k) for k in changed},
-           {"values": {c["key"]: c["after"] for c in plan.changes}, "ips": plan.ips, "labels": plan.labels,
-            "release": result.get("release")})
     return RedirectResponse(f"/console/config?scope={scope}&published=1", status_code=303)
 
 
@@ -638,25 +659,12 @@ async def _scope_action(request: Request, action: str) -> Response:
     sess = _session(request)
     if sess is None:
         return _login_redirect()
-    form = await _form(request, sess, "operator")
-    svc = _svc(request)
+    form = required(await _form(request, sess, "operator"), "scope")
     try:
-        scope = _scope(form.get("scope", "global"))
-        api = _api(svc)
-        before = hotconfig.current(api, scope)
-        if action == "rollback":
-            hotconfig.rollback(api, scope)
-        elif action == "promote":
-            hotconfig.merge_gray(api, scope, f"console:{sess.username}")
-        else:
-            hotconfig.abandon_gray(api, scope)
-        after = hotconfig.current(api, scope)
+        scope = _scope(form["scope"])
+        await run_in_threadpool(configwrites.scope_action, _svc(request), scope, action, f"console:{sess.username}")
     except ConfigRejected as exc:
         return _page(request, "error.html", sess, status_code=409, message="; ".join(exc.errors.values()))
-    _audit(svc, sess, {"rollback": "config.rollback", "promote": "config.gray_merge",
-                       "abandon": "config.gray_abandon"}[action], scope.namespace(),
-           {"released": before["released"], "gray": before["gray"]},
-           {"released": after["released"], "gray": after["gray"]})
     return RedirectResponse(f"/console/config?scope={scope}", status_code=303)
 
 
