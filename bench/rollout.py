@@ -89,6 +89,7 @@ def main() -> None:
         elapsed = time.time() - t0
         cpu = group_cpu_s(proc.pid) - cpu0
         result = {"clients": clients, "steps": [5, 25, 100], "bake_s": bake, "state": p["state"],
+                  "reasons": [d["reason"] for d in decisions],
                   "canaries": [d["evidence"]["canary"] for d in decisions if d["action"] == "publish"],
                   "applied_s": applied_s, "decision_s": decision_s, "plan_s": round(elapsed, 2),
                   "metaserver_cpu_s": round(cpu, 2),
@@ -107,12 +108,9 @@ def _applied(fleet: SimFleet, target: set[str], since: float, wait_s: float = 60
     """Seconds from ``since`` until every client in ``target`` first held the release key it holds now."""
     deadline = time.time() + wait_s
     while time.time() < deadline:
-        keys = {c.client_id: c.held for c in fleet.clients if c.client_id in target}
-        if keys and len(set(keys.values())) == 1:
-            key = next(iter(keys.values()))
-            times = [c.applied_at.get(key) for c in fleet.clients if c.client_id in target]
-            if all(t is not None for t in times):
-                return round(max(t for t in times if t is not None) - since, 3)
+        times = [c.applied_at.get(c.held) for c in fleet.clients if c.client_id in target]
+        if times and all(t is not None and t >= since - 0.05 for t in times):
+            return round(max(t for t in times if t is not None) - since, 3)
         time.sleep(0.1)
     return -1.0
 

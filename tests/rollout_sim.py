@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,9 @@ from urllib.parse import quote
 
 import requests
 
-from ykafka import signing
+from metaserver.rollouts import targets as tg
+from ykafka import Producer, signing
+from ykafka.errors import ThrottledError
 
 
 @dataclass
@@ -132,3 +135,55 @@ class SimFleet:
             now = time.monotonic()
             dt, last = now - last, now
             list(self.pool.map(self._tick, self.clients, [dt] * len(self.clients)))
+
+
+class Steady:
+    """A ykafka Producer sending ~100 messages/s; a send refused by a rate limit (ThrottledError) is not sent
+    and not counted, as an application would retry it later."""
+
+    def __init__(self, conf: dict[str, Any], topic: str) -> None:
+        self.producer = Producer(conf)
+        self.topic, self.sent, self.delivered, self.throttled = topic, 0, 0, 0
+        self.failed: list[str] = []
+        self.prefix = uuid.uuid4().hex[:4]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @property
+    def client_id(self) -> str:
+        return str(self.producer.runtime.client_id)
+
+    def _cb(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self.failed.append(str(err))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.producer.produce(self.topic, f"{self.prefix}:{self.sent}".encode(), self.prefix.encode(),
+                                      on_delivery=self._cb)
+                self.sent += 1
+            except ThrottledError:
+                self.throttled += 1
+            self.producer.poll(0.01)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.producer.flush(30)
+        self.producer.close()
+
+
+def ids_in_bands(namespace: str, app_id: str, bands: list[tuple[float, float]]) -> list[str]:
+    """One client id per band (lo, hi): its bucket at the namespace is in [lo, hi)."""
+    out = []
+    for lo, hi in bands:
+        while True:
+            cid = f"{app_id}-{uuid.uuid4().hex[:8]}"
+            if lo <= tg.bucket(namespace, cid) < hi:
+                out.append(cid)
+                break
+    return out

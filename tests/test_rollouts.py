@@ -5,76 +5,20 @@ bake window and the other clients never applied it. Bakes are seconds long."""
 
 from __future__ import annotations
 
-import threading
 import time
-import uuid
 from typing import Any
 
-from metaserver.rollouts import targets as tg
 from tests.console_fixtures import wait_reported_topic
 from tests.helpers import create_topic, unique, wait_until
+from tests.rollout_sim import Steady, ids_in_bands
 from tests.sdk_fixtures import check_stream, read_topic
 from tests.support import LocalStack
-from ykafka import Producer
-from ykafka.errors import ThrottledError
-
-
-class Steady:
-    """A ykafka Producer sending ~100 messages/s; a send refused by a rate limit (ThrottledError) is not sent
-    and not counted, as an application would retry it later."""
-
-    def __init__(self, conf: dict[str, Any], topic: str) -> None:
-        self.producer = Producer(conf)
-        self.topic, self.sent, self.delivered, self.throttled = topic, 0, 0, 0
-        self.failed: list[str] = []
-        self.prefix = uuid.uuid4().hex[:4]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    @property
-    def client_id(self) -> str:
-        return str(self.producer.runtime.client_id)
-
-    def _cb(self, err: Any, _msg: Any) -> None:
-        if err is None:
-            self.delivered += 1
-        else:
-            self.failed.append(str(err))
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.producer.produce(self.topic, f"{self.prefix}:{self.sent}".encode(), self.prefix.encode(),
-                                      on_delivery=self._cb)
-                self.sent += 1
-            except ThrottledError:
-                self.throttled += 1
-            self.producer.poll(0.01)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.producer.flush(30)
-        self.producer.close()
-
-
-def _ids(namespace: str, app_id: str, bands: list[tuple[float, float]]) -> list[str]:
-    """One client id per band (lo, hi): its bucket at the namespace is in [lo, hi)."""
-    out = []
-    for lo, hi in bands:
-        while True:
-            cid = f"{app_id}-{uuid.uuid4().hex[:8]}"
-            if lo <= tg.bucket(namespace, cid) < hi:
-                out.append(cid)
-                break
-    return out
 
 
 def _fleet(stack: LocalStack, topic: str, bands: list[tuple[float, float]]) -> tuple[str, list[Steady]]:
     create_topic(stack.clusters["dc-a"], topic, 3)
     app = stack.new_app([topic])
-    ids = _ids(f"ykafka.topic.{topic}", app[0], bands)
+    ids = ids_in_bands(f"ykafka.topic.{topic}", app[0], bands)
     loads = [Steady(stack.client_config(app, **{"ykafka.client.id": cid, "ykafka.metrics.interval.ms": 500,
                                                 "ykafka.throttle.max.wait.ms": 50}), topic) for cid in ids]
     wait_reported_topic(stack, app[0], ids, topic)

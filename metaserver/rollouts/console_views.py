@@ -1,14 +1,20 @@
-"""Console pages of guarded rollouts: the guard rules (everyone reads; admins edit, audited)."""
+"""Console pages of guarded rollouts: the guard rules (everyone reads; admins edit, audited) and rollout plans
+(everyone reads the decisions and their evidence; operators start, pause, resume, abort and force)."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from .. import hotconfig
 from ..console import users
-from ..console.views import _form, _login_redirect, _page, _session, _svc, router
-from . import guards
+from ..console.views import _form, _login_redirect, _page, _parse_changes, _session, _svc, router
+from ..hotconfig import ConfigRejected
+from . import guards, plans, targets
 
 
 def _guards_page(request: Request, sess: users.Session, status_code: int = 200, body: str | None = None,
@@ -39,3 +45,73 @@ async def guard_rules_save(request: Request) -> Response:
     except guards.GuardRulesInvalid as exc:
         return _guards_page(request, sess, status_code=422, body=body, errors=exc.errors)
     return RedirectResponse("/console/guards?saved=1", status_code=303)
+
+
+# --- rollout plans -------------------------------------------------------------------------------------
+
+def _rollouts_page(request: Request, sess: users.Session, scope: str, status_code: int = 200,
+                   form: dict[str, str] | None = None, errors: dict[str, str] | None = None) -> Response:
+    svc = _svc(request)
+    try:
+        namespace = hotconfig.parse_scope(scope).namespace() if scope else None
+    except ConfigRejected:
+        namespace, scope = None, ""
+    return _page(request, "rollouts.html", sess, status_code=status_code, scope=scope,
+                 plans=plans.listing(svc, namespace, limit=20), can_edit=sess.can("operator"),
+                 form=form or {}, errors=errors or {}, error=bool(errors))
+
+
+@router.get("/rollouts")
+def rollouts(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    return _rollouts_page(request, sess, request.query_params.get("scope", "").strip()[:300])
+
+
+@router.post("/rollouts")
+async def rollout_start(request: Request) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "operator")
+    scope = form.get("scope", "").strip()[:300]
+    try:
+        sets, deletes = _parse_changes(form.get("changes", ""))
+        steps = [float(x) for x in form.get("steps", "").replace(" ", "").split(",") if x]
+        apps = [x for x in form.get("apps", "").replace(",", " ").split() if x]
+        spec = plans.PlanSpec(scope=scope, set=dict(sets), delete=deletes, steps=steps,
+                              bake_s=float(form.get("bake") or 300),
+                              targets=targets.Targets(apps=apps) if apps else None)
+        await run_in_threadpool(plans.create, _svc(request), spec, f"console:{sess.username}")
+    except ConfigRejected as exc:
+        return _rollouts_page(request, sess, scope, status_code=422, form=form, errors=exc.errors)
+    except (ValueError, ValidationError) as exc:
+        return _rollouts_page(request, sess, scope, status_code=422, form=form,
+                              errors={"plan": _plain(exc)})
+    return RedirectResponse(f"/console/rollouts?scope={quote(scope)}", status_code=303)
+
+
+def _plain(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_input=False))
+    return "steps and bake must be numbers"
+
+
+@router.post("/rollouts/{plan_id}/action")
+async def rollout_action(request: Request, plan_id: int) -> Response:
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = await _form(request, sess, "operator")
+    scope = form.get("scope", "").strip()[:300]
+    action = form.get("action", "")
+    if action not in ("pause", "resume", "abort", "force"):
+        return _rollouts_page(request, sess, scope, status_code=422, errors={"action": "unknown action"})
+    try:
+        await run_in_threadpool(plans.control, _svc(request), plan_id, action, f"console:{sess.username}")
+    except LookupError:
+        return _rollouts_page(request, sess, scope, status_code=404, errors={"plan": "no such plan"})
+    except ConfigRejected as exc:
+        return _rollouts_page(request, sess, scope, status_code=409, errors=exc.errors)
+    return RedirectResponse(f"/console/rollouts?scope={quote(scope)}", status_code=303)

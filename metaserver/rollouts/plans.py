@@ -46,6 +46,9 @@ class PlanSpec(BaseModel):
     steps: list[float] = Field(default=[5, 25, 100], min_length=1, max_length=20)
     bake_s: float | list[float] = Field(default=300.0, description="bake per step (one value for all)")
     thresholds: judge.Thresholds = Field(default_factory=judge.Thresholds)
+    apply_timeout_s: float = Field(default=60.0, ge=0, le=3600,
+                                   description="after its bake, how long a step waits for canaries still to "
+                                               "report the release applied before it fails")
     comment: str = Field(default="", max_length=200)
 
     @field_validator("steps")
@@ -277,6 +280,9 @@ def _judge_step(svc: Services, row: dict[str, Any], spec: PlanSpec) -> None:
     canary_now = {cid: v["health"] for cid, v in seen.items() if cid in ids}
     control_now = {cid: v["health"] for cid, v in seen.items() if cid not in ids}
     pending = sum(1 for cid in ids if cid in seen and (not gray_key or gray_key not in seen[cid]["held"].split("+")))
+    started = float(row["step_started"] or 0)
+    if pending and started > 0 and time.time() - started < spec.bake(row["step"]) + spec.apply_timeout_s:
+        return  # canaries still applying (a loaded host, a long poll in flight): judge once they report
     rejections = sum(1 for cid in ids if cid in seen and gray_key in seen[cid]["rejected"])
     a, b = judge.side(canary_now, base), judge.side(control_now, base)
     why = judge.verdict(a, b, rejections, pending, spec.thresholds)
