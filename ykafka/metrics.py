@@ -575,14 +575,27 @@ def merge_statistics(props: dict[str, Any], ours: Mapping[str, Any]) -> None:
         props.update(ours)
         return
     our_cb, our_ms = ours["stats_cb"], int(ours["statistics.interval.ms"])
-    due = {id(user_cb): 0.0, id(our_cb): 0.0}
+    props["stats_cb"] = ChainedStats(((our_cb, our_ms), (user_cb, user_ms)))
+    props["statistics.interval.ms"] = min(user_ms, our_ms)
 
-    def stats_cb(stats_json: str) -> None:
+
+class ChainedStats:
+    """One librdkafka ``stats_cb`` calling several, each at its own interval. Equal when built from the same
+    callbacks, so the producer's client settings (its client cache key) stay the same across resolutions."""
+
+    def __init__(self, callbacks: tuple[tuple[Callable[[str], Any], int], ...]) -> None:
+        self.callbacks = callbacks
+        self._due = [0.0] * len(callbacks)
+
+    def __call__(self, stats_json: str) -> None:
         now = time.monotonic()
-        for cb, every_ms in ((our_cb, our_ms), (user_cb, user_ms)):
-            if now >= due[id(cb)]:
-                due[id(cb)] = now + every_ms * 0.9 / 1000  # a document early by a few ms still counts
+        for i, (cb, every_ms) in enumerate(self.callbacks):
+            if now >= self._due[i]:
+                self._due[i] = now + every_ms * 0.9 / 1000  # a document early by a few ms still counts
                 cb(stats_json)
 
-    props["stats_cb"] = stats_cb
-    props["statistics.interval.ms"] = min(user_ms, our_ms)
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ChainedStats) and other.callbacks == self.callbacks
+
+    def __hash__(self) -> int:
+        return hash(self.callbacks)

@@ -723,6 +723,33 @@ class Producer:
             for client in self._all_clients():
                 client.rd.purge(in_queue=in_queue, in_flight=in_flight, blocking=blocking)
 
+    # --- transactions: confluent-kafka's API, on the default cluster's client (the one its sends use
+    # while no hot change gives a topic settings of its own); errors are KafkaExceptions whose args[0]
+    # answers retriable() / txn_requires_abort() as confluent-kafka's
+
+    def init_transactions(self, *args: Any, **kwargs: Any) -> None:
+        self._transaction("init_transactions", *args, **kwargs)
+
+    def begin_transaction(self) -> None:
+        self._transaction("begin_transaction")
+
+    def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
+        self._transaction("send_offsets_to_transaction", *args, **kwargs)
+
+    def commit_transaction(self, *args: Any, **kwargs: Any) -> None:
+        self._transaction("commit_transaction", *args, **kwargs)
+
+    def abort_transaction(self, *args: Any, **kwargs: Any) -> None:
+        self._transaction("abort_transaction", *args, **kwargs)
+
+    def _transaction(self, name: str, *args: Any, **kwargs: Any) -> None:
+        if self._closed:
+            raise ClosedError("Producer has been closed")
+        try:
+            getattr(self._default_client().rd, name)(*args, **kwargs)
+        except KafkaException as exc:
+            raise from_kafka_error(exc) from None
+
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         """Cluster metadata from the cluster ``topic`` is routed to (the default cluster without one)."""
         client = self._prepare(topic).client if topic else self._default_client()

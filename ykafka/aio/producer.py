@@ -202,6 +202,26 @@ class AIOProducer:
     async def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         return await self._call(self._producer.list_topics, topic, timeout)
 
+    # --- transactions (confluent-kafka's: begin / commit / abort flush what is queued first) -----------
+
+    async def init_transactions(self, *args: Any, **kwargs: Any) -> None:
+        await self._call(self._producer.init_transactions, *args, **kwargs)
+
+    async def begin_transaction(self) -> None:
+        await self.flush()
+        await self._call(self._producer.begin_transaction)
+
+    async def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
+        await self._call(self._producer.send_offsets_to_transaction, *args, **kwargs)
+
+    async def commit_transaction(self, *args: Any, **kwargs: Any) -> None:
+        await self.flush()
+        await self._call(self._producer.commit_transaction, *args, **kwargs)
+
+    async def abort_transaction(self, *args: Any, **kwargs: Any) -> None:
+        await self.flush()
+        await self._call(self._producer.abort_transaction, *args, **kwargs)
+
     def __len__(self) -> int:
         return 0 if self._closed else len(self._producer) + self._queued
 
