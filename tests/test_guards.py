@@ -70,6 +70,8 @@ def test_partitions_exclude_must_leave_two_and_an_unreadable_count_refuses() -> 
     assert errors["guard:keep-two-partitions"].endswith("leaves 1 of 3 partitions")
     errors = _judge("topic:t", {"producer.partitions.exclude": "0"}, world=_world(partitions=None))
     assert "could not be read" in errors["guard:keep-two-partitions"]
+    # a topic its cluster does not have yet (docs/producer.md's first commands): nothing to protect, not refused
+    assert _judge("topic:t", {"producer.partitions.exclude": "3"}, world=_world(partitions=0)) == {}
 
 
 @pytest.mark.parametrize(("text", "where"), [

@@ -50,7 +50,7 @@ def world(svc: Services) -> guards.World:
 
         try:
             _, props = connection(svc, cluster or None)
-            return partition_count(props, topic, timeout=PARTITIONS_TIMEOUT_S)
+            return partition_count(props, topic, timeout=PARTITIONS_TIMEOUT_S) or 0  # None: no such topic
         except (LookupError, TopicAdminError):
             return None
 

@@ -103,6 +103,8 @@ class Rule(BaseModel):
                 return None
             if partitions is None:
                 return f"{self.key}={shown}, and the topic's partition count could not be read"
+            if partitions == 0:
+                return None  # the topic does not exist on its cluster yet: nothing is written to it to protect
             left = len(set(range(partitions)) - excluded)
             return None if left >= self.partitions_left_min else (
                 f"{self.key}={shown} leaves {left} of {partitions} partitions")
@@ -198,7 +200,8 @@ class World:
 
     released: Callable[[Scope], Layer]
     topics: Callable[[], dict[str, Layer]]
-    partitions: Callable[[str, str], int | None]  # (topic, cluster) -> count, None when unknown
+    # (topic, cluster) -> count; 0 when the cluster has no such topic, None when the count cannot be read
+    partitions: Callable[[str, str], int | None]
     cluster_of: Callable[[str, Layer], str]  # a topic's cluster: its route.cluster, its placement, the default
     default_cluster: str
 
