@@ -21,7 +21,7 @@ from sqlalchemy import Connection, select
 
 from ykafka.catalog import Scope
 
-from .. import audit, db, hotconfig
+from .. import audit, configwrites, db, hotconfig
 from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
 from ..services import Services
@@ -235,9 +235,16 @@ def _record(svc: Services, row: dict[str, Any], decision: dict[str, Any], **valu
 
 
 def _publish_step(svc: Services, row: dict[str, Any], spec: PlanSpec) -> None:
+    """Publish the step in force under the namespace's push lock (``configwrites``): an operator's push to the
+    namespace never interleaves with it."""
+    plan = _push_plan(spec)
+    with configwrites.namespace_lock(svc.engine, plan.namespace):
+        _publish_locked(svc, row, spec, plan)
+
+
+def _publish_locked(svc: Services, row: dict[str, Any], spec: PlanSpec, plan: hotconfig.PushPlan) -> None:
     percent = spec.steps[row["step"]]
     api = _require_api(svc)
-    plan = _push_plan(spec)
     hotconfig.plan_changes(api, plan)
     now = time.time()
     if percent >= 100:
