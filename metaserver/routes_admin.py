@@ -101,9 +101,10 @@ def insert_app(conn: Connection, who: str, app_id: str, description: str = "", d
     return {**app_json(row), "secret": secret}
 
 
-def issue_principals(svc: Services, app_id: str) -> None:
-    """Give a registered (or approved) app its SCRAM principal on each secured cluster it can reach, and have
-    the reconciler put them and their ACL bindings on the brokers."""
+def issue_principals(svc: Services, app_id: str, also: list[str] | None = None) -> None:
+    """Give a registered (or approved) app its SCRAM principal on each secured cluster it can reach (and on
+    ``also``: a cluster an approval just routed it to), and have the reconciler put them and their ACL bindings
+    on the brokers."""
     with db.read(svc.engine) as conn:
         app = dict(_get_app(conn, app_id))
         registry_ = registry.all_clusters(conn)
@@ -113,6 +114,7 @@ def issue_principals(svc: Services, app_id: str) -> None:
     reachable = reach.grant_clusters(svc.routes, app["acl"] or {}, default, registry_, [],
                                      lambda topic: placements.lookup_on(svc.engine, topic))
     secured = [name for name, spec in reachable.items() if credentials.secured(spec)]
+    secured += [name for name in also or [] if name in registry_ and credentials.secured(registry_[name])]
     if secured:
         with db.write(svc.engine) as conn:
             credentials.ensure(conn, app_id, secured, svc.box)

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ykafka import devstack_kafka, kafka_security
 from ykafka.devstack import free_port
 
-ADMIN_USER = "ykafka-admin"
+ADMIN_USER = kafka_security.ADMIN_USER
 
 
 @dataclass

@@ -30,6 +30,7 @@ from confluent_kafka.admin import (
 )
 
 from tests import kafka_secured
+from tests.console_fixtures import PASSWORD, SCREENSHOTS
 from tests.helpers import wait_until
 from tests.ms_fixtures import App, MetaServer, new_app
 from ykafka.auth import GrantClient
@@ -195,3 +196,31 @@ def test_the_reconciler_restores_a_binding_deleted_by_hand_and_audits_it(
     assert took <= RECONCILE_S * 3 + 10
     view = server.admin().app_kafka(app.app_id)["clusters"][0]
     assert view["ok"] is True and view["missing"] == [] and view["extra"] == [] and len(view["desired"]) == 12
+
+
+def test_console_shows_each_apps_principal_bindings_and_the_clusters_security(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path, page: Any) -> None:
+    app = app_on(server, "cv")
+    grant_of(server, app, tmp_path)
+    principal = f"User:app.{app.app_id}@dc-a.g1"
+    wait_until(lambda: (view := server.admin().app_kafka(app.app_id)["clusters"]) and view[0]["ok"]
+               and not view[0]["missing"] and len(view[0]["in_force"]) == 12, 20, message="reconciled")
+    user = f"admin-{uuid.uuid4().hex[:6]}"
+    server.admin().create_user(user, PASSWORD, "admin")
+    page.goto(server.url + "/console/login")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(server.url + "/console/")
+    page.goto(f"{server.url}/console/apps/{app.app_id}")
+    access = page.locator("#broker-access .cluster-access[data-cluster='dc-a']")
+    assert access.locator(".principal").all_inner_texts() == [principal]
+    assert access.locator("tbody tr").count() == 12 and access.locator("tr.missing, tr.extra").count() == 0
+    assert access.locator(".pill.ok").inner_text() == "ok" and access.locator(".reconciled").count() == 1
+    assert "WRITE TOPIC:PREFIXED:cv." in access.inner_text()
+    assert page.locator("#broker-access .cluster-access[data-cluster='dc-b']").count() == 0  # never reached
+    access.screenshot(path=str(SCREENSHOTS / "console-broker-access.png"))
+    page.goto(server.url + "/console/clusters")
+    security = page.locator("#clusters tr[data-cluster='dc-a'] td.security")
+    assert security.inner_text().strip() == "SASL_SSL SCRAM-SHA-512"
+    page.screenshot(path=str(SCREENSHOTS / "console-clusters-security.png"), full_page=True)

@@ -63,6 +63,9 @@ class ClusterSpec:
     broker: str = "tansu"
     controller_ports: list[int] = field(default_factory=list)  # Kafka's KRaft quorum; default port+100, +101, ...
     kafka: KafkaSettings = field(default_factory=KafkaSettings)  # listeners / security of Kafka nodes
+    #: broker-side security of a Kafka cluster: none, sasl_plaintext or sasl_ssl (SCRAM-SHA-512, ACLs enforced,
+    #: the MetaServer's admin the super user; ``ykafka.kafka_security``)
+    security: str = "none"
 
     @property
     def quorum_ports(self) -> list[int]:
@@ -149,13 +152,16 @@ class StackConfig:
                                            else "memory")),
                               int(spec.get("brokers") or (2 if spec.get("storage") == "durable" else 1)),
                               broker=str(spec.get("broker", default_broker)),
-                              controller_ports=[int(p) for p in spec.get("controller_ports") or []])
+                              controller_ports=[int(p) for p in spec.get("controller_ports") or []],
+                              security=str(env.get("YKAFKA_DEV_SECURITY") or spec.get("security")
+                                           or raw.get("security") or "none").lower())
             for name, spec in (raw.get("clusters") or {}).items()
         }
         for spec in clusters.values():
             if spec.storage not in STORAGES or spec.brokers < 1 or spec.broker not in BROKER_KINDS:
                 raise StackError(f"cluster {spec.name}: storage must be one of {', '.join(STORAGES)}, broker one "
                                  f"of {', '.join(BROKER_KINDS)} and brokers at least 1")
+            check_security(spec)
         cc = raw.get("configcenter") or {}
         ms = raw.get("metaserver") or {}
         demo = raw.get("demo_app") or {}
@@ -244,6 +250,34 @@ class StackConfig:
         return f"http://{self.host}:{self.s3_port}"
 
 
+SECURITY_MODES = ("none", "sasl_plaintext", "sasl_ssl")
+
+
+def check_security(spec: ClusterSpec) -> None:
+    if spec.security not in SECURITY_MODES:
+        raise StackError(f"cluster {spec.name}: security must be one of {', '.join(SECURITY_MODES)}")
+    if spec.security != "none" and spec.broker != "kafka":
+        raise StackError(f"cluster {spec.name}: security {spec.security} needs broker kafka (Tansu has no SASL)")
+
+
+def secure(spec: ClusterSpec, home: Path) -> None:
+    """Give a secured Kafka cluster's nodes their listener security, authorizer and super user (the CA and
+    broker certificate under ``<home>/tls``, made at the first ``up``; the super user's password in
+    ``<home>/secrets``, 0600)."""
+    from ykafka import kafka_security
+
+    protocol = spec.security.upper()
+    tls = kafka_security.make_tls(home / "tls") if protocol == "SASL_SSL" else None
+    password = kafka_security.admin_password(home)
+    spec.kafka.protocol = protocol
+    spec.kafka.properties.update(kafka_security.broker_properties(
+        listener="CLIENT", protocol=protocol, admin_user=kafka_security.ADMIN_USER, admin_password=password, tls=tls,
+        reauth_ms=kafka_security.REAUTH_MS))
+    scram = kafka_security.format_scram_args(kafka_security.ADMIN_USER, password)
+    if scram[0] not in spec.kafka.format_args:
+        spec.kafka.format_args.extend(scram)
+
+
 def _envname(name: str) -> str:
     return name.upper().replace("-", "_").replace(".", "_")
 
@@ -318,6 +352,8 @@ def services(cfg: StackConfig) -> list[Service]:
                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
         for spec in cfg.clusters.values():
             if spec.broker == "kafka":
+                if spec.security != "none":
+                    secure(spec, home)
                 out.extend(kafka_services(cfg, spec, home, Service))
                 continue
             binary = tansu_binary()
@@ -340,6 +376,13 @@ def services(cfg: StackConfig) -> list[Service]:
             port, f"{url}/health",
             # secrets travel in the environment, never on the command line where `ps` shows them
             env={"YKAFKA_CC_OPENAPI_TOKEN": cfg.openapi_token}))
+    secured = any(spec.security != "none" for spec in cfg.clusters.values())
+    ms_env = {"YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": cfg.openapi_token, "YKAFKA_MS_ADMIN_TOKEN": cfg.admin_token}
+    if secured:  # the MetaServer is the secured clusters' super user: it issues every app's principal and ACLs
+        from ykafka import kafka_security
+
+        ms_env["YKAFKA_MS_KAFKA_ADMIN_USER"] = kafka_security.ADMIN_USER
+        ms_env["YKAFKA_MS_KAFKA_ADMIN_PASSWORD"] = kafka_security.admin_password(home)
     for index, port in enumerate(cfg.metaserver_ports):
         url = cfg.metaserver_urls[index]
         out.append(Service(
@@ -350,8 +393,7 @@ def services(cfg: StackConfig) -> list[Service]:
              "--renew-interval", str(cfg.renew_interval),
              "--default-cluster", cfg.default_cluster,
              "--pipeline-store", str(home / "pipeline")],  # where `ykafka pipeline run` writes by default
-            port, f"{url}/health",
-            env={"YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": cfg.openapi_token, "YKAFKA_MS_ADMIN_TOKEN": cfg.admin_token}))
+            port, f"{url}/health", env=dict(ms_env)))
     return out
 
 
@@ -721,7 +763,7 @@ class Stack:
         admin = AdminClient(",".join(self.cfg.metaserver_urls), self.cfg.admin_token)
         for spec in self.cfg.clusters.values():
             admin.set_cluster(spec.name, bootstrap_servers=self.cfg.bootstrap(spec.name), dc=spec.dc,
-                              standby=spec.standby, status="active")
+                              standby=spec.standby, status="active", security=self.security(spec))
         existing = self.read_env()
         app_ids = {app["app_id"] for app in admin.list_apps()}
         if existing.get("YKAFKA_APP_ID") == self.cfg.app_id and self.cfg.app_id in app_ids:
@@ -738,6 +780,15 @@ class Stack:
         admin.create_user(env["YKAFKA_CONSOLE_USER"], env["YKAFKA_CONSOLE_PASSWORD"], "admin", replace=True)
         write_private(self.env_file, "".join(f"export {k}={v}\n" for k, v in env.items()))
         return env
+
+    def security(self, spec: ClusterSpec) -> dict[str, Any] | None:
+        """The registry's ``security`` of a cluster (its CA for SASL_SSL), None when it is open."""
+        if spec.security == "none":
+            return None
+        from ykafka import kafka_security
+
+        ca = kafka_security.make_tls(self.home.resolve() / "tls").ca_pem() if spec.security == "sasl_ssl" else None
+        return {"protocol": spec.security.upper(), "mechanism": kafka_security.MECHANISM, "ca_pem": ca}
 
     def client_env(self, secret: str) -> dict[str, str]:
         env = {

@@ -12,11 +12,30 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 MECHANISM = "SCRAM-SHA-512"
 PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+#: the MetaServer's principal on the local stack's secured clusters (their one super user)
+ADMIN_USER = "ykafka-admin"
+#: ``connections.max.reauth.ms`` of the local stack: a connection authenticated with a credential deleted since
+#: is refused at its next re-authentication, within this (docs/metaserver.md, "Revocation")
+REAUTH_MS = 30_000
+
+
+def admin_password(home: Path) -> str:
+    """The local stack's super-user password: made at the first ``ykafka dev up``, kept 0600 under ``home``."""
+    path = home / "secrets" / "kafka-admin.password"
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    password = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(password)
+    return password
 
 
 @dataclass(frozen=True)
@@ -104,7 +123,6 @@ def broker_properties(*, listener: str, protocol: str, admin_user: str, admin_pa
         "allow.everyone.if.no.acl.found": "false",
         "super.users": f"User:{admin_user};User:ANONYMOUS",
         "connections.max.reauth.ms": str(reauth_ms),
-        "auto.create.topics.enable": "false",  # topics are created by the admin, not by whoever writes first
     }
     if tls is not None and protocol == "SASL_SSL":
         keystore = tls.broker_cert.parent / "broker-keystore.pem"  # Kafka's PEM key store: key, then chain

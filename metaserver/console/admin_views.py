@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ykafka import acl as acl_rules
 
-from .. import audit, configwrites, db, hotconfig, registry, routes_admin
+from .. import audit, configwrites, db, hotconfig, kafka_view, registry, routes_admin
 from ..hotconfig import ConfigRejected
 from ..models import apps
 from . import provision, users
@@ -93,6 +93,7 @@ async def app_create(request: Request) -> Response:
                                               form.get("default_cluster") or None, acl)
     except HTTPException as exc:
         return _apps_page(request, sess, status_code=exc.status_code, error=_admin_error(exc))
+    routes_admin.issue_principals(_svc(request), app_id)
     return _apps_page(request, sess, status_code=201, secret={"app_id": app_id, "secret": created["secret"],
                                                               "generation": created["key_generation"]})
 
@@ -112,9 +113,10 @@ def _app_page(request: Request, sess: users.Session, app_id: str, status_code: i
     with db.read(svc.engine) as conn:
         history = audit.query(conn, target=f"app:{app_id}", limit=30)
         app_requests = provision.listing(conn, app_id)
+        broker_access = kafka_view.app_view(conn, app)["clusters"]
     resp = _page(request, "app.html", sess, status_code=status_code, app=app, acl=app["acl"] or {},
                  ops=acl_rules.OPERATIONS, can_admin=sess.can("admin"), history=history, app_requests=app_requests,
-                 can_request=sess.can("operator"), **ctx)
+                 can_request=sess.can("operator"), broker_access=broker_access, **ctx)
     resp.headers["Cache-Control"] = "no-store"
     return resp
 
@@ -170,6 +172,7 @@ async def app_acl(request: Request, app_id: str) -> Response:
             routes_admin.replace_acl(conn, f"console:{sess.username}", app_id, acl)
     except HTTPException as exc:
         return _page(request, "error.html", sess, status_code=exc.status_code, message=_admin_error(exc))
+    routes_admin.issue_principals(svc, app_id)  # the brokers' bindings follow at the pass this kicks
     return RedirectResponse(f"/console/apps/{quote(app_id, safe='')}", status_code=303)
 
 

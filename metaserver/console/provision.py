@@ -149,6 +149,7 @@ def approve(svc: Services, req_id: int, cluster: str, who: str) -> dict[str, Any
         conn.execute(update(reqs).where(reqs.c.id == req_id).values(
             status="approved", cluster=cluster, decided_by=who[:64], decided_at=time.time()))
         audit.record(conn, who, "request.approve", f"{req['kind']}:{req['name']}", {"id": req_id}, done)
+    routes_admin.issue_principals(svc, req["app_id"], also=[cluster])  # its principal and bindings there
     return done
 
 
