@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import unique
-from tests.support import LocalStack
+from tests.support import LocalStack, new_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,3 +118,28 @@ def test_every_sample_runs_in_the_suite() -> None:
     source = "\n".join(p.read_text() for p in sorted(Path(__file__).parent.glob("test_*.py")))
     missing = [p.name for p in sorted((ROOT / "samples").glob("*.py")) if f'"{p.name}"' not in source]
     assert not missing, f"samples that no test runs: {missing}"
+
+
+def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:
+    """``ykafka dev up`` with ``security: sasl_ssl``: the super user's password and the broker key made 0600 under
+    the stack's home and never handed to apps; the sample sees an address-only client refused and the demo app
+    write and read through its own principal."""
+    st = new_stack(tmp_path / "stack", broker="kafka")
+    spec = st.cfg.clusters["dc-a"]
+    spec.security, spec.standby = "sasl_ssl", None
+    st.cfg.clusters, st.cfg.default_cluster = {"dc-a": spec}, "dc-a"
+    try:
+        st.up()
+        secret = st.home / "secrets" / "kafka-admin.password"
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+        assert stat.S_IMODE((st.home / "tls" / "broker-key.pem").stat().st_mode) == 0o600
+        assert secret.read_text() not in (st.home / "dev.env").read_text()
+        lines = _run_sample(st, tmp_path, "broker_security.py", "--topic", unique("secured"),
+                            env={"YKAFKA_DEV_HOME": str(st.home)})
+    finally:
+        st.down()
+    assert lines[0] == "dc-a: SASL_SSL SCRAM-SHA-512", lines
+    assert lines[1].startswith("a client with only the address: refused (") and "DELIVERED" not in lines[1], lines
+    assert lines[2] == f"the app's own principal: User:app.{st.app_id}@dc-a.g1", lines
+    assert lines[3] == "bindings in force: 12 of 12 desired, missing 0, extra 0", lines
+    assert lines[-1] == "20 sent, 20 read back with the app's own credentials: OK", lines
