@@ -124,11 +124,12 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=50)
     parser.add_argument("--rate", type=float, default=5000.0)
     parser.add_argument("--quick", action="store_true", help="5 changes at 2,000 msgs/s (the suite's check)")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu", help="the cluster kind")
     args = parser.parse_args()
     if args.quick:
         args.changes, args.rate = 5, 2000.0
     configure("warning")
-    with local_stack(["dc-a", "control"]) as bench:
+    with local_stack(["dc-a", "control"], broker=args.broker) as bench:
         cfg = bench.cfg
         admin = AdminClient(cfg.metaserver_url, cfg.admin_token)
         topic = f"bench-propagation-{uuid.uuid4().hex[:6]}"
@@ -170,7 +171,7 @@ def main() -> None:
                   "lost": load.sent - len(unique), "duplicated": len(values) - len(unique),
                   "sent": load.sent, "failed_reports": load.failed, "undelivered": left, "swaps": swaps,
                   "rate": args.rate}
-    print("RESULT " + json.dumps(result), flush=True)
+    print("RESULT " + json.dumps({**result, "broker": args.broker}), flush=True)
 
 
 if __name__ == "__main__":

@@ -161,6 +161,7 @@ def main() -> None:
     parser.add_argument("--noop-messages", type=int, default=400_000)
     parser.add_argument("--noop-repeats", type=int, default=3, help="best of N for each no-op figure")
     parser.add_argument("--quick", action="store_true", help="4 runs of 1 s, 20,000 no-op messages, one repeat")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu", help="the cluster kind")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.noop_messages, args.noop_repeats = (1.0, 20_000, 1)
@@ -170,7 +171,7 @@ def main() -> None:
     stack: LocalStack | None = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        stack = new_stack().up(["dc-a"])
+        stack = new_stack(broker=args.broker).up(["dc-a"])
         bootstrap = stack.bootstrap()
     try:
         scale_topic, noop_topic = f"scale-{uuid.uuid4().hex[:6]}", f"noop-{uuid.uuid4().hex[:6]}"
@@ -200,7 +201,7 @@ def main() -> None:
             "raw_noop_msgs_s": round(max(raw)), "ykafka_noop_msgs_s": round(max(ours)),
             "noop_ratio": round(max(ours) / max(raw), 3),
         }
-        print("RESULT " + json.dumps(result), flush=True)
+        print("RESULT " + json.dumps({**result, "broker": args.broker}), flush=True)
     finally:
         if stack is not None:
             stack.down()

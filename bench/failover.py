@@ -6,7 +6,9 @@ standby, ``route.failover=auto``). A thread produces at a steady rate; every dc-
 restarted on the same addresses and bucket (what it acknowledged is still there).
 
 * ``failover_s``: from the kill to the first message acknowledged by the standby;
-* ``failback_s``: from the restart to the first message acknowledged by the primary again;
+* ``failback_s``: from the restart to the first message acknowledged by the primary again; of which
+  ``primary_start_s`` is the brokers' own start (until they answer on their ports) and ``failback_after_start_s``
+  the engine's part (health probe, route back, first acknowledgement);
 * ``handover_ms``: how long the first send to dc-b waited until what dc-a's client held at the switch was
   re-routed there (so no key is overtaken);
 * ``longest_send_ms``: the longest ``produce()`` call (``longest_send_after_kill_s``: when it started, from the
@@ -24,7 +26,10 @@ Health settings: the top-level figures use the **defaults** (``health.probe.inte
 ``health.down.failures=3``, ``health.down.after.ms=2000``, ``spill.after.ms=10000``); a full run also reports
 ``tight`` (200 ms probes, 2 failures, 1 s, ``spill.after.ms=2000``, what the tests use), ``--health`` picks.
 
-    python bench/failover.py [--rate 3000] [--outage 3] [--health both|default|tight] [--quick]
+    python bench/failover.py [--rate 3000] [--outage 3] [--health both|default|tight] [--quick] [--broker tansu|kafka]
+
+``--broker kafka``: each cluster is one Apache Kafka KRaft node (logs on disk: what it acknowledged survives the
+SIGKILL); ``failback_s`` then includes the JVM's start and log recovery.
 
 Last line: RESULT {"failover_s": ..., "failback_s": ..., "sent": ..., "delivered": ..., "lost": 0, ...}
 """
@@ -112,6 +117,7 @@ def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float)
     primary_before = delivered("dc-a")
     restarted = time.perf_counter()  # from launching the broker processes (includes their own start-up)
     a.start()
+    answering = time.perf_counter()  # start() returns once the restarted brokers answer on their ports
     while delivered("dc-a") == primary_before and time.perf_counter() - restarted < 60:
         time.sleep(0.005)
     failback_s = time.perf_counter() - restarted
@@ -133,6 +139,8 @@ def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float)
     return {
         "failover_s": round(failover_s, 3),
         "failback_s": round(failback_s, 3),
+        "primary_start_s": round(answering - restarted, 3),
+        "failback_after_start_s": round(failback_s - (answering - restarted), 3),
         "sent": counts["sent"],
         "delivered": counts["delivered"],
         "lost": counts["lost"],
@@ -159,6 +167,8 @@ def main() -> None:
     parser.add_argument("--health", choices=["both", "default", "tight"], default=None,
                         help="health settings (default: both; --quick: default only)")
     parser.add_argument("--quick", action="store_true", help="500 msgs/s, a 1 s outage (the suite's check)")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
+                        help="tansu: two durable Tansu brokers per cluster; kafka: one Apache Kafka KRaft node each")
     args = parser.parse_args()
     if args.quick:
         args.rate, args.outage = 500, 1.0
@@ -166,11 +176,11 @@ def main() -> None:
     configure("warning")
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-failover-"))
     try:
-        with brokers(["dc-a", "dc-b"], work / "clusters", storage="durable") as started:
+        with brokers(["dc-a", "dc-b"], work / "clusters", storage="durable", broker=args.broker) as started:
             a, b = started["dc-a"], started["dc-b"]
             first = "tight" if health == "tight" else "default"
             result = {**run(a, b, work, first, args.rate, args.outage), "health": first, "storage": "durable",
-                      "rate": args.rate}
+                      "broker": args.broker, "rate": args.rate}
             if health == "both":
                 result["tight"] = run(a, b, work, "tight", args.rate, args.outage)
         print("RESULT " + json.dumps(result))

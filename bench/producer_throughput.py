@@ -49,12 +49,13 @@ def main() -> None:
                         help="call produce() positionally (confluent-kafka's fastest form) instead of by keyword")
     parser.add_argument("--keys", type=int, default=0, help="keyed sends over this many keys (default: no key)")
     parser.add_argument("--quick", action="store_true", help="20,000 messages, one round (the suite's check)")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu", help="the cluster kind")
     args = parser.parse_args()
     if args.quick:
         args.messages, args.rounds = 20_000, 1
     configure("warning")
     value = b"x" * args.size
-    with local_stack(["dc-a", "control"]) as bench:
+    with local_stack(["dc-a", "control"], broker=args.broker) as bench:
         raw = RawProducer({"bootstrap.servers": bench.bootstrap(), **RAW_SETTINGS})
         yk = Producer(bench.client_config())
         topic = "bench-throughput"
@@ -72,7 +73,7 @@ def main() -> None:
         result = {"raw_msgs_s": round(raw_s), "ykafka_msgs_s": round(yk_s), "ratio": round(yk_s / raw_s, 3),
                   "messages": args.messages, "size": args.size, "rounds": args.rounds, "keys": args.keys,
                   "call": "positional" if args.positional else "keyword"}
-    print("RESULT " + json.dumps(result), flush=True)
+    print("RESULT " + json.dumps({**result, "broker": args.broker}), flush=True)
 
 
 if __name__ == "__main__":

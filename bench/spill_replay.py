@@ -98,13 +98,15 @@ def main() -> None:
     parser.add_argument("--async-messages", type=int, default=100_000)
     parser.add_argument("--fsync-messages", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="10,000 messages, 500 with fsync (the suite's check)")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu", help="the cluster kind")
     args = parser.parse_args()
     if args.quick:
         args.messages, args.async_messages, args.fsync_messages = 10_000, 10_000, 500
     configure("warning")
     n = args.messages
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-spill-"))
-    broker = Broker("bench", work / "logs", storage="durable")  # not started yet: down while we spill
+    # not started yet: down while we spill
+    broker = Broker("bench", work / "logs", storage="durable", broker=args.broker)
     topic = "bench-spill"
     try:
         peer = peer_diskcache(work / "peer", min(n, 20_000))
@@ -176,7 +178,7 @@ def main() -> None:
         }
         print(f"spilled {n} in {spill_s:.2f}s (committed after {committed_s:.2f}s), replayed in {replay_s:.2f}s; "
               f"peer diskcache.set {peer:.0f}/s")
-        print("RESULT " + json.dumps(result))
+        print("RESULT " + json.dumps({**result, "broker": args.broker}))
     finally:
         broker.close()
         shutil.rmtree(work, ignore_errors=True)
