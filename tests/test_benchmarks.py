@@ -19,6 +19,8 @@ BENCHES = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if not p.name.sta
 #: fields each benchmark's RESULT must carry (the figures docs/benchmarks.md quotes)
 EXPECTED: dict[str, set[str]] = {
     "aio_throughput": {"confluent_aio_msgs_s", "ykafka_aio_msgs_s", "ratio"},
+    "broker_startup": {"kafka_fresh_start_s", "kafka_fresh_cpu_s", "kafka_fresh_rss_mb", "kafka_restart_start_s",
+                       "tansu_start_s", "tansu_rss_mb"},
     "capacity_memory": {"raw_producer_mb", "ykafka_producer_mb", "spill_messages", "spill_msgs_s"},
     "config_propagation": {"changes", "p50_ms", "p99_ms", "lost", "duplicated"},
     "configcenter_namespaces": {"namespaces", "start_s", "rss_mb", "release_p50_ms", "release_p99_ms",

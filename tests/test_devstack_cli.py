@@ -170,3 +170,37 @@ def _up_then_down_bare(cli: list[str], home: list[str], env: dict[str, str], por
     assert down.returncode == 0, down.stderr
     assert [name for name, pid in pids.items() if _alive(pid)] == []
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == []
+
+
+def test_dev_up_broker_kafka_runs_the_quickstart(tmp_path: Path) -> None:
+    """`ykafka dev up --broker kafka`: two Apache Kafka clusters, `dev status --json` names each broker's kind, node
+    id, address and pid; the quickstart sample produces and consumes through them; `dev down` leaves nothing."""
+    ports = {"dc-a": free_port(), "dc-b": free_port(), "configcenter": free_port(), "metaserver": free_port()}
+    pids: dict[str, int] = {}
+    try:
+        up = _ykafka("dev", "up", "--broker", "kafka", home=tmp_path, ports=ports)
+        status = json.loads(_ykafka("dev", "status", "--json", home=tmp_path, ports=ports).stdout)
+        pids = {name: pid for name, pid in status["running"].items() if pid}
+        assert up.returncode == 0, up.stderr + up.stdout
+        for cluster in ("dc-a", "dc-b"):
+            assert status["brokers"][cluster]["kind"] == "kafka"
+            assert status["brokers"][cluster]["brokers"] == [
+                {"name": cluster, "kind": "kafka", "node_id": 1, "address": f"127.0.0.1:{ports[cluster]}",
+                 "pid": pids[cluster]}]
+            cmdline = Path(f"/proc/{pids[cluster]}/cmdline").read_bytes().split(b"\0")
+            assert b"kafka.Kafka" in cmdline
+        exported = dict(line.removeprefix("export ").split("=", 1)
+                        for line in (tmp_path / "dev.env").read_text().splitlines() if "=" in line)
+        sample = subprocess.run([sys.executable, str(ROOT / "samples" / "quickstart.py"), "--count", "200"],
+                                capture_output=True, text=True, timeout=180,
+                                env={**os.environ, **exported, "YKAFKA_CACHE_DIR": str(tmp_path / "cache")})
+        assert sample.returncode == 0, sample.stdout + sample.stderr
+        assert "200 acknowledged" in sample.stdout and "consumed 200" in sample.stdout, sample.stdout
+        down = _ykafka("dev", "down", home=tmp_path, ports=ports)
+        assert down.returncode == 0, down.stderr
+        assert [name for name, pid in pids.items() if _alive(pid)] == []
+        assert sorted(p.name for p in (tmp_path / "run").iterdir()) == []
+    finally:
+        for pid in pids.values():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

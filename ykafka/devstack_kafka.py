@@ -199,7 +199,7 @@ def _write_properties(path: Path, props: dict[str, str]) -> None:
 
 def _jvm(settings: KafkaSettings, home: Path) -> list[str]:
     return [java_binary(), f"-Xmx{settings.heap}", *JVM_ARGS,
-            f"-Dlog4j2.configurationFile={home / 'run' / 'kafka-log4j2.properties'}",
+            f"-Dlog4j2.configurationFile={home / 'data' / 'kafka' / 'log4j2.properties'}",
             *settings.jvm_args, "-cp", f"{require_kafka()}/*"]
 
 
@@ -209,8 +209,9 @@ def format_storage(cfg: StackConfig, spec: ClusterSpec, home: Path, indexes: lis
     indexes formatted now."""
     from ykafka.devstack import StackError, _tail
 
-    (home / "run").mkdir(parents=True, exist_ok=True)
-    (home / "run" / "kafka-log4j2.properties").write_text(LOG4J2)
+    log4j = home / "data" / "kafka" / "log4j2.properties"
+    log4j.parent.mkdir(parents=True, exist_ok=True)
+    log4j.write_text(LOG4J2)
     id_file = cluster_dir(home, spec) / "cluster.id"
     id_file.parent.mkdir(parents=True, exist_ok=True)
     if not id_file.exists():
