@@ -40,6 +40,8 @@ def main() -> None:
     print(f"produced {args.count} messages to {args.topic!r}: {delivered['ok']} acknowledged, "
           f"{delivered['failed']} failed ({time.monotonic() - started:.2f}s)")
 
+    # session.timeout.ms: only for `ykafka dev up --broker tansu`, whose group joins wait out the session timeout
+    # (~23 s at the default); Apache Kafka joins at once either way
     consumer = Consumer({"group.id": f"quickstart-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
                          "session.timeout.ms": 6000})
     consumer.subscribe([args.topic])

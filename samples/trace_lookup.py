@@ -66,6 +66,7 @@ def main() -> None:
         if len(handled) == args.count:
             done.set()
 
+    # session.timeout.ms: only for a Tansu stack (`--broker tansu`), whose joins wait out the session timeout
     consumer = Consumer({**local, "group.id": group, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                          "consumer.retry.backoff.ms": "200", "consumer.workers": 2})
     watchdog = threading.Thread(target=lambda: (done.wait(90), consumer.stop()), daemon=True)

@@ -65,6 +65,7 @@ def main() -> int:
     args = parser.parse_args()
     configure("warning")
 
+    # session.timeout.ms 6000: a stopped worker's partitions move in seconds (and Tansu's joins are not ~23 s)
     conf: dict[str, Any] = {"group.id": args.group, "auto.offset.reset": "latest", "session.timeout.ms": 6000,
                             "consumer.workers": 2, "consumer.retry.backoff.ms": "2000,10000"}
     if args.bootstrap:

@@ -3,9 +3,13 @@ at the end.
 
 Clusters every test module can ask for (each started once per session and worker, on first use):
 
-- ``brokers`` / ``stack``: the shared stack's clusters ``dc-a`` and ``dc-b`` (bootstrap dict / the whole stack);
-- ``kafka_brokers`` / ``kafka_stack``: the same on Apache Kafka (one KRaft node per cluster), for tests of broker
-  behaviour (groups, lag, transactions, the console's group and topic pages);
+- ``brokers`` / ``stack``: the shared stack's clusters ``dc-a`` and ``dc-b`` (bootstrap dict / the whole stack), on
+  the module's broker kind: ``pytestmark = pytest.mark.broker("kafka")`` puts a module on Apache Kafka (one KRaft
+  node per cluster), unmarked modules run on ``YKAFKA_TEST_BROKER`` (default ``tansu``: the fast tier);
+  ``sdk_stack`` (tests/sdk_fixtures.py) and ``durable_pool`` (tests/dr_fixtures.py, default Kafka) follow the
+  same marker;
+- ``kafka_brokers`` / ``kafka_stack`` and ``tansu_brokers`` / ``tansu_stack``: the same on a given kind, whatever
+  the module's marker;
 - ``kafka_cluster3``: a three-node Kafka cluster (RF 3, ``min.insync.replicas=2``; a :class:`tests.support.Broker`
   whose nodes a durability test may kill: it gets them running again with ``.ready()``).
 
@@ -27,7 +31,7 @@ pytest.register_assert_rewrite("tests.helpers", "tests.support", "tests.cc_fixtu
                                 "tests.pipeline_fixtures", "tests.console_fixtures")
 
 from tests.helpers import unique as unique  # noqa: E402
-from tests.support import Broker, LocalStack, new_stack  # noqa: E402
+from tests.support import Broker, LocalStack, broker_kind, new_stack, tansu_group_quirk  # noqa: E402
 
 # every fixture module, registered once here (never in a test module)
 pytest_plugins = ["tests.cc_fixtures", "tests.ms_fixtures", "tests.sdk_fixtures", "tests.consumer_fixtures",
@@ -57,7 +61,7 @@ EXTERNAL_BOOTSTRAP = os.environ.get("YKAFKA_TEST_BOOTSTRAP") or None
 
 @pytest.fixture(scope="session")
 def _session_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    st = new_stack(tmp_path_factory.mktemp("stack"), external_bootstrap=EXTERNAL_BOOTSTRAP)
+    st = new_stack(tmp_path_factory.mktemp("stack"), broker="tansu", external_bootstrap=EXTERNAL_BOOTSTRAP)
     try:
         yield st
     finally:
@@ -65,17 +69,30 @@ def _session_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSt
 
 
 @pytest.fixture(scope="session")
-def brokers(_session_stack: LocalStack) -> dict[str, str]:
-    """Cluster name -> bootstrap servers, with only the brokers started."""
+def tansu_brokers(_session_stack: LocalStack) -> dict[str, str]:
+    """Cluster name -> bootstrap servers of ``dc-a`` and ``dc-b`` on Tansu (one memory broker each)."""
     if not EXTERNAL_BOOTSTRAP:
         _session_stack.up(["brokers"])
     return _session_stack.clusters
 
 
 @pytest.fixture(scope="session")
-def stack(_session_stack: LocalStack, brokers: dict[str, str]) -> LocalStack:
-    """The whole stack: brokers, config service and MetaServer, with the demo app seeded."""
+def tansu_stack(_session_stack: LocalStack, tansu_brokers: dict[str, str]) -> LocalStack:
+    """The whole stack on Tansu: brokers, config service and MetaServer, with the demo app seeded."""
     return _session_stack.up()
+
+
+@pytest.fixture(scope="module")
+def brokers(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Cluster name -> bootstrap servers on the module's broker kind, with only the brokers started."""
+    return dict(request.getfixturevalue(f"{broker_kind(request)}_brokers"))
+
+
+@pytest.fixture(scope="module")
+def stack(request: pytest.FixtureRequest) -> LocalStack:
+    """The whole stack on the module's broker kind: brokers, config service and MetaServer, the demo app seeded."""
+    found: LocalStack = request.getfixturevalue(f"{broker_kind(request)}_stack")
+    return found
 
 
 @pytest.fixture(scope="session")
@@ -113,13 +130,13 @@ def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]
 
 
 def consumer_config(bootstrap: str, group: str | None = None, **extra: Any) -> dict[str, Any]:
-    """Plain librdkafka consumer settings for tests (short session timeout: Tansu joins in ~3 s)."""
+    """Plain librdkafka consumer settings for tests (on Tansu a short session timeout: ``tansu_group_quirk``)."""
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "group.id": group or f"test-{uuid.uuid4().hex[:8]}",
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": 6000,
         "enable.auto.commit": False,
+        **tansu_group_quirk(bootstrap),
     }
     conf.update(extra)
     return conf

@@ -64,6 +64,7 @@ def consumer_config(bootstrap: str, group: str, tmp_path: Path, **extra: Any) ->
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "auto.offset.reset": "earliest",
+        # a member that dies (tests/test_consumer_kill.py) is noticed in 6 s, on any broker
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 500,
         "ykafka.cache.dir": str(tmp_path / "cache"),
@@ -75,7 +76,7 @@ def consumer_config(bootstrap: str, group: str, tmp_path: Path, **extra: Any) ->
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    raw = RawConsumer({"bootstrap.servers": bootstrap, "group.id": group, "session.timeout.ms": 6000})
+    raw = RawConsumer({"bootstrap.servers": bootstrap, "group.id": group})  # reads offsets, never joins
     try:
         found = raw.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
         return {tp.partition: tp.offset for tp in found}
@@ -86,7 +87,7 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
 def read_all(bootstrap: str, topic: str, expect: int, timeout: float = 30.0) -> list[Message]:
     """Read ``expect`` messages of a topic from the beginning (no group commits)."""
     raw = RawConsumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "auto.offset.reset": "earliest",
-                       "enable.auto.commit": False, "session.timeout.ms": 6000})
+                       "enable.auto.commit": False})  # assigned: no group join
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10).topics[topic]
     raw.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
     out: list[Message] = []

@@ -2,8 +2,9 @@
 counters they check with.
 
 The session ``brokers`` fixture is shared by every test, so chaos tests that kill, freeze and restart a
-cluster start their own here. Chaos and DR tests use durable clusters (two Tansu brokers on the S3 engine over a
-local S3 server): an acknowledged message survives the kill, so every count is strict.
+cluster start their own here. Chaos and DR tests use durable clusters: Apache Kafka (one KRaft node per cluster,
+logs on disk) unless the module is marked ``pytest.mark.broker("tansu")`` (two Tansu brokers on the S3 engine over
+a local S3 server): an acknowledged message survives the kill, so every count is strict.
 """
 
 from __future__ import annotations
@@ -20,17 +21,30 @@ from confluent_kafka.admin import AdminClient
 
 from tests.helpers import create_topic as create_topic
 from tests.helpers import unique as unique
-from tests.support import Broker, brokers
+from tests.support import Broker, broker_kind, brokers
 
 
 @pytest.fixture(scope="session")
-def durable_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Broker]]:
-    """``dc-a`` and ``dc-b``: durable clusters of two brokers each on one local S3 server, started once and shared by
-    every chaos and DR test of the session (each test on its own topics). A test may kill or freeze them; the
-    next test gets them running again (what they acknowledged is still there)."""
+def kafka_durable_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Broker]]:
+    with brokers(["dc-a", "dc-b"], tmp_path_factory.mktemp("durable-kafka"), broker="kafka") as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def tansu_durable_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Broker]]:
     pytest.importorskip("moto", reason="moto[server] (dev extra) runs the durable clusters' local S3 server")
     with brokers(["dc-a", "dc-b"], tmp_path_factory.mktemp("durable"), storage="durable") as started:
         yield started
+
+
+@pytest.fixture(scope="module")
+def durable_pool(request: pytest.FixtureRequest) -> dict[str, Broker]:
+    """``dc-a`` and ``dc-b``: durable clusters started once and shared by every chaos and DR test of the session
+    (each test on its own topics): one Apache Kafka node each, or on a module marked ``broker("tansu")`` two Tansu
+    brokers each on one local S3 server. A test may kill or freeze them; the next test gets them running again (what
+    they acknowledged is still there)."""
+    found: dict[str, Broker] = request.getfixturevalue(f"{broker_kind(request, 'kafka')}_durable_pool")
+    return found
 
 
 @pytest.fixture
@@ -41,7 +55,7 @@ def dc_brokers(durable_pool: dict[str, Broker]) -> dict[str, Broker]:
 
 @pytest.fixture
 def one_broker(durable_pool: dict[str, Broker]) -> Broker:
-    """One durable cluster of two brokers (the pool's ``dc-a``), running."""
+    """One durable cluster (the pool's ``dc-a``), running."""
     return durable_pool["dc-a"].ready()
 
 
@@ -54,7 +68,7 @@ def read_all(bootstrap: str, topic: str, expect: int | None = None, idle_s: floa
         return []
     parts = sorted(meta.topics[topic].partitions)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("dr-read"),
-                         "enable.auto.commit": False, "session.timeout.ms": 6000,
+                         "enable.auto.commit": False,  # assigned: no group join
                          # not shorter: Tansu's S3 engine answers very frequent fetches with partial data, and a
                          # reader polling every 50 ms stalled mid-topic (records missing although stored)
                          "fetch.wait.max.ms": 500, "enable.partition.eof": False})

@@ -1,4 +1,5 @@
-"""Fixtures of the observability tests: a private Tansu broker, one SparkSession per test session, helpers.
+"""Fixtures of the observability tests: a private broker (the module's kind, ``pytest.mark.broker``), one
+SparkSession per test session, helpers.
 
 The broker is private because the pipeline reads the shared ``__ykafka_*`` topics whole: other tests'
 clients must not leak events into what these tests count. Spark starts once per session (it takes
@@ -19,17 +20,33 @@ from confluent_kafka import Consumer, KafkaError
 
 from tests.helpers import unique as unique
 from tests.helpers import wait_until as wait_until
-from tests.support import Broker, Proc, free_port
+from tests.support import Broker, Proc, broker_kind, free_port, tansu_group_quirk
 from ykafka import events
 
 
-@pytest.fixture(scope="session")
-def obs_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    broker = Broker("obs", tmp_path_factory.mktemp("obs-broker")).start()
+def _obs_broker(tmp_path_factory: pytest.TempPathFactory, kind: str) -> Iterator[Broker]:
+    broker = Broker("obs", tmp_path_factory.mktemp(f"obs-broker-{kind}"), broker=kind).start()
     try:
         yield broker
     finally:
         broker.close()
+
+
+@pytest.fixture(scope="session")
+def tansu_obs_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from _obs_broker(tmp_path_factory, "tansu")
+
+
+@pytest.fixture(scope="session")
+def kafka_obs_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from _obs_broker(tmp_path_factory, "kafka")
+
+
+@pytest.fixture(scope="module")
+def obs_broker(request: pytest.FixtureRequest) -> Broker:
+    """The observability tests' private cluster on the module's broker kind."""
+    found: Broker = request.getfixturevalue(f"{broker_kind(request)}_obs_broker")
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +94,7 @@ def spark() -> Iterator[Any]:
 
 def consumer(bootstrap: str, group: str | None = None, **extra: Any) -> Consumer:
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group or unique("g"),
-                            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                            "auto.offset.reset": "earliest", **tansu_group_quirk(bootstrap),
                             "enable.auto.commit": False, "log_level": 3}
     conf.update(extra)
     return Consumer(conf)

@@ -1,6 +1,6 @@
-"""Fixtures of the SDK-core / producer tests: a private stack (``tests.support.LocalStack``: two Tansu brokers,
-the real config service, the real MetaServer) on free ports, a private config service, and broker-side readers
-that count every message. Processes are stopped by their own pid.
+"""Fixtures of the SDK-core / producer tests: a private stack (``tests.support.LocalStack``: two clusters on the
+module's broker kind, ``pytest.mark.broker``, the real config service, the real MetaServer) on free ports, a
+private config service, and broker-side readers that count every message. Processes are stopped by their own pid.
 """
 
 from __future__ import annotations
@@ -17,18 +17,33 @@ from confluent_kafka.admin import AdminClient
 
 from tests.helpers import create_topic as create_topic
 from tests.helpers import wait_until as wait_until
-from tests.support import ConfigService, LocalStack, new_stack, start_config_service
+from tests.support import ConfigService, LocalStack, broker_kind, new_stack, start_config_service
 
 
-@pytest.fixture(scope="session")
-def sdk_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    """A second whole stack, private to the SDK-core and console tests (their hot-config pushes, client reports and
-    console pages stay apart from the shared ``stack``); the same code starts it."""
-    st = new_stack(tmp_path_factory.mktemp("sdkstack"), app_id=f"app-{uuid.uuid4().hex[:8]}")
+def _sdk_stack(tmp_path_factory: pytest.TempPathFactory, broker: str) -> Iterator[LocalStack]:
+    st = new_stack(tmp_path_factory.mktemp(f"sdkstack-{broker}"), app_id=f"app-{uuid.uuid4().hex[:8]}", broker=broker)
     try:
         yield st.up()
     finally:
         st.down()
+
+
+@pytest.fixture(scope="session")
+def tansu_sdk_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    yield from _sdk_stack(tmp_path_factory, "tansu")
+
+
+@pytest.fixture(scope="session")
+def kafka_sdk_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    yield from _sdk_stack(tmp_path_factory, "kafka")
+
+
+@pytest.fixture(scope="module")
+def sdk_stack(request: pytest.FixtureRequest) -> LocalStack:
+    """A second whole stack, private to the SDK-core and console tests (their hot-config pushes, client reports and
+    console pages stay apart from the shared ``stack``), on the module's broker kind; the same code starts it."""
+    found: LocalStack = request.getfixturevalue(f"{broker_kind(request)}_sdk_stack")
+    return found
 
 
 @pytest.fixture
@@ -67,7 +82,7 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 30.0,
         return []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "session.timeout.ms": 6000, "enable.partition.eof": False})
+                         "enable.partition.eof": False})  # assigned: no group join
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     out: list[Record] = []
     quiet_since: float | None = None

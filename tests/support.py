@@ -232,6 +232,40 @@ def start_config_service(workdir: Path, longpoll_timeout: float = 5, db: Path | 
                          log_dir=workdir).start()
 
 
+# --- broker kinds ---------------------------------------------------------------------------------------
+
+#: addresses (host:port) of every Apache Kafka broker this process made (:func:`cluster_stack`, :func:`new_stack`):
+#: the Tansu quirks below apply to any other cluster
+KAFKA_ADDRESSES: set[str] = set()
+
+
+def broker_kind(request: Any, default: str | None = None) -> str:
+    """The broker kind a test module asked for with ``pytestmark = pytest.mark.broker("kafka")`` (or ``"tansu"``);
+    else ``default``, else ``YKAFKA_TEST_BROKER`` (default ``tansu``: the fast tier)."""
+    marker = request.node.get_closest_marker("broker")
+    if marker is not None:
+        return str(marker.args[0])
+    return default or os.environ.get("YKAFKA_TEST_BROKER", "tansu")
+
+
+def is_kafka(bootstrap: str) -> bool:
+    """The cluster at ``bootstrap`` is one of the Apache Kafka clusters this process made."""
+    return any(address in KAFKA_ADDRESSES for address in bootstrap.split(","))
+
+
+def _remember_kafka(cfg: StackConfig) -> None:
+    for name, spec in cfg.clusters.items():
+        if spec.broker == "kafka" and not cfg.external_bootstrap:
+            KAFKA_ADDRESSES.update(cfg.bootstrap(name).split(","))
+
+
+def tansu_group_quirk(bootstrap: str) -> dict[str, Any]:
+    """Consumer settings that only Tansu needs: its group joins wait out the whole session timeout (about 23 s at
+    librdkafka's default 45 s), so a test consumer there sets 6 s; Apache Kafka joins at once
+    (``group.initial.rebalance.delay.ms=0``) and gets nothing."""
+    return {} if is_kafka(bootstrap) else {"session.timeout.ms": 6000}
+
+
 # --- one private Kafka cluster ------------------------------------------------------------------------
 
 def cluster_stack(names: list[str], home: Path, storage: str = "memory", brokers: int | None = None,
@@ -246,6 +280,7 @@ def cluster_stack(names: list[str], home: Path, storage: str = "memory", brokers
                                       controller_ports=[free_port() for _ in range(count)] if broker == "kafka" else [])
                     for name in names}
     cfg.default_cluster = names[0]
+    _remember_kafka(cfg)
     return Stack(cfg)
 
 
@@ -478,7 +513,9 @@ def new_stack(home: Path | None = None, **overrides: Any) -> LocalStack:
     :func:`ykafka.devstack.ephemeral_config` (``broker="kafka"``, ``storage="durable"``, ``brokers=2``,
     ``external_bootstrap``...)."""
     home = home or Path(tempfile.mkdtemp(prefix="ykafka-stack-"))
-    return LocalStack(Stack(ephemeral_config(home, **overrides)))
+    cfg = ephemeral_config(home, **overrides)
+    _remember_kafka(cfg)
+    return LocalStack(Stack(cfg))
 
 
 @contextlib.contextmanager

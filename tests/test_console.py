@@ -18,6 +18,9 @@ from tests.console_fixtures import PASSWORD, Console, Load, admin_clients, wait_
 from tests.helpers import create_topic, unique, wait_until
 from tests.sdk_fixtures import check_stream, read_topic
 
+# the console's group and topic pages describe real groups (members, lag): Apache Kafka
+pytestmark = pytest.mark.broker("kafka")
+
 
 def _producers(console: Console, topic: str, ips: list[str]) -> tuple[str, list[Load]]:
     st = console.stack

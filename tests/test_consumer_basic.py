@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.consumer_fixtures import Recorder, committed, consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer
+
+pytestmark = pytest.mark.broker("kafka")  # consumer groups and committed offsets: Apache Kafka's group coordinator
 
 
 def test_run_handles_every_message_once_and_commits_the_end(bootstrap: str, running, tmp_path: Path) -> None:

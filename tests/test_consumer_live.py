@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.consumer_fixtures import Recorder, consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer
+
+pytestmark = pytest.mark.broker("kafka")  # live consumer groups: Apache Kafka's group coordinator
 
 
 def _start(bootstrap: str, running, tmp_path: Path, count: int, delay: float = 0.002, partitions: int = 4,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.consumer_fixtures import Recorder, consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer
+
+pytestmark = pytest.mark.broker("kafka")  # ordering across a group's members: Apache Kafka's group coordinator
 
 
 def _run(bootstrap: str, running, tmp_path: Path, ordering: str, count: int = 600, keys: int = 30):

@@ -9,6 +9,8 @@ import pytest
 from tests.consumer_fixtures import Recorder, consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer
 
+pytestmark = pytest.mark.broker("kafka")  # consumer-group rebalances: Apache Kafka's group coordinator
+
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_rebalance_between_two_consumers_loses_and_repeats_nothing(bootstrap: str, running, tmp_path: Path,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.consumer_fixtures import Recorder, create_topic, produce, unique, wait_until
-from tests.support import LocalStack
+from tests.support import LocalStack, tansu_group_quirk
 from ykafka.admin.client import AdminClient
 from ykafka.consumer import Consumer
 from ykafka.errors import AclDenied
@@ -18,7 +18,7 @@ from ykafka.errors import AclDenied
 
 def _conf(stack: LocalStack, group: str, app: tuple[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     conf = stack.client_config(**{
-        "group.id": group, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+        "group.id": group, "auto.offset.reset": "earliest", **tansu_group_quirk(stack.bootstrap()),
         "ykafka.consumer.commit.interval.ms": 200, **extra})
     if app is not None:
         conf["ykafka.app.id"], conf["ykafka.app.secret"] = app

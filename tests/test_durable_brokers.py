@@ -24,6 +24,7 @@ from ykafka.devstack import Stack, _pid_alive, ephemeral_config
 from ykafka.dr.engine import RouteSpec
 
 pytest.importorskip("moto", reason="moto[server] (dev extra) is needed for the durable (S3) brokers")
+pytestmark = pytest.mark.broker("tansu")  # Tansu's own durable storage (S3 engine): what this module is about
 
 
 @pytest.fixture()

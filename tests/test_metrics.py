@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
+import pytest
 import requests
 from confluent_kafka import Producer, TopicPartition
 
@@ -20,6 +21,9 @@ from ykafka import events
 from ykafka.events import MetricName
 from ykafka.metrics import Metrics, client_event_from_report, local_versions
 from ykafka.sink import EventSink
+
+# consumer lag from a real group's committed offsets and watermarks: Apache Kafka
+pytestmark = pytest.mark.broker("kafka")
 
 
 def test_timer_summaries_and_counters_are_exact() -> None:

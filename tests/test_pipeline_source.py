@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from pipeline.source import KafkaStreamReader, read_range
 from tests.pipeline_fixtures import unique
+
+# the source's reads past a high watermark that lags the log (Tansu's quirk: the last batch's base offset + 1)
+pytestmark = pytest.mark.broker("tansu")
 
 
 def _topic(bootstrap: str, partitions: int) -> str:

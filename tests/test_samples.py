@@ -14,6 +14,8 @@ import pytest
 from tests.conftest import unique
 from tests.support import LocalStack, new_stack
 
+pytestmark = pytest.mark.broker("kafka")  # the samples run as `ykafka dev up` starts the stack by default: Apache Kafka
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -22,7 +22,8 @@ from tests.support import Broker
 from ykafka import DeserializingConsumer, SerializingProducer
 from ykafka.aio import AsyncDeserializingConsumer, AsyncSerializingProducer
 
-FAST_JOIN = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}  # as every consumer test here
+# Tansu's slow group joins (tests.support.tansu_group_quirk): this module's brokers are Tansu (the fast tier)
+FAST_JOIN = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 ORDER_AVRO = """
 {"type": "record", "name": "Order", "fields": [
   {"name": "id", "type": "int"}, {"name": "item", "type": "string"}, {"name": "qty", "type": "int"}]}

@@ -130,9 +130,9 @@ class StackConfig:
         if kind not in BROKER_KINDS:
             raise StackError(f"unknown broker {kind!r}; choose one of {', '.join(BROKER_KINDS)}")
         for spec in self.clusters.values():
+            if spec.broker != kind:  # a Kafka cluster is on disk; a Tansu one starts on memory unless told
+                spec.storage = "durable" if kind == "kafka" else "memory"
             spec.broker = kind
-            if kind == "kafka":
-                spec.storage = "durable"
             if brokers:
                 spec.brokers = brokers
 
@@ -817,7 +817,7 @@ class Stack:
 
 
 def _batches(services: list[Service]) -> list[list[Service]]:
-    """Services in start order, those of one ``group`` (a Kafka cluster's nodes) in one batch."""
+    """Services in start order, consecutive ones of one ``group`` (every Kafka node) in one batch."""
     out: list[list[Service]] = []
     for svc in services:
         if svc.group is not None and out and out[-1][0].group == svc.group:
@@ -858,11 +858,10 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 def ephemeral_config(home: Path, **overrides: Any) -> StackConfig:
-    """A stack on free ports under ``home`` with fresh random tokens: for tests and benchmarks."""
+    """A stack on free ports under ``home`` with fresh random tokens: for tests and benchmarks. Its clusters run on
+    ``broker`` (default ``tansu``, whatever configs/dev.yaml says: a test names the broker it needs)."""
     cfg = StackConfig.load(env={}, home=home)
-    broker = overrides.pop("broker", None)
-    if broker:
-        cfg.set_broker(broker, overrides.get("brokers"))
+    cfg.set_broker(overrides.pop("broker", None) or "tansu", overrides.get("brokers"))
     storage = overrides.pop("storage", None)
     if storage:
         cfg.set_storage(storage, overrides.get("brokers"))

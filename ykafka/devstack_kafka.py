@@ -244,8 +244,9 @@ def format_storage(cfg: StackConfig, spec: ClusterSpec, home: Path, indexes: lis
 
 def kafka_services(cfg: StackConfig, spec: ClusterSpec, home: Path,
                    service: Callable[..., Service]) -> list[Service]:
-    """One :class:`Service` per node; starting one first formats what is not formatted (``prepare``), and the
-    nodes of a cluster start together (``group``: a quorum of 3 answers only once 2 run)."""
+    """One :class:`Service` per node; starting one first formats what is not formatted (``prepare``). Every Kafka
+    node of the stack starts and stops together (``group``): a quorum of 3 answers only once 2 run, and a quorum
+    stopped node by node leaves the last one waiting for its lost majority; two clusters boot in parallel."""
     try:
         base = _jvm(spec.kafka, home)
     except KafkaMissing as exc:
@@ -261,6 +262,6 @@ def kafka_services(cfg: StackConfig, spec: ClusterSpec, home: Path,
             format_storage(cfg, spec, home, [index])
 
         out.append(service(spec.broker_name(index), [*base, "kafka.Kafka", str(config)], ports[index],
-                           env=dict(spec.kafka.env), prepare=prepare, group=spec.name, kind="kafka",
+                           env=dict(spec.kafka.env), prepare=prepare, group="kafka", kind="kafka",
                            node_id=index + 1, startup_timeout_s=STARTUP_TIMEOUT_S))
     return out
