@@ -13,8 +13,10 @@ from fastapi.staticfiles import StaticFiles
 from . import (
     admin_views,
     api,
+    config_views,
     dlq_views,
     group_views,
+    overview_views,
     request_views,
     topic_views,
     trace_views,
@@ -28,7 +30,7 @@ def install(app: FastAPI) -> None:
     # the page modules register on the console router
     assert (admin_views.router is rollout_views.router is
             dlq_views.router is group_views.router is request_views.router is topic_views.router
-            is trace_views.router is views.router)
+            is trace_views.router is config_views.router is overview_views.router is views.router)
     app.include_router(views.router)
     app.include_router(api.router)
     app.mount("/console/static", StaticFiles(directory=str(views.HERE / "static")), name="console-static")

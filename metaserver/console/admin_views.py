@@ -9,7 +9,6 @@ from urllib.parse import quote
 from fastapi import HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
-from starlette.concurrency import run_in_threadpool
 
 from ykafka import acl as acl_rules
 
@@ -17,7 +16,9 @@ from .. import audit, configwrites, db, hotconfig, kafka_view, registry, routes_
 from ..hotconfig import ConfigRejected
 from ..models import apps
 from . import provision, users
-from .views import Denied, _audit, _form, _login_redirect, _page, _session, _svc, required, router, writes_to
+from .config_views import off_loop
+from .overview_views import writes_to
+from .views import Denied, _audit, _form, _login_redirect, _page, _session, _svc, router
 
 _OPS: dict[str, acl_rules.Operation] = {op: op for op in acl_rules.OPERATIONS}
 
@@ -192,10 +193,10 @@ def cluster_list(request: Request) -> Response:
 @router.post("/clusters/failover")
 async def cluster_failover(request: Request) -> Response:
     """Move a cluster's writes to its standby, back to the primary (failback sync), or clear the switch."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
-    form = required(await _form(request, sess, "admin"), "to", "cluster")
+    return await off_loop(request, "admin", _failover, "to", "cluster")
+
+
+def _failover(request: Request, sess: users.Session, form: dict[str, str]) -> Response:
     to, cluster = form["to"], form["cluster"]
     try:
         if to not in ("standby", "primary", "clear"):
@@ -203,9 +204,8 @@ async def cluster_failover(request: Request) -> Response:
         scope = f"cluster:{cluster}"
         plan = (hotconfig.validate(scope, {}, ["route.active"], None) if to == "clear"
                 else hotconfig.validate(scope, {"route.active": to}, [], None))
-        await run_in_threadpool(lambda: configwrites.push(
-            _svc(request), plan, f"console:{sess.username}", f"failover: writes to {to}", guard=False,
-            action="cluster.failover", extra={"to": to}))
+        configwrites.push(_svc(request), plan, f"console:{sess.username}", f"failover: writes to {to}",
+                          guard=False, action="cluster.failover", extra={"to": to})
     except ConfigRejected as exc:
         return _page(request, "error.html", sess, status_code=422, message="; ".join(exc.errors.values()))
     return RedirectResponse("/console/clusters", status_code=303)

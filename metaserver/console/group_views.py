@@ -25,19 +25,8 @@ from ..models import client_state as cs
 from ..routes_observe import parse_since
 from . import queries
 from .brokers import connection
-from .views import (
-    StoreUnavailable,
-    _api,
-    _audit,
-    _form,
-    _login_redirect,
-    _page,
-    _session,
-    _svc,
-    pipeline_store,
-    read_store,
-    router,
-)
+from .pipeline_reads import StoreUnavailable, pipeline_store, read_store
+from .views import _api, _audit, _form, _login_redirect, _page, _session, _svc, router
 
 STATUS_PILL = {"OK": "ok", "WARN": "warn", "STALL": "warn", "ERR": "bad", "STOP": "bad"}
 

@@ -31,17 +31,8 @@ from . import provision, queries
 from .brokers import connection
 from .group_views import STATUS_PILL, _history, _sampler
 from .models import requests as reqs
-from .views import (
-    StoreUnavailable,
-    _api,
-    _form,
-    _login_redirect,
-    _page,
-    _session,
-    _svc,
-    read_store,
-    router,
-)
+from .pipeline_reads import StoreUnavailable, read_store
+from .views import _api, _form, _login_redirect, _page, _session, _svc, router
 
 #: live clients listed on a topic's page (the count covers all of them), and groups whose lag is read
 TOPIC_CLIENTS = 50

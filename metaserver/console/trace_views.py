@@ -12,7 +12,8 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from .. import pipeline_module
-from .views import StoreUnavailable, _login_redirect, _page, _session, _svc, read_store, router
+from .pipeline_reads import StoreUnavailable, read_store
+from .views import _login_redirect, _page, _session, _svc, router
 
 
 def _lookup(svc: Any, key: str, msg_id: str, topic: str, since: str) -> list[dict[str, Any]]:

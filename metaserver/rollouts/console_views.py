@@ -12,7 +12,8 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import hotconfig
 from ..console import users
-from ..console.views import _form, _login_redirect, _page, _parse_changes, _session, _svc, router
+from ..console.config_views import _parse_changes
+from ..console.views import _form, _login_redirect, _page, _session, _svc, router
 from ..hotconfig import ConfigRejected
 from . import guards, plans, targets
 
