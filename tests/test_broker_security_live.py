@@ -24,7 +24,7 @@ from tests import kafka_secured
 from tests.helpers import wait_until
 from tests.ms_fixtures import App, MetaServer, new_app
 from tests.test_broker_security import consume_raw, produce_raw
-from ykafka import BrokerAuthError, MetaServerUnavailable, Producer
+from ykafka import BrokerAuthError, Consumer, MetaServerUnavailable, Producer
 
 log = structlog.get_logger(__name__)
 
@@ -226,3 +226,42 @@ def test_with_the_metaserver_stopped_clients_run_from_cached_credentials_until_t
     assert "MetaServer" in str(expired.value)
     ids = read_ids(kafka, topic, len(ledger.sent))
     assert sorted(set(ids)) == sorted(ledger.sent)
+
+
+def test_a_consumer_follows_rotated_credentials_without_leaving_its_group(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    app = new_app(server, acl={"produce": [], "consume": ["rc.*"], "group": ["rc-*"]}, default_cluster="dc-a")
+    topic = f"rc.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    assert all(err is None for err in produce_raw(kafka.client(), topic, 50))
+    consumer = Consumer(client_conf(server, app, tmp_path / "c", **{
+        "group.id": f"rc-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest", "enable.auto.commit": False}))
+    seen: list[bytes] = []
+
+    def read(until: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(seen) < until and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value())
+
+    try:
+        consumer.subscribe([topic])
+        read(50, 30)
+        assert len(seen) == 50
+        old_props = consumer.runtime.cluster("dc-a").rdkafka()
+        old = old_props["sasl.username"]
+        handles = consumer.generation
+        server.admin().rotate_credentials(app.app_id)
+        wait_until(lambda: consumer.runtime.cluster("dc-a").rdkafka()["sasl.username"] != old, 15,
+                   message="renewed onto the new principal")
+        # the old principal is deleted after the grace; the connections re-authenticate within REAUTH_MS
+        wait_until(lambda: consume_raw(old_props, topic, f"rc-old-{uuid.uuid4().hex[:4]}", timeout=4)[1] is not None,
+                   GRACE_S + 20, interval=1, message="old principal deleted")
+        time.sleep(REAUTH_MS / 1000 + 1)  # every connection of the consumer re-authenticated since
+        assert all(err is None for err in produce_raw(kafka.client(), topic, 50))
+        read(100, 30)
+        assert len(seen) == 100 and len(set(seen)) == 50  # m0..m49 twice: every message of both batches
+        assert consumer.generation == handles  # no rebuild: the same handle, the same group member
+    finally:
+        consumer.close()

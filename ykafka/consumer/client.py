@@ -128,8 +128,18 @@ class Consumer:
         self.effective = effective
         if cluster != self.cluster:
             self._switch(cluster, effective)
+        else:
+            self._follow_credentials(cluster)
         if changes:  # already parsed by the runtime: no second validation
             self.engine.apply_valid(changes)
+
+    def _follow_credentials(self, cluster: str) -> None:
+        """The grant's principal on the cluster changed (rotation): hand it to the librdkafka consumer."""
+        wanted = self.runtime.cluster(cluster).rdkafka()
+        user, password = wanted.get("sasl.username"), wanted.get("sasl.password")
+        session = self._session
+        if user and (user, password) != (session.props.get("sasl.username"), session.props.get("sasl.password")):
+            session.set_credentials(str(user), str(password))
 
     def _switch(self, cluster: str, effective: Mapping[str, Any]) -> None:
         log.info("consumer route changed", previous=self.cluster, cluster=cluster)

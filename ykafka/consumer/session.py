@@ -167,6 +167,16 @@ class ConsumerSession:
 
     # -- live changes -----------------------------------------------------------------------------------
 
+    def set_credentials(self, username: str, password: str) -> None:
+        """New SASL credentials (a rotation at grant renewal): the current handle authenticates with them at
+        its next (re-)authentication (librdkafka's ``set_sasl_credentials``: no rebuild, the group is kept), and
+        every later handle is built with them."""
+        self.props.update({"sasl.username": username, "sasl.password": password})
+        self.client_config.update({"sasl.username": username, "sasl.password": password})
+        if self.consumer is not None:
+            self.consumer.set_sasl_credentials(username, password)
+        log.info("consumer credentials replaced", username=username)
+
     def rebuild(self, changes: Mapping[str, Any], removed: Sequence[str] = ()) -> bool:
         """Apply librdkafka settings that need a new handle; committed positions carry over.
 

@@ -1,0 +1,51 @@
+"""The ACL table → Kafka ACL bindings mapping and the names of issued principals (pure logic)."""
+
+from __future__ import annotations
+
+from metaserver import kafka_acls
+from metaserver.kafka_acls import Binding
+
+
+def test_each_operation_maps_to_its_kafka_bindings() -> None:
+    got = kafka_acls.app_bindings("app.orders@dc-a.g1", "orders",
+                                  {"produce": ["orders.*", "audit"], "consume": ["*"], "group": ["billing"]})
+    who = "User:app.orders@dc-a.g1"
+    mine = {(b.resource, b.name, b.pattern, b.operation) for b in got if not b.name.startswith("__ykafka_")}
+    assert mine == {
+        ("TOPIC", "orders.", "PREFIXED", "WRITE"), ("TOPIC", "orders.", "PREFIXED", "DESCRIBE"),
+        ("TOPIC", "audit", "LITERAL", "WRITE"), ("TOPIC", "audit", "LITERAL", "DESCRIBE"),
+        ("TOPIC", "*", "LITERAL", "READ"), ("TOPIC", "*", "LITERAL", "DESCRIBE"),
+        ("GROUP", "billing", "LITERAL", "READ"),
+        ("TRANSACTIONAL_ID", "orders", "PREFIXED", "WRITE"), ("TRANSACTIONAL_ID", "orders", "PREFIXED", "DESCRIBE"),
+    }
+    assert {b.principal for b in got} == {who} and {(b.permission, b.host) for b in got} == {("ALLOW", "*")}
+    telemetry = {(b.name, b.operation) for b in got if b.name.startswith("__ykafka_")}
+    assert telemetry == {(t, op) for t in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace")
+                         for op in ("WRITE", "DESCRIBE")}
+
+
+def test_a_consumer_only_app_gets_no_transactional_id() -> None:
+    got = kafka_acls.app_bindings("app.c@x.g1", "c", {"consume": ["t"], "group": ["g"]})
+    assert not any(b.resource == "TRANSACTIONAL_ID" for b in got)
+
+
+def test_patterns_kafka_cannot_express_are_refused_with_the_reason() -> None:
+    for good in ("orders", "orders.*", "*", ".hidden*"):
+        assert kafka_acls.pattern_problem(good) is None, good
+    for bad in ("or*ders", "**", "a b", ""):
+        problem = kafka_acls.pattern_problem(bad)
+        assert problem is not None and "Kafka ACLs match only a literal name, a prefix" in problem, bad
+
+
+def test_the_reconciler_owns_only_its_clusters_principals_and_the_everyone_principal() -> None:
+    user = kafka_acls.username("orders.eu", "dc-a.east", 3)
+    assert user == "app.orders.eu@dc-a.east.g3" and kafka_acls.user_cluster(user) == "dc-a.east"
+    assert kafka_acls.owned("User:" + user, "dc-a.east") and not kafka_acls.owned("User:" + user, "dc-a")
+    assert kafka_acls.owned("User:*", "dc-a")
+    for foreign in ("User:alice", "User:app.x", "User:app.x@dc-a.gx", "User:ykafka-admin"):
+        assert not kafka_acls.owned(foreign, "dc-a"), foreign
+
+
+def test_bindings_round_trip_through_json() -> None:
+    b = Binding("User:app.a@c.g1", "TOPIC", "t", "LITERAL", "WRITE")
+    assert Binding.from_json(b.as_json()) == b
