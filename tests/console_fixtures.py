@@ -48,15 +48,25 @@ class Console:
         page.screenshot(path=str(SCREENSHOTS / f"console-{name}.png"), full_page=True)
 
 
-@pytest.fixture(scope="module")
-def console(sdk_stack: LocalStack) -> Console:
+def _console(stack: LocalStack) -> Console:
     names = {}
     for role in ("viewer", "operator", "admin"):
         name = f"{role}-{uuid.uuid4().hex[:6]}"
-        resp = sdk_stack.admin("POST", "/v1/admin/users", {"username": name, "password": PASSWORD, "role": role})
+        resp = stack.admin("POST", "/v1/admin/users", {"username": name, "password": PASSWORD, "role": role})
         assert resp.status_code == 201, resp.text
         names[role] = name
-    return Console(sdk_stack, sdk_stack.metaserver, names)
+    return Console(stack, stack.metaserver, names)
+
+
+@pytest.fixture(scope="module")
+def console(sdk_stack: LocalStack) -> Console:
+    return _console(sdk_stack)
+
+
+@pytest.fixture(scope="module")
+def kafka_console(kafka_stack: LocalStack) -> Console:
+    """The console of the stack on Apache Kafka (``kafka_stack``), with a viewer, an operator and an admin."""
+    return _console(kafka_stack)
 
 
 @pytest.fixture(scope="module")
