@@ -10,7 +10,13 @@ time from an event to its alert.
 3. Starts the pipeline continuously (1 s triggers, alert evaluation every second), then writes one metric
    event whose handler latency breaks a rule and measures until the alert is delivered.
 
-    python bench/pipeline_throughput.py [--events 200000] [--master local[2]] [--quick]
+    python bench/pipeline_throughput.py [--events 200000] [--master local[2]] [--conf k=v ...] [--quick]
+    python bench/pipeline_throughput.py --cluster [--events 200000] [--quick]
+
+``--cluster`` runs the same measurement three times, each in its own driver process, in one run: on
+``local[2]``, on a standalone cluster of two workers (one core, 512 MB each; ``pipeline.cluster``, what
+``ykafka pipeline cluster up`` starts) and on the same cluster with a third worker added, and reports the three
+side by side (``by_master``) with the cluster's ratio to local mode.
 
 Last line: RESULT {"events", "events_s", "event_to_alert_s", ...}
 """
@@ -19,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -68,10 +76,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=200_000, help="trace events (plus 10%% metric events)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--conf", action="append", default=[], help="extra Spark setting key=value")
     parser.add_argument("--quick", action="store_true", help="8,000 events (the suite's check)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="local[2], then a 2-worker standalone cluster, then 3 workers, in one run")
     args = parser.parse_args()
     if args.quick:
         args.events = 8_000
+    if args.cluster:
+        compare_on_cluster(args.events)
+        return
+    conf = dict(item.split("=", 1) for item in args.conf)
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-pipeline-"))
     broker = Broker("bench-pipeline", work / "logs").start()
     pipeline: Pipeline | None = None
@@ -79,10 +94,11 @@ def main() -> None:
         # 16 event batches: the warm-up is read in two tasks as the measured batch is (two Python workers)
         warm_n = sum(write_events(broker.bootstrap, 16_000, prefix="w"))
         started = time.monotonic()
-        spark = spark_session(args.master)
+        spark = spark_session(args.master, conf)
         spark_start_s = time.monotonic() - started
         cfg = PipelineConfig(
             bootstrap=broker.bootstrap, store=str(work / "store"), master=args.master, sample_lag=False,
+            spark_conf=conf,
             trigger_s=1.0, eval_interval_s=1.0,
             alert_overrides={"window_s": 120, "latency": [
                 {"name": "slow-handler", "metric": "process.latency_ms", "stat": "p95", "threshold_ms": 1000}],
@@ -141,6 +157,46 @@ def main() -> None:
         if pipeline is not None:
             pipeline.close()
         broker.close()
+    print("RESULT " + json.dumps(result))
+
+
+def _measure(events_n: int, master: str, conf: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One measurement in its own driver process (a SparkSession is per process)."""
+    args = [sys.executable, __file__, "--events", str(events_n), "--master", master]
+    for item in conf:
+        args += ["--conf", item]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{master}: exit {proc.returncode}\n{(proc.stdout + proc.stderr)[-2000:]}")
+    print(f"{master}: {lines[-1]}", flush=True)
+    return dict(json.loads(lines[-1][len("RESULT "):]))
+
+
+def compare_on_cluster(events_n: int) -> None:
+    from pipeline import cluster
+
+    home = Path(tempfile.mkdtemp(prefix="ykafka-bench-spark-"))
+    conf = ("spark.driver.host=127.0.0.1", "spark.executor.memory=512m")
+    by_master: dict[str, dict[str, Any]] = {"local[2]": _measure(events_n, "local[2]",
+                                                                   ("spark.sql.shuffle.partitions=2",))}
+    try:
+        spark = cluster.up(home, workers=2, cores=1, memory="512m")
+        by_master["cluster-2-workers"] = _measure(events_n, spark.master,
+                                                  (*conf, "spark.sql.shuffle.partitions=2", "spark.cores.max=2"))
+        cluster.add_worker(spark, cores=1, memory="512m")
+        by_master["cluster-3-workers"] = _measure(events_n, spark.master,
+                                                  (*conf, "spark.sql.shuffle.partitions=3", "spark.cores.max=3"))
+    finally:
+        cluster.down(home)
+    local = by_master["local[2]"]["events_s"]
+    result = {"events": by_master["local[2]"]["events"], "cores": os.cpu_count(),
+              "by_master": {name: {k: r[k] for k in ("events_s", "event_to_alert_s", "batch_seconds",
+                                                      "spark_start_s", "warmup_s")}
+                            for name, r in by_master.items()},
+              "cluster2_vs_local": round(by_master["cluster-2-workers"]["events_s"] / local, 3),
+              "cluster3_vs_cluster2": round(by_master["cluster-3-workers"]["events_s"]
+                                            / by_master["cluster-2-workers"]["events_s"], 3)}
     print("RESULT " + json.dumps(result))
 
 

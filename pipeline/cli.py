@@ -2,6 +2,7 @@
 
 * ``ykafka trace KEY``             — a message's lifecycle from the trace store (pyarrow, no Spark start-up);
 * ``ykafka pipeline run|inventory|aggregates`` — the PySpark jobs;
+* ``ykafka pipeline cluster up|down|status`` — a Spark standalone cluster on this host to run them on;
 * ``ykafka admin groups list|cleanup`` — idle consumer groups, deleted with ``--apply``.
 
 Store and cluster default from the environment: ``YKAFKA_PIPELINE_STORE`` (else ``.ykafka/pipeline``),
@@ -186,6 +187,75 @@ def pipeline_run(once: bool, master: str | None, bootstrap: str | None, store: s
                       f": {alert['reason']} ({alert['status']})")
     if once:
         console.print(f"done in {result['seconds']}s; inventory: {len(result['inventory'])} clients")
+
+
+@pipeline.group("cluster")
+def pipeline_cluster() -> None:
+    """A Spark standalone cluster on this host (master + workers, by pid) to run the jobs on."""
+
+
+def _cluster_home(home: str | None) -> Any:
+    from pathlib import Path
+
+    return Path(home or os.environ.get("YKAFKA_SPARK_HOME_DIR", ".ykafka/spark"))
+
+
+@pipeline_cluster.command("up")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.option("--cores", type=click.IntRange(1, 256), default=1, show_default=True, help="cores per worker")
+@click.option("--memory", default="512m", show_default=True, help="memory per worker (Spark size: 512m, 2g)")
+@click.option("--home", default=None, help="pid/state and logs (default .ykafka/spark, YKAFKA_SPARK_HOME_DIR)")
+@click.option("--json", "as_json", is_flag=True)
+def pipeline_cluster_up(workers: int, cores: int, memory: str, home: str | None, as_json: bool) -> None:
+    """Start a master and N workers on 127.0.0.1; prints the master URL for --master."""
+    from .cluster import ClusterError, up
+
+    try:
+        with console.status(f"starting a Spark master and {workers} worker(s) ..."):
+            cluster = up(_cluster_home(home), workers=workers, cores=cores, memory=memory)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(cluster.status()))
+        return
+    console.print(f"master {cluster.master}  (web UI {cluster.ui}), {workers} worker(s)")
+    console.print(f"run the jobs on it: ykafka pipeline run --master {cluster.master} "
+                  "--conf spark.driver.host=127.0.0.1")
+
+
+@pipeline_cluster.command("down")
+@click.option("--home", default=None)
+def pipeline_cluster_down(home: str | None) -> None:
+    """Stop the master and workers that `cluster up` started (by their recorded pids)."""
+    from .cluster import ClusterError, down
+
+    try:
+        stopped = down(_cluster_home(home))
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    console.print(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@pipeline_cluster.command("status")
+@click.option("--home", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def pipeline_cluster_status(home: str | None, as_json: bool) -> None:
+    """The master URL, each daemon's pid and whether it runs, the workers the master lists ALIVE."""
+    from .cluster import ClusterError, SparkCluster
+
+    try:
+        cluster = SparkCluster.load(_cluster_home(home))
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    if cluster is None:
+        raise click.ClickException("no cluster was started from there: ykafka pipeline cluster up")
+    info = cluster.status()
+    if as_json:
+        click.echo(json.dumps(info))
+        return
+    console.print(f"master {info['master']}  (web UI {info['ui']}), {info['alive_workers']} worker(s) alive")
+    show_table(["daemon", "pid", "running", "web UI"],
+               [[d["name"], str(d["pid"]), "yes" if d["running"] else "no", d["ui"]] for d in info["daemons"]])
 
 
 @pipeline.command("inventory")

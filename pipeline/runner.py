@@ -33,6 +33,8 @@ from .store import Store, days_between
 log = structlog.get_logger(__name__)
 # what Spark says when a Python worker it started did not connect back within its fixed 10 s
 WORKER_TIMEOUT = "Python worker failed to connect back"
+#: how often continuous mode restarts one query after such a failure before giving up
+MAX_WORKER_RESTARTS = 5
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -222,6 +224,7 @@ class Pipeline:
     def run(self, duration_s: float | None = None) -> None:
         """Run continuously: queries + lag sampling + alert evaluation, until :meth:`stop` or ``duration_s``."""
         self.start()
+        restarts: dict[str, int] = {}
         deadline = None if duration_s is None else time.monotonic() + duration_s
         next_sample = next_eval = time.monotonic()
         try:
@@ -233,12 +236,28 @@ class Pipeline:
                 if now >= next_eval:
                     self.evaluate()
                     next_eval = now + self.cfg.eval_interval_s
-                for query in self._queries:
-                    if query.exception() is not None:
-                        raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+                self._restart_or_raise(restarts)
                 self._stop.wait(0.2)
         finally:
             self.stop()
+
+    def _restart_or_raise(self, restarts: dict[str, int]) -> None:
+        """A continuous query that failed because a Python worker did not connect back in time (transient: a
+        loaded host) is started again from its checkpoint, up to ``MAX_WORKER_RESTARTS`` times; any other
+        failure ends the run."""
+        for index, (name, topic) in enumerate(self.QUERIES[:len(self._queries)]):
+            exc = self._queries[index].exception()
+            if exc is None:
+                continue
+            if WORKER_TIMEOUT not in str(exc) or restarts.get(name, 0) >= MAX_WORKER_RESTARTS:
+                raise RuntimeError(f"query {self._queries[index].name} failed: {exc}")
+            restarts[name] = restarts.get(name, 0) + 1
+            backoff = 2.0 ** restarts[name]  # give a loaded host time to settle: 2, 4, 8 ... s
+            log.warning("pipeline.query_restarted", query=name, reason=WORKER_TIMEOUT, restarts=restarts[name],
+                        after_s=backoff)
+            if self._stop.wait(backoff):
+                return
+            self._queries[index] = self._start(name, topic, once=False)
 
     def stop(self) -> None:
         self._stop.set()

@@ -28,7 +28,8 @@ import pytest
 # fixture modules import one another; register them all so their asserts are rewritten wherever first imported
 pytest.register_assert_rewrite("tests.helpers", "tests.support", "tests.cc_fixtures", "tests.ms_fixtures",
                                 "tests.sdk_fixtures", "tests.consumer_fixtures", "tests.dr_fixtures",
-                                "tests.pipeline_fixtures", "tests.console_fixtures")
+                                "tests.pipeline_fixtures", "tests.console_fixtures",
+                                "tests.pipeline_chaos")
 
 from tests.helpers import unique as unique  # noqa: E402
 from tests.support import Broker, LocalStack, broker_kind, new_stack, tansu_group_quirk  # noqa: E402

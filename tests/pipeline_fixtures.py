@@ -8,19 +8,17 @@ clients must not leak events into what these tests count. Spark starts once per 
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 from confluent_kafka import Consumer, KafkaError
 
 from tests.helpers import unique as unique
 from tests.helpers import wait_until as wait_until
-from tests.support import Broker, Proc, broker_kind, free_port, tansu_group_quirk
+from tests.support import Broker, broker_kind, tansu_group_quirk
 from ykafka import events
 
 
@@ -50,35 +48,17 @@ def obs_broker(request: pytest.FixtureRequest) -> Broker:
 
 
 @pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Spark standalone master and two workers (one core, 512 MB each) on loopback, started from PySpark's own
-    ``bin/spark-class`` and stopped by pid; yields the master URL ``spark://127.0.0.1:PORT`` and its web UI."""
-    import pyspark
+    ``bin/spark-class`` by ``pipeline.cluster`` (what ``ykafka pipeline cluster up`` runs) and stopped by pid;
+    yields the ``SparkCluster`` (``.master`` is ``spark://127.0.0.1:PORT``, ``.ui`` its web UI)."""
+    from pipeline import cluster
 
-    home = Path(pyspark.__file__).resolve().parent
-    logs = tmp_path_factory.mktemp("spark-cluster")
-    env = {"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
-           "SPARK_WORKER_DIR": str(logs / "work"), "PYSPARK_PYTHON": sys.executable}
-    spark_class = str(home / "bin" / "spark-class")
-    rpc = free_port()
-    started: list[Proc] = []
-    try:  # the web UI port is the Proc's port: it answers on / once the daemon is up
-        started.append(Proc("spark-master", [spark_class, "org.apache.spark.deploy.master.Master", "--host",
-                                             "127.0.0.1", "--port", str(rpc), "--webui-port", "{port}"],
-                            logs / "master.log", health="/", env=env).start(90))
-        master = f"spark://127.0.0.1:{rpc}"
-        for i in range(2):
-            started.append(Proc(f"spark-worker-{i}", [spark_class, "org.apache.spark.deploy.worker.Worker", master,
-                                                      "--host", "127.0.0.1", "--webui-port", "{port}", "--cores", "1",
-                                                      "--memory", "512m"],
-                                logs / f"worker-{i}.log", health="/", env=env).start(90))
-        ui = started[0].url + "/json/"
-        wait_until(lambda: len(requests.get(ui, timeout=5).json().get("workers", [])) == 2, 60,
-                   message="two workers registered with the master")
-        yield master, started[0].url
+    home = tmp_path_factory.mktemp("spark-cluster")
+    try:
+        yield cluster.up(home, workers=2, cores=1, memory="512m")
     finally:
-        for proc in reversed(started):
-            proc.kill()  # nothing to save: SIGTERM makes each JVM take seconds
+        cluster.down(home)
 
 
 @pytest.fixture(scope="session")

@@ -59,9 +59,9 @@ def _results(store: str, topic: str, client: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_pipeline_on_a_spark_cluster_gives_the_local_mode_results(obs_broker: Any, spark_cluster: tuple[str, str],
+def test_pipeline_on_a_spark_cluster_gives_the_local_mode_results(obs_broker: Any, spark_cluster: Any,
                                                                   tmp_path: Path) -> None:
-    master_url, master_ui = spark_cluster
+    master_url, master_ui = spark_cluster.master, spark_cluster.ui
     topic, client = unique("cluster"), unique("cl")
     _write_events(obs_broker.bootstrap, topic, client)
     cluster_store = str(tmp_path / "cluster")
@@ -79,3 +79,21 @@ def test_pipeline_on_a_spark_cluster_gives_the_local_mode_results(obs_broker: An
     assert found["trace"] == [f"{topic}-3"]  # the trace job: the key's message, by its id
     assert found["aggregates"] == [("consume.latency_ms", "g-cluster", 3, 25.0)]  # the aggregate job: 3 samples
     assert (found["client"]["app"], found["client"]["group"]) == ("cluster-app", "g-cluster")  # the inventory
+
+
+
+def test_cluster_commands_show_and_guard_the_running_cluster(spark_cluster: Any) -> None:
+    """``ykafka pipeline cluster status`` lists what ``up`` recorded (the fixture started it with the same code);
+    a second ``up`` on the same home is refused while it runs."""
+    from pipeline.cli import pipeline as pipeline_cli
+
+    runner = CliRunner()
+    shown = runner.invoke(pipeline_cli, ["cluster", "status", "--home", spark_cluster.home, "--json"])
+    assert shown.exit_code == 0, shown.output
+    info = json.loads(shown.output)
+    assert info["master"] == spark_cluster.master and info["alive_workers"] == 2
+    assert sorted(d["name"] for d in info["daemons"] if d["running"]) == ["master", "worker-0", "worker-1"]
+    again = runner.invoke(pipeline_cli, ["cluster", "up", "--home", spark_cluster.home])
+    assert again.exit_code == 1 and "is still running" in again.output
+    missing = runner.invoke(pipeline_cli, ["cluster", "status", "--home", spark_cluster.home + "-none"])
+    assert missing.exit_code == 1 and "ykafka pipeline cluster up" in missing.output
