@@ -134,21 +134,11 @@ def _wait_ui(daemon: Daemon, timeout: float) -> None:
                 return
         except requests.RequestException:
             pass
-        if not _pid_alive(daemon.pid):
+        if not runs(daemon):
             break
         time.sleep(0.3)
     tail = "\n".join(Path(daemon.log).read_text(errors="replace").splitlines()[-15:])
     raise ClusterError(f"{daemon.name} did not come up within {timeout:.0f} s; its log ends:\n{tail}")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def up(home: Path, workers: int = 2, cores: int = 1, memory: str = "512m", timeout: float = 90.0) -> SparkCluster:
