@@ -22,6 +22,7 @@ installed (:meth:`Producer.set_hooks`). Without hooks the hot path inlines ``_se
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import threading
@@ -210,32 +211,37 @@ class Producer:
         self._meta_ttl_s = self._conf.ms("ykafka.metadata.refresh.ms")
         self._stamp_ids = bool(self._conf.get("ykafka.message.id"))
         self._dr: DisasterRecovery | None = None
+        self._error_listeners: list[Callable[[Any], None]] = []
         ProducerIdHastener.start_worker()  # here, not on the first send (see the class)
-        self._runtime = Runtime(self._conf)
-        self._runtime.start()
-        local_route = self._conf.catalog_defaults.get("route.cluster")
-        if local_route is not None and local_route not in self._runtime.clusters():
-            self._runtime.close()
-            raise ConfigError(f"route.cluster {local_route!r} is not a known cluster "
-                              f"({', '.join(sorted(self._runtime.clusters()))})")
-        try:  # a bad local setting raises here (KafkaException), as confluent-kafka's does, not at a first send
+        # what is started here is stopped by close() in reverse order, every step even when one fails; a
+        # failure while starting unwinds what was started before it
+        with contextlib.ExitStack() as exit_stack:
+            self._runtime = Runtime(self._conf)
+            exit_stack.callback(self._runtime.close)
+            self._runtime.start()
+            local_route = self._conf.catalog_defaults.get("route.cluster")
+            if local_route is not None and local_route not in self._runtime.clusters():
+                raise ConfigError(f"route.cluster {local_route!r} is not a known cluster "
+                                  f"({', '.join(sorted(self._runtime.clusters()))})")
+            # a bad local setting raises here (KafkaException), as confluent-kafka's does, not at a first send
             cluster = self._runtime.default_cluster
             check_settings(self._settings(cluster, self._runtime.effective(cluster=cluster)))
-        except BaseException:
-            self._runtime.close()
-            raise
-        self._runtime.add_version_listener(self._on_version)
-        self._runtime.set_report_provider(self._report)
-        self._runtime.hot.add_scoped_validator(self._check_partitions)
-        self._error_listeners: list[Callable[[Any], None]] = []
-        if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (docs/architecture.md)
-            self._dr = dr_attach.attach(self)  # installs the send hook through the ProducerPort (ykafka/dr/port.py)
-            self._dr.on_change.append(self._states.clear)  # a link went down / up, a route moved
-        self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
-        if any(callable(rd.get(name)) for name in ("error_cb", "stats_cb", "throttle_cb")):
-            # confluent-kafka's producer is up (connecting, reporting errors and statistics) once created;
-            # an application that listens for those gets the default cluster's client now, not at a first send
-            self._default_client()
+            self._runtime.add_version_listener(self._on_version)
+            self._runtime.set_report_provider(self._report)
+            self._runtime.hot.add_scoped_validator(self._check_partitions)
+            self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
+            exit_stack.callback(self._obs.close)
+            exit_stack.callback(self._close_clients)
+            if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (docs/architecture.md)
+                self._dr = dr_attach.attach(self)  # installs the send hook through the ProducerPort (dr/port.py)
+                exit_stack.callback(self._dr.close, 1.0)  # what is still spilled stays on disk for the next start
+                self._dr.on_change.append(self._dr_changed)  # a link went down / up, a route moved
+                self._dr.mailbox.on_mail = self._unbind_poll  # callbacks from its threads: served by poll()
+            if any(callable(rd.get(name)) for name in ("error_cb", "stats_cb", "throttle_cb")):
+                # confluent-kafka's producer is up (connecting, reporting errors and statistics) once created;
+                # an application that listens for those gets the default cluster's client now, not at a first send
+                self._default_client()
+            self._exit = exit_stack.pop_all()
 
     # --- the hot path ------------------------------------------------------------------------------
 
@@ -555,6 +561,7 @@ class Producer:
         """Advance swaps: release held topics whose old client drained; close drained retired clients."""
         if not self._retiring and not self._held:
             return
+        drained: list[_Client] = []
         with self._lock:
             now = time.monotonic()
             for client in list(self._retiring):
@@ -564,10 +571,9 @@ class Producer:
                         self._release(client)
                     elif now - client.drained_at >= _RETIRED_GRACE_S:
                         self._retiring.remove(client)
-                        client.rd.flush(0)
                         for topic in [t for t, c in self._home.items() if c is client]:
-                            del self._home[topic]  # drained: nothing to wait for; frees the librdkafka handle
-                        log.info("ykafka.producer.client_closed", cluster=client.cluster)
+                            del self._home[topic]  # drained: nothing to wait for
+                        drained.append(client)
                 elif client.drained_at is not None:
                     client.drained_at = None  # a late send arrived during the grace period
                 elif now > client.deadline and not client.abandoned:
@@ -582,6 +588,9 @@ class Producer:
             if any(waiting is None for waiting in self._held.values()):
                 self._release(None)
             self._rebind_poll()
+        for client in drained:  # outside the lock: closing joins librdkafka's threads (milliseconds)
+            self._close_client(client)
+            log.info("ykafka.producer.client_closed", cluster=client.cluster)
 
     def _release(self, old: _Client | None) -> None:
         """Send, in order, the pending messages of topics that waited for ``old`` (None: retry leftovers).
@@ -648,28 +657,52 @@ class Producer:
             if id(client) not in used:
                 self._retire(client, reason="no topic uses it")
 
+    def _close_client(self, client: _Client) -> None:
+        """Release a drained client's librdkafka handle now (threads, connections, descriptors)."""
+        client.rd.flush(0)
+        if self._dr is not None:
+            self._dr.forget_client(client.rd)  # the engine keeps no reference to it
+        if client.hastener is not None:
+            client.hastener.join()
+        close_producer(client.rd)
+
+    def _dr_changed(self) -> None:
+        self._states.clear()
+        self._unbind_poll()  # the engine may hand back work for poll() (retired clients to drain)
+
+    def _unbind_poll(self) -> None:
+        self.__dict__.pop("poll", None)
+
     def _all_clients(self) -> list[_Client]:
         return list(self._clients.values()) + list(self._retiring)
 
     def _rebind_poll(self) -> None:
         """With one client and nothing to service, ``poll`` IS that client's poll (no Python per call)."""
         if (len(self._clients) == 1 and not self._retiring and not self._held and not self._closed
-                and self._delivery_hook is None):
+                and self._delivery_hook is None and (self._dr is None or not self._dr.needs_poll)):
             self.__dict__["poll"] = next(iter(self._clients.values())).rd.poll
+            if self._dr is not None and self._dr.needs_poll:  # work arrived meanwhile: poll() serves it
+                self.__dict__.pop("poll", None)
         else:
             self.__dict__.pop("poll", None)
 
     # --- confluent-kafka API -----------------------------------------------------------------------
 
     def poll(self, timeout: float | None = -1) -> int:
-        """Serve delivery callbacks (of every underlying client) and advance client swaps."""
+        """Serve delivery callbacks (of every underlying client and the disaster-recovery engine's) and
+        advance client swaps."""
         self._service()
         clients = self._all_clients()
+        dr = self._dr
+        if dr is not None and "poll" not in self.__dict__ and not self._retiring and not self._held:
+            self._rebind_poll()  # back to the one-call poll once the engine has nothing for us
         if not clients:
             if timeout and timeout > 0:
                 time.sleep(timeout)
-            return 0
+            return 0 if dr is None else dr.poll(0)
         events = sum(c.rd.poll(0) for c in clients)
+        if dr is not None:
+            events += dr.poll(0)
         if events or timeout == 0:
             return events
         if len(clients) == 1 and not self._retiring:
@@ -677,11 +710,17 @@ class Producer:
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
             slice_s = 0.01 if deadline is None else max(0.0, min(0.01, deadline - time.monotonic()))
-            events = clients[0].rd.poll(slice_s) + sum(c.rd.poll(0) for c in clients[1:])
+            if clients:
+                events = clients[0].rd.poll(slice_s) + sum(c.rd.poll(0) for c in clients[1:])
+            else:  # every client retired and closed; the next send builds one
+                time.sleep(slice_s)
+                events = 0
+            if dr is not None:
+                events += dr.poll(0)
             self._service()
             if events or (deadline is not None and time.monotonic() >= deadline):
                 return events
-            clients = self._all_clients() or clients
+            clients = self._all_clients()
 
     def flush(self, timeout: float | None = -1) -> int:
         """Wait for every message (incl. those held by a swap) to be delivered; returns how many remain."""
@@ -769,29 +808,27 @@ class Producer:
         """Flush (bounded), stop background work, release the clients; returns messages left undelivered."""
         if self._closed:
             return 0
-        left = self.flush(timeout)
-        if self._dr is not None:
-            self._dr.close(1.0)  # what is still spilled stays on disk for the next start
+        with self._exit:  # the engine, the clients, observability, the runtime: each step runs
+            left = self.flush(timeout)
+        if left:
+            log.warning("ykafka.producer.closed_with_undelivered", messages=left)
+        return left
+
+    def _close_clients(self) -> None:
         with self._lock:
             self._closed = True
             # the last report still names the topics it wrote to (the console's inventory of a short-lived job)
             self._closed_routes = self._routes()
             self._states.clear()
             self.__dict__.pop("poll", None)
-            for client in self._all_clients():
-                client.rd.flush(0)
-                if client.hastener is not None:
-                    client.hastener.join()
-                close_producer(client.rd)  # its threads and broker connections go now, not at some later GC
+            clients = self._all_clients()
             self._clients.clear()
             self._retiring.clear()
             self._home.clear()
             self._held.clear()
-        self._obs.close()
-        self._runtime.close()
-        if left:
-            log.warning("ykafka.producer.closed_with_undelivered", messages=left)
-        return left
+        with contextlib.ExitStack() as stack:
+            for client in clients:  # threads and broker connections go now, not at some later GC
+                stack.callback(self._close_client, client)
 
     def __enter__(self) -> Producer:
         return self

@@ -69,6 +69,8 @@ ROUTE_KEYS = ("route.cluster", "route.standby")
 PLACEMENT = "placement:"  # a want's namespace naming a topic's placement (metaserver/reach.py)
 #: how long a topic's placement (or its absence) is trusted; moving a placed topic is a route.cluster change
 PLACEMENT_TTL_S = 300.0
+_UNKNOWN = object()  # not in the placement cache (None is a cached "no placement")
+_RETRY_AFTER_FAILURE_S = 5.0
 #: a cluster a route names but the MetaServer did not confirm is asked for again after this long
 WANT_INTERVAL_S = 5.0
 
@@ -90,7 +92,10 @@ class Runtime:
         self._grant_client: GrantClient | None = None
         # clusters beyond the grant that route values in force name: asked for at each renewal (reach.py)
         self._wants: dict[Want, float] = {}
+        # read by the senders' threads, the renewal thread and the config poll thread; a TTLCache reorders its
+        # links on every read, so every use holds this lock
         self._placements: TTLCache[str, str | None] = TTLCache(maxsize=100_000, ttl=PLACEMENT_TTL_S)
+        self._placements_lock = threading.Lock()
         self.acl = AclCache(conf.ms("ykafka.acl.cache.ttl.ms"))
         self.hot = HotConfig(conf.catalog_defaults, prefix=str(conf.get("ykafka.configcenter.namespace.prefix")))
         self.hot.add_validator(self._validate_cluster_names)
@@ -287,7 +292,9 @@ class Runtime:
         for want in list(self._wants):
             namespace, cluster = want
             if namespace.startswith(PLACEMENT):
-                if self._placements.get(namespace[len(PLACEMENT):]) == cluster:
+                with self._placements_lock:
+                    placed = self._placements.get(namespace[len(PLACEMENT):], _UNKNOWN)
+                if placed == cluster:
                     held.append(want)
                 continue
             scope = self.hot.scope_of(namespace)
@@ -337,16 +344,17 @@ class Runtime:
         grant, client = self._grant, self._grant_client
         if grant is None or client is None or not grant.placements:
             return None
-        try:
-            return self._placements[topic]
-        except KeyError:
-            pass
+        with self._placements_lock:
+            cached = self._placements.get(topic, _UNKNOWN)
+        if cached is not _UNKNOWN:
+            return cached  # type: ignore[return-value]
         try:
             cluster = client.placement(grant, topic)
         except MetaServerUnavailable as exc:  # not cached: asked again at the next resolution
             log.warning("ykafka.placement.lookup_failed", topic=topic, error=str(exc))
             return None
-        self._placements[topic] = cluster
+        with self._placements_lock:
+            self._placements[topic] = cluster
         if cluster is not None and cluster not in grant.clusters:
             want = (PLACEMENT + topic, cluster)
             self._wants[want] = time.monotonic()
@@ -442,7 +450,7 @@ class Runtime:
     # --- background: renewal + heartbeat reports ---------------------------------------------------
 
     def _maintain(self) -> None:
-        self._report()
+        self._guarded("report", self._report)
         next_renew = time.monotonic() + self._renew_interval()
         next_report = next_renew
         while not self._stop.is_set():
@@ -453,13 +461,24 @@ class Runtime:
             now = time.monotonic()
             if woken:
                 self._wake.clear()
-                self._report()
+                self._guarded("report", self._report)
                 next_report = now + self._renew_interval()
             if now >= next_renew:
-                next_renew = now + self._renew()
+                delay = self._guarded("renew", self._renew)
+                next_renew = now + (delay if isinstance(delay, (int, float)) else _RETRY_AFTER_FAILURE_S)
             if now >= next_report:
-                self._report()
+                self._guarded("report", self._report)
                 next_report = time.monotonic() + self._renew_interval()
+
+    def _guarded(self, step: str, work: Callable[[], Any]) -> Any:
+        """One step of the background thread: an unexpected failure is logged and recorded in the client
+        report, and the thread goes on (a dead renewal thread would let the grant expire without a word)."""
+        try:
+            return work()
+        except Exception as exc:
+            log.exception("ykafka.runtime.background_failed", step=step)
+            self.record_error({"type": "background_failed", "step": step, "reason": repr(exc)})
+            return None
 
     def _renew_interval(self) -> float:
         grant = self._grant

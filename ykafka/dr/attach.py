@@ -49,6 +49,7 @@ def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
         return existing
     rt = producer.runtime
     local = rt.conf.options
+    overrides.setdefault("defer_callbacks", True)  # callbacks run in the producer's poll() / flush() only
     opts = options_from(local, rt.conf.cache_dir, **overrides)
     slot: SpillSlot | None = None
     if local.get("ykafka.client.id"):  # a stable identity: its own directory
@@ -57,6 +58,32 @@ def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
     else:  # the first free slot of the app: a restarted process finds what its predecessor left
         slot = SpillSlot(opts.spill_dir / re.sub(r"[^A-Za-z0-9._-]", "_", rt.app_id))
         opts.spill_dir = slot.path
+    with contextlib.ExitStack() as undo:  # a failure below releases the slot and closes the engine
+        if slot is not None:
+            undo.callback(slot.release)
+        engine = _wire(producer, opts)
+        undo.callback(engine.close, 1.0)
+        if slot is not None:
+            engine.on_close.append(slot.release)
+        producer.add_error_listener(engine.client_error)  # its clients' errors probe every cluster
+        producer.set_hooks(send=_send_hook(engine, producer.default_delivery))
+        undo.pop_all()
+    return engine
+
+
+def _send_hook(engine: DisasterRecovery, default_dr: Any) -> Any:
+    def send_hook(_producer: Any, client: Any, topic: str, value: Any, key: Any, partition: int,
+                  on_delivery: Any, timestamp: int, headers: Any) -> bool:
+        engine.produce(topic, value, key, partition, on_delivery or default_dr, timestamp, headers,
+                       client=client.rd, client_cluster=client.cluster)
+        return True
+
+    return send_hook
+
+
+def _wire(producer: ProducerPort, opts: DrOptions) -> DisasterRecovery:
+    """The engine over the producer's runtime: routes, spill timeouts, health policy, rebuilds, trace steps."""
+    rt = producer.runtime
     specs: dict[str, tuple[int, RouteSpec]] = {}
 
     def route(topic: str) -> RouteSpec:
@@ -77,13 +104,6 @@ def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
         producer.client_settings, route, opts,
         spill_after_ms=lambda cluster: int(rt.effective(cluster=cluster)["spill.after.ms"]),
         health_policy=lambda cluster: HealthPolicy.from_effective(rt.effective(cluster=cluster)))
-    default_dr = producer.default_delivery
-
-    def send_hook(_producer: Any, client: Any, topic: str, value: Any, key: Any, partition: int,
-                  on_delivery: Any, timestamp: int, headers: Any) -> bool:
-        engine.produce(topic, value, key, partition, on_delivery or default_dr, timestamp, headers,
-                       client=client.rd, client_cluster=client.cluster)
-        return True
 
     def rebuild(cluster: str) -> None:
         producer.retire_clients(cluster, "cluster recovered: fresh client (idempotence state)")
@@ -117,8 +137,4 @@ def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
                     detail="disk spill" if m is None else "replayed from the disk spill")
 
     engine.trace_step = trace_step
-    if slot is not None:
-        engine.on_close.append(slot.release)
-    producer.add_error_listener(engine.client_error)  # its clients' errors probe every cluster
-    producer.set_hooks(send=send_hook)
     return engine

@@ -19,6 +19,7 @@ key's outage records reach A through the sync job, after A's new writes of that 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +31,7 @@ import structlog
 
 from ykafka.dr.health import ClusterState, HealthMonitor, HealthPolicy
 from ykafka.dr.link import ClusterLink, DirectSender, Outgoing
+from ykafka.dr.mailbox import Mailbox, mark_internal
 from ykafka.dr.queue import SpillQueue
 from ykafka.dr.replay import Replayer, replay_config
 from ykafka.dr.sync import Outage, OutageStore, SyncJob, connection_only
@@ -82,6 +84,9 @@ class DrOptions:
     replay_stall_s: float = 15.0
     progress_interval_s: float = 5.0
     extra_client_conf: dict[str, Any] = field(default_factory=dict)
+    #: user callbacks reached on the engine's threads wait for the owner's poll() / flush() (a Producer's
+    #: contract); standalone, they run where the report arrives
+    defer_callbacks: bool = False
 
 
 class DisasterRecovery:
@@ -102,36 +107,48 @@ class DisasterRecovery:
         self.options = options
         self._spill_after_ms = spill_after_ms or (lambda _c: 10_000)
         self._client_factory = client_factory or (lambda _cluster, conf: new_producer(conf, "dr"))
-        self.health = HealthMonitor(self._health_conf, health_policy)
-        self.health.add_listener(self._on_health)
-        self._lock = threading.RLock()
-        self._links: dict[str, ClusterLink] = {}
-        self._replayers: dict[str, Replayer] = {}
-        self._routes: dict[str, tuple[RouteSpec, str]] = {}  # topic -> (spec, current target) for status
-        self._outages: dict[tuple[str, str], Outage] = {}
-        self._outage_locks: dict[tuple[str, str], threading.Lock] = {}
-        self._syncs: dict[tuple[str, str], SyncJob] = {}
-        self._cancelled: dict[tuple[str, str], SyncJob] = {}  # a sync cut short by a new outage, still closing
-        self._finished_syncs: list[dict[str, Any]] = []
-        self._forced: dict[str, str] = {}  # primary -> "primary" | "standby" (in-process admin switch)
-        self._moved: dict[str, str] = {}  # topic -> the cluster its writes just left (handed over at its next send)
-        self._store = OutageStore(options.spill_dir / "failback")
-        self._closed = threading.Event()
-        self.on_link_available: Callable[[str], None] | None = None  # the owner rebuilds its clients
-        self.on_change: list[Callable[[], None]] = []  # routes / link states moved: drop cached direct sends
-        # message trace of spill steps: trace_step(kind, cluster, topic, key, headers, delivered message or None)
-        self.trace_step: Callable[[str, str, str, Any, Any, Message | None], None] | None = None
-        self.epoch = 0  # bumped with every change: a direct path computed before one is stale
-        self.on_close: list[Callable[[], None]] = []
-        for outage in self._store.load_all():
-            self._outages[(outage.primary, outage.topic)] = outage
-        for sub in sorted(p.name for p in options.spill_dir.iterdir() if p.is_dir() and p.name != "failback"):
-            try:
-                self.link(sub)  # open leftover spill queues so they replay
-            except Exception as exc:
-                log.warning("spill.leftover_skipped", cluster=sub, error=str(exc))
-        self._maint = threading.Thread(target=self._maintain, name="ykafka-dr", daemon=True)
-        self._maint.start()
+        # everything started here is stopped by close(), in reverse order, whatever fails on the way; a
+        # failure while starting unwinds what was already started
+        self._exit = contextlib.ExitStack()
+        with self._exit:  # unwound unless construction completes
+            self.on_close: list[Callable[[], None]] = []
+            self._exit.callback(self._run_close_hooks)
+            self.health = HealthMonitor(self._health_conf, health_policy)
+            self._exit.callback(self.health.close)
+            self.health.add_listener(self._on_health)
+            self._lock = threading.RLock()
+            self.mailbox = Mailbox(options.defer_callbacks)
+            self._links: dict[str, ClusterLink] = {}
+            self._replayers: dict[str, Replayer] = {}
+            self._routes: dict[str, tuple[RouteSpec, str]] = {}  # topic -> (spec, current target) for status
+            self._outages: dict[tuple[str, str], Outage] = {}
+            self._outage_locks: dict[tuple[str, str], threading.Lock] = {}
+            self._syncs: dict[tuple[str, str], SyncJob] = {}
+            self._cancelled: dict[tuple[str, str], SyncJob] = {}  # a sync cut short by a new outage, still closing
+            self._finished_syncs: list[dict[str, Any]] = []
+            self._forced: dict[str, str] = {}  # primary -> "primary" | "standby" (in-process admin switch)
+            self._moved: dict[str, str] = {}  # topic -> the cluster its writes just left (handed over at its next send)
+            self._store = OutageStore(options.spill_dir / "failback")
+            self._closed = threading.Event()
+            self.on_link_available: Callable[[str], None] | None = None  # the owner rebuilds its clients
+            self.on_change: list[Callable[[], None]] = []  # routes / link states moved: drop cached direct sends
+            # message trace of spill steps: trace_step(kind, cluster, topic, key, headers, delivered message or None)
+            self.trace_step: Callable[[str, str, str, Any, Any, Message | None], None] | None = None
+            self.epoch = 0  # bumped with every change: a direct path computed before one is stale
+            self._maint = threading.Thread(target=self._maintain, name="ykafka-dr", daemon=True)
+            self._exit.callback(self._close_links)
+            self._exit.callback(self._close_replayers)
+            self._exit.callback(self._stop_syncs)
+            for outage in self._store.load_all():
+                self._outages[(outage.primary, outage.topic)] = outage
+            for sub in sorted(p.name for p in options.spill_dir.iterdir() if p.is_dir() and p.name != "failback"):
+                try:
+                    self.link(sub)  # open leftover spill queues so they replay
+                except Exception as exc:
+                    log.warning("spill.leftover_skipped", cluster=sub, error=str(exc))
+            self._maint.start()
+            self._exit.callback(self._stop_maintenance)
+            self._exit = self._exit.pop_all()
 
     # --- clients ----------------------------------------------------------------------------------
 
@@ -160,7 +177,7 @@ class DisasterRecovery:
                                fsync=self.options.spill_fsync,
                                async_max_pending=self.options.spill_async_max_pending)
             link = ClusterLink(cluster, lambda: self._client_factory(cluster, self._direct_conf(cluster)), health,
-                               queue, self._reroute, lambda topic: self._route(topic).spill)
+                               queue, self._reroute, lambda topic: self._route(topic).spill, self.mailbox)
             link.on_available = self._link_available
             link.on_change = self._changed
             link.on_spilled = lambda msg: self._trace("spilled", cluster, msg.topic, msg.key, msg.headers, None)
@@ -173,7 +190,7 @@ class DisasterRecovery:
 
             replayer = self._replayers[cluster] = Replayer(
                 queue, replay_client, lambda: self.health.is_up(cluster), stall_s=self.options.replay_stall_s,
-                progress_interval_s=self.options.progress_interval_s)
+                progress_interval_s=self.options.progress_interval_s, mailbox=self.mailbox)
             replayer.on_replayed = lambda rec, m: self._trace("replayed", cluster, rec.topic, rec.key, rec.headers, m)
             if queue.depth:
                 self._replayers[cluster].kick()
@@ -314,8 +331,7 @@ class DisasterRecovery:
         except (SpillFullError, ClosedError) as exc:  # no caller to raise to: report it, loudly
             log.error("spill.rejected", topic=msg.topic, cluster=cluster, error=str(exc))
             err = RawKafkaError(RawKafkaError._QUEUE_FULL, f"undeliverable and not spilled: {exc}")
-        if msg.on_delivery is not None:
-            msg.on_delivery(err, None)
+        self.mailbox.deliver(msg.on_delivery, err, None)
 
     # --- outages ----------------------------------------------------------------------------------
 
@@ -418,6 +434,7 @@ class DisasterRecovery:
                 log.warning("failback.route_changed", topic=topic, primary=primary, now=spec.primary)
 
     def _maintain(self) -> None:
+        mark_internal()
         last_check = 0.0
         while not self._closed.is_set():
             for link in list(self._links.values()):
@@ -456,18 +473,31 @@ class DisasterRecovery:
         self._changed()
 
     def poll(self, timeout: float = 0.0) -> int:
+        """Serve delivery reports of the engine's clients (and of the owner's clients retired here) and run the
+        callbacks deferred from its threads, on the caller's thread."""
         links = list(self._links.values())
-        served = sum(link.poll(0) for link in links)
+        served = sum(link.poll(0) for link in links) + self.mailbox.serve()
         if not served and timeout:
             time.sleep(timeout)
         return served
+
+    @property
+    def needs_poll(self) -> bool:
+        """The owner's poll() has work here: deferred callbacks, or its retired clients to drain."""
+        return bool(len(self.mailbox)) or any(link.serves_owner for link in list(self._links.values()))
+
+    def forget_client(self, client: RawProducer) -> None:
+        """The owner closes ``client``: no link keeps or polls it any more."""
+        for link in list(self._links.values()):
+            link.forget(client)
 
     def pending(self) -> int:
         """Messages in the engine's own clients (standby, retired) or awaiting their spill commit; the
         caller's own clients are not counted (their owner counts them)."""
         links = list(self._links.values())
-        return sum(link.outstanding(external=False) + (link.queue.uncommitted if link.queue is not None else 0)
-                   for link in links)
+        return len(self.mailbox) + sum(
+            link.outstanding(external=False) + (link.queue.uncommitted if link.queue is not None else 0)
+            for link in links)
 
     def flush(self, timeout: float = 30.0, external: bool = False) -> int:
         """Wait until every message is acknowledged or durably spilled; return how many are neither.
@@ -479,11 +509,15 @@ class DisasterRecovery:
                 break
             if not self.options.autopoll:
                 self.poll(0.05)
+            elif self.mailbox.defer:  # the owner's flush(): its callbacks run here
+                self.poll(0.02)
             else:
                 time.sleep(0.02)
         for link in list(self._links.values()):
             if link.queue is not None:
                 link.queue.wait_committed(max(0.0, deadline - time.monotonic()))
+        if self.mailbox.defer:
+            self.mailbox.serve()
         return sum(link.outstanding(external) for link in list(self._links.values()))
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
@@ -520,22 +554,37 @@ class DisasterRecovery:
         }
 
     def close(self, timeout: float = 10.0) -> None:
-        """Flush, stop replay and sync (their progress is on disk), close the spill queues."""
+        """Flush, stop replay and sync (their progress is on disk), close the spill queues. Every step runs
+        even when one before it fails (the first failure is raised at the end)."""
         if self._closed.is_set():
             return
-        self.flush(timeout)
+        with self._exit:
+            self.flush(timeout)
+
+    def _stop_maintenance(self) -> None:
         self._closed.set()
         self._maint.join(5)
+
+    def _stop_syncs(self) -> None:
+        self._closed.set()
         for job in list(self._syncs.values()):
             job.stop()
-        for replayer in list(self._replayers.values()):
-            replayer.close()
-        for link in list(self._links.values()):
-            link.close(1.0)
-            if link.queue is not None:
-                link.queue.close()
-        self.health.close()
-        for hook in self.on_close:
-            hook()
+
+    def _close_replayers(self) -> None:
+        with contextlib.ExitStack() as stack:
+            for replayer in list(self._replayers.values()):
+                stack.callback(replayer.close)
+
+    def _close_links(self) -> None:
+        with contextlib.ExitStack() as stack:
+            for link in list(self._links.values()):
+                if link.queue is not None:
+                    stack.callback(link.queue.close)
+                stack.callback(link.close, 1.0)
+
+    def _run_close_hooks(self) -> None:
+        with contextlib.ExitStack() as stack:
+            for hook in self.on_close:
+                stack.callback(hook)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from ykafka.dr.mailbox import mark_internal
 from ykafka.transport import RawAdminClient, RawKafkaError
 
 log = structlog.get_logger(__name__)
@@ -182,6 +183,7 @@ class ClusterHealth:
         return True
 
     def _run(self) -> None:
+        mark_internal()  # its listeners re-route; a user callback reached here waits for the owner's poll()
         while not self._stop.is_set():
             with self._lock:
                 urgent = self._suspect or self.state is ClusterState.DOWN

@@ -24,8 +24,9 @@ from typing import Any, NamedTuple
 import structlog
 
 from ykafka.dr.health import ClusterHealth, ClusterState
+from ykafka.dr.mailbox import Mailbox
 from ykafka.dr.queue import SpillQueue, normalize_headers
-from ykafka.transport import KafkaException, Message, RawKafkaError, RawProducer
+from ykafka.transport import KafkaException, Message, RawKafkaError, RawProducer, close_producer
 
 log = structlog.get_logger(__name__)
 
@@ -140,8 +141,10 @@ class ClusterLink:
 
     def __init__(self, cluster: str, client_factory: ClientFactory, health: ClusterHealth,
                  queue: SpillQueue | None, reroute: Callable[[str, Outgoing, RawKafkaError], None],
-                 spill_enabled: Callable[[str], bool] | None = None) -> None:
+                 spill_enabled: Callable[[str], bool] | None = None, mailbox: Mailbox | None = None) -> None:
         self.cluster = cluster
+        # user callbacks reached on engine threads wait for the owner's poll()
+        self._mailbox = mailbox if mailbox is not None else Mailbox()
         self.health = health
         self.queue = queue
         self._factory = client_factory
@@ -157,6 +160,7 @@ class ClusterLink:
         self._order = itertools.count()  # produce order of direct sends
         self._undelivered: list[tuple[int, Outgoing, RawKafkaError]] = []
         self._retired: list[RawProducer] = []
+        self._foreign: set[RawProducer] = set()  # retired caller-owned clients: their owner's poll serves them
         self._rerouting = False  # a poll is re-routing a batch taken out of _undelivered
         self.available = health.state is ClusterState.UP
         self._recovering = False
@@ -276,6 +280,8 @@ class ClusterLink:
         gave back is re-routed: a new message must not reach the spill before older ones."""
         if getattr(self._local, "polling", False):
             return  # called from one of our own delivery callbacks: the outer poll is draining already
+        if self._foreign and self._mailbox.holds_back:
+            return  # an engine thread: the caller-owned clients drain through their owner's poll()
         deadline = time.monotonic() + timeout
         while (self._retired or self._undelivered) and time.monotonic() < deadline:
             self.poll(0.01, live=False)
@@ -298,7 +304,7 @@ class ClusterLink:
             self.delivered += 1
             self.health.record_success()
             if msg[6] is not None:
-                msg[6](None, m)
+                self._mailbox.deliver(msg[6], None, m)
             return
         self.health.on_error(err)
         # a purge we did not do is the application's own: report it, as librdkafka would
@@ -314,8 +320,7 @@ class ClusterLink:
                 self.mark_unavailable(f"{err.name()}: {err.str()}")
             return
         self.counts["failed"] += 1
-        if msg.on_delivery is not None:
-            msg.on_delivery(err, m)
+        self._mailbox.deliver(msg.on_delivery, err, m)
 
     def _reroute_undelivered(self) -> None:
         """Re-route what retired clients gave back, oldest produce first. Called with the poll lock held."""
@@ -347,6 +352,7 @@ class ClusterLink:
             if self.on_change is not None:  # direct senders stop before the purge below
                 self.on_change()
             clients = ([self._client] if self._client is not None else []) + self._external
+            self._foreign.update(self._external)
             self._client, self._external, self._last_external = None, [], None
             held = 0
             for client in clients:
@@ -400,6 +406,8 @@ class ClusterLink:
             with self._lock:
                 client = self._client
                 retired = list(self._retired)
+            if self._foreign and self._mailbox.holds_back:  # their reports call the user back: owner's poll only
+                retired = [old for old in retired if old not in self._foreign]
             for old in retired:
                 # a direct sender may have produced into it after the purge (it checks no lock): give
                 # such stragglers back now so they are re-routed with the rest, in produce order
@@ -408,8 +416,12 @@ class ClusterLink:
                 served += old.poll(0)
                 if len(old) == 0:
                     with self._lock:
+                        own = old in self._retired and old not in self._foreign
                         if old in self._retired:
                             self._retired.remove(old)
+                            self._foreign.discard(old)
+                    if own:
+                        close_producer(old)  # drained: its threads and connections go now
             if live and client is not None:
                 served += client.poll(timeout)
             if self._undelivered and not self._retired:
@@ -441,10 +453,36 @@ class ClusterLink:
                 "delivered": self.delivered, "longest_handover_ms": round(self.longest_handover_ms, 1),
                 **self.counts}
 
+    @property
+    def serves_owner(self) -> bool:
+        """Caller-owned clients retired here wait for the owner's poll (see :attr:`Mailbox.holds_back`)."""
+        return bool(self._foreign)
+
+    def forget(self, client: RawProducer) -> None:
+        """The caller closes ``client`` (drained, replaced): drop every reference to it, after any poll of it."""
+        with self._lock:
+            if client is self._last_external:
+                self._last_external = None
+            if client in self._external:
+                self._external.remove(client)
+            if client in self._retired:
+                self._retired.remove(client)
+            self._foreign.discard(client)
+        with self._poll_lock:  # a poll that took it before the removal is done with it
+            pass
+
     def close(self, timeout: float = 5.0) -> None:
+        """Flush, then close the link's own clients (caller-owned ones are their owner's to close)."""
         self.flush(timeout)
         with self._lock:
+            own = ([self._client] if self._client is not None else []) + \
+                [c for c in self._retired if c not in self._foreign]
             self._client = None
             self._retired.clear()
+            self._external.clear()
+            self._foreign.clear()
+            self._last_external = None
+        for client in own:
+            close_producer(client)  # one still holding messages is left to the garbage collector
 
 

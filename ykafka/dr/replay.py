@@ -18,8 +18,9 @@ from typing import Any
 import structlog
 
 from ykafka.dr.link import ClientFactory, Outgoing, is_resendable, produce_outgoing
+from ykafka.dr.mailbox import Mailbox, mark_internal
 from ykafka.dr.queue import SpillQueue, SpillRecord
-from ykafka.transport import KafkaException, Message, RawKafkaError, RawProducer
+from ykafka.transport import KafkaException, Message, RawKafkaError, RawProducer, close_producer
 
 log = structlog.get_logger(__name__)
 
@@ -29,8 +30,10 @@ class Replayer:
 
     def __init__(self, queue: SpillQueue, client_factory: ClientFactory, is_up: Callable[[], bool],
                  max_in_flight: int = 20_000, stall_s: float = 15.0, progress_interval_s: float = 5.0,
-                 on_failed: Callable[[SpillRecord, RawKafkaError], None] | None = None) -> None:
+                 on_failed: Callable[[SpillRecord, RawKafkaError], None] | None = None,
+                 mailbox: Mailbox | None = None) -> None:
         self.queue = queue
+        self._mailbox = mailbox if mailbox is not None else Mailbox()  # records' callbacks: the owner polls
         self.cluster = queue.cluster
         self._factory = client_factory
         self._is_up = is_up
@@ -60,6 +63,7 @@ class Replayer:
     # --- the loop ---------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        mark_internal()
         while not self._stop.is_set():
             self._wake.wait(0.25)
             self._wake.clear()
@@ -120,6 +124,7 @@ class Replayer:
                 deadline = time.monotonic() + 5
                 while self._in_flight and time.monotonic() < deadline:
                     producer.poll(0.05)
+            close_producer(producer)  # one producer per round: its threads and connections go with the round
             self.active = False
             elapsed = max(1e-6, time.monotonic() - self._round_started)
             log.info("spill.replay_end", cluster=self.cluster, done=self._round_done, left=self.queue.depth,
@@ -138,9 +143,7 @@ class Replayer:
                 self._round_done += 1
                 if self.on_replayed is not None:
                     self.on_replayed(record, m)
-                callback = self.queue.pop_callback(record.seq)
-                if callback is not None:
-                    callback(None, m)
+                self._mailbox.deliver(self.queue.pop_callback(record.seq), None, m)
             elif is_resendable(err):
                 if self._abort is None:
                     self._abort = err.name()
@@ -149,9 +152,7 @@ class Replayer:
                 self.failed += 1
                 log.error("spill.replay_rejected", cluster=self.cluster, topic=record.topic, seq=record.seq,
                           error=err.str())
-                callback = self.queue.pop_callback(record.seq)
-                if callback is not None:
-                    callback(err, m)
+                self._mailbox.deliver(self.queue.pop_callback(record.seq), err, m)
                 if self._on_failed is not None:
                     self._on_failed(record, err)
 
