@@ -19,7 +19,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from . import credentials, db, routes_admin, routes_config, routes_observe, routes_placements, routes_sdk
+from . import (
+    credentials,
+    db,
+    routes_admin,
+    routes_config,
+    routes_observe,
+    routes_offsets,
+    routes_placements,
+    routes_sdk,
+)
 from .apollo import ApolloError, ApolloOpenApi
 from .auth import AuthFailed, RateLimited
 from .authswitch import AuthSwitch
@@ -94,6 +103,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes_observe.router)
     app.include_router(routes_placements.admin)
     app.include_router(routes_placements.sdk)
+    app.include_router(routes_offsets.router)
     app.include_router(rollout_routes.router)
     install_console(app)
 

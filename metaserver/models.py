@@ -207,3 +207,22 @@ config_locks = Table(
     Column("holder", String(64), nullable=False),
     Column("expires_at", Float, nullable=False),  # a lock left by a MetaServer that died mid-push lapses
 )
+
+offset_resets = Table(
+    "ms_offset_resets", metadata,
+    # a consumer group's offset reset (metaserver/offset_jobs.py): its plan and each step as it happens, so any
+    # MetaServer peer shows the live panel of a reset another peer runs
+    Column("id", String(32), primary_key=True),
+    Column("group_id", String(255), nullable=False),
+    Column("cluster", String(200), nullable=False),
+    Column("operator", String(255), nullable=False),
+    Column("mode", String(16), nullable=False),  # direct | coordinated
+    Column("state", String(16), nullable=False),  # running | done | failed
+    Column("spec", JSON, nullable=False),
+    Column("plan", JSON, nullable=False),
+    Column("steps", JSON, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_ms_offset_resets_group", "group_id"),
+)

@@ -200,6 +200,7 @@ def _attach_commands() -> None:
     from ykafka.admin.cli import admin
     from ykafka.admin.dlq import dlq
     from ykafka.admin.failover import failover
+    from ykafka.admin.offsets import reset_cmd
 
     admin.add_command(dlq)
     admin.add_command(failover)
@@ -209,11 +210,17 @@ def _attach_commands() -> None:
         commands = importlib.import_module(f"{package}.cli")
         for command in (commands.trace, commands.pipeline):
             main.add_command(command)
+        commands.groups.add_command(reset_cmd)
         admin.add_command(commands.groups)
     else:
         for name in ("trace", "pipeline"):
             main.add_command(_missing(name))
-        admin.add_command(_missing("groups"))
+        # offset resets go through the MetaServer; list / cleanup read the pipeline's store
+        groups = click.Group("groups", help=f"Consumer groups: reset offsets (list / cleanup: {PIPELINE_HINT})")
+        groups.add_command(reset_cmd)
+        for name in ("list", "cleanup"):
+            groups.add_command(_missing(f"groups {name}"), name)
+        admin.add_command(groups)
 
 
 _attach_commands()

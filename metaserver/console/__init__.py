@@ -18,6 +18,7 @@ from . import (
     group_views,
     overview_views,
     request_views,
+    reset_views,
     topic_views,
     trace_views,
     views,
@@ -29,8 +30,9 @@ def install(app: FastAPI) -> None:
 
     # the page modules register on the console router
     assert (admin_views.router is rollout_views.router is
-            dlq_views.router is group_views.router is request_views.router is topic_views.router
-            is trace_views.router is config_views.router is overview_views.router is views.router)
+            dlq_views.router is group_views.router is request_views.router is reset_views.router
+            is topic_views.router is trace_views.router is config_views.router is overview_views.router
+            is views.router)
     app.include_router(views.router)
     app.include_router(api.router)
     app.mount("/console/static", StaticFiles(directory=str(views.HERE / "static")), name="console-static")

@@ -245,3 +245,12 @@ class AdminClient:
             return self._session.get(self.url + "/health", timeout=self.timeout).status_code == 200
         except requests.RequestException:
             return False
+
+    # --- consumer-group offset resets ---------------------------------------------------------------
+
+    def reset_offsets(self, group: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A dry run (``dry_run: true``: the plan) or a reset (the job, ``GET offset_reset`` follows it)."""
+        return dict(self._call("POST", f"/v1/admin/groups/{quote(group, safe='')}/offsets/reset", json=dict(body)))
+
+    def offset_reset(self, job_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/v1/admin/offset-resets/{quote(job_id, safe='')}"))
