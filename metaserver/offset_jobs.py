@@ -20,7 +20,7 @@ from sqlalchemy import select, update
 
 from ykafka.catalog import Scope
 
-from . import audit, clients, db, hotconfig
+from . import audit, clients, configwrites, db, hotconfig
 from .apollo import ApolloError
 from .hotconfig import ConfigRejected
 from .models import offset_resets
@@ -144,20 +144,12 @@ def _direct(svc: Services, broker: GroupOffsets, cluster: str, group: str, spec:
 
 def publish(svc: Services, group: str, values: dict[str, str], delete: list[str], operator: str,
             comment: str) -> dict[str, str | None]:
-    """Release ``values`` (and remove ``delete``) at ``group:<group>`` as a validated, audited hot-config change;
-    returns what those keys were before (None: not set)."""
-    api = svc.apollo
-    if api is None:
-        raise ConfigRejected({"config center": "no config center configured"}, "no config center")
+    """Release ``values`` (and remove ``delete``) at ``group:<group>`` through the one config-write path
+    (validated, under the namespace's lock, audited); returns what those keys were before (None: not set)."""
     change = hotconfig.validate(f"group:{group}", values, delete, None)
-    before = hotconfig.plan_changes(api, change)
-    result = hotconfig.apply(api, change, operator, comment)
-    keys = [*values, *delete]
-    with db.write(svc.engine) as conn:
-        audit.record(conn, operator, "config.set", change.namespace, {k: before.get(k) for k in keys},
-                     {"values": values, "deleted": delete, "ips": None, "labels": None,
-                      "release": result.get("release")})
-    return {k: before.get(k) for k in keys}
+    result = configwrites.push(svc, change, operator, comment)
+    before = result.get("before") or {}
+    return {k: before.get(k) for k in [*values, *delete]}
 
 
 def _state_of(c: dict[str, Any]) -> tuple[bool, bool]:
