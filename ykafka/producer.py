@@ -899,7 +899,7 @@ class Producer:
         return self._swaps
 
     def _error_cb(self, err: Any) -> None:
-        mapped = from_kafka_error(err)
+        mapped = from_kafka_error(err, app_id=self._runtime.app_id)  # a broker's refusal names the app
         log.warning("ykafka.producer.kafka_error", code=mapped.name, error=str(mapped), fatal=mapped.fatal)
         self._runtime.record_error({"type": "kafka", "code": mapped.name, "reason": str(mapped),
                                     "fatal": mapped.fatal})

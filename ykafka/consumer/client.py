@@ -68,6 +68,7 @@ class Consumer:
             self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None,
                                  self._observer)
             self.engine.on_fatal = self._on_fatal
+            self.engine.on_refused = self._on_refused
             # Values in force at start-up (local config or a namespace) apply from the first join on.
             self._session.operator_paused = bool(self.effective.get("consumer.paused"))
             self._session.left = bool(self.effective.get("consumer.leave"))
@@ -162,6 +163,13 @@ class Consumer:
     def _on_fatal(self, error: KafkaError) -> None:
         self.runtime.record_error({"type": "kafka", "code": error.name, "reason": str(error), "fatal": True})
         self.runtime.report_now()
+
+    def _on_refused(self, err: Any, topic: str | None) -> None:
+        """A broker refused this consumer (credentials revoked, ACL binding gone): the typed error, naming the
+        app, the cluster and the topic (or group), logged and reported to the MetaServer."""
+        refused = from_kafka_error(err, app_id=self.runtime.app_id, cluster=self.cluster, resource=topic or self.group)
+        log.error("ykafka.consumer.refused_by_broker", error=str(refused))
+        self.runtime.record_error({"type": "kafka", "code": refused.name, "reason": str(refused), "fatal": False})
 
     def _router_factory(self, cluster: str) -> Callable[[], RetryRouter] | None:
         if not self.group:

@@ -37,7 +37,7 @@ from ykafka.consumer.settings import ConsumerSettings
 from ykafka.errors import InvalidConfigValue, KafkaError
 from ykafka.metrics import Metrics
 from ykafka.throttle import TokenBucket
-from ykafka.transport import KafkaException, Message, TopicPartition, from_kafka_error
+from ykafka.transport import KafkaException, Message, TopicPartition, from_kafka_error, is_auth_error
 from ykafka.transport import RawKafkaError as CKError
 
 log = structlog.get_logger(__name__)
@@ -110,6 +110,8 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fatal: KafkaError | None = None  # a fatal client error ended run(): it raises this
         self.on_fatal: Callable[[KafkaError], None] | None = None  # the owner reports it
+        #: a broker refused the consumer's credentials or ACL (error, topic): the owner names app and cluster
+        self.on_refused: Callable[[Any, str | None], None] | None = None
 
     # -- control ----------------------------------------------------------------------------------------
 
@@ -402,6 +404,8 @@ class Engine:
             if self.on_fatal is not None:
                 self.on_fatal(self._fatal)
             self._stop.set()
+        elif is_auth_error(err) and self.on_refused is not None:
+            self.on_refused(err, msg.topic())
         else:
             log.warning("consumer error", error=err.str(), topic=msg.topic(), partition=msg.partition())
 
