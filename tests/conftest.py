@@ -45,7 +45,7 @@ SERIAL_MODULES = frozenset({
     "test_aio", "test_benchmarks", "test_consumer_kill", "test_consumer_rebalance", "test_dr_direct",
     "test_durable_brokers", "test_failover", "test_failover_admin", "test_failover_chaos", "test_failover_producer",
     "test_pipeline_checkpoint", "test_pipeline_cluster", "test_producer_swap", "test_spill", "test_spill_chaos",
-    "test_throttle", "test_kafka_durability", "test_kafka_console",
+    "test_throttle", "test_kafka_durability", "test_kafka_console", "test_kafka_transactions",
     "test_tracing_spill", "test_consumer_backpressure", "test_metaserver_failover", "test_kafka_consumer_groups",
     "test_rollouts", "test_rollout_failover", "test_broker_security_live", "test_producer_leaks",
 })
