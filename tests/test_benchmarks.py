@@ -55,11 +55,24 @@ TRUE = ("key_order",)
 pytestmark = pytest.mark.slow
 
 
+#: benchmarks also run on Apache Kafka (``--broker kafka``): the live swaps and the dual-DC failover proofs
+ON_KAFKA = ["config_propagation", "failover"]
+
+
 @pytest.mark.parametrize("name", BENCHES)
 def test_benchmark_quick_run_reports_its_fields(name: str) -> None:
     if name == "pipeline_throughput":
         pytest.importorskip("pyspark")
-    proc = subprocess.run([sys.executable, f"bench/{name}.py", "--quick"], cwd=ROOT, capture_output=True,
+    _check(name)
+
+
+@pytest.mark.parametrize("name", ON_KAFKA)
+def test_benchmark_quick_run_on_kafka_reports_its_fields(name: str) -> None:
+    _check(name, "--broker", "kafka")
+
+
+def _check(name: str, *extra: str) -> None:
+    proc = subprocess.run([sys.executable, f"bench/{name}.py", "--quick", *extra], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     tail = (proc.stdout + proc.stderr)[-3000:]
     assert proc.returncode == 0, tail
