@@ -146,3 +146,14 @@ def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:
     forced = re.fullmatch(r"bindings in force: (\d+) of (\d+) desired, missing 0, extra 0", lines[3])
     assert forced is not None and forced[1] == forced[2] and int(forced[1]) >= 10, lines  # the demo app: '*'s
     assert lines[-1] == "20 sent, 20 read back with the app's own credentials: OK", lines
+
+
+def test_guarded_rollout_refuses_a_guarded_change_and_rolls_a_harmless_one_out(stack: LocalStack,
+                                                                               tmp_path: Path) -> None:
+    lines = _run_sample(stack, tmp_path, "guarded_rollout.py", "--bake", "2", timeout=180)
+    assert any(line.startswith("refused: guard:p0-acks-all: P0 topics keep producer.acks=all") for line in lines)
+    actions = [line.split(":")[0].strip() for line in lines if line.startswith("  ")]
+    assert actions == ["publish", "advance", "promote"], lines
+    assert lines[-3] == "linger.ms in force: [20, 20, 20, 20]"
+    sent = int(lines[-2].split()[1].rstrip(","))
+    assert sent > 0 and lines[-2] == f"sent {sent}, acknowledged {sent}" and lines[-1] == "OK"

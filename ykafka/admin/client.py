@@ -168,15 +168,39 @@ class AdminClient:
 
     def push_config(self, scope: str, set: Mapping[str, Any] | None = None, delete: Iterable[str] = (),
                     ips: Iterable[str] | None = None, dry_run: bool = False, comment: str = "",
-                    labels: Iterable[str] | None = None) -> dict[str, Any]:
-        """Validate, write and release hot config at ``scope`` (gray to ``ips`` and / or ``labels`` when given)."""
+                    labels: Iterable[str] | None = None, targets: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Validate, write and release hot config at ``scope`` (gray to ``ips`` and / or ``labels`` when given, or
+        to the clients ``targets`` selects: percent, labels, ips, apps, hosts, ykafka, librdkafka)."""
         body: dict[str, Any] = {"scope": scope, "set": dict(set or {}), "delete": list(delete), "dry_run": dry_run,
                                 "comment": comment}
+        if targets is not None:
+            body["targets"] = dict(targets)
         if ips is not None:
             body["ips"] = list(ips)
         if labels is not None:
             body["labels"] = list(labels)
         return dict(self._call("POST", "/v1/admin/config", json=body))
+
+    def start_rollout(self, scope: str, set: Mapping[str, Any], steps: Iterable[float] = (5, 25, 100),
+                      bake_s: float = 300.0, **more: Any) -> dict[str, Any]:
+        """Start a rollout plan (docs/metaserver.md, "Rollout plans"); ``more``: delete, targets, thresholds."""
+        body = {"scope": scope, "set": {k: str(v) for k, v in set.items()}, "steps": list(steps), "bake_s": bake_s,
+                **more}
+        return dict(self._call("POST", "/v1/admin/rollouts", json=body))
+
+    def rollout(self, plan_id: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/v1/admin/rollouts/{int(plan_id)}"))
+
+    def rollout_action(self, plan_id: int, action: str) -> dict[str, Any]:
+        """``pause``, ``resume``, ``abort`` or ``force`` a plan."""
+        return dict(self._call("POST", f"/v1/admin/rollouts/{int(plan_id)}/action", json={"action": action}))
+
+    def guard_rules(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/v1/admin/guards"))
+
+    def set_guard_rules(self, body: str) -> dict[str, Any]:
+        """Replace the guard rules with a YAML text (``rules: [...]``); audited."""
+        return dict(self._call("PUT", "/v1/admin/guards", json={"body": body}))
 
     def get_config(self, scope: str) -> dict[str, Any]:
         return dict(self._call("GET", "/v1/admin/config", params={"scope": scope}))
