@@ -67,7 +67,9 @@ def main() -> int:
         except AdminError as exc:
             for rule, text in exc.errors.items():
                 print(f"refused: {rule}: {text}")
-        plan = admin.start_rollout(scope, {"producer.linger.ms": 20}, steps=[25, 100], bake_s=args.bake)
+        # a laptop or CI box under load: judge latency only above 1 s (errors and rejections as usual)
+        plan = admin.start_rollout(scope, {"producer.linger.ms": 20}, steps=[25, 100], bake_s=args.bake,
+                                   thresholds={"p99_floor_ms": 1000})
         print(f"plan {plan['id']}: producer.linger.ms=20 to {plan['steps']} % with {args.bake:g} s bakes")
         deadline, shown = time.time() + 120, 0
         while time.time() < deadline:

@@ -187,3 +187,8 @@ def ids_in_bands(namespace: str, app_id: str, bands: list[tuple[float, float]]) 
                 out.append(cid)
                 break
     return out
+
+
+def in_force(producer: Producer, topic: str, key: str) -> Any:
+    """A key's value in force for ``topic`` (None while the producer rebuilds the topic's client)."""
+    return (producer.in_force(topic) or {}).get(key)

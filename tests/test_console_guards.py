@@ -9,6 +9,7 @@ from typing import Any
 
 from tests.console_fixtures import Console, Load, wait_reported_topic
 from tests.helpers import create_topic, unique
+from tests.rollout_sim import in_force
 from tests.sdk_fixtures import check_stream, read_topic
 
 
@@ -42,7 +43,7 @@ def test_a_change_breaking_a_guard_rule_is_refused_in_the_console_and_nothing_is
         after = st.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()
         assert after["released"] == released["released"] == {"topic.grade": "P0"}
         assert after["release"] == released["release"]
-        assert load.producer.in_force(topic)["producer.acks"] == "all"
+        assert in_force(load.producer, topic, "producer.acks") == "all"
     finally:
         load.stop()
     assert load.sent > 0 and not load.failed and load.delivered == load.sent

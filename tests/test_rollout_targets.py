@@ -12,28 +12,34 @@ import pytest
 from metaserver.rollouts import targets as tg
 from tests.console_fixtures import Load, wait_reported_topic
 from tests.helpers import create_topic, unique, wait_until
+from tests.rollout_sim import in_force
 from tests.sdk_fixtures import check_stream, read_topic
 from tests.support import LocalStack
 
 
 @pytest.mark.parametrize("percent", [5, 10, 25, 50])
 def test_a_percentage_of_1000_instances_is_within_2_points_and_stable_as_it_grows(percent: float) -> None:
-    ids = [f"app-host-{uuid.uuid4().hex}" for _ in range(1000)]
-    t = tg.Targets(percent=percent)
-    chosen = {i for i in ids if tg.selects(t, {"client_id": i}, "ykafka.topic.orders")}
-    assert abs(len(chosen) / 10 - percent) <= 2, len(chosen)
-    bigger = {i for i in ids if tg.selects(tg.Targets(percent=min(100, percent * 5)), {"client_id": i},
-                                           "ykafka.topic.orders")}
-    assert chosen <= bigger  # a client in the 5 % stays in the 25 %
-    assert {i for i in ids if tg.selects(tg.Targets(percent=100), {"client_id": i}, "x")} == set(ids)
+    clients = [{"client_id": f"app-host-{uuid.uuid4().hex}"} for _ in range(1000)]
+
+    def chosen(p: float, population: list[dict[str, str]] = clients, keep: frozenset[str] = frozenset()) -> set[str]:
+        return {c["client_id"] for c in tg.pick(population, tg.Targets(percent=p), "ykafka.topic.orders", keep)}
+
+    assert abs(len(chosen(percent)) / 10 - percent) <= 2, len(chosen(percent))
+    assert chosen(percent) <= chosen(min(100, percent * 5))  # a client in the 5 % stays in the 25 %
+    assert chosen(100) == {c["client_id"] for c in clients}
+    # 200 more clients join between two steps: the earlier canaries, kept by the plan, are still in
+    grown = clients + [{"client_id": f"late-{uuid.uuid4().hex}"} for _ in range(200)]
+    step1 = chosen(percent)
+    step2 = chosen(min(100, percent * 5), grown, frozenset(step1))
+    assert step1 <= step2 and abs(len(step2) / 12 - min(100, percent * 5)) <= 2
 
 
 def test_dimensions_combine_with_and_values_within_one_with_or() -> None:
     c = {"client_id": "a-1", "app_id": "pay", "hostname": "h1", "ip": "10.0.0.1", "ykafka_version": "0.1.0",
          "librdkafka_version": "2.6.1", "label": "canary"}
-    assert tg.selects(tg.Targets(apps=["pay", "web"], librdkafka=["2.*"], hosts=["h1"]), c, "ns")
-    assert not tg.selects(tg.Targets(apps=["pay"], librdkafka=["1.*"]), c, "ns")
-    assert tg.selects(tg.Targets(hosts=["10.0.0.1"], labels=["canary"], ykafka=["0.1.0"]), c, "ns")
+    assert tg.selects(tg.Targets(apps=["pay", "web"], librdkafka=["2.*"], hosts=["h1"]), c)
+    assert not tg.selects(tg.Targets(apps=["pay"], librdkafka=["1.*"]), c)
+    assert tg.selects(tg.Targets(hosts=["10.0.0.1"], labels=["canary"], ykafka=["0.1.0"]), c)
     old = {**c, "librdkafka_version": "1.4.2", "ykafka_version": None}
     assert tg.cannot_honour(old, ["producer.batch.size", "producer.linger.ms"], per_instance=True) == [
         "ykafka unknown sends no instance id: per-instance targets cannot reach it",
@@ -76,7 +82,7 @@ def test_a_percentage_and_an_app_reach_exactly_the_instances_they_select_on_one_
     try:
         for app_id, _ in apps:
             wait_reported_topic(stack, app_id, ids[app_id], topic)
-        wait_until(lambda: all(ld.producer.in_force(topic)["producer.linger.ms"] == 7 for ld in loads), timeout=20)
+        wait_until(lambda: all(in_force(ld.producer, topic, "producer.linger.ms") == 7 for ld in loads), timeout=20)
         targets = {"percent": 50, "apps": [apps[0][0]]}
         dry = stack.admin("POST", "/v1/admin/config", {"scope": f"topic:{topic}", "set": {"producer.linger.ms": "30"},
                                                        "targets": targets, "dry_run": True})
@@ -89,10 +95,10 @@ def test_a_percentage_and_an_app_reach_exactly_the_instances_they_select_on_one_
         resp = stack.admin("POST", "/v1/admin/config", {"scope": f"topic:{topic}",
                                                         "set": {"producer.linger.ms": "30"}, "targets": targets})
         assert resp.status_code == 200, resp.text
-        wait_until(lambda: all(ld.producer.in_force(topic)["producer.linger.ms"] == 30
+        wait_until(lambda: all(in_force(ld.producer, topic, "producer.linger.ms") == 30
                                for ld in loads if ld.client_id in want), timeout=20)
         for _ in range(10):  # the others never get it (they fetched the same notification)
-            assert [ld.producer.in_force(topic)["producer.linger.ms"] for ld in loads
+            assert [in_force(ld.producer, topic, "producer.linger.ms") for ld in loads
                     if ld.client_id not in want] == [7, 7, 7, 7]
             wait_until(lambda: True, timeout=0.1)
         gray = stack.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()["gray"]

@@ -10,9 +10,13 @@ from typing import Any
 
 from tests.console_fixtures import wait_reported_topic
 from tests.helpers import create_topic, unique, wait_until
-from tests.rollout_sim import Steady, ids_in_bands
+from tests.rollout_sim import Steady, ids_in_bands, in_force
 from tests.sdk_fixtures import check_stream, read_topic
 from tests.support import LocalStack
+
+#: seconds-long bakes on a shared, loaded 2-core machine: one client's p99 swings by tens of milliseconds from
+#: one statistics window to the next, so the harmless plans judge latency only above 1 s (errors as usual)
+NOISY_HOST = {"p99_floor_ms": 1000}
 
 
 def _fleet(stack: LocalStack, topic: str, bands: list[tuple[float, float]]) -> tuple[str, list[Steady]]:
@@ -49,17 +53,17 @@ def _wait_state(stack: LocalStack, plan_id: int, states: tuple[str, ...], timeou
 
 def test_a_harmless_change_goes_5_25_100_by_itself_and_every_client_ends_on_it(stack: LocalStack) -> None:
     topic = unique("plan-ok")
-    _, loads = _fleet(stack, topic, [(0, 5), (5, 25), (25, 100), (25, 100)])
+    _, loads = _fleet(stack, topic, [(0, 5), (5, 25), (25, 100), (25, 100), (25, 100)])
     first, second = loads[0].client_id, loads[1].client_id
     try:
         plan = _plan(stack, {"scope": f"topic:{topic}", "set": {"producer.rate.limit.msgs": "100000"},
-                             "steps": [5, 25, 100], "bake_s": 3})
+                             "steps": [5, 25, 100], "bake_s": 3, "thresholds": NOISY_HOST})
         seen_before_promote: dict[str, int] = {}
 
         def at_25() -> bool:
             p = stack.admin("GET", f"/v1/admin/rollouts/{plan['id']}").json()
             if p["step"] == 1 and p["step_started"] is not None:
-                seen_before_promote.update({ld.client_id: ld.producer.in_force(topic)["producer.rate.limit.msgs"]
+                seen_before_promote.update({ld.client_id: in_force(ld.producer, topic, "producer.rate.limit.msgs")
                                             for ld in loads})
                 return True
             return p["state"] != "running"
@@ -68,16 +72,16 @@ def test_a_harmless_change_goes_5_25_100_by_itself_and_every_client_ends_on_it(s
         done = _wait_state(stack, plan["id"], ("done", "rolled_back"))
         assert done["state"] == "done", [(d["action"], d["reason"]) for d in done["decisions"]]
         assert [d["action"] for d in done["decisions"]] == ["publish", "advance", "publish", "advance", "promote"]
-        assert done["decisions"][0]["evidence"]["canary"] == 1  # 5 %: the first client only
-        assert done["decisions"][2]["evidence"]["canary"] == 2  # 25 %: it stays in, the second joins
+        assert done["decisions"][0]["evidence"]["canary"] == 1  # 5 % of 5: the first client only
+        assert done["decisions"][2]["evidence"]["canary"] == 2  # 25 % of 5: it stays in, the second joins
         advance = done["decisions"][1]["evidence"]
-        assert advance["canary"]["clients"] == 1 and advance["control"]["clients"] == 3
+        assert advance["canary"]["clients"] == 1 and advance["control"]["clients"] == 4
         assert advance["canary"]["sends"] > 0 and advance["control"]["sends"] > 0
-        wait_until(lambda: all(ld.producer.in_force(topic)["producer.rate.limit.msgs"] == 100000 for ld in loads),
+        wait_until(lambda: all(in_force(ld.producer, topic, "producer.rate.limit.msgs") == 100000 for ld in loads),
                    timeout=20)
         # while at 25 % the two canaries held the change, the two others did not
         assert {cid for cid, v in seen_before_promote.items() if v == 100000} <= {first, second}
-        assert [seen_before_promote[ld.client_id] for ld in loads[2:]] == [0, 0]
+        assert [seen_before_promote[ld.client_id] for ld in loads[2:]] == [0, 0, 0]
         current = stack.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()
         assert current["released"]["producer.rate.limit.msgs"] == "100000" and current["gray"] is None
         audit = stack.admin("GET", f"/v1/admin/audit?action=config.rollout&target=ykafka.topic.{topic}").json()
@@ -106,11 +110,11 @@ def test_a_rate_limit_far_below_the_load_at_10_percent_is_rolled_back_within_its
         assert "send error rate" in rollback["reason"]
         ev = rollback["evidence"]
         assert ev["canary"]["clients"] == 1 and ev["control"]["clients"] == 2
-        assert ev["canary"]["send_error_rate"] > 0.5 and ev["control"]["send_error_rate"] == 0
+        assert ev["canary"]["send_error_rate"] > 0.2 and ev["control"]["send_error_rate"] == 0
         assert canary.throttled > 0 and all(ld.throttled == 0 for ld in loads[1:])  # never applied it
         assert stack.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()["gray"] is None
-        wait_until(lambda: canary.producer.in_force(topic)["producer.rate.limit.msgs"] == 0, timeout=20)
-        assert all(ld.producer.in_force(topic)["producer.rate.limit.msgs"] == 0 for ld in loads)
+        wait_until(lambda: in_force(canary.producer, topic, "producer.rate.limit.msgs") == 0, timeout=20)
+        assert all(in_force(ld.producer, topic, "producer.rate.limit.msgs") == 0 for ld in loads)
     finally:
         _finish(stack, topic, loads)
 
@@ -120,7 +124,7 @@ def test_pause_resume_abort_and_force_are_recorded_and_abort_drops_the_canary(st
     _, loads = _fleet(stack, topic, [(0, 50), (50, 100)])
     try:
         plan = _plan(stack, {"scope": f"topic:{topic}", "set": {"producer.linger.ms": "12"}, "steps": [50, 100],
-                             "bake_s": 600})
+                             "bake_s": 600, "thresholds": NOISY_HOST})
         wait_until(lambda: stack.admin("GET", f"/v1/admin/rollouts/{plan['id']}").json()["step_started"],
                    timeout=20)
         busy = stack.admin("POST", "/v1/admin/rollouts", {"scope": f"topic:{topic}", "set": {"producer.acks": "1"}})
@@ -134,10 +138,10 @@ def test_pause_resume_abort_and_force_are_recorded_and_abort_drops_the_canary(st
                              "bake_s": 600})
         wait_until(lambda: stack.admin("GET", f"/v1/admin/rollouts/{plan['id']}").json()["step_started"],
                    timeout=20)
-        wait_until(lambda: loads[0].producer.in_force(topic)["producer.linger.ms"] == 15, timeout=20)
+        wait_until(lambda: in_force(loads[0].producer, topic, "producer.linger.ms") == 15, timeout=20)
         resp = stack.admin("POST", f"/v1/admin/rollouts/{plan['id']}/action", {"action": "abort"})
         assert resp.status_code == 200 and resp.json()["state"] == "aborted", resp.text
-        wait_until(lambda: loads[0].producer.in_force(topic)["producer.linger.ms"] == 12, timeout=20)
+        wait_until(lambda: in_force(loads[0].producer, topic, "producer.linger.ms") == 12, timeout=20)
         again = stack.admin("POST", f"/v1/admin/rollouts/{plan['id']}/action", {"action": "resume"})
         assert again.status_code == 422
     finally:

@@ -441,8 +441,9 @@ def rdkafka_aliases(prefix: str) -> dict[str, str]:
     return out
 
 
-def rdkafka_properties(effective: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    """librdkafka properties for the ``producer.`` or ``consumer.`` keys of an effective config."""
+def rdkafka_properties(effective: Mapping[str, Any], prefix: str, adjust: bool = True) -> dict[str, Any]:
+    """librdkafka properties for the ``producer.`` or ``consumer.`` keys of an effective config; ``adjust=False``:
+    as the operator asked, before the adjustments the client makes (what drift reports compare)."""
     props: dict[str, Any] = {}
     for name, value in effective.items():
         spec = KEYS.get(name)
@@ -451,7 +452,7 @@ def rdkafka_properties(effective: Mapping[str, Any], prefix: str) -> dict[str, A
         if name.endswith("buffer.bytes") and value == 0:
             continue  # 0 means "leave the system default"
         props[spec.rdkafka] = render(name, value) if isinstance(value, bool) else value
-    if prefix == "producer." and props.get("acks", "all") != "all":
+    if adjust and prefix == "producer." and props.get("acks", "all") != "all":
         # librdkafka refuses idempotence without acks=all; acks wins because it is the operator's intent.
         props["enable.idempotence"] = False
     return props

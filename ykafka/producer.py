@@ -921,8 +921,28 @@ class Producer:
             routes.setdefault(topic, client.cluster)
         return routes
 
+    def _drift(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per topic, the librdkafka settings the hot config asks for that differ from those of the client the
+        topic sends through now: a value the client adjusted (idempotence off under acks != all), a rebuild that
+        librdkafka refused (the old client stays in force) or that has not happened yet."""
+        with self._lock:
+            homes = list(self._home.items())[:20]
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for topic, client in homes:
+            try:
+                intended = catalog.rdkafka_properties(self._runtime.effective(topic=topic, cluster=client.cluster),
+                                                      "producer.", adjust=False)
+            except Exception:  # a value the runtime cannot resolve right now: nothing to compare
+                continue
+            diff = {prop: {"intended": _shown(value), "in_force": _shown(client.props.get(prop))}
+                    for prop, value in intended.items() if _shown(value) != _shown(client.props.get(prop))}
+            if diff:
+                out[topic] = diff
+        return out
+
     def _report(self) -> dict[str, Any]:
         dr = self._dr.status() if self._dr is not None else None  # before our lock: the engine's come second
+        drift = self._drift()
         with self._lock:
             routes = self._closed_routes if self._closed else self._routes()
             return {
@@ -932,5 +952,13 @@ class Producer:
                 "extra": {"routes": routes, "clients": [c.describe() for c in self._all_clients()],
                           "held_topics": sorted(self._held), "pending": len(self._pending), "swaps": self._swaps,
                           "dr": dr, "partitions": {topic: count for (_, topic), (count, _) in self._meta.items()},
-                          "health": self._health()},
+                          "health": self._health(), "drift": drift,
+                          "drift_count": sum(len(d) for d in drift.values())},
             }
+
+
+def _shown(value: Any) -> str | None:
+    """A librdkafka setting as text, so ``True`` and ``"true"``, ``5`` and ``"5"`` compare equal."""
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)

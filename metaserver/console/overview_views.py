@@ -16,6 +16,7 @@ from .. import audit, clients, db, hotconfig, registry
 from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
 from ..models import alerts, apps
+from ..rollouts import drift
 from ..services import Services
 from . import queries
 from .config_views import readable_change
@@ -38,10 +39,12 @@ def overview(request: Request) -> Response:
                                     .where(alerts.c.status == "firing")).scalar_one()
         firing = conn.execute(select(alerts).where(alerts.c.status == "firing")
                               .order_by(alerts.c.last_seen.desc()).limit(20)).mappings().all()
+        drifting = drift.drift_count(conn, svc.settings.renew_interval)
     for c in clusters.values():  # the failover state: where the cluster's writes go now
         c["writes_to"] = writes_to(svc, c["name"]) if c.get("standby") else "primary"
     return _page(request, "overview.html", sess, clusters=list(clusters.values()), app_count=app_count,
-                 live_count=sum(n for _, n in roles), roles=roles, firing=firing, firing_count=firing_count)
+                 live_count=sum(n for _, n in roles), roles=roles, firing=firing, firing_count=firing_count,
+                 drift_count=drifting)
 
 
 def writes_to(svc: Services, cluster: str) -> str:

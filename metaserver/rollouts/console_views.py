@@ -15,7 +15,7 @@ from ..console import users
 from ..console.config_views import _parse_changes
 from ..console.views import _form, _login_redirect, _page, _session, _svc, router
 from ..hotconfig import ConfigRejected
-from . import guards, plans, targets
+from . import guards, judge, plans, targets
 
 
 def _guards_page(request: Request, sess: users.Session, status_code: int = 200, body: str | None = None,
@@ -83,6 +83,7 @@ async def rollout_start(request: Request) -> Response:
         apps = [x for x in form.get("apps", "").replace(",", " ").split() if x]
         spec = plans.PlanSpec(scope=scope, set=dict(sets), delete=deletes, steps=steps,
                               bake_s=float(form.get("bake") or 300),
+                              thresholds=judge.Thresholds(p99_floor_ms=float(form.get("p99_floor") or 50)),
                               targets=targets.Targets(apps=apps) if apps else None)
         await run_in_threadpool(plans.create, _svc(request), spec, f"console:{sess.username}")
     except ConfigRejected as exc:

@@ -25,7 +25,7 @@ from .. import audit, configwrites, db, hotconfig
 from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
 from ..services import Services
-from . import guardcheck, judge, targeting
+from . import judge, targeting
 from . import targets as tg
 from .models import rollout_plans as rp
 
@@ -85,8 +85,7 @@ def create(svc: Services, spec: PlanSpec, who: str) -> dict[str, Any]:
     the driver publishes its first step). One active plan per namespace."""
     plan = _push_plan(spec)
     api = _require_api(svc)
-    before = hotconfig.plan_changes(api, plan)
-    guardcheck.enforce(svc, plan, before)
+    before = configwrites.preview(svc, plan)  # the catalog's diff and the guard rules, as a push
     if api.find_branch(plan.namespace):
         raise ConfigRejected({"scope": f"{plan.namespace} has a gray release already; merge or abandon it first"},
                              "gray release in the way")
@@ -146,13 +145,19 @@ def listing(svc: Services, namespace: str | None = None, limit: int = 50) -> lis
 
 def control(svc: Services, plan_id: int, action: str, who: str) -> dict[str, Any]:
     """An operator's pause / resume / abort / force (skip the rest of this bake: judge now), audited."""
+    with db.read(svc.engine) as conn:
+        row = _row(conn, plan_id)
+    if row is None:
+        raise LookupError(plan_id)
+    state = row["state"]
+    if state not in ACTIVE:
+        raise ConfigRejected({"plan": f"plan {plan_id} is {state}"}, "plan finished")
+    if action == "abort":  # drop the canary's release first (its own write path, not inside this transaction)
+        _abandon(svc, row["namespace"], row["scope"], who)
     with db.write(svc.engine) as conn:
         row = _row(conn, plan_id)
-        if row is None:
-            raise LookupError(plan_id)
-        state = row["state"]
-        if state not in ACTIVE:
-            raise ConfigRejected({"plan": f"plan {plan_id} is {state}"}, "plan finished")
+        if row is None or row["state"] not in ACTIVE:
+            raise ConfigRejected({"plan": f"plan {plan_id} finished meanwhile"}, "plan finished")
         values: dict[str, Any] = {"updated_at": time.time()}
         if action == "pause":
             values["state"] = "paused"
@@ -161,11 +166,10 @@ def control(svc: Services, plan_id: int, action: str, who: str) -> dict[str, Any
         elif action == "force":
             values["state"] = "running"
             values["step_started"] = -1.0 if row["step_started"] is not None else None  # bake over: judge now
+        elif action == "abort":
+            values["state"] = "aborted"
         decision = {"at": time.time(), "step": row["step"], "action": action, "reason": f"{action} by {who}",
                     "evidence": None}
-        if action == "abort":
-            _abandon(svc, row["namespace"])
-            values["state"] = "aborted"
         values["decisions"] = [*row["decisions"], decision]
         conn.execute(rp.update().where(rp.c.id == plan_id).values(**values))
         audit.record(conn, who, f"config.rollout.{action}", row["namespace"], {"plan": plan_id, "state": state},
@@ -173,11 +177,10 @@ def control(svc: Services, plan_id: int, action: str, who: str) -> dict[str, Any
     return get(svc, plan_id)
 
 
-def _abandon(svc: Services, namespace: str) -> None:
-    api = _require_api(svc)
-    branch = api.find_branch(namespace)
-    if branch:
-        api.delete_branch(namespace, branch)
+def _abandon(svc: Services, namespace: str, scope: str, who: str = "rollout-driver") -> None:
+    """Drop the canary's gray branch (through the config-write path: under the namespace's lock, audited)."""
+    if _require_api(svc).find_branch(namespace):
+        configwrites.scope_action(svc, Scope.parse(scope), "abandon", who)
 
 
 # --- driving one plan (called by the lease holder) -------------------------------------------------------
@@ -245,14 +248,17 @@ def _publish_step(svc: Services, row: dict[str, Any], spec: PlanSpec) -> None:
 def _publish_locked(svc: Services, row: dict[str, Any], spec: PlanSpec, plan: hotconfig.PushPlan) -> None:
     percent = spec.steps[row["step"]]
     api = _require_api(svc)
+<<<<<<< HEAD
     hotconfig.plan_changes(api, plan)
+=======
+    plan = _push_plan(spec)
+>>>>>>> 147f27d (Rollouts: plan steps publish and roll back through the config-write path (namespace lock, audited as config.gray / gray_merge / gray_abandon, guard rules checked again at each step); the percentage is exact and stable (the matching clients ordered by hash, the first ceil(p %) taken, a plan keeps its earlier canaries: 1,000 clients always within 2 points); abort drops the canary outside the plan's transaction (was a 500 on SQLite); drift: producers report per topic the librdkafka settings the hot config asks for that differ from the client in force (idempotence ignored under acks != all, a rebuild librdkafka refused), the client page shows intended against in force and the overview counts clients in drift; console plan form takes the p99 floor; tests on a loaded host judge p99 above 1 s)
     now = time.time()
     if percent >= 100:
-        branch = api.find_branch(plan.namespace)
-        if branch:
-            hotconfig.merge_gray(api, plan.scope, "rollout-driver")
+        if api.find_branch(plan.namespace):
+            configwrites.scope_action(svc, plan.scope, "promote", "rollout-driver")
         else:  # a one-step plan: straight to everyone
-            hotconfig.apply(api, plan, "rollout-driver", f"plan {row['id']}")
+            configwrites.push(svc, plan, "rollout-driver", f"plan {row['id']}")
         _record(svc, row, {"at": now, "step": row["step"], "percent": percent, "action": "promote",
                            "reason": "released to every client", "evidence": None},
                 state="done", step_started=now)
@@ -260,19 +266,21 @@ def _publish_locked(svc: Services, row: dict[str, Any], spec: PlanSpec, plan: ho
     base = spec.targets.model_dump(exclude_none=True) if spec.targets else {}
     base.pop("percent", None)
     t = tg.Targets(**base, percent=percent)
-    try:
-        reach = targeting.resolve(svc, plan, t)
-    except ConfigRejected as exc:  # nobody to canary on yet: try again at the next tick
-        log.info("rollout.no_canary", plan=row["id"], reason=str(exc.errors))
+    kept = frozenset((row["canary"] or {}).get("kept") or [])  # the earlier steps' canaries stay in
+    try:  # the guard rules are checked again at each step: they may have changed since the plan started
+        reach = configwrites.push(svc, plan, "rollout-driver", f"plan {row['id']} step {row['step'] + 1}: "
+                                  f"{percent:g} %", target=lambda p: targeting.resolve(svc, p, t, kept))["reach"]
+    except ConfigRejected as exc:  # nobody to canary on yet, or a rule now refuses it: try again at the next tick
+        log.info("rollout.step_refused", plan=row["id"], reason=str(exc.errors))
         return
-    hotconfig.apply(api, plan, "rollout-driver", f"plan {row['id']} step {row['step'] + 1}: {percent:g} %")
     ids = sorted(tg.ids_of(plan.labels or []))
     with db.read(svc.engine) as conn:
         seen = _health(conn, svc, plan.scope, plan.namespace)
     _record(svc, row, {"at": now, "step": row["step"], "percent": percent, "action": "publish",
                        "reason": f"{percent:g} %: {len(ids)} of {reach['in_scope']} clients in scope",
                        "evidence": {"canary": len(ids), "in_scope": reach["in_scope"], "by": reach["by"]}},
-            step_started=now, canary={"ids": ids, "base": {cid: v["health"] for cid, v in seen.items()}})
+            step_started=now, canary={"ids": ids, "kept": ids,
+                                      "base": {cid: v["health"] for cid, v in seen.items()}})
 
 
 def _judge_step(svc: Services, row: dict[str, Any], spec: PlanSpec) -> None:
@@ -299,7 +307,7 @@ def _judge_step(svc: Services, row: dict[str, Any], spec: PlanSpec) -> None:
     now = time.time()
     if why:
         try:
-            _abandon(svc, row["namespace"])
+            _abandon(svc, row["namespace"], row["scope"])
         except ApolloError as exc:
             log.warning("rollout.rollback_failed", plan=row["id"], error=str(exc))
             return  # tried again next tick

@@ -11,7 +11,8 @@ from ..services import Services
 from . import targets as tg
 
 
-def resolve(svc: Services, plan: PushPlan, t: tg.Targets | None) -> dict[str, Any]:
+def resolve(svc: Services, plan: PushPlan, t: tg.Targets | None,
+            keep: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     """Point ``plan`` at the clients ``t`` selects (per-instance targets become the instances' own labels) and
     answer the preview: how many clients in scope, which are reached (split by app / cluster / host /
     version) and which cannot honour the change. A per-instance target reaching no live client is refused."""
@@ -20,7 +21,7 @@ def resolve(svc: Services, plan: PushPlan, t: tg.Targets | None) -> dict[str, An
     keys = sorted(set(plan.set) | set(plan.delete))
     if t is not None and not t.empty():
         if t.per_instance():
-            found = tg.preview(clients, t, plan.namespace, keys)
+            found = tg.preview(clients, t, plan.namespace, keys, keep)
             able = [c for c in found["reached"] if not tg.cannot_honour(c, [], True)]
             if not able:
                 raise ConfigRejected({"targets": f"{t.describe()} reaches none of the {len(clients)} live "

@@ -2,8 +2,9 @@
 
 A target combines a stable percentage of the clients in scope with labels, IPs, apps, hosts and ykafka /
 librdkafka versions: every dimension given must match (AND), any value within one matches (OR). The
-percentage is stable: a client's bucket is a hash of the namespace and its instance id, so it stays in as the
-percentage grows (in at 5 % means in at 25 %) and the same clients are canaries for every step of a change.
+percentage is exact and stable: the matching clients are ordered by a hash of the namespace and their instance
+id and the first ``percent`` of them are taken (rounded up), so a client stays in as the percentage grows (in at
+5 % means in at 25 %; a plan also keeps its earlier canaries) and the same clients lead every change's steps.
 
 Apollo's gray rules match only IPs and labels, so a target with any other dimension is resolved here to the
 live client instances it selects and published as a rule listing each instance's own label
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import math
 import re
 from collections import Counter
 from typing import Any
@@ -91,10 +93,8 @@ def _matches(patterns: list[str] | None, value: str | None) -> bool:
     return any(text.startswith(p[:-1]) if p.endswith("*") else text == p for p in patterns)
 
 
-def selects(t: Targets, client: dict[str, Any], namespace: str) -> bool:
-    """Whether ``client`` (a row of :func:`in_scope`) is a target."""
-    if t.percent is not None and bucket(namespace, str(client["client_id"])) >= t.percent:
-        return False
+def selects(t: Targets, client: dict[str, Any]) -> bool:
+    """Whether ``client`` (a row of :func:`in_scope`) matches every dimension but the percentage."""
     if t.labels is not None and client.get("label") not in t.labels:
         return False
     if t.ips is not None and client.get("ip") not in t.ips:
@@ -103,6 +103,23 @@ def selects(t: Targets, client: dict[str, Any], namespace: str) -> bool:
         return False
     return (_matches(t.apps, client.get("app_id")) and _matches(t.ykafka, client.get("ykafka_version"))
             and _matches(t.librdkafka, client.get("librdkafka_version")))
+
+
+def pick(clients: list[dict[str, Any]], t: Targets | None, namespace: str,
+         keep: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """The clients ``t`` reaches: those matching its dimensions, then of them the ``percent`` whose hash comes
+    first (rounded up: the share is exact, not a coin per client), always including ``keep`` (the earlier step's
+    canaries still matching), so a client in at 5 % stays in at 25 % even when the population moved."""
+    if t is None:
+        return list(clients)
+    matching = [c for c in clients if selects(t, c)]
+    if t.percent is None:
+        return matching
+    want = math.ceil(len(matching) * t.percent / 100 - 1e-9)
+    kept = [c for c in matching if str(c["client_id"]) in keep]
+    rest = sorted((c for c in matching if str(c["client_id"]) not in keep),
+                  key=lambda c: bucket(namespace, str(c["client_id"])))
+    return kept + rest[:max(0, want - len(kept))]
 
 
 def in_scope(conn: Connection, heartbeat_s: int, scope: Scope, namespace: str) -> list[dict[str, Any]]:
@@ -160,9 +177,10 @@ def cannot_honour(client: dict[str, Any], keys: list[str], per_instance: bool) -
     return reasons
 
 
-def preview(clients: list[dict[str, Any]], t: Targets | None, namespace: str, keys: list[str]) -> dict[str, Any]:
+def preview(clients: list[dict[str, Any]], t: Targets | None, namespace: str, keys: list[str],
+            keep: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     """The clients a target reaches, split by app, cluster, host and version, and those that cannot honour it."""
-    reached = [c for c in clients if t is None or selects(t, c, namespace)]
+    reached = pick(clients, t, namespace, keep)
     per_instance = t is not None and t.per_instance()
     unable = []
     for c in reached:
