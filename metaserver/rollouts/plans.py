@@ -238,21 +238,11 @@ def _record(svc: Services, row: dict[str, Any], decision: dict[str, Any], **valu
 
 
 def _publish_step(svc: Services, row: dict[str, Any], spec: PlanSpec) -> None:
-    """Publish the step in force under the namespace's push lock (``configwrites``): an operator's push to the
-    namespace never interleaves with it."""
+    """Publish the step in force through the config-write path (``configwrites.push`` / ``scope_action``: under
+    the namespace's push lock, so an operator's push never interleaves with it, and audited)."""
     plan = _push_plan(spec)
-    with configwrites.namespace_lock(svc.engine, plan.namespace):
-        _publish_locked(svc, row, spec, plan)
-
-
-def _publish_locked(svc: Services, row: dict[str, Any], spec: PlanSpec, plan: hotconfig.PushPlan) -> None:
     percent = spec.steps[row["step"]]
     api = _require_api(svc)
-<<<<<<< HEAD
-    hotconfig.plan_changes(api, plan)
-=======
-    plan = _push_plan(spec)
->>>>>>> 147f27d (Rollouts: plan steps publish and roll back through the config-write path (namespace lock, audited as config.gray / gray_merge / gray_abandon, guard rules checked again at each step); the percentage is exact and stable (the matching clients ordered by hash, the first ceil(p %) taken, a plan keeps its earlier canaries: 1,000 clients always within 2 points); abort drops the canary outside the plan's transaction (was a 500 on SQLite); drift: producers report per topic the librdkafka settings the hot config asks for that differ from the client in force (idempotence ignored under acks != all, a rebuild librdkafka refused), the client page shows intended against in force and the overview counts clients in drift; console plan form takes the p99 floor; tests on a loaded host judge p99 above 1 s)
     now = time.time()
     if percent >= 100:
         if api.find_branch(plan.namespace):
