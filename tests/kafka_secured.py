@@ -41,7 +41,7 @@ class SecuredKafka:
         """librdkafka settings of a client as ``username`` (default: the super user)."""
         props = {"bootstrap.servers": self.bootstrap,
                  **kafka_security.client_properties(protocol=self.protocol, username=username or ADMIN_USER,
-                                                    password=password if username else self.admin_password,
+                                                    password=(password or "") if username else self.admin_password,
                                                     ca_pem=self.ca_pem)}
         return {**props, **extra}
 

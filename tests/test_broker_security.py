@@ -96,9 +96,10 @@ def consume_raw(conf: dict[str, Any], topic: str, group: str, timeout: float = 1
                 if read:
                     break
                 continue
-            if msg.error() is not None:
-                if msg.error().code() != RawKafkaError._PARTITION_EOF:
-                    error = msg.error()
+            failed = msg.error()
+            if failed is not None:
+                if failed.code() != RawKafkaError._PARTITION_EOF:
+                    error = failed
                 continue
             read += 1
     finally:

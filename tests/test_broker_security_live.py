@@ -8,6 +8,7 @@ before is re-authenticated within ``connections.max.reauth.ms``. The figures are
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -25,6 +26,7 @@ from tests.helpers import wait_until
 from tests.ms_fixtures import App, MetaServer, new_app
 from tests.test_broker_security import consume_raw, produce_raw
 from ykafka import BrokerAuthError, Consumer, MetaServerUnavailable, Producer
+from ykafka.aio import AIOProducer
 
 log = structlog.get_logger(__name__)
 
@@ -104,8 +106,8 @@ def produce_at(producer: Producer, topic: str, ledger: Ledger, rate: int, until:
 def read_ids(kafka: kafka_secured.SecuredKafka, topic: str, expect: int, timeout: float = 60) -> list[int]:
     from confluent_kafka import Consumer as RawConsumer
 
-    consumer = RawConsumer(kafka.client(**{"group.id": f"check-{uuid.uuid4().hex[:6]}",
-                                            "auto.offset.reset": "earliest", "enable.auto.commit": False}))
+    consumer = RawConsumer({**kafka.client(), "group.id": f"check-{uuid.uuid4().hex[:6]}",
+                            "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
     ids: list[int] = []
     deadline = time.monotonic() + timeout
@@ -113,10 +115,10 @@ def read_ids(kafka: kafka_secured.SecuredKafka, topic: str, expect: int, timeout
         while len(ids) < expect and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.5):
                 if msg.error() is None:
-                    ids.append(int(msg.value()))
+                    ids.append(int(msg.value() or b"-1"))
         quiet = time.monotonic() + 2  # anything beyond what is expected (a duplicate) shows up too
         while time.monotonic() < quiet:
-            ids.extend(int(m.value()) for m in consumer.consume(1000, 0.3) if m.error() is None)
+            ids.extend(int(m.value() or b"-1") for m in consumer.consume(1000, 0.3) if m.error() is None)
     finally:
         consumer.close()
     return ids
@@ -243,7 +245,7 @@ def test_a_consumer_follows_rotated_credentials_without_leaving_its_group(
         while len(seen) < until and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
-                seen.append(msg.value())
+                seen.append(msg.value() or b"")
 
     try:
         consumer.subscribe([topic])
@@ -293,3 +295,32 @@ def test_a_running_consumer_refused_by_the_broker_reports_the_typed_error(
         consumer.close()
     assert f"broker refused app {app.app_id!r}, cluster 'dc-a', topic/group {topic!r}" in reasons[0]
     assert "Topic authorization failed" in reasons[0] or "TOPIC_AUTHORIZATION_FAILED" in reasons[0]
+
+
+def test_an_asyncio_producer_of_a_revoked_app_gets_the_typed_error(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    app = new_app(server, acl={"produce": ["aw.*"], "consume": [], "group": []}, default_cluster="dc-a")
+    topic = f"aw.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+
+    async def scenario() -> tuple[int, BaseException]:
+        conf = client_conf(server, app, tmp_path / "c", **{"message.timeout.ms": 8000, "ykafka.dr.enabled": False})
+        async with AIOProducer(conf) as producer:
+            accepted = 0
+            for i in range(20):
+                await (await producer.produce(topic, f"m{i}".encode()))
+                accepted += 1
+            server.admin().update_app(app.app_id, enabled=False)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    await (await producer.produce(topic, b"after"))
+                    accepted += 1
+                except BrokerAuthError as exc:  # from the delivery, or at once when librdkafka knows the topic
+                    return accepted, exc
+                await asyncio.sleep(0.05)
+        raise AssertionError("the revoked app was never refused")
+
+    accepted, refused = asyncio.run(scenario())
+    assert accepted >= 20
+    assert f"broker refused app {app.app_id!r}, cluster 'dc-a', topic/group {topic!r}" in str(refused), refused

@@ -28,7 +28,7 @@ import structlog
 from ykafka.aio import callbacks
 from ykafka.errors import BufferFullError, ClosedError
 from ykafka.producer import Producer
-from ykafka.transport import KafkaException, from_kafka_error
+from ykafka.transport import KafkaException, from_kafka_error, is_auth_error
 
 log = structlog.get_logger(__name__)
 
@@ -165,7 +165,18 @@ class AIOProducer:
             if err is None:
                 fut.set_result(msg)
             else:
-                fut.set_exception(from_kafka_error(err))
+                fut.set_exception(self._error(err, msg))
+
+    def _error(self, err: Any, msg: Any) -> Exception:
+        """The typed error of a failed delivery; a broker's refusal names the app, the cluster and the topic."""
+        if not is_auth_error(err):
+            return from_kafka_error(err)
+        topic = msg.topic() if msg is not None else None
+        try:
+            cluster = self._producer.route(topic) if topic else None
+        except Exception:  # noqa: BLE001 - the message is what matters; the cluster is a courtesy
+            cluster = None
+        return from_kafka_error(err, app_id=self._producer.runtime.app_id, cluster=cluster, resource=topic)
 
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
