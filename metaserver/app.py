@@ -24,6 +24,7 @@ from . import (
     db,
     routes_admin,
     routes_config,
+    routes_messages,
     routes_observe,
     routes_offsets,
     routes_placements,
@@ -104,6 +105,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes_placements.admin)
     app.include_router(routes_placements.sdk)
     app.include_router(routes_offsets.router)
+    app.include_router(routes_messages.router)
     app.include_router(rollout_routes.router)
     install_console(app)
 

@@ -73,6 +73,12 @@ class Settings:
     #: how long a rotated app credential keeps working, so every client renews onto the new one first
     #: (default: two renew intervals plus a minute)
     credential_grace_s: float | None = None
+    #: the console role that sees message values when browsing a topic (lower roles see metadata only)
+    console_values_role: str = "operator"
+    #: the console role that may export browsed messages as JSON lines
+    console_export_role: str = "admin"
+    #: YAML file of masking rules: topic name (or prefix ending in ``*``) -> JSON paths masked when browsing
+    console_masks: str | None = None
 
     @property
     def credential_grace(self) -> float:

@@ -377,7 +377,9 @@ def services(cfg: StackConfig) -> list[Service]:
             # secrets travel in the environment, never on the command line where `ps` shows them
             env={"YKAFKA_CC_OPENAPI_TOKEN": cfg.openapi_token}))
     secured = any(spec.security != "none" for spec in cfg.clusters.values())
-    ms_env = {"YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": cfg.openapi_token, "YKAFKA_MS_ADMIN_TOKEN": cfg.admin_token}
+    ms_env = {"YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": cfg.openapi_token, "YKAFKA_MS_ADMIN_TOKEN": cfg.admin_token,
+              # the console's masking rules for browsed messages: <home>/masks.yaml when it exists
+              "YKAFKA_MS_CONSOLE_MASKS": str(home / "masks.yaml")}
     if secured:  # the MetaServer is the secured clusters' super user: it issues every app's principal and ACLs
         from ykafka import kafka_security
 

@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from . import (
     admin_views,
     api,
+    browse_views,
     config_views,
     dlq_views,
     group_views,
@@ -30,7 +31,8 @@ def install(app: FastAPI) -> None:
 
     # the page modules register on the console router
     assert (admin_views.router is rollout_views.router is
-            dlq_views.router is group_views.router is request_views.router is reset_views.router
+            browse_views.router is dlq_views.router is group_views.router is request_views.router
+            is reset_views.router
             is topic_views.router is trace_views.router is config_views.router is overview_views.router
             is views.router)
     app.include_router(views.router)

@@ -15,7 +15,7 @@ TITLES = {
     "panel": "Live panel", "apps": "Apps & ACLs", "app": "App {app}", "requests": "Requests",
     "clusters": "Clusters", "trace": "Trace", "dlq": "Dead letters", "alerts": "Alerts", "audit": "Audit log",
     "users": "Users", "login": "Log in", "secret": "App secret", "error": "Error",
-    "reset": "Reset offsets of {group}", "reset_panel": "Offset reset of {group}",
+    "browse": "Messages of {topic}", "reset": "Reset offsets of {group}", "reset_panel": "Offset reset of {group}",
 }
 
 

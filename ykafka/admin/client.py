@@ -278,3 +278,7 @@ class AdminClient:
 
     def offset_reset(self, job_id: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/admin/offset-resets/{quote(job_id, safe='')}"))
+
+    def messages(self, topic: str, **params: Any) -> dict[str, Any]:
+        """A bounded read of ``topic`` (partition + offset / since, or key + since; limit, format, cluster)."""
+        return dict(self._call("GET", f"/v1/admin/topics/{quote(topic, safe='')}/messages", params=params))
