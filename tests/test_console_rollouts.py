@@ -91,3 +91,32 @@ def test_a_client_in_drift_shows_intended_against_in_force_and_the_overview_coun
         load.stop()
     assert load.sent > 0 and not load.failed and load.delivered == load.sent
     assert check_stream(read_topic(st.clusters["dc-a"], topic, load.sent), load.sent)["lost"] == 0
+
+
+def test_release_markers_are_drawn_on_a_topics_charts_and_the_overviews(console: Console, page: Any) -> None:
+    import time
+
+    from tests.console_fixtures import write_aggregates
+
+    st = console.stack
+    topic = unique("console-marks")
+    minute = int(time.time() * 1000) // 60_000 * 60_000
+    write_aggregates(st.home / "pipeline", [
+        row for age in (4, 3, 2, 1) for row in (
+            {"window_start": minute - age * 60_000, "name": "send.msgs", "topic": topic, "value": 600.0 * age},
+            {"window_start": minute - age * 60_000, "name": "send.latency_ms", "topic": topic, "count": 4,
+             "p99": 10.0 + age})])
+    st.push(f"topic:{topic}", {"producer.linger.ms": "9"})
+    st.push(f"topic:{topic}", {"producer.linger.ms": "30"}, ips=["10.9.9.9"])
+    assert st.admin("POST", "/v1/admin/config/gray/abandon", {"scope": f"topic:{topic}"}).status_code == 200
+    st.push(f"topic:{unique('other')}", {"producer.linger.ms": "9"})  # another topic's release: not on this page
+    console.login(page, "viewer")
+    found = page.request.get(f"{console.url}/console/data/markers?topic={topic}").json()["markers"]
+    assert [m["kind"] for m in found] == ["release", "gray", "rollback"], found
+    assert found[0]["label"] == "release: producer.linger.ms=9" and found[1]["label"] == "gray: producer.linger.ms=30"
+    assert page.request.get(f"{console.url}/console/data/markers?since=x").status == 400
+    page.goto(f"{console.url}/console/topics/{topic}")
+    page.locator("#rate-chart[data-markers-drawn]").wait_for(state="attached")
+    assert page.locator("#rate-chart").get_attribute("data-markers-drawn") == "3"
+    assert page.locator("#latency-chart").get_attribute("data-markers-drawn") == "3"
+    console.shot(page, "topic-markers")

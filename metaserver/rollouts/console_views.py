@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
+import time
 from urllib.parse import quote
 
 from fastapi import Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from .. import hotconfig
+from ykafka.catalog import GLOBAL, Scope, ScopeKind
+
+from .. import db, hotconfig
 from ..console import users
 from ..console.config_views import _parse_changes
 from ..console.views import _form, _login_redirect, _page, _session, _svc, router
 from ..hotconfig import ConfigRejected
-from . import guards, judge, plans, targets
+from . import guards, judge, markers, plans, targets
 
 
 def _guards_page(request: Request, sess: users.Session, status_code: int = 200, body: str | None = None,
@@ -117,3 +120,31 @@ async def rollout_action(request: Request, plan_id: int) -> Response:
     except ConfigRejected as exc:
         return _rollouts_page(request, sess, scope, status_code=409, errors=exc.errors)
     return RedirectResponse(f"/console/rollouts?scope={quote(scope)}", status_code=303)
+
+
+# --- release markers -----------------------------------------------------------------------------------
+
+@router.get("/data/markers")
+def release_markers(request: Request) -> Response:
+    """Markers for a page's charts: ``?topic=`` (the topic's, its cluster's and the global namespace's),
+    ``?group=`` (the group's and global), none (everything); ``since`` in seconds (default one hour)."""
+    sess = _session(request)
+    if sess is None:
+        return JSONResponse({"detail": "log in"}, status_code=401)
+    q = request.query_params
+    try:
+        since_s = min(max(float(q.get("since", "3600")), 60.0), 30 * 86400.0)
+    except ValueError:
+        return JSONResponse({"detail": "since: seconds"}, status_code=400)
+    namespaces: list[str] | None = None
+    try:
+        if q.get("topic"):
+            namespaces = [Scope(ScopeKind.TOPIC, q["topic"][:255]).namespace(), GLOBAL.namespace()]
+            namespaces += [Scope(ScopeKind.CLUSTER, c[:200]).namespace() for c in q.getlist("cluster")[:1]]
+        elif q.get("group"):
+            namespaces = [Scope(ScopeKind.GROUP, q["group"][:255]).namespace(), GLOBAL.namespace()]
+    except ValueError:
+        return JSONResponse({"detail": "not a topic or group name"}, status_code=400)
+    with db.read(_svc(request).engine) as conn:
+        found = markers.markers(conn, time.time() - since_s, namespaces)
+    return JSONResponse({"markers": found})

@@ -10,6 +10,26 @@
       .catch(function () {})
       .finally(function () { setTimeout(function () { poll(el); }, 1000); });
   }
+  // release markers (releases, gray releases, rollbacks, rollout steps, failovers: /console/data/markers) drawn
+  // as dashed vertical lines on every chart of the page; the page names its scope in data-markers
+  var MARKERS = [];
+  var MARK_COLORS = {release: "#2457c5", gray: "#9a6700", rollback: "#b42318", rollout: "#6e40c9", failover: "#b42318"};
+  var markerPlugin = {id: "releaseMarkers", afterDatasetsDraw: function (chart) {
+    var x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx, drawn = 0;
+    ctx.save(); ctx.setLineDash([4, 3]); ctx.lineWidth = 1; ctx.font = "10px sans-serif";
+    MARKERS.forEach(function (m) {
+      if (m.at < x.min || m.at > x.max) { return; }
+      var px = x.getPixelForValue(m.at);
+      ctx.strokeStyle = ctx.fillStyle = MARK_COLORS[m.kind] || "#555";
+      ctx.beginPath(); ctx.moveTo(px, area.top); ctx.lineTo(px, area.bottom); ctx.stroke();
+      var left = px > area.left + (area.right - area.left) / 2;  // a label reads away from the nearer edge
+      ctx.textAlign = left ? "right" : "left";
+      ctx.fillText(m.label, left ? px - 3 : px + 3, area.top + 10 + 11 * (drawn % 4));
+      drawn += 1;
+    });
+    ctx.restore();
+    chart.canvas.setAttribute("data-markers-drawn", String(drawn));
+  }};
   function line(canvas, datasets) {
     // whole minutes on the time axis (the data are per-minute windows): about eight labels, never one minute twice
     var xs = [];
@@ -17,11 +37,17 @@
     var span = xs.length ? Math.max.apply(null, xs) - Math.min.apply(null, xs) : 0;
     var step = 60000 * Math.max(1, Math.ceil(span / 60000 / 8));
     datasets.forEach(function (d) { d.backgroundColor = d.borderColor; });
+    if (MARKERS.length && xs.length) {  // the axis reaches the latest marker, so a change just made shows
+      var last = Math.max.apply(null, MARKERS.map(function (m) { return m.at; }));
+      xs.push(Math.min(last, Date.now()));
+    }
+    var lo = xs.length ? Math.min.apply(null, xs) : undefined, hi = xs.length ? Math.max.apply(null, xs) : undefined;
     return new window.Chart(canvas, {
       type: "line",
+      plugins: [markerPlugin],
       data: {datasets: datasets},
       options: {animation: false, parsing: false, normalized: true, maintainAspectRatio: false,
-                scales: {x: {type: "linear", ticks: {stepSize: step, callback: function (v) {
+                scales: {x: {type: "linear", min: lo, max: hi, ticks: {stepSize: step, callback: function (v) {
                   return new Date(v).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"}); }}},
                          y: {beginAtZero: true}}}
     });
@@ -123,10 +149,22 @@
       next(0);
     });
   }
-  window.addEventListener("load", function () {
+  function draw() {
     var el = document.getElementById("charts");
     if (el) { charts(el); }
     document.querySelectorAll("[data-series]").forEach(seriesChart);
+  }
+  window.addEventListener("load", function () {
+    var src = document.querySelector("[data-markers]");
+    if (src) {
+      fetch(src.getAttribute("data-markers"), {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.json() : {markers: []}; })
+        .then(function (data) { MARKERS = data.markers || []; })
+        .catch(function () {})
+        .finally(draw);
+    } else {
+      draw();
+    }
     var selected = document.getElementById("replay-selected");
     if (selected) { chunkedReplay(selected); }
   });

@@ -1,0 +1,42 @@
+"""Release markers: what changed, when — releases, gray releases, rollbacks, rollout steps and failovers — read
+from the audit log, for the vertical lines the console draws on every chart, so a change in a curve can be
+read against the change that caused it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, or_, select
+
+from ..models import audit
+
+#: audit actions that change what clients run, and the kind of marker each draws
+KINDS = {"config.set": "release", "config.gray": "gray", "config.rollback": "rollback",
+         "config.gray_merge": "release", "config.gray_abandon": "rollback", "cluster.failover": "failover",
+         "config.rollout.publish": "rollout", "config.rollout.advance": "rollout",
+         "config.rollout.promote": "rollout", "config.rollout.rollback": "rollback",
+         "config.rollout.abort": "rollback"}
+LIMIT = 200
+
+
+def markers(conn: Connection, since: float, namespaces: list[str] | None = None) -> list[dict[str, Any]]:
+    """Markers since ``since`` (epoch s) on the given namespaces (None: all), oldest first: ``at`` (epoch ms),
+    ``kind`` (release, gray, rollback, rollout, failover), ``label`` and ``target``."""
+    stmt = (select(audit.c.at, audit.c.action, audit.c.target, audit.c.after)
+            .where(audit.c.at >= since, audit.c.action.in_(list(KINDS)))
+            .order_by(audit.c.at.desc()).limit(LIMIT))
+    if namespaces is not None:
+        stmt = stmt.where(or_(*(audit.c.target == ns for ns in namespaces)))
+    out = []
+    for row in conn.execute(stmt).mappings():
+        after = row["after"] if isinstance(row["after"], dict) else {}
+        raw = after.get("values")
+        values: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        kind = "failover" if "route.active" in values else KINDS[row["action"]]
+        what = ", ".join(f"{k}={v}" for k, v in list(values.items())[:2]) if values else ""
+        if row["action"].startswith("config.rollout."):
+            percent = after.get("percent")
+            what = f"{row['action'].rsplit('.', 1)[1]}{f' {percent:g} %' if isinstance(percent, int | float) else ''}"
+        label = f"{kind}: {what}" if what else kind
+        out.append({"at": int(row["at"] * 1000), "kind": kind, "label": label[:60], "target": row["target"]})
+    return sorted(out, key=lambda m: m["at"])
