@@ -120,3 +120,35 @@ def test_release_markers_are_drawn_on_a_topics_charts_and_the_overviews(console:
     assert page.locator("#rate-chart").get_attribute("data-markers-drawn") == "3"
     assert page.locator("#latency-chart").get_attribute("data-markers-drawn") == "3"
     console.shot(page, "topic-markers")
+
+
+def test_a_percentage_target_previews_the_clients_it_reaches_split_and_publishes_to_them_only(
+        console: Console, page: Any) -> None:
+    st = console.stack
+    topic = unique("console-target")
+    create_topic(st.clusters["dc-a"], topic, 3)
+    app = st.new_app([topic], [topic], ["*"])
+    ids = ids_in_bands(f"ykafka.topic.{topic}", app[0], [(0, 30), (30, 100), (30, 100)])
+    loads = [Steady(st.client_config(app, **{"ykafka.client.id": cid}), topic) for cid in ids]
+    try:
+        wait_reported_topic(st, app[0], ids, topic)
+        console.login(page, "operator")
+        page.goto(f"{console.url}/console/config?scope=topic:{topic}")
+        page.fill("textarea[name=changes]", "producer.linger.ms=15")
+        page.fill("input[name=t_percent]", "30")
+        page.fill("input[name=t_apps]", app[0])
+        page.click("#preview-btn")
+        split = page.locator("#reach-split").inner_text()
+        assert split.startswith(f"1 of 3 clients in scope (30 %; apps {app[0]})"), split
+        assert f"app {app[0]} 1" in split and "cluster dc-a 1" in split and "ykafka 0.1.0 1" in split, split
+        assert page.locator("#reach li").count() == 1 and page.locator(f"#reach li[data-client='{ids[0]}']").count()
+        console.shot(page, "config-targets")
+        page.click("#publish")
+        wait_until(lambda: in_force(loads[0].producer, topic, "producer.linger.ms") == 15, timeout=20)
+        assert [in_force(ld.producer, topic, "producer.linger.ms") for ld in loads[1:]] == [5, 5]
+    finally:
+        for ld in loads:
+            ld.stop()
+    sent = sum(ld.sent for ld in loads)
+    assert sent > 0 and not any(ld.failed for ld in loads) and sum(ld.delivered for ld in loads) == sent
+    assert check_stream(read_topic(st.clusters["dc-a"], topic, sent), sent)["lost"] == 0

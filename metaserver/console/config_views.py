@@ -18,6 +18,7 @@ from ykafka.catalog import Scope
 from .. import audit, configwrites, db, hotconfig
 from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
+from ..rollouts import targeting
 from ..services import Services
 from . import loop, queries, users
 from .views import _api, _form, _login_redirect, _page, _session, _svc, log, required, router
@@ -249,6 +250,8 @@ def _preview(request: Request, sess: users.Session, form: dict[str, str]) -> Res
         scope = _scope(form["scope"])
         plan = _plan(form, svc)
         configwrites.preview(svc, plan)
+        t = targeting.from_form(form)
+        split = targeting.resolve(svc, plan, t) if t is not None else None
     except ConfigRejected as exc:
         return _config_page(request, sess, catalog.GLOBAL if "scope" in exc.errors else _scope(form["scope"]),
                             status_code=422, form=form, errors=exc.errors)
@@ -259,10 +262,15 @@ def _preview(request: Request, sess: users.Session, form: dict[str, str]) -> Res
         everyone += apollo_clients(svc, tgt)
     except (ApolloError, ConfigRejected) as exc:
         log.warning("console.preview_instances", error=str(exc))
-    reach = [c for c in everyone if loop.gray_match(c, plan.ips, plan.labels)]
-    gray_to = [*(plan.ips or []), *(f"label {x}" for x in plan.labels or [])]
+    if split is not None:  # a target: the instances it resolved to, split by app / cluster / host / version
+        chosen = {c["client_id"] for c in split["clients"]}
+        reach = [c for c in everyone if c.get("client_id") in chosen]
+        gray_to = [split["target"]]
+    else:
+        reach = [c for c in everyone if loop.gray_match(c, plan.ips, plan.labels)]
+        gray_to = [*(plan.ips or []), *(f"label {x}" for x in plan.labels or [])]
     return _config_page(request, sess, scope, form=form, preview={"changes": plan.changes, "reach": reach,
-                                                                  "ips": gray_to})
+                                                                  "ips": gray_to, "split": split})
 
 
 @router.post("/config/publish")
@@ -275,7 +283,9 @@ def _publish(request: Request, sess: users.Session, form: dict[str, str]) -> Res
     try:
         scope = _scope(form["scope"])
         svc = _svc(request)
-        configwrites.push(svc, _plan(form, svc), f"console:{sess.username}", form.get("comment", "")[:200])
+        t = targeting.from_form(form)
+        configwrites.push(svc, _plan(form, svc), f"console:{sess.username}", form.get("comment", "")[:200],
+                          target=(lambda p: targeting.resolve(svc, p, t)) if t is not None else None)
     except ConfigRejected as exc:
         return _config_page(request, sess, catalog.GLOBAL, status_code=422, form=form, errors=exc.errors)
     return RedirectResponse(f"/console/config?scope={scope}&published=1", status_code=303)

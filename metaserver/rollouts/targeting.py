@@ -45,3 +45,22 @@ def summary(found: dict[str, Any], t: tg.Targets | None, limit: int = 200) -> di
                          "librdkafka": c["librdkafka_version"]} for c in found["reached"][:limit]],
             "by": {k: dict(v) for k, v in found["by"].items()},
             "unable": [{"client_id": u["client"]["client_id"], "reasons": u["reasons"]} for u in found["unable"]]}
+
+
+def from_form(form: dict[str, str]) -> tg.Targets | None:
+    """The console's target fields (``t_percent``, ``t_apps``, ...) as Targets; None when all are empty."""
+    def words(name: str) -> list[str] | None:
+        return [w for w in form.get(name, "").replace(",", " ").split() if w][:100] or None
+
+    fields = {"apps": words("t_apps"), "hosts": words("t_hosts"), "ykafka": words("t_ykafka"),
+              "librdkafka": words("t_librdkafka")}
+    percent = form.get("t_percent", "").strip().rstrip("%").strip()
+    if not percent and all(v is None for v in fields.values()):
+        return None
+    try:
+        return tg.Targets(percent=float(percent) if percent else None, **fields)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError: one line per field, no input echoed
+        errors = getattr(exc, "errors", None)
+        shown = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors(include_input=False)
+                          ) if callable(errors) else "percent must be a number"
+        raise ConfigRejected({"targets": shown}, "invalid targets") from None
