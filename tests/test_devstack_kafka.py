@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers import wait_until
 from tests.support import ROOT, Broker
-from ykafka.devstack_kafka import KAFKA_VERSION, server_properties
+from ykafka.devstack_kafka import KAFKA_VERSION, new_cluster_id, server_properties
 
 
 def test_the_pom_pins_the_release_the_launcher_runs() -> None:
@@ -38,6 +38,13 @@ def _roundtrip(bootstrap: str, topic: str, count: int) -> list[bytes]:
     finally:
         consumer.close()
     return got
+
+
+def test_a_cluster_id_never_starts_with_a_dash() -> None:
+    """The storage tool took ``--cluster-id -x...`` for a missing argument: a test run's cluster failed to format
+    ("expected one argument"); one id in 64 starts with '-', so 2,000 draws would meet one about 31 times."""
+    ids = [new_cluster_id() for _ in range(2000)]
+    assert not [i for i in ids if i.startswith("-")] and all(len(i) == 22 for i in ids)
 
 
 def test_one_node_keeps_what_it_acknowledged_across_a_sigkill(tmp_path: Path) -> None:

@@ -126,8 +126,13 @@ def require_kafka() -> Path:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: a random UUID, base64url without padding (what ``kafka-storage random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: a random UUID, base64url without padding (what ``kafka-storage random-uuid`` prints).
+    Never one starting with '-' (one in 64 would): the storage tool reads ``--cluster-id -x...`` as a missing
+    argument ("expected one argument"), so Kafka's own ``Uuid.randomUuid`` draws again too."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def client_listener(spec: ClusterSpec) -> tuple[str, list[int]]:
