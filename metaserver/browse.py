@@ -141,14 +141,16 @@ def read(props: Mapping[str, Any], topic: str, q: Query, *, values: bool, fmt: s
         parts = sorted(meta.partitions) if q.partition is None else [q.partition]
         if q.partition is not None and q.partition not in meta.partitions:
             raise BrowseRefused(f"the topic has no partition {q.partition} (it has {len(meta.partitions)})")
-        ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=5) for p in parts}
+        # where to start; where a partition ends is its end-of-partition event (Tansu answers a partition's end
+        # offset as its last batch's base offset + 1, so the watermark is not trusted as the end)
         if q.offset is not None:
-            starts = {p: min(max(q.offset, ends[p][0]), ends[p][1]) for p in parts}
+            lows = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[0] for p in parts}
+            starts = {p: max(q.offset, lows[p]) for p in parts}
         else:
             found = reader.offsets_for_times([TopicPartition(topic, p, int(q.since_ms or 0)) for p in parts],
                                              timeout=5)
-            starts = {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition][1] for tp in found}
-        live = {p for p in parts if starts[p] < ends[p][1]}
+            starts = {tp.partition: tp.offset if tp.offset >= 0 else OFFSET_END for tp in found}
+        live = {p for p in parts if starts[p] != OFFSET_END}
         out: list[dict[str, Any]] = []
         stopped, size, scanned = "end", 0, 0
         if live:
@@ -167,8 +169,6 @@ def read(props: Mapping[str, Any], topic: str, q: Query, *, values: bool, fmt: s
                 if q.until_ms is not None and ts > q.until_ms:
                     live.discard(msg.partition())
                     continue
-                if int(msg.offset() or 0) + 1 >= ends[msg.partition()][1]:
-                    live.discard(msg.partition())
                 if q.key is not None and _text(msg.key()) != q.key:
                     continue
                 value = msg.value()

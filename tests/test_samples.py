@@ -158,3 +158,13 @@ def test_guarded_rollout_refuses_a_guarded_change_and_rolls_a_harmless_one_out(s
     assert lines[-3] == "linger.ms in force: [20, 20, 20, 20]"
     sent = int(lines[-2].split()[1].rstrip(","))
     assert sent > 0 and lines[-2] == f"sent {sent}, acknowledged {sent}" and lines[-1] == "OK"
+
+
+def test_operator_tools_sample_browses_and_resets(stack: LocalStack, tmp_path: Path) -> None:
+    topic = unique("tools")
+    lines = _run_sample(stack, tmp_path, "operator_tools.py", "--topic", topic, "--shift", "-2")
+    assert lines[0] == f"group {topic}-readers read 10 messages of {topic}"
+    assert lines[1:4] == [f"  0:{n} key=key-{n % 2} headers=[['source', 'operator_tools']] value={{\"n\": {n}}}"
+                          for n in (7, 8, 9)]
+    assert lines[4] == "dry run: partition 0: 10 -> 8 (lag after 2)"
+    assert lines[5] == f"reset direct: done; {topic}[0] 10 → 8" and lines[-1] == "OK"
