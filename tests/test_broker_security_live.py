@@ -43,8 +43,9 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_secured.Se
 
 def _metaserver(ms_factory: Callable[..., MetaServer], kafka: kafka_secured.SecuredKafka, cluster: str,
                 **flags: Any) -> MetaServer:
+    # revoked clients keep renewing from this host: their refusals must not rate-limit the admin calls after
     ms = ms_factory(env=kafka.metaserver_env(), kafka_admin_user=kafka_secured.ADMIN_USER,
-                    acl_reconcile_interval=2, credential_grace=GRACE_S, **flags)
+                    acl_reconcile_interval=2, credential_grace=GRACE_S, auth_fail_limit=100_000, **flags)
     ms.admin().set_cluster(cluster, kafka.bootstrap, dc="a", security=kafka.security())
     return ms
 
