@@ -7,11 +7,13 @@ import re
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers import wait_until
 from tests.support import ROOT, Broker
+from ykafka.devstack import Stack, StackError, ephemeral_config
 from ykafka.devstack_kafka import KAFKA_VERSION, new_cluster_id, server_properties
 
 
@@ -50,7 +52,8 @@ def test_a_cluster_id_never_starts_with_a_dash() -> None:
 def test_one_node_keeps_what_it_acknowledged_across_a_sigkill(tmp_path: Path) -> None:
     cluster = Broker("solo", tmp_path, broker="kafka").start()
     try:
-        assert _roundtrip(cluster.bootstrap, "before", 50) == [str(i).encode() for i in range(50)]
+        sent = [str(i).encode() for i in range(50)]
+        assert sorted(_roundtrip(cluster.bootstrap, "before", 50), key=int) == sent  # 3 partitions: auto-created
         cluster.kill()
         assert cluster.pids == [None]
         cluster.start()  # the same log.dirs, so the same cluster id and every record
@@ -84,3 +87,12 @@ def test_three_nodes_replicate_every_topic_three_times_with_min_isr_two(kafka_cl
     props = server_properties(cluster.stack.cfg, spec, 0, cluster.stack.home)
     assert props["min.insync.replicas"] == "2" and props["default.replication.factor"] == "3"
     assert sorted(_roundtrip(cluster.bootstrap, topic, 20), key=int) == [str(i).encode() for i in range(20)]
+
+
+def test_a_controller_port_given_to_another_service_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    cfg = ephemeral_config(tmp_path, broker="kafka")
+    cfg.clusters["dc-b"].port = clash = cfg.clusters["dc-a"].quorum_ports[0]
+    with pytest.raises(StackError, match=rf"ports used twice: {clash} by dc-b, dc-a \(controller\)"):
+        Stack(cfg).up()
+    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob("*.pid"))
+

@@ -111,9 +111,9 @@ def test_producer_statistics_give_send_latency_and_exact_message_counts(obs_brok
 def test_consumer_lag_from_statistics_and_prometheus_endpoint(obs_broker) -> None:
     topic = unique("lag")
     producer = Producer({"bootstrap.servers": obs_broker.bootstrap, "linger.ms": 0})
-    for i in range(10):  # one record per batch: Tansu's high watermark is exact then
+    for i in range(10):  # on Kafka (this module's broker) the high watermark is exact for any batching
         producer.produce(topic, f"v{i}".encode(), partition=0)
-        producer.flush(10)
+    producer.flush(10)
     metrics = Metrics(None, "c-lag", "consumer", cluster="dc-a", group="g-lag", interval_s=0.2, prometheus_port=0)
     c = consumer(obs_broker.bootstrap, "g-lag", **metrics.rdkafka_settings())
     c.assign([TopicPartition(topic, 0, 0)])

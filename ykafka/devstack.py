@@ -617,6 +617,7 @@ class Stack:
         if beyond:  # fewer replicas than the running stack: those would be left running, unseen by `down`
             raise StackError(f"{', '.join(beyond)} run from a stack started with --replicas {self._recorded_replicas};"
                              f" stop it first (`ykafka dev down`) or keep --replicas {self._recorded_replicas}")
+        self._check_ports()
         started: dict[str, int] = {}
         self._layout_file.write_text(json.dumps({
             name: {"storage": spec.storage, "brokers": spec.brokers, "ports": spec.ports, "broker": spec.broker,
@@ -650,6 +651,22 @@ class Stack:
         if seed and (names is None or any(name.startswith("metaserver") for name in names)):
             self.seed()
         return started
+
+    def _check_ports(self) -> None:
+        """Every listener of the stack on its own port (a Kafka node's controller port is its port + 100 unless
+        configured: another cluster given that port would collide)."""
+        owners: dict[int, list[str]] = {}
+        for svc in services(self.cfg):
+            owners.setdefault(svc.port, []).append(svc.name)
+        for spec in self.cfg.clusters.values():
+            if spec.broker == "kafka" and not self.cfg.external_bootstrap:
+                for index, port in enumerate(spec.quorum_ports):
+                    owners.setdefault(port, []).append(f"{spec.broker_name(index)} (controller)")
+        clashes = {port: names for port, names in owners.items() if len(names) > 1}
+        if clashes:
+            raise StackError("ports used twice: " + "; ".join(f"{port} by {', '.join(names)}"
+                                                            for port, names in sorted(clashes.items()))
+                             + " (configs/dev.yaml: ports, controller_ports)")
 
     def _make_buckets(self) -> None:
         """One bucket per durable cluster (moto keeps them in memory: the S3 server lives as long as the stack)."""

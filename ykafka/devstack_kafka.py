@@ -174,7 +174,7 @@ def server_properties(cfg: StackConfig, spec: ClusterSpec, index: int, home: Pat
         "controller.listener.names": CONTROLLER,
         "inter.broker.listener.name": CLIENT,
         "log.dirs": str(node_dir(home, spec, index) / "logs"),
-        "num.partitions": "1",
+        "num.partitions": "3",  # an auto-created topic spreads keys (the demo's hot_producer shows it), as on Tansu
         "default.replication.factor": replication,
         "min.insync.replicas": "2" if n >= 3 else "1",
         "offsets.topic.replication.factor": replication,

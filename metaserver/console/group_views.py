@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
+import threading
 import time
 from typing import Any
 from urllib.parse import quote
@@ -31,9 +33,23 @@ from .views import _api, _audit, _form, _login_redirect, _page, _session, _svc, 
 STATUS_PILL = {"OK": "ok", "WARN": "warn", "STALL": "warn", "ERR": "bad", "STOP": "bad"}
 
 
+_SAMPLERS: dict[str, Any] = {}
+_SAMPLERS_LOCK = threading.Lock()
+
+
 def _sampler(props: dict[str, Any], cluster: str) -> Any:
-    conf = {k: v for k, v in props.items() if k != "bootstrap.servers"}
-    return pipeline_module("lag_sampler").LagSampler(props["bootstrap.servers"], cluster, timeout_s=5.0, conf=conf)
+    """The process's one lag sampler (AdminClient + Consumer) per cluster connection, never closed: a coordinator
+    request (describe groups, list group offsets) can outlive a timed-out wait, and a per-request AdminClient
+    collected with one in flight crashed the MetaServer (segfault in librdkafka's rdk:main thread, seen on Apache
+    Kafka under load; librdkafka issue 4605 reports the same with fresh clients). librdkafka handles are
+    thread-safe, so the request threads share it."""
+    key = json.dumps([cluster, props], sort_keys=True, default=str)
+    with _SAMPLERS_LOCK:
+        if key not in _SAMPLERS:
+            conf = {k: v for k, v in props.items() if k != "bootstrap.servers"}
+            _SAMPLERS[key] = pipeline_module("lag_sampler").LagSampler(props["bootstrap.servers"], cluster,
+                                                                       timeout_s=5.0, conf=conf)
+        return _SAMPLERS[key]
 
 
 def _reported(svc: Any, groups: list[str]) -> dict[str, dict[str, Any]]:
@@ -65,11 +81,8 @@ def group_lag(svc: Any, props: dict[str, Any], cluster: str, group: str, since: 
     burrow = pipeline_module("burrow")
     expected = sorted(_reported(svc, [group])[group]["topics"])
     sampler = _sampler(props, cluster)
-    try:
-        alive = sampler.groups([group])  # read once: its state, members and commits
-        now = sampler.lag_of(alive, expected={group: expected})
-    finally:
-        sampler.close()
+    alive = sampler.groups([group])  # read once: its state, members and commits
+    now = sampler.lag_of(alive, expected={group: expected})
     history, note = _history(svc, since)
     partitions = []
     series: dict[str, dict[int, float]] = {}
@@ -201,11 +214,8 @@ def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta)
     except StoreUnavailable as exc:
         store, note = None, f"{exc}; idle time is counted from now"
     sampler = _sampler(props, cluster)
-    try:
-        infos = sampler.groups()
-        found = {c["group"]: c for c in lc.candidates(sampler, store, idle)}
-    finally:
-        sampler.close()
+    infos = sampler.groups()
+    found = {c["group"]: c for c in lc.candidates(sampler, store, idle)}
     reported = _reported(svc, [i.group for i in infos if not i.alive])
     for info in infos:
         if not info.alive and reported.get(info.group, {}).get("ephemeral") and info.group not in found:
@@ -240,13 +250,10 @@ async def group_list(request: Request) -> Response:
 def _delete(svc: Any, props: dict[str, Any], cluster: str, group: str) -> str | None:
     delete_groups = pipeline_module("groups").delete_groups
     sampler = _sampler(props, cluster)
-    try:
-        infos = sampler.groups([group])
-        if infos and infos[0].alive:
-            return f"the group has {infos[0].members} live member(s); stop its consumers first"
-        return delete_groups(sampler.admin, [group]).get(group)
-    finally:
-        sampler.close()
+    infos = sampler.groups([group])
+    if infos and infos[0].alive:
+        return f"the group has {infos[0].members} live member(s); stop its consumers first"
+    return delete_groups(sampler.admin, [group]).get(group)
 
 
 @router.post("/groups/delete")

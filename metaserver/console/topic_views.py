@@ -170,13 +170,10 @@ def topic_lag(svc: Any, props: dict[str, Any], cluster: str, topic: str, groups:
     the pipeline's samples), the lag per partition now with the Burrow verdict over the samples plus this read."""
     burrow = pipeline_module("burrow")
     names = sorted({*groups, *(g for g, t, _ in history if t == topic)})[:TOPIC_GROUPS]
-    sampler = _sampler(props, cluster)
-    try:
-        partitions = describe_topic(props, topic, timeout=5.0, admin=sampler.admin)
-        infos = sampler.groups(names) if names else []
-        ends = sampler.end_offsets((topic, p["partition"]) for p in partitions or [])
-    finally:
-        sampler.close()
+    sampler = _sampler(props, cluster)  # the process's own, kept open (group_views._sampler)
+    partitions = describe_topic(props, topic, timeout=5.0, admin=sampler.admin)
+    infos = sampler.groups(names) if names else []
+    ends = sampler.end_offsets((topic, p["partition"]) for p in partitions or [])
     for p in partitions or []:
         p["end"] = ends.get((topic, p["partition"]))
     reported = set(groups)
