@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import random
 import threading
 import time
 from collections import deque
@@ -33,147 +32,46 @@ from typing import Any
 
 import structlog
 
-from ykafka import catalog
-from ykafka.catalog import Scope, ScopeKind
-from ykafka.config import LocalConfig, register_option
+from ykafka.config import LocalConfig
 from ykafka.config import load as load_config
 from ykafka.dr import attach as dr_attach  # registers the ykafka.spill.* / ykafka.dr.* options
 from ykafka.dr.engine import DisasterRecovery
-from ykafka.dr.link import DirectSender, bind_report
+from ykafka.dr.link import bind_report
 from ykafka.errors import BufferFullError, ClosedError, ConfigError
-from ykafka.headers import MESSAGE_ID, TRACE_ID
+from ykafka.headers import TRACE_ID
 from ykafka.hotconfig import ConfigChange
 from ykafka.metrics import Observability
-from ykafka.partitioner import Picker, needs_python
+from ykafka.producer.resolve import TopicResolver
+from ykafka.producer.state import (
+    _PENDING_MAX,
+    DeliveryCallback,
+    DeliveryHook,
+    SendHook,
+    _Client,
+    _freeze,
+    _nbytes,
+    _next,
+    _random,
+    _stamp_id,
+    _TopicState,
+    _with_header,
+)
+from ykafka.producer.swap import ClientSwaps
 from ykafka.runtime import Runtime
-from ykafka.throttle import Throttle, Throttles
+from ykafka.throttle import Throttles
 from ykafka.tracing import Tracer, new_message_id
 from ykafka.transport import (
     KafkaException,
     ProducerIdHastener,
     check_settings,
-    close_producer,
     from_kafka_error,
-    new_producer,
 )
-from ykafka.transport import RawProducer as _RdProducer
 
 log = structlog.get_logger(__name__)
 
-DeliveryCallback = Callable[[Any, Any], None]
-#: hook(err, msg, user_callback) -> True when it handled the report (the user callback is then not called)
-DeliveryHook = Callable[[Any, Any, "DeliveryCallback | None"], bool]
-#: hook(producer, client, topic, value, key, partition, on_delivery, timestamp, headers) -> True when it
-#: took the message itself (e.g. spilled it); False to let it go to the client
-SendHook = Callable[..., bool]
-
-_RETIRED_GRACE_S = 1.0
-_NOTHING = object()
-_DR_RECHECK_S = 1.0  # a topic sent through the DR engine re-checks the direct path this often
-_PENDING_MAX = 100_000
-_CALLBACKS = ("on_delivery", "delivery.report.callback", "dr_cb", "dr_msg_cb", "error_cb", "stats_cb")
 
 
-class _Client:
-    """One librdkafka producer: a (cluster, settings) pair."""
-
-    __slots__ = ("key", "cluster", "props", "rd", "retiring_since", "deadline", "abandoned", "drained_at",
-                 "hastener")
-
-    def __init__(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any], rd: _RdProducer,
-                 hastener: ProducerIdHastener | None = None) -> None:
-        self.key = key
-        self.cluster = cluster
-        self.props = props
-        self.rd = rd
-        self.hastener = hastener  # its producer-id request, joined before the handle is closed
-        self.retiring_since: float | None = None
-        self.deadline = 0.0
-        self.abandoned = False
-        self.drained_at: float | None = None
-
-    def describe(self) -> dict[str, Any]:
-        shown = {k: v for k, v in self.props.items() if not callable(v) and "password" not in k}
-        return {"cluster": self.cluster, "retiring": self.retiring_since is not None, "in_queue": len(self.rd),
-                "settings": {k: shown[k] for k in ("acks", "enable.idempotence", "linger.ms", "batch.size",
-                                                   "compression.type", "socket.send.buffer.bytes") if k in shown}}
-
-
-class _TopicState:
-    """Everything a send to one topic needs, resolved once per config version."""
-
-    __slots__ = ("topic", "client", "send", "cluster", "effective", "picker", "throttle", "slow", "expires",
-                 "trace", "direct", "traced_for", "traced")
-
-    def __init__(self, topic: str, client: _Client, cluster: str, effective: dict[str, Any],
-                 picker: Picker | None, throttle: Throttle | None, slow: bool, expires: float,
-                 trace: float = 0.0, direct: DirectSender | None = None) -> None:
-        self.topic = topic
-        self.client = client
-        self.send = client.rd.produce
-        self.cluster = cluster
-        self.effective = effective
-        self.picker = picker
-        self.throttle = throttle
-        self.slow = slow
-        self.expires = expires
-        self.trace = trace  # sampling rate of message trace (0.0: off)
-        self.direct = direct  # the disaster-recovery engine's healthy-cluster path (None: engine off)
-        self.traced_for: Any = _NOTHING  # rate 1.0: the last user callback and its traced wrapper
-        self.traced: DeliveryCallback | None = None
-
-
-def _freeze(props: Mapping[str, Any]) -> tuple[Any, ...]:
-    out = []
-    for name in sorted(props):
-        value = props[name]
-        try:
-            hash(value)
-        except TypeError:
-            value = repr(value)
-        out.append((name, value))
-    return tuple(out)
-
-
-_random = random.random
-_next = next
-
-
-def _with_header(headers: Any, name: str, value: str) -> list[tuple[str, Any]]:
-    """A new header list with ``name: value`` added (the caller's headers are not modified)."""
-    if not headers:
-        return [(name, value)]
-    items = list(headers.items()) if isinstance(headers, dict) else list(headers)
-    items.append((name, value))
-    return items
-
-
-def _stamp_id(headers: Any) -> tuple[Any, str]:
-    """The message's ``ykafka-id`` (kept when the caller set one), adding a new one when missing."""
-    if headers:
-        items = headers.items() if isinstance(headers, dict) else headers
-        for name, value in items:
-            if name == MESSAGE_ID and value:
-                return headers, value.decode() if isinstance(value, bytes) else str(value)
-    msg_id = new_message_id()
-    return _with_header(headers, MESSAGE_ID, msg_id), msg_id
-
-
-register_option("ykafka.message.id", catalog.boolean, False,
-                "stamp a unique ykafka-id header on every message (consumer de-duplication across retries and "
-                "replays; costs the fast send path)", "YKAFKA_MESSAGE_ID")
-
-
-def _nbytes(value: Any) -> int:
-    if value is None:
-        return 0
-    try:
-        return len(value)
-    except TypeError:
-        return 0
-
-
-class Producer:
+class Producer(ClientSwaps, TopicResolver):
     """A confluent-kafka-compatible producer whose behaviour operators change live.
 
     ``Producer({"ykafka.app.id": ..., "ykafka.app.secret": ..., "ykafka.metaserver": ...})`` or, in local
@@ -397,294 +295,6 @@ class Producer:
             self._delivery_hook = delivery
             self._states.clear()
             self._rebind_poll()
-
-    # --- resolving a topic -------------------------------------------------------------------------
-
-    def _on_version(self, version: int) -> None:
-        self._states.clear()
-
-    def _prepare(self, topic: str) -> _TopicState:
-        rt = self._runtime
-        rt.check_acl("produce", topic)
-        rt.subscribe(topic=topic)
-        with self._lock:
-            version = rt.version
-            cluster = rt.route(topic=topic)
-            rt.subscribe(cluster=cluster)
-            effective = rt.effective(topic=topic, cluster=cluster)
-            props = self._client_props(cluster, effective)
-            key = (cluster, _freeze(props))
-            client = self._clients.get(key)
-            if client is None:
-                if self._dr is not None and self._dr.target(topic) == cluster:
-                    # open the cluster's disaster-recovery link (its spill queue on disk: ~35 ms) BEFORE the
-                    # librdkafka handle, so the first message follows the handle within a millisecond: an
-                    # idempotent handle only connects to the partition leader before its first producer-id
-                    # tick (500 ms) when a message arrives before the bootstrap metadata does; later, the
-                    # first ack costs two ticks (docs/benchmarks.md, "Start-up")
-                    self._dr.link(cluster)
-                client = self._new_client(key, cluster, props, topic)
-            home = self._home.get(topic)
-            if home is not None and home is not client and self._held.get(topic) is None:
-                # the topic moves to another client (or moves again while its held messages were being
-                # released): what it already sent on the old one must be delivered before anything goes to
-                # the new one, so it is held (its pending messages stay queued, in order) until that drained
-                if home.retiring_since is None:
-                    self._retire(home, reason=f"topic {topic} moves to {cluster}")
-                if home.drained_at is None:
-                    self._held[topic] = home
-                    log.info("ykafka.producer.topic_held", topic=topic, old_cluster=home.cluster,
-                             new_cluster=cluster, in_queue=len(home.rd))
-            if self._held.get(topic) is None:  # not held, or its held messages are being released now
-                self._home[topic] = client
-            picker: Picker | None = None
-            expires = 0.0
-            strategy = effective["producer.partitioner"]
-            exclude = effective["producer.partitions.exclude"]
-            if needs_python(strategy, exclude):
-                count = self._partition_count(client, topic)
-                picker = Picker(strategy, count, exclude)
-                expires = time.monotonic() + (self._meta_ttl_s if count else 1.0)
-            throttle = self._throttles.for_topic(effective, rt.sources(topic=topic, cluster=cluster), self._max_wait_s)
-            direct = None
-            dr_epoch = 0
-            if (self._dr is not None and self._delivery_hook is None and picker is None and throttle is None
-                    and topic not in self._held):
-                dr_epoch = self._dr.epoch
-                direct = self._dr.direct(topic, cluster, client.rd)
-                if direct is None:  # spilling, failed over, draining: through the engine; re-checked soon
-                    expires = min(expires or float("inf"), time.monotonic() + _DR_RECHECK_S)
-            slow = (picker is not None or throttle is not None or topic in self._held or self._stamp_ids
-                    or (self._send_hook is not None and direct is None) or self._delivery_hook is not None)
-            state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires,
-                                Tracer.rate(effective), direct)
-            if rt.version == version and not self._closed and (self._dr is None or self._dr.epoch == dr_epoch
-                                                                or direct is None):
-                self._states[topic] = state
-            return state
-
-    def _settings(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
-        """librdkafka settings from the catalog's ``producer.*`` keys over the cluster's and the local ones."""
-        props = self._runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "producer."))
-        props["partitioner"] = "murmur2_random"  # keyed partitioning (Java-compatible murmur2)
-        return props
-
-    def client_settings(self, cluster: str) -> dict[str, Any]:
-        """The librdkafka settings of a producer on ``cluster`` without callbacks (the DR engine's own
-        standby / replay clients start from these)."""
-        props = self._settings(cluster, self._runtime.effective(cluster=cluster))
-        for name in _CALLBACKS:
-            props.pop(name, None)
-        return props
-
-    def _client_props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
-        props = self._settings(cluster, effective)
-        props["error_cb"] = self._error_cb
-        self._obs.add_statistics(props)  # statistics -> __ykafka_metrics (beside the application's stats_cb)
-        if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled
-            props["message.timeout.ms"] = max(effective["spill.after.ms"], effective["producer.linger.ms"] + 1000)
-        return props
-
-    def _new_client(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any],
-                    topic: str | None = None) -> _Client:
-        hastener = None
-        if (topic is not None and cluster not in self._hastened
-                and str(props.get("enable.idempotence", "")).lower() in ("true", "1")):
-            # a cluster's first client (start-up): its producer id in ~50 ms, not 500-1,000 (see the class).
-            # The clients of later swaps keep librdkafka's timer, as before (docs/benchmarks.md, "Start-up")
-            self._hastened.add(cluster)
-            hastener = ProducerIdHastener(topic)
-        rd: _RdProducer | None = None
-        try:
-            rd = new_producer(props, "producer")
-        except KafkaException as exc:
-            raise ConfigError(f"librdkafka refused the producer settings for cluster {cluster}: "
-                              f"{from_kafka_error(exc)}") from None
-        finally:
-            if hastener is not None:
-                hastener.attach(rd)  # None when the build failed: nothing to ask
-        client = _Client(key, cluster, props, rd, hastener)
-        self._clients[key] = client
-        log.info("ykafka.producer.client_created", **client.describe())
-        self._rebind_poll()
-        self._runtime.report_now()
-        return client
-
-    def _retire(self, client: _Client, reason: str) -> None:
-        """Stop sending on ``client``; it drains through poll()/flush(), then is closed."""
-        if self._clients.get(client.key) is client:
-            del self._clients[client.key]
-        client.retiring_since = time.monotonic()
-        client.deadline = client.retiring_since + self._swap_timeout_s
-        self._retiring.append(client)
-        self._states.clear()
-        self._swaps += 1
-        log.info("ykafka.producer.client_retiring", reason=reason, **client.describe())
-        self._rebind_poll()
-
-    def _check_partitions(self, scope: Scope, name: str, value: Any) -> tuple[str, Any] | None:
-        """``producer.partitions.exclude`` naming partitions the topic lacks: reject those, apply the rest."""
-        if name != "producer.partitions.exclude" or scope.kind is not ScopeKind.TOPIC or not value:
-            return None
-        counts = [count for (_, topic), (count, _) in list(self._meta.items()) if topic == scope.name]
-        home = self._home.get(scope.name)
-        if not counts and home is not None:
-            counts = [self._partition_count(home, scope.name)]
-        count = min((c for c in counts if c), default=0)
-        missing = [p for p in value if p >= count]
-        if not count or not missing:
-            return None
-        kept = tuple(p for p in value if p < count)
-        return (f"partition(s) {', '.join(map(str, missing))} do not exist: topic {scope.name} has {count} "
-                f"partitions (0-{count - 1}); applied {','.join(map(str, kept)) or 'none excluded'}", kept)
-
-    def _partition_count(self, client: _Client, topic: str) -> int:
-        cached = self._meta.get((client.cluster, topic))
-        now = time.monotonic()
-        if cached is not None and cached[1] > now:
-            return cached[0]
-        count = 0
-        try:
-            meta = client.rd.list_topics(topic, timeout=5)
-            tmeta = meta.topics.get(topic)
-            if tmeta is not None and tmeta.error is None:
-                count = len(tmeta.partitions)
-        except KafkaException as exc:
-            log.warning("ykafka.producer.metadata_failed", topic=topic, cluster=client.cluster, error=str(exc))
-        if count:
-            self._meta[(client.cluster, topic)] = (count, now + self._meta_ttl_s)
-        return count
-
-    # --- draining swaps ----------------------------------------------------------------------------
-
-    def _service(self) -> None:
-        """Advance swaps: release held topics whose old client drained; close drained retired clients."""
-        if not self._retiring and not self._held:
-            return
-        drained: list[_Client] = []
-        with self._lock:
-            now = time.monotonic()
-            for client in list(self._retiring):
-                if len(client.rd) == 0:
-                    if client.drained_at is None:
-                        client.drained_at = now
-                        self._release(client)
-                    elif now - client.drained_at >= _RETIRED_GRACE_S:
-                        self._retiring.remove(client)
-                        for topic in [t for t, c in self._home.items() if c is client]:
-                            del self._home[topic]  # drained: nothing to wait for
-                        drained.append(client)
-                elif client.drained_at is not None:
-                    client.drained_at = None  # a late send arrived during the grace period
-                elif now > client.deadline and not client.abandoned:
-                    client.abandoned = True
-                    log.warning("ykafka.producer.swap_timeout", cluster=client.cluster, in_queue=len(client.rd),
-                                timeout_s=self._swap_timeout_s,
-                                consequence="held topics released before the old client drained; per-key "
-                                            "order across the swap is not guaranteed")
-                    self._runtime.record_error({"type": "swap_timeout", "cluster": client.cluster,
-                                                "in_queue": len(client.rd)})
-                    self._release(client)
-            if any(waiting is None for waiting in self._held.values()):
-                self._release(None)
-            self._rebind_poll()
-        for client in drained:  # outside the lock: closing joins librdkafka's threads (milliseconds)
-            self._close_client(client)
-            log.info("ykafka.producer.client_closed", cluster=client.cluster)
-
-    def _release(self, old: _Client | None) -> None:
-        """Send, in order, the pending messages of topics that waited for ``old`` (None: retry leftovers).
-
-        Each topic's messages go to ONE client for the whole release (resolved once), so a config change
-        arriving mid-release cannot split them over two clients; the next ``_prepare`` sees that move and
-        holds the topic again.
-        """
-        topics = {t for t, waiting in self._held.items() if waiting is old or waiting is None}
-        if not topics:
-            return
-        for topic in topics:
-            if old is not None and self._held[topic] is old:
-                self._home.pop(topic, None)  # all it sent on ``old`` is delivered (or given up on)
-            self._held[topic] = None
-            self._states.pop(topic, None)
-        keep: deque[tuple[str, Any, Any, int, DeliveryCallback | None, int, Any]] = deque()
-        blocked: set[str] = set()
-        targets: dict[str, _Client] = {}
-        while self._pending:
-            item = self._pending.popleft()
-            topic = item[0]
-            if topic not in topics or topic in blocked:
-                keep.append(item)
-                continue
-            client = targets.get(topic)
-            if client is None:
-                try:
-                    state = self._prepare(topic)
-                except Exception as exc:
-                    log.warning("ykafka.producer.release_failed", topic=topic, error=repr(exc))
-                    blocked.add(topic)
-                    keep.append(item)
-                    continue
-                if self._held.get(topic) is not None:  # held again: it moved while partly released
-                    blocked.add(topic)
-                    keep.append(item)
-                    continue
-                client = targets[topic] = state.client
-            try:
-                self._send(client, *item)
-            except BufferError:
-                blocked.add(topic)
-                keep.append(item)
-            except Exception as exc:
-                log.warning("ykafka.producer.release_failed", topic=topic, error=repr(exc))
-                blocked.add(topic)
-                keep.append(item)
-        self._pending = keep
-        released = sorted(topics - blocked)
-        for topic in released:
-            if self._held.get(topic, False) is None:
-                del self._held[topic]
-            self._states.pop(topic, None)
-        self._retire_idle()
-        if released:
-            log.info("ykafka.producer.topics_released", topics=released, pending=len(self._pending))
-            self._runtime.report_now()
-
-    def _retire_idle(self) -> None:
-        """Retire active clients no topic sends to any more (e.g. left behind by a second change mid-swap)."""
-        used = {id(c) for c in self._home.values()} | {id(st.client) for st in self._states.values()}
-        for client in list(self._clients.values()):
-            if id(client) not in used:
-                self._retire(client, reason="no topic uses it")
-
-    def _close_client(self, client: _Client) -> None:
-        """Release a drained client's librdkafka handle now (threads, connections, descriptors)."""
-        client.rd.flush(0)
-        if self._dr is not None:
-            self._dr.forget_client(client.rd)  # the engine keeps no reference to it
-        if client.hastener is not None:
-            client.hastener.join()
-        close_producer(client.rd)
-
-    def _dr_changed(self) -> None:
-        self._states.clear()
-        self._unbind_poll()  # the engine may hand back work for poll() (retired clients to drain)
-
-    def _unbind_poll(self) -> None:
-        self.__dict__.pop("poll", None)
-
-    def _all_clients(self) -> list[_Client]:
-        return list(self._clients.values()) + list(self._retiring)
-
-    def _rebind_poll(self) -> None:
-        """With one client and nothing to service, ``poll`` IS that client's poll (no Python per call)."""
-        if (len(self._clients) == 1 and not self._retiring and not self._held and not self._closed
-                and self._delivery_hook is None and (self._dr is None or not self._dr.needs_poll)):
-            self.__dict__["poll"] = next(iter(self._clients.values())).rd.poll
-            if self._dr is not None and self._dr.needs_poll:  # work arrived meanwhile: poll() serves it
-                self.__dict__.pop("poll", None)
-        else:
-            self.__dict__.pop("poll", None)
 
     # --- confluent-kafka API -----------------------------------------------------------------------
 

@@ -1,0 +1,184 @@
+"""Resolving a topic: ACL, route, effective settings, its librdkafka client, partition picker, throttle and
+disaster-recovery path, cached per config version as a :class:`~ykafka.producer.state._TopicState`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from ykafka import catalog
+from ykafka.catalog import Scope, ScopeKind
+from ykafka.errors import ConfigError
+from ykafka.partitioner import Picker, needs_python
+from ykafka.producer.state import (
+    _CALLBACKS,
+    _DR_RECHECK_S,
+    ProducerBase,
+    _Client,
+    _freeze,
+    _TopicState,
+)
+from ykafka.tracing import Tracer
+from ykafka.transport import (
+    KafkaException,
+    ProducerIdHastener,
+    from_kafka_error,
+    new_producer,
+)
+from ykafka.transport import RawProducer as _RdProducer
+
+log = structlog.get_logger(__name__)
+
+
+
+
+class TopicResolver(ProducerBase):
+    """Topic resolution and client building (mixed into :class:`ykafka.producer.core.Producer`)."""
+
+    # --- resolving a topic -------------------------------------------------------------------------
+
+    def _on_version(self, version: int) -> None:
+        self._states.clear()
+
+    def _prepare(self, topic: str) -> _TopicState:
+        rt = self._runtime
+        rt.check_acl("produce", topic)
+        rt.subscribe(topic=topic)
+        with self._lock:
+            version = rt.version
+            cluster = rt.route(topic=topic)
+            rt.subscribe(cluster=cluster)
+            effective = rt.effective(topic=topic, cluster=cluster)
+            props = self._client_props(cluster, effective)
+            key = (cluster, _freeze(props))
+            client = self._clients.get(key)
+            if client is None:
+                if self._dr is not None and self._dr.target(topic) == cluster:
+                    # open the cluster's disaster-recovery link (its spill queue on disk: ~35 ms) BEFORE the
+                    # librdkafka handle, so the first message follows the handle within a millisecond: an
+                    # idempotent handle only connects to the partition leader before its first producer-id
+                    # tick (500 ms) when a message arrives before the bootstrap metadata does; later, the
+                    # first ack costs two ticks (docs/benchmarks.md, "Start-up")
+                    self._dr.link(cluster)
+                client = self._new_client(key, cluster, props, topic)
+            home = self._home.get(topic)
+            if home is not None and home is not client and self._held.get(topic) is None:
+                # the topic moves to another client (or moves again while its held messages were being
+                # released): what it already sent on the old one must be delivered before anything goes to
+                # the new one, so it is held (its pending messages stay queued, in order) until that drained
+                if home.retiring_since is None:
+                    self._retire(home, reason=f"topic {topic} moves to {cluster}")
+                if home.drained_at is None:
+                    self._held[topic] = home
+                    log.info("ykafka.producer.topic_held", topic=topic, old_cluster=home.cluster,
+                             new_cluster=cluster, in_queue=len(home.rd))
+            if self._held.get(topic) is None:  # not held, or its held messages are being released now
+                self._home[topic] = client
+            picker: Picker | None = None
+            expires = 0.0
+            strategy = effective["producer.partitioner"]
+            exclude = effective["producer.partitions.exclude"]
+            if needs_python(strategy, exclude):
+                count = self._partition_count(client, topic)
+                picker = Picker(strategy, count, exclude)
+                expires = time.monotonic() + (self._meta_ttl_s if count else 1.0)
+            throttle = self._throttles.for_topic(effective, rt.sources(topic=topic, cluster=cluster), self._max_wait_s)
+            direct = None
+            dr_epoch = 0
+            if (self._dr is not None and self._delivery_hook is None and picker is None and throttle is None
+                    and topic not in self._held):
+                dr_epoch = self._dr.epoch
+                direct = self._dr.direct(topic, cluster, client.rd)
+                if direct is None:  # spilling, failed over, draining: through the engine; re-checked soon
+                    expires = min(expires or float("inf"), time.monotonic() + _DR_RECHECK_S)
+            slow = (picker is not None or throttle is not None or topic in self._held or self._stamp_ids
+                    or (self._send_hook is not None and direct is None) or self._delivery_hook is not None)
+            state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires,
+                                Tracer.rate(effective), direct)
+            if rt.version == version and not self._closed and (self._dr is None or self._dr.epoch == dr_epoch
+                                                                or direct is None):
+                self._states[topic] = state
+            return state
+
+    def _settings(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
+        """librdkafka settings from the catalog's ``producer.*`` keys over the cluster's and the local ones."""
+        props = self._runtime.rdkafka_config(cluster, catalog.rdkafka_properties(effective, "producer."))
+        props["partitioner"] = "murmur2_random"  # keyed partitioning (Java-compatible murmur2)
+        return props
+
+    def client_settings(self, cluster: str) -> dict[str, Any]:
+        """The librdkafka settings of a producer on ``cluster`` without callbacks (the DR engine's own
+        standby / replay clients start from these)."""
+        props = self._settings(cluster, self._runtime.effective(cluster=cluster))
+        for name in _CALLBACKS:
+            props.pop(name, None)
+        return props
+
+    def _client_props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
+        props = self._settings(cluster, effective)
+        props["error_cb"] = self._error_cb
+        self._obs.add_statistics(props)  # statistics -> __ykafka_metrics (beside the application's stats_cb)
+        if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled
+            props["message.timeout.ms"] = max(effective["spill.after.ms"], effective["producer.linger.ms"] + 1000)
+        return props
+
+    def _new_client(self, key: tuple[Any, ...], cluster: str, props: dict[str, Any],
+                    topic: str | None = None) -> _Client:
+        hastener = None
+        if (topic is not None and cluster not in self._hastened
+                and str(props.get("enable.idempotence", "")).lower() in ("true", "1")):
+            # a cluster's first client (start-up): its producer id in ~50 ms, not 500-1,000 (see the class).
+            # The clients of later swaps keep librdkafka's timer, as before (docs/benchmarks.md, "Start-up")
+            self._hastened.add(cluster)
+            hastener = ProducerIdHastener(topic)
+        rd: _RdProducer | None = None
+        try:
+            rd = new_producer(props, "producer")
+        except KafkaException as exc:
+            raise ConfigError(f"librdkafka refused the producer settings for cluster {cluster}: "
+                              f"{from_kafka_error(exc)}") from None
+        finally:
+            if hastener is not None:
+                hastener.attach(rd)  # None when the build failed: nothing to ask
+        client = _Client(key, cluster, props, rd, hastener)
+        self._clients[key] = client
+        log.info("ykafka.producer.client_created", **client.describe())
+        self._rebind_poll()
+        self._runtime.report_now()
+        return client
+
+    def _check_partitions(self, scope: Scope, name: str, value: Any) -> tuple[str, Any] | None:
+        """``producer.partitions.exclude`` naming partitions the topic lacks: reject those, apply the rest."""
+        if name != "producer.partitions.exclude" or scope.kind is not ScopeKind.TOPIC or not value:
+            return None
+        counts = [count for (_, topic), (count, _) in list(self._meta.items()) if topic == scope.name]
+        home = self._home.get(scope.name)
+        if not counts and home is not None:
+            counts = [self._partition_count(home, scope.name)]
+        count = min((c for c in counts if c), default=0)
+        missing = [p for p in value if p >= count]
+        if not count or not missing:
+            return None
+        kept = tuple(p for p in value if p < count)
+        return (f"partition(s) {', '.join(map(str, missing))} do not exist: topic {scope.name} has {count} "
+                f"partitions (0-{count - 1}); applied {','.join(map(str, kept)) or 'none excluded'}", kept)
+
+    def _partition_count(self, client: _Client, topic: str) -> int:
+        cached = self._meta.get((client.cluster, topic))
+        now = time.monotonic()
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        count = 0
+        try:
+            meta = client.rd.list_topics(topic, timeout=5)
+            tmeta = meta.topics.get(topic)
+            if tmeta is not None and tmeta.error is None:
+                count = len(tmeta.partitions)
+        except KafkaException as exc:
+            log.warning("ykafka.producer.metadata_failed", topic=topic, cluster=client.cluster, error=str(exc))
+        if count:
+            self._meta[(client.cluster, topic)] = (count, now + self._meta_ttl_s)
+        return count
