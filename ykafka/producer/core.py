@@ -32,6 +32,7 @@ from typing import Any
 
 import structlog
 
+from ykafka import catalog
 from ykafka.config import LocalConfig
 from ykafka.config import load as load_config
 from ykafka.dr import attach as dr_attach  # registers the ykafka.spill.* / ykafka.dr.* options
