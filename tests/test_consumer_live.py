@@ -149,7 +149,7 @@ def test_assignment_strategy_change_rejoins_the_group_with_the_new_preference(bo
 
 
 def test_migration_strategy_lists() -> None:
-    from ykafka.consumer.engine import migration_strategy
+    from ykafka.consumer.live import migration_strategy
 
     assert migration_strategy("roundrobin", "range") == "roundrobin,range"
     assert migration_strategy("range", "roundrobin,range") == "range,roundrobin"

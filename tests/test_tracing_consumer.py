@@ -8,6 +8,7 @@ the consumer's events must correlate with the producer's by that id.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -302,10 +303,7 @@ def test_fast_handler_is_timed_in_samples_with_exact_counts(obs_broker, running,
     topic, group, client_id = unique("sampled"), unique("g-sampled"), unique("consumer")
     create_topic(bs, topic, 2)
     n, fail_every = 3000, 500
-    raw = RawProducer({"bootstrap.servers": bs, "linger.ms": 5})
-    for i in range(n):
-        raw.produce(topic, str(i).encode(), str(i % 10).encode())
-    assert raw.flush(30) == 0
+    _produce_numbered(bs, topic, n)
 
     def handle(msg: Message) -> None:
         if int(msg.value()) % fail_every == 0 and not H.get_int(msg.headers(), H.ATTEMPT):
@@ -323,7 +321,7 @@ def test_fast_handler_is_timed_in_samples_with_exact_counts(obs_broker, running,
     assert cost < SAMPLED_TIMING_BELOW_S  # the later tasks ran the sampled loop
 
     def total(found: list[dict[str, Any]], name: str) -> int:
-        return sum(e["count"] for e in found if e["name"] == name and e["topic"] == topic)
+        return _total(found, name, topic)
 
     found = collect(bs, events.METRICS_TOPIC, lambda e: e["client_id"] == client_id,
                     lambda found: total(found, MetricName.PROCESS_LATENCY) >= n + failures
@@ -333,3 +331,62 @@ def test_fast_handler_is_timed_in_samples_with_exact_counts(obs_broker, running,
     assert total(found, MetricName.CONSUME_LATENCY) == n + failures  # every message has a timestamp
     process = [e for e in found if e["name"] == MetricName.PROCESS_LATENCY]
     assert all(0 <= e["p50"] <= e["p99"] <= e["max"] and e["sum"] >= 0 for e in process)
+
+
+def test_an_async_handler_is_timed_as_a_sync_one(obs_broker, tmp_path: Path) -> None:
+    """``run_async`` goes through the same handler loop as ``run``: every message's age (``consume.latency_ms``,
+    which the async loop once left out), handler time and failure reach the metrics."""
+    bs = obs_broker.bootstrap
+    topic, group, client_id = unique("async-timed"), unique("g-async"), unique("consumer")
+    create_topic(bs, topic, 2)
+    n, fail_every = 400, 100
+    _produce_numbered(bs, topic, n)
+
+    async def handle(msg: Message) -> None:
+        if int(msg.value()) % fail_every == 0 and not H.get_int(msg.headers(), H.ATTEMPT):
+            raise ValueError("once")
+
+    consumer = Consumer(consumer_config(bs, group, tmp_path, **{
+        "ykafka.client.id": client_id, "ykafka.metrics.interval.ms": 200, "trace.enabled": False,
+        "consumer.retry.backoff.ms": "100", "consumer.retry.max.attempts": 1}))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            consumer.run_async(handle, topics=[topic])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    failures = n // fail_every
+    try:
+        wait_until(lambda: consumer.engine.processed >= n + failures, 60, message="every message and retry handled")
+    finally:
+        consumer.stop()
+        thread.join(30)
+        consumer.close()
+    assert errors == []
+
+    def total(found: list[dict[str, Any]], name: str) -> int:
+        return _total(found, name, topic)
+
+    found = collect(bs, events.METRICS_TOPIC, lambda e: e["client_id"] == client_id,
+                    lambda found: total(found, MetricName.CONSUME_LATENCY) >= n + failures
+                    and total(found, MetricName.CONSUME_ERRORS) >= failures)
+    assert total(found, MetricName.PROCESS_LATENCY) == n + failures
+    assert total(found, MetricName.CONSUME_LATENCY) == n + failures  # every message has a timestamp
+    assert total(found, MetricName.CONSUME_ERRORS) == failures
+
+
+def _produce_numbered(bs: str, topic: str, n: int) -> None:
+    """Messages "0" .. "n-1", keyed by their last digit."""
+    raw = RawProducer({"bootstrap.servers": bs, "linger.ms": 5})
+    for i in range(n):
+        raw.produce(topic, str(i).encode(), str(i % 10).encode())
+    assert raw.flush(30) == 0
+
+
+def _total(found: list[dict[str, Any]], name: str, topic: str) -> int:
+    """The summed ``count`` of metric ``name`` for ``topic`` over the collected intervals."""
+    return sum(e["count"] for e in found if e["name"] == name and e["topic"] == topic)

@@ -23,7 +23,8 @@ import structlog
 from ykafka import catalog
 from ykafka import config as config_mod
 from ykafka.consumer import session as S
-from ykafka.consumer.engine import Engine, retry_policy
+from ykafka.consumer.engine import Engine
+from ykafka.consumer.live import retry_policy
 from ykafka.consumer.observe import ConsumerObserver
 from ykafka.consumer.protocol import GroupProtocol
 from ykafka.consumer.retry import RetryRouter, shared_properties

@@ -19,23 +19,17 @@ import structlog
 
 from ykafka import catalog
 from ykafka.consumer import session as S
+from ykafka.consumer.live import LiveChanges
 from ykafka.consumer.observe import (
-    CONSUME_ERRORS,
-    CONSUME_LATENCY,
-    CONSUMED,
-    PROCESS_LATENCY,
-    PROCESSED,
     SAMPLED_TIMING_BELOW_S,
-    TIMING_STRIDE,
     ConsumerObserver,
 )
 from ykafka.consumer.offsets import PartitionTracker, Task
 from ykafka.consumer.ordering import FAST_HANDLER_S, Dispatcher, Ordering
 from ykafka.consumer.pool import AsyncPool, Pool, WorkerPool
-from ykafka.consumer.retry import RetryPolicy, RetryRouter, Routed
+from ykafka.consumer.retry import RetryRouter, Routed
 from ykafka.consumer.settings import ConsumerSettings
-from ykafka.errors import InvalidConfigValue, KafkaError
-from ykafka.metrics import Metrics
+from ykafka.errors import KafkaError
 from ykafka.throttle import TokenBucket
 from ykafka.transport import KafkaException, Message, TopicPartition, from_kafka_error, is_auth_error
 from ykafka.transport import RawKafkaError as CKError
@@ -49,31 +43,9 @@ _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKErro
                    CKError._UNKNOWN_TOPIC)
 
 
-
-def retry_policy(effective: Mapping[str, Any]) -> RetryPolicy:
-    return RetryPolicy(
-        backoff_ms=tuple(catalog.value(effective, "consumer.retry.backoff.ms")),
-        max_attempts=int(catalog.value(effective, "consumer.retry.max.attempts")),
-        dlq_enabled=bool(catalog.value(effective, "consumer.dlq.enabled")),
-    )
-
-
-def migration_strategy(new: str, current: str) -> str:
-    """The ``partition.assignment.strategy`` list to rejoin with when the strategy changes.
-
-    Between eager strategies the old one stays as a fallback (``roundrobin,range``): members that already
-    switched still agree with members that have not, and once every member prefers the new strategy the
-    coordinator selects it. librdkafka cannot mix eager and cooperative assignors, so a switch to or from
-    ``cooperative-sticky`` names the new one alone; the coordinator admits it once the old members left.
-    """
-    previous = current.split(",")[0].strip()
-    if not previous or previous == new or "cooperative" in new or "cooperative" in previous:
-        return new
-    return f"{new},{previous}"
-
-
-class Engine:
-    """Runs a handler over a :class:`~ykafka.consumer.session.ConsumerSession` until stopped."""
+class Engine(LiveChanges):
+    """Runs a handler over a :class:`~ykafka.consumer.session.ConsumerSession` until stopped (live changes:
+    :class:`~ykafka.consumer.live.LiveChanges`)."""
 
     def __init__(self, session: S.ConsumerSession, group: str, effective: Mapping[str, Any], settings: ConsumerSettings,
                  router: RetryRouter | None, observer: ConsumerObserver | None = None) -> None:
@@ -122,47 +94,6 @@ class Engine:
     def stop(self) -> None:
         """Ask ``run`` to stop: no more fetching, in-flight work finishes, offsets commit, group left."""
         self._stop.set()
-
-    def apply(self, changes: Mapping[str, Any]) -> dict[str, InvalidConfigValue]:
-        """Validate raw hot-config values (``Consumer.apply``) and apply the valid ones; returns the rejected
-        ones (previous values stay)."""
-        accepted: dict[str, Any] = {}
-        rejected: dict[str, InvalidConfigValue] = {}
-        for name, raw in changes.items():
-            try:
-                accepted[name] = catalog.parse(name, raw)
-            except InvalidConfigValue as exc:
-                rejected[name] = exc
-                log.warning("hot config rejected", key=name, value=raw, reason=exc.reason)
-        if accepted:
-            self.apply_valid(accepted)
-        return rejected
-
-    def apply_valid(self, accepted: Mapping[str, Any]) -> None:
-        """Apply values the catalog already parsed (the runtime's effective config): in-place keys now,
-        the rest queued for the polling thread, which dispatches on each key's ``catalog.Apply``."""
-        self.effective.update(accepted)
-        if "consumer.workers" in accepted and self.pool is not None:
-            self.pool.resize(accepted["consumer.workers"])
-        if "consumer.rate.limit.msgs" in accepted:
-            self.bucket.set_rate(accepted["consumer.rate.limit.msgs"])
-        if self.router is not None and accepted.keys() & {"consumer.retry.backoff.ms", "consumer.retry.max.attempts",
-                                                          "consumer.dlq.enabled"}:
-            self.router.policy = retry_policy(self.effective)
-        with self._pending_lock:
-            self._pending.update(accepted)
-
-    def switch_cluster(self, props: Mapping[str, Any], router_factory: Callable[[], RetryRouter] | None) -> None:
-        """Move to another cluster (``route.cluster`` changed): finish and commit here, rejoin there."""
-        with self._pending_lock:
-            self._pending_switch = (dict(props), router_factory)
-
-    def has_pending(self) -> bool:
-        return bool(self._pending) or self._pending_switch is not None
-
-    def apply_pending(self) -> None:
-        """Apply queued live changes; must run on the thread that polls the consumer."""
-        self._apply_pending()
 
     # -- run --------------------------------------------------------------------------------------------
 
@@ -437,175 +368,81 @@ class Engine:
             if self._async_handler is None:  # a worker thread: hand the GIL to the waiting fetch thread now,
                 time.sleep(0)  # not after the switch interval (the event loop must not stall on it)
 
-    async def _run_task_async(self, task: Task) -> None:
-        """:meth:`_run_task` for an ``async def`` handler, on the event loop (the :class:`AsyncPool`'s runner):
-        messages of a task are awaited one after the other, with the same timings, trace steps and failure
-        routing as the observed thread loop."""
-        if not self._task_started(task):
-            return
-        spent: float | None = None
-        if not task.tracker.cancelled:
-            handler = self._async_handler
-            assert handler is not None
-            observer = self.observer
-            watch = self._watch(task.tracker.topic)
-            rate = watch.rate if watch is not None else 0.0
-            raws = task.msgs if task.raws is None else task.raws
-            took: list[float] = []
-            errors = 0
-            spent = 0.0
-            clock = time.perf_counter
-            for msg, raw in zip(task.msgs, raws, strict=True):
-                if rate and observer is not None:
-                    observer.trace(CONSUMED, raw, rate)
-                began = clock()
-                try:
-                    await handler(msg)
-                except Exception as exc:
-                    errors += 1
-                    routed = self._failed(task, msg, exc)
-                    if rate and observer is not None and routed is not None:
-                        observer.trace(routed[0], raw, rate, error=routed[2], detail=routed[1])
-                else:
-                    if rate and observer is not None:
-                        observer.trace(PROCESSED, raw, rate, latency_ms=(clock() - began) * 1000)
-                finally:
-                    took.append((clock() - began) * 1000)
-                    spent += took[-1] / 1000
-            if observer is not None and observer.metrics is not None:
-                observer.metrics.observe_many(PROCESS_LATENCY, took, task.tracker.topic, self.group)
-                if errors:
-                    observer.metrics.count(CONSUME_ERRORS, errors, task.tracker.topic, self.group)
-        self._task_finished(task, spent)
-
-    def _watch(self, topic: str) -> Any:
-        """The observer's per-topic trace / metrics state (None without an observer)."""
-        observer = self.observer
-        return None if observer is None else (observer.watches.get(topic) or observer.watch(topic))
-
     def _run_task(self, task: Task) -> None:
-        msgs = task.msgs
+        """A worker thread's task: :meth:`_run` with the handler called plainly (the coroutine never suspends,
+        so one ``send`` runs it to the end)."""
+        handler = self._handler
+        assert handler is not None
+        try:
+            self._run(task, handler, False).send(None)
+        except StopIteration:
+            return
+        raise RuntimeError("the handler loop of a synchronous handler suspended")  # cannot happen
+
+    async def _run_task_async(self, task: Task) -> None:
+        """An ``async def`` handler's task, on the event loop (the :class:`AsyncPool`'s runner): :meth:`_run`
+        awaiting each message in turn."""
+        handler = self._async_handler
+        assert handler is not None
+        await self._run(task, handler, True)
+
+    async def _run(self, task: Task, call: Callable[[Message], Any], awaits: bool) -> None:
+        """The one handler loop, whichever way the handler is called (``awaits``: an ``async def`` handler) and
+        timed (:meth:`ConsumerObserver.timing`: every message, one in a stride, or none). Failures go to the
+        retry topics / DLQ; the handler's seconds (routing excluded) steer chunking."""
         if not self._task_started(task):
             return
         spent: float | None = None
         if not task.tracker.cancelled:
-            handler = self._handler
-            assert handler is not None
+            msgs = task.msgs
+            raws = msgs if task.raws is None else task.raws  # retry copies: the fetched messages behind the views
             observer = self.observer
-            watch = self._watch(task.tracker.topic)
-            if watch is not None and observer is not None and not watch.rate and observer.metrics is not None \
-                    and task.raws is None and self.msg_cost < SAMPLED_TIMING_BELOW_S:
-                spent = self._run_sampled(task, handler, observer.metrics, watch.topic)
-            elif watch is not None and observer is not None and (watch.rate or observer.metrics is not None):
-                # timed per message; the cost average counts the handler alone: trace / metrics work is
-                # bound by the GIL like a fast handler, so it must not push runs onto more threads
-                spent = self._run_observed(task, handler, observer, watch.rate, watch.topic)
-            else:
-                started = time.perf_counter()
-                for msg in msgs:
+            timing = None if observer is None else observer.timing(
+                task.tracker.topic, self.group, task.raws is None and self.msg_cost < SAMPLED_TIMING_BELOW_S)
+            stride = timing.stride if timing is not None else len(msgs) or 1
+            clock = time.perf_counter
+            now = clock()
+            spent = 0.0
+            errors = 0
+            for first in range(0, len(msgs), stride):
+                rest = first
+                if timing is not None:  # the timed (and maybe traced) message of this stride
+                    msg, raw = msgs[first], raws[first]
+                    timing.consumed(raw, now)
+                    began = clock()
                     try:
-                        handler(msg)
+                        result = call(msg)
+                        if awaits:
+                            await result
                     except Exception as exc:
+                        now = clock()
+                        spent += now - began
+                        errors += 1
+                        timing.failed(raw, now - began, self._failed(task, msg, exc))
+                        now = clock()  # routing may have waited for the retry producer's queue
+                    else:
+                        now = clock()
+                        spent += now - began
+                        timing.processed(raw, now - began)
+                    rest = first + 1
+                routing = 0.0
+                for msg in msgs[rest:first + stride]:  # the rest of the stride: untimed
+                    try:
+                        result = call(msg)
+                        if awaits:
+                            await result
+                    except Exception as exc:
+                        errors += 1
+                        routed_at = clock()
                         self._failed(task, msg, exc)
-                spent = time.perf_counter() - started
+                        routing += clock() - routed_at
+                if rest < first + stride and rest < len(msgs):
+                    ended = clock()
+                    spent += ended - now - routing
+                    now = ended
+            if timing is not None:
+                timing.finish(len(msgs), spent, errors)
         self._task_finished(task, spent)
-
-    def _run_observed(self, task: Task, handler: Handler, observer: ConsumerObserver, rate: float,
-                      topic: str) -> float:
-        """The handler loop with timings (``consume.latency_ms``, ``process.latency_ms``, ``consume.errors``)
-        and, when the topic's rate asks for it, the trace steps of sampled messages; returns the seconds
-        spent in the handler."""
-        group = self.group
-        metrics = observer.metrics
-        ages: list[float] = []  # handed to the metrics once per task: one lock, not two per message
-        took: list[float] = []
-        note_age, note_took = ages.append, took.append
-        msgs = task.msgs
-        raws = task.raws  # retry copies: the fetched messages behind the views the handler gets
-        clock = time.perf_counter
-        now = clock()
-        to_wall_ms = time.time() * 1000 - now * 1000  # wall-clock ms = to_wall_ms + clock() * 1000
-        spent = 0.0
-        errors = 0
-        try:
-            for msg, raw in zip(msgs, msgs if raws is None else raws, strict=True):
-                ts_type, ts = raw.timestamp()
-                age = to_wall_ms + now * 1000 - ts if ts_type and ts > 0 else None  # now: the previous one's end
-                if age is not None:
-                    note_age(age)
-                if rate:
-                    observer.trace(CONSUMED, raw, rate, latency_ms=age)
-                began = clock()
-                try:
-                    handler(msg)
-                except Exception as exc:
-                    now = clock()
-                    spent += now - began
-                    note_took((now - began) * 1000)
-                    errors += 1
-                    routed = self._failed(task, msg, exc)
-                    if rate and routed is not None:
-                        observer.trace(routed[0], raw, rate, error=routed[2], detail=routed[1])
-                    now = clock()  # routing may have waited for the retry producer's queue
-                    continue
-                now = clock()
-                spent += now - began
-                note_took((now - began) * 1000)
-                if rate:
-                    observer.trace(PROCESSED, raw, rate, latency_ms=(now - began) * 1000)
-        finally:
-            if metrics is not None:
-                metrics.observe_many(CONSUME_LATENCY, ages, topic, group)
-                metrics.observe_many(PROCESS_LATENCY, took, topic, group)
-                if errors:
-                    metrics.count(CONSUME_ERRORS, errors, topic, group)
-        return spent
-
-    def _run_sampled(self, task: Task, handler: Handler, metrics: Metrics, topic: str) -> float:
-        """The handler loop for a fast handler without tracing: one message in ``TIMING_STRIDE`` is timed
-        (its age and its handler time), the rest run bare. Counts and the handler's total time stay exact;
-        percentiles and max come from the timed sample. Timing each message would cost more than such a
-        handler does."""
-        msgs = task.msgs
-        clock = time.perf_counter
-        origin = clock()
-        to_wall_ms = time.time() * 1000 - origin * 1000  # wall-clock ms = to_wall_ms + clock() * 1000
-        ages: list[float] = []
-        took: list[float] = []
-        errors = 0
-        routing = 0.0  # time spent routing failures (retry / DLQ), not the handler's
-        for first in range(0, len(msgs), TIMING_STRIDE):
-            msg = msgs[first]
-            ts_type, ts = msg.timestamp()
-            began = clock()
-            if ts_type and ts > 0:
-                ages.append(to_wall_ms + began * 1000 - ts)
-            try:
-                handler(msg)
-                took.append((clock() - began) * 1000)
-            except Exception as exc:
-                took.append((clock() - began) * 1000)
-                errors += 1
-                routed_at = clock()
-                self._failed(task, msg, exc)
-                routing += clock() - routed_at
-            for msg in msgs[first + 1:first + TIMING_STRIDE]:
-                try:
-                    handler(msg)
-                except Exception as exc:
-                    errors += 1
-                    routed_at = clock()
-                    self._failed(task, msg, exc)
-                    routing += clock() - routed_at
-        spent = clock() - origin - routing
-        timed = len(took)
-        metrics.observe_many(PROCESS_LATENCY, took, topic, self.group, count=len(msgs), total=spent * 1000)
-        if ages:  # messages without a timestamp have no age: scale the count by the timed share of those
-            metrics.observe_many(CONSUME_LATENCY, ages, topic, self.group, count=round(len(ages) * len(msgs) / timed),
-                                 total=sum(ages) * len(msgs) / timed)
-        if errors:
-            metrics.count(CONSUME_ERRORS, errors, topic, self.group)
-        return spent
 
     def _all_idle(self) -> bool:
         return all(tracker.idle() for tracker in self.trackers.values())
@@ -727,67 +564,3 @@ class Engine:
             if tracker is not None:
                 tracker.cancelled = True
             self._holds.pop(key, None)
-
-    # -- live changes on the polling thread -------------------------------------------------------------
-
-    def _apply_pending(self) -> None:
-        with self._pending_lock:
-            pending, self._pending = self._pending, {}
-            switch, self._pending_switch = self._pending_switch, None
-        session = self.session
-        if switch is not None:  # Apply.SWITCH (route.cluster): finish and commit here, rejoin there
-            self._switch(*switch)
-        if "consumer.leave" in pending:
-            if pending["consumer.leave"]:
-                session.leave()
-            else:
-                session.rejoin()
-        kinds = catalog.by_apply(pending, "consumer.")
-        changed = kinds[catalog.Apply.REBUILD] + kinds[catalog.Apply.REJOIN]  # both need a new handle
-        if changed:
-            props = catalog.rdkafka_properties({k: pending[k] for k in changed}, "consumer.")
-            if "partition.assignment.strategy" in props:
-                props["partition.assignment.strategy"] = migration_strategy(
-                    str(props["partition.assignment.strategy"]),
-                    str(session.props.get("partition.assignment.strategy", "")))
-            removed = [str(catalog.KEYS[k].rdkafka) for k in changed if catalog.KEYS[k].rdkafka not in props]
-            session.rebuild(props, removed)
-        if "consumer.paused" in pending:
-            session.set_operator_paused(bool(pending["consumer.paused"]))
-        if "consumer.ordering" in pending and self.dispatcher is not None:
-            new = pending["consumer.ordering"]
-            if new != self.dispatcher.ordering:
-                self._ordering_change = (new, time.monotonic() + self.settings.drain_timeout_ms / 1000)
-        if "consumer.retry.max.attempts" in pending and self.router is not None and self.settings.retry_topics:
-            levels = int(pending["consumer.retry.max.attempts"])
-            if levels > self._retry_levels:
-                self._subscribe_retry_levels(levels)
-
-    def _switch(self, props: dict[str, Any], router_factory: Callable[[], RetryRouter] | None) -> None:
-        session = self.session
-        had_handle = session.consumer is not None
-        session.close()  # revoke hook drains and commits on the old cluster
-        if self.router is not None:
-            self.router.flush()
-            self.router = router_factory() if router_factory is not None and self.running else None
-        session.props = props
-        if self.router is not None and self.settings.retry_topics:
-            self._subscribe_retry_levels(max(self._retry_levels, 1))
-        if had_handle and not session.left:
-            session.open()
-
-    def _try_switch_ordering(self, now: float) -> bool:
-        """Switch the ordering mode once in-flight work drained (or the drain deadline passed)."""
-        assert self._ordering_change is not None and self.dispatcher is not None
-        new, deadline = self._ordering_change
-        if self.router is not None:
-            self.router.poll(0)
-        drained = all(tracker.idle() for tracker in self.trackers.values())
-        if not drained and now < deadline:
-            return False
-        if not drained:
-            log.warning("ordering switched before in-flight work drained", ordering=new)
-        log.info("ordering changed", previous=self.dispatcher.ordering, ordering=new)
-        self.dispatcher.ordering = new
-        self._ordering_change = None
-        return True

@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from ykafka.consumer.retry import parse_retry_topic
+from ykafka.consumer.retry import Routed, parse_retry_topic
 from ykafka.events import MetricName
 from ykafka.metrics import Metrics, Observability
 from ykafka.tracing import Tracer
@@ -108,6 +108,17 @@ class ConsumerObserver:
             tracer = self._tracer = self.obs.tracer()
         return tracer
 
+    def timing(self, topic: str, group: str | None, fast: bool) -> TaskTiming | None:
+        """How the handler calls of a task fetched from ``topic`` are timed: every message (traced when the
+        topic's rate asks for it), one in ``TIMING_STRIDE`` (``fast``: a handler cheaper than the timing, with
+        nothing traced), or not at all (None: no metrics, no trace)."""
+        watch = self.watches.get(topic) or self.watch(topic)
+        if watch.rate:
+            return TaskTiming(self, watch.rate, watch.topic, group, 1)
+        if self.metrics is None:
+            return None
+        return TaskTiming(self, 0.0, watch.topic, group, TIMING_STRIDE if fast else 1)
+
     # -- steps ------------------------------------------------------------------------------------------
 
     def trace(self, kind: str, msg: Any, rate: float, *, latency_ms: float | None = None, error: Any = None,
@@ -140,6 +151,58 @@ class ConsumerObserver:
     def close(self, timeout: float = 2.0) -> None:
         """Last metrics interval, a last client event (``closed``), then what is queued goes out (bounded)."""
         self.obs.close(timeout)
+
+
+class TaskTiming:
+    """The timings and trace steps of one task's timed messages (the first of each ``stride``), handed to the
+    metrics once per task (one lock, not two per message). A sample (``stride`` > 1) stands for every message:
+    counts and the handler's total time stay exact, percentiles and max come from the timed ones."""
+
+    __slots__ = ("_to_wall_ms", "ages", "group", "observer", "rate", "stride", "took", "topic")
+
+    def __init__(self, observer: ConsumerObserver, rate: float, topic: str, group: str | None, stride: int) -> None:
+        self.observer = observer
+        self.rate = rate  # trace sampling rate of the topic; 0.0: nothing traced
+        self.topic = topic
+        self.group = group
+        self.stride = stride
+        self.ages: list[float] = []  # ms from each timed message's timestamp to its handler call
+        self.took: list[float] = []  # ms in the handler, per timed message
+        self._to_wall_ms = time.time() * 1000 - time.perf_counter() * 1000  # wall ms = this + perf_counter() ms
+
+    def consumed(self, raw: Any, now: float) -> None:
+        """A timed message is handed to the handler (``now``: perf_counter seconds, the previous one's end)."""
+        ts_type, ts = raw.timestamp()
+        age = self._to_wall_ms + now * 1000 - ts if ts_type and ts > 0 else None
+        if age is not None:
+            self.ages.append(age)
+        if self.rate:
+            self.observer.trace(CONSUMED, raw, self.rate, latency_ms=age)
+
+    def processed(self, raw: Any, took_s: float) -> None:
+        self.took.append(took_s * 1000)
+        if self.rate:
+            self.observer.trace(PROCESSED, raw, self.rate, latency_ms=took_s * 1000)
+
+    def failed(self, raw: Any, took_s: float, routed: Routed | None) -> None:
+        """The handler raised; ``routed``: where the copy went (retry topic / DLQ), None when nowhere."""
+        self.took.append(took_s * 1000)
+        if self.rate and routed is not None:
+            self.observer.trace(routed[0], raw, self.rate, error=routed[2], detail=routed[1])
+
+    def finish(self, count: int, spent_s: float, errors: int) -> None:
+        """Hand the task's ``count`` messages to the metrics: handler time ``spent_s`` in all, ``errors``."""
+        metrics = self.observer.metrics
+        timed = len(self.took)
+        if metrics is None or not timed:
+            return
+        metrics.observe_many(PROCESS_LATENCY, self.took, self.topic, self.group, count=count, total=spent_s * 1000)
+        ages = self.ages
+        if ages:  # messages without a timestamp have no age: scale the count by the timed share of those
+            metrics.observe_many(CONSUME_LATENCY, ages, self.topic, self.group, count=round(len(ages) * count / timed),
+                                 total=sum(ages) * count / timed)
+        if errors:
+            metrics.count(CONSUME_ERRORS, errors, self.topic, self.group)
 
 
 def age_ms(msg: Any) -> float | None:
