@@ -31,7 +31,7 @@ import yaml
 from ykafka import events
 from ykafka.events import MetricName
 
-from . import burrow
+from . import burrow, notify
 from .aggregates import error_rates, read_aggregates
 from .store import Store, hour_prefixes
 
@@ -50,6 +50,8 @@ class AlertConfig:
     lag: dict[str, Any] = field(default_factory=dict)
     audit: dict[str, Any] = field(default_factory=dict)
     sinks: dict[str, Any] = field(default_factory=dict)
+    #: notification channels, routes, silences and retries (pipeline/notify.py)
+    notify: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> AlertConfig:
@@ -58,11 +60,13 @@ class AlertConfig:
         raw: dict[str, Any] = yaml.safe_load(source.read_text()) if source.exists() else {}
         raw.update(overrides or {})
         cfg = cls(int(raw.get("window_s", 120)), list(raw.get("latency") or []), list(raw.get("error_rate") or []),
-                  dict(raw.get("lag") or {}), dict(raw.get("audit") or {}), dict(raw.get("sinks") or {}))
+                  dict(raw.get("lag") or {}), dict(raw.get("audit") or {}), dict(raw.get("sinks") or {}),
+                  dict(raw.get("notify") or {}))
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
+        notify.check(self.notify)
         for rule in self.latency:
             for needed in ("name", "metric", "threshold_ms"):
                 if needed not in rule:
@@ -195,10 +199,11 @@ def lag_alerts(store: Store, cfg: AlertConfig, now: dt.datetime) -> list[Alert]:
 class AlertManager:
     """Decides which alerts are new (or resolved) and delivers them."""
 
-    def __init__(self, store: Store, cfg: AlertConfig, producer: Any = None) -> None:
+    def __init__(self, store: Store, cfg: AlertConfig, producer: Any = None, cluster: str = "") -> None:
         self.store = store
         self.cfg = cfg
         self.producer = producer
+        self.notifier = notify.Notifier(store, cfg.notify, cluster) if cfg.notify.get("channels") else None
         state = store.read_json("_state", "alerts.json") or {}
         self.active: dict[str, dict[str, Any]] = dict(state.get("active", {}))
         self.sent: list[dict[str, Any]] = []
@@ -230,6 +235,8 @@ class AlertManager:
         delivered = [a.as_event() for a in changes]
         if delivered:
             self.deliver(delivered)
+        elif self.notifier is not None:
+            self.notifier.flush()  # retries of a channel that was down
         self.store.write_json({"active": self.active}, "_state", "alerts.json")
         return delivered
 
@@ -244,6 +251,8 @@ class AlertManager:
                 log.warning("ykafka.pipeline.alert_kafka_failed", error=str(exc))
         if sinks.get("webhook"):
             self._post(str(sinks["webhook"]), alerts, {})
+        if self.notifier is not None:
+            self.notifier.notify(alerts)
         if sinks.get("metaserver"):
             token = sinks.get("metaserver_token") or os.environ.get("YKAFKA_ADMIN_TOKEN", "")
             self._post(str(sinks["metaserver"]).rstrip("/") + "/v1/admin/alerts", alerts,

@@ -92,7 +92,7 @@ class Pipeline:
         self.producer = Producer({"bootstrap.servers": cfg.bootstrap, "linger.ms": 5, "log_level": 3,
                                   **cfg.kafka_conf})
         self.sampler = LagSampler(cfg.bootstrap, cfg.cluster, conf=cfg.kafka_conf) if cfg.sample_lag else None
-        self.alerts = AlertManager(self.store, self.alert_cfg, self.producer)
+        self.alerts = AlertManager(self.store, self.alert_cfg, self.producer, cfg.cluster)
         self.stats = {name: QueryStats() for name, _ in self.QUERIES}
         self.ephemeral_actions: dict[str, str | None] = {}
         self.progress = progress
