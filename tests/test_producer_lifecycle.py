@@ -21,8 +21,9 @@ from ykafka.dr import attach as dr_attach
 from ykafka.dr.engine import DisasterRecovery
 from ykafka.dr.health import HealthMonitor
 from ykafka.dr.link import ClusterLink
-from ykafka.dr.queue import SpillQueue, SpillSlot
+from ykafka.dr.queue import SpillQueue
 from ykafka.dr.replay import Replayer
+from ykafka.dr.spilldir import SpillSlot
 from ykafka.dr.sync import OutageStore
 from ykafka.metrics import Observability
 from ykafka.runtime import Runtime

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ykafka import config
-from ykafka.dr.queue import SpillQueue, spill_dir
+from ykafka.dr.queue import SpillQueue
+from ykafka.dr.spilldir import spill_dir
 from ykafka.errors import ConfigError, SpillFullError
 
 
@@ -146,7 +147,7 @@ def test_engine_raises_spill_full_to_the_caller_while_the_cluster_is_down(tmp_pa
 
 
 def test_spill_slots_are_exclusive_and_reused_after_release(tmp_path: Path) -> None:
-    from ykafka.dr.queue import SpillSlot
+    from ykafka.dr.spilldir import SpillSlot
 
     first, second = SpillSlot(tmp_path), SpillSlot(tmp_path)
     assert (first.path.name, second.path.name) == ("0", "1")

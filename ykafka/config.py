@@ -81,7 +81,7 @@ def register_option(name: str, parse: Callable[[Any], Any], default: Any, help: 
 
 #: Modules that register options when imported: every one is loaded before a config is parsed, so whether
 #: ``ykafka.dr.enabled`` is known never depends on which parts of the SDK an application imported first.
-OPTION_MODULES = ("ykafka.dr.attach", "ykafka.dr.queue", "ykafka.producer", "ykafka.tracing", "ykafka.metrics",
+OPTION_MODULES = ("ykafka.dr.attach", "ykafka.dr.spilldir", "ykafka.producer", "ykafka.tracing", "ykafka.metrics",
                   "ykafka.consumer.settings")
 
 

@@ -6,6 +6,9 @@
 * :mod:`ykafka.dr.replay` - drains a spill queue once its cluster answers again
 * :mod:`ykafka.dr.sync` - the failback sync (standby -> primary after an outage)
 * :mod:`ykafka.dr.queue` / :mod:`ykafka.dr.journal` - the durable spill queue and its write-ahead journal
+  (:mod:`ykafka.dr.chunks`: what memory keeps of its committed chunks)
+* :mod:`ykafka.dr.spilldir` - the ``ykafka.spill.*`` options, the spill directory and its per-process slots
+* :mod:`ykafka.dr.mailbox` - user callbacks reached on engine threads, run by the owner's ``poll()``
 * :mod:`ykafka.dr.health` - cluster health (UP / SUSPECT / DOWN) from probes and client errors
 
 See docs/architecture.md and docs/disaster-recovery.md.

@@ -15,7 +15,7 @@ from ykafka.config import register_option
 from ykafka.dr.engine import DisasterRecovery, DrOptions, RouteSpec
 from ykafka.dr.health import HealthPolicy
 from ykafka.dr.port import ProducerPort
-from ykafka.dr.queue import SpillSlot, spill_dir
+from ykafka.dr.spilldir import SpillSlot, spill_dir
 from ykafka.headers import MESSAGE_ID, TRACE_ID
 from ykafka.tracing import Tracer, header_text
 from ykafka.transport import Message

@@ -36,17 +36,15 @@ import os
 import re
 import threading
 import time
-from array import array
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import diskcache
 import structlog
 
-from ykafka.catalog import boolean, choice, int_range, optional_text
-from ykafka.config import register_option
+from ykafka.dr.chunks import _Chunk
 from ykafka.dr.journal import (
     FORMAT,
     PROCESS_TOKEN,
@@ -64,63 +62,6 @@ from ykafka.dr.journal import (
 from ykafka.errors import ClosedError, ConfigError, SpillFullError
 
 log = structlog.get_logger(__name__)
-
-_bytes_size = int_range(1_000)
-_commit_mode = choice("sync", "async")
-_positive_int = int_range(1)
-
-
-register_option("ykafka.spill.dir", optional_text, None, "spill queues (default <ykafka.cache.dir>/spill)",
-                "YKAFKA_SPILL_DIR")
-register_option("ykafka.spill.max.bytes", _bytes_size, 1 << 30,
-                "size cap of one cluster's spill queue; beyond it produce raises SpillFullError", None)
-register_option("ykafka.spill.commit", _commit_mode, "sync",
-                "sync: produce returns after its spilled message is on disk (journal); async: bounded wait", None)
-register_option("ykafka.spill.async.max.pending", _positive_int, 100_000,
-                "produce blocks while this many spilled messages await their commit to the spill store", None)
-register_option("ykafka.spill.fsync", boolean, False,
-                "spilled messages are fsynced in group commits before they are replayed, so their delivery "
-                "callback means on stable storage and delivered (survives power loss; without it a spilled "
-                "message survives SIGKILL once produce returned); produce never waits for the disk", None)
-
-
-class _Chunk:
-    """What memory keeps of one committed chunk: its records' seqs (ascending), sizes and index keys in
-    parallel arrays and a live flag each, about 21 bytes a record, so the queue's memory stays bounded
-    while its depth is on disk (docs/benchmarks.md: a million spilled messages). The rows stay on disk."""
-
-    __slots__ = ("seqs", "sizes", "ikeys", "live", "left", "size")
-
-    def __init__(self, items: Iterable[tuple[int, int, IndexKey | None]] = ()) -> None:
-        self.seqs = array("q")
-        self.sizes = array("I")
-        self.ikeys: list[IndexKey | None] = []
-        self.live = bytearray()
-        for seq, size, ikey in sorted(items, key=_first):
-            self.seqs.append(seq)
-            self.sizes.append(size)
-            self.ikeys.append(ikey)
-        self.live = bytearray(b"\x01") * len(self.seqs)
-        self.left = len(self.seqs)  # records not acked yet
-        self.size = len(self.seqs)  # records in the stored row
-
-    def pop(self, seq: int) -> tuple[int, IndexKey | None] | None:
-        """Mark ``seq`` acked; its (size, index key), or None when it is not a live record here."""
-        i = bisect_left(self.seqs, seq)
-        if i == len(self.seqs) or self.seqs[i] != seq or not self.live[i]:
-            return None
-        self.live[i] = 0
-        self.left -= 1
-        ikey, self.ikeys[i] = self.ikeys[i], None
-        return self.sizes[i], ikey
-
-    def pending(self) -> set[int]:
-        return {seq for seq, live in zip(self.seqs, self.live, strict=True) if live}
-
-
-def _first(item: tuple[int, int, IndexKey | None]) -> int:
-    return item[0]
-
 
 # an accepted record waiting for its chunk commit: (record row as stored, size, journaled, index key);
 # journaled: on disk already (sync append), so a failed commit is retried, never dropped. A plain tuple:
@@ -649,40 +590,3 @@ class SpillQueue:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class SpillSlot:
-    """An exclusively held sub-directory ``<base>/<n>`` of a spill directory.
-
-    A client without a stable client id takes the first slot no live process holds, so the next run of a
-    crashed process finds (and replays) what the crash left in slot 0, and two producers of one app never
-    share a queue.
-    """
-
-    def __init__(self, base: Path, max_slots: int = 256) -> None:
-        base.mkdir(parents=True, exist_ok=True)
-        for n in range(max_slots):
-            path = base / str(n)
-            path.mkdir(exist_ok=True)
-            fh = open(path / "slot.lock", "a+")  # noqa: SIM115 - held until release()
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                fh.close()
-                continue
-            self.path, self._fh = path, fh
-            return
-        raise ConfigError(f"all {max_slots} spill slots under {base} are in use")
-
-    def release(self) -> None:
-        if self._fh.closed:
-            return
-        with contextlib.suppress(OSError):
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-        self._fh.close()
-
-
-def spill_dir(options: Mapping[str, Any], cache_dir: Path) -> Path:
-    """The spill directory from local options: ``ykafka.spill.dir``, else ``<cache dir>/spill``."""
-    raw = options.get("ykafka.spill.dir")
-    return Path(raw).expanduser() if raw else cache_dir / "spill"
