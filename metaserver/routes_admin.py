@@ -108,7 +108,8 @@ def issue_principals(svc: Services, app_id: str, also: list[str] | None = None) 
     with db.read(svc.engine) as conn:
         app = dict(_get_app(conn, app_id))
         registry_ = registry.all_clusters(conn)
-    if not app["enabled"]:
+    if not app["enabled"]:  # disabled: its principals leave the brokers at the pass this kicks
+        svc.reconciler.kick()
         return
     default = registry.default_cluster(app["default_cluster"], svc.settings.default_cluster, registry_)
     reachable = reach.grant_clusters(svc.routes, app["acl"] or {}, default, registry_, [],
