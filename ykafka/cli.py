@@ -199,12 +199,10 @@ def _missing(name: str, group: bool = False) -> click.Command:
 def _attach_commands() -> None:
     from ykafka.admin.cli import admin
     from ykafka.admin.dlq import dlq
-    from ykafka.admin.failover import failover
     from ykafka.admin.messages import messages_cmd
     from ykafka.admin.offsets import reset_cmd
 
     admin.add_command(dlq)
-    admin.add_command(failover)
     admin.add_command(messages_cmd)
     main.add_command(admin)
     package = _pipeline_package()

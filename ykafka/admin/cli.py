@@ -16,81 +16,25 @@
 from __future__ import annotations
 
 import json
-import sys
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
-from ykafka.admin.client import AdminClient, AdminError
-from ykafka.oneline import EXIT_USER_ERROR, debug_requested, explain
-from ykafka.tables import show_table
-
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _client(ctx: click.Context) -> AdminClient:
-    """The MetaServer client, built on first use so commands that need no MetaServer need no token."""
-    root = ctx.find_root().find_object(dict) or ctx.obj
-    if "client" not in root:
-        if not root.get("token"):
-            raise click.UsageError("an admin token is needed: pass --token or set YKAFKA_ADMIN_TOKEN")
-        root["client"] = AdminClient(root["url"], root["token"], operator=root.get("operator"))
-    client: AdminClient = root["client"]
-    return client
-
-
-def _run(fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except AdminError as exc:
-        line = explain(exc)  # unreachable, or the token refused: one line naming the fix, exit 2
-        if line is not None:
-            if click.get_current_context().find_root().params.get("debug") or debug_requested([]):
-                raise
-            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
-            sys.exit(EXIT_USER_ERROR)
-        err_console.print(f"[red]error:[/red] {exc.message} (HTTP {exc.status})" if exc.status else
-                          f"[red]error:[/red] {exc.message}")
-        for key, reason in exc.errors.items():
-            err_console.print(f"  [bold]{key}[/bold]: {reason}")
-        sys.exit(1)
-
-
-def _when(ts: Any) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(ts))) if ts else "-"
-
-
-def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    show_table(columns, rows, title=title, console=console)
-
-
-def _emit_json(ctx: click.Context, data: Any) -> bool:
-    if ctx.obj.get("json"):
-        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
-        return True
-    return False
-
-
-def _show(ctx: click.Context, rows: list[dict[str, Any]], title: str, columns: Sequence[str],
-          row: Callable[[dict[str, Any]], Sequence[Any]]) -> None:
-    """A listing: JSON with ``--json``, else a table of ``row(r)`` for each r."""
-    if not _emit_json(ctx, rows):
-        _table(title, columns, [row(r) for r in rows])
-
-
-def _json_flag(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--json`` on the command itself too (``ykafka admin alerts --json``), same as ``admin --json``."""
-    def set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-        if value:
-            ctx.ensure_object(dict)["json"] = True
-
-    return click.option("--json", "_json", is_flag=True, expose_value=False, callback=set_json,
-                        help="print JSON instead of a table")(fn)
+from ykafka.admin.cli_support import (
+    _act,
+    _client,
+    _emit_json,
+    _json_flag,
+    _run,
+    _show,
+    _table,
+    _when,
+    console,
+    err_console,
+)
+from ykafka.admin.failover import push_failover, writes_to
 
 
 @click.group()
@@ -122,9 +66,10 @@ def users() -> None:
 @click.option("--replace", is_flag=True, help="reset the password and role of an existing user")
 @click.pass_context
 def users_create(ctx: click.Context, username: str, role: str, password: str, replace: bool) -> None:
-    made = _run(lambda: _client(ctx).create_user(username, password, role, replace))
-    if not _emit_json(ctx, made):
+    def show(made: Any) -> None:
         click.echo(f"console user {made['username']} ({made['role']}) ready")
+
+    _act(ctx, lambda c: c.create_user(username, password, role, replace), show)
 
 
 @users.command("list")
@@ -160,10 +105,11 @@ def apps_list(ctx: click.Context) -> None:
 @click.pass_context
 def apps_create(ctx: click.Context, app_id: str, description: str, default_cluster: str | None) -> None:
     """Create APP_ID and print its secret (shown only this once)."""
-    created = _run(lambda: _client(ctx).create_app(app_id, description, default_cluster))
-    if not _emit_json(ctx, created):
+    def show(created: Any) -> None:
         console.print(f"created app [bold]{app_id}[/bold]")
         console.print(f"secret: [bold yellow]{created['secret']}[/bold yellow]  (store it now; it is not kept)")
+
+    _act(ctx, lambda c: c.create_app(app_id, description, default_cluster), show)
 
 
 @apps.command("delete")
@@ -180,9 +126,10 @@ def apps_delete(ctx: click.Context, app_id: str) -> None:
 @click.pass_context
 def apps_rotate(ctx: click.Context, app_id: str) -> None:
     """Give APP_ID a new secret; the old one stops working at once."""
-    rotated = _run(lambda: _client(ctx).rotate_secret(app_id))
-    if not _emit_json(ctx, rotated):
+    def show(rotated: Any) -> None:
         console.print(f"new secret for [bold]{app_id}[/bold]: [bold yellow]{rotated['secret']}[/bold yellow]")
+
+    _act(ctx, lambda c: c.rotate_secret(app_id), show)
 
 
 @apps.command("rotate-credentials")
@@ -192,10 +139,11 @@ def apps_rotate(ctx: click.Context, app_id: str) -> None:
 def apps_rotate_credentials(ctx: click.Context, app_id: str) -> None:
     """New Kafka credentials for APP_ID on every secured cluster; running clients switch at their next
     renewal, the old credentials are deleted from the brokers after the grace period."""
-    rotated = _run(lambda: _client(ctx).rotate_credentials(app_id))
-    if not _emit_json(ctx, rotated):
+    def show(rotated: Any) -> None:
         console.print(f"new Kafka credentials for [bold]{app_id}[/bold] on {', '.join(rotated['clusters']) or '-'};"
                       f" the old ones work {rotated['old_valid_s']:.0f} s more")
+
+    _act(ctx, lambda c: c.rotate_credentials(app_id), show)
 
 
 # --- ACL -----------------------------------------------------------------------------------------
@@ -216,9 +164,7 @@ def acl() -> None:
 @_json_flag
 @click.pass_context
 def acl_get(ctx: click.Context, app_id: str) -> None:
-    current = _run(lambda: _client(ctx).get_acl(app_id))
-    if not _emit_json(ctx, current):
-        _acl_table(app_id, current)
+    _act(ctx, lambda c: c.get_acl(app_id), lambda current: _acl_table(app_id, current))
 
 
 @acl.command("set")
@@ -231,12 +177,33 @@ def acl_get(ctx: click.Context, app_id: str) -> None:
 def acl_set(ctx: click.Context, app_id: str, produce: tuple[str, ...], consume: tuple[str, ...],
             groups: tuple[str, ...]) -> None:
     """Replace APP_ID's ACL (running clients get it at their next renewal)."""
-    new = _run(lambda: _client(ctx).set_acl(app_id, produce, consume, groups))
-    if not _emit_json(ctx, new):
-        _acl_table(app_id, new)
+    _act(ctx, lambda c: c.set_acl(app_id, produce, consume, groups), lambda new: _acl_table(app_id, new))
 
 
 # --- clusters ------------------------------------------------------------------------------------
+
+
+@admin.command("failover")
+@click.argument("to", type=click.Choice(["standby", "primary", "clear"]))
+@click.option("--cluster", default=None, help="every topic whose primary is this cluster")
+@click.option("--topic", default=None, help="one topic only")
+@click.option("--mode", type=click.Choice(["auto", "manual"]), default=None,
+              help="also set route.failover (auto: follow health when not switched by hand)")
+@click.option("--dry-run", is_flag=True, help="show the change, write nothing")
+@click.pass_context
+def failover(ctx: click.Context, to: str, cluster: str | None, topic: str | None, mode: str | None,
+             dry_run: bool) -> None:
+    """Move the writes of a cluster (or one topic) to its standby, back to the primary (starts the failback
+    sync), or ``clear`` the manual switch. Every client of the scope follows; the change is audited."""
+    if (cluster is None) == (topic is None):
+        raise click.UsageError("give exactly one of --cluster or --topic")
+    result = _run(lambda: push_failover(_client(ctx), to, cluster=cluster, topic=topic, mode=mode,
+                                            dry_run=dry_run))
+    if _emit_json(ctx, result):
+        return
+    _changes_table(result)
+    console.print("dry run: nothing written" if dry_run else
+                      f"writes of {cluster or topic} -> {to}; see `ykafka admin clusters list`")
 
 
 @admin.group()
@@ -248,8 +215,6 @@ def clusters() -> None:
 @_json_flag
 @click.pass_context
 def clusters_list(ctx: click.Context) -> None:
-    from ykafka.admin.failover import writes_to
-
     client = _client(ctx)
     rows = _run(client.list_clusters)
     for c in rows:  # the manual switch of `ykafka admin failover`, primary when never switched
@@ -282,9 +247,10 @@ def clusters_set(ctx: click.Context, name: str, bootstrap_servers: str, dc: str,
     if security_protocol != "PLAINTEXT":
         security = {"protocol": security_protocol, "mechanism": sasl_mechanism,
                     "ca_pem": Path(ca_file).read_text() if ca_file else None}
-    saved = _run(lambda: _client(ctx).set_cluster(name, bootstrap_servers, dc, standby, status, security))
-    if not _emit_json(ctx, saved):
+    def show(saved: Any) -> None:
         console.print(f"cluster [bold]{name}[/bold]: {saved['bootstrap_servers']} ({saved['status']})")
+
+    _act(ctx, lambda c: c.set_cluster(name, bootstrap_servers, dc, standby, status, security), show)
 
 
 @clusters.command("delete")
@@ -449,11 +415,12 @@ def config_diff(ctx: click.Context, scope: str, assignments: tuple[str, ...], de
 @click.pass_context
 def config_rollback(ctx: click.Context, scope: str) -> None:
     """Restore SCOPE's previous release."""
-    result = _run(lambda: _client(ctx).rollback_config(scope))
-    if not _emit_json(ctx, result):
+    def show(result: Any) -> None:
         undone = result.get("rolled_back") or {}
         console.print(f"rolled back release {undone.get('name')} (id {undone.get('id')})")
         _released_table(result)
+
+    _act(ctx, lambda c: c.rollback_config(scope), show)
 
 
 @config.command("merge")
@@ -462,9 +429,7 @@ def config_rollback(ctx: click.Context, scope: str) -> None:
 @click.pass_context
 def config_merge(ctx: click.Context, scope: str) -> None:
     """Promote SCOPE's gray values to every client."""
-    result = _run(lambda: _client(ctx).merge_gray(scope))
-    if not _emit_json(ctx, result):
-        _released_table(result)
+    _act(ctx, lambda c: c.merge_gray(scope), lambda result: _released_table(result))
 
 
 @config.command("abandon")
@@ -473,9 +438,7 @@ def config_merge(ctx: click.Context, scope: str) -> None:
 @click.pass_context
 def config_abandon(ctx: click.Context, scope: str) -> None:
     """Drop SCOPE's gray release."""
-    result = _run(lambda: _client(ctx).abandon_gray(scope))
-    if not _emit_json(ctx, result):
-        console.print(f"deleted gray branch {result['branch']}")
+    _act(ctx, lambda c: c.abandon_gray(scope), lambda result: console.print(f"deleted gray branch {result['branch']}"))
 
 
 # --- clients and audit ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Manual failover / failback of a cluster (or one topic) for every client, through the MetaServer.
+"""Manual failover / failback of a cluster (or one topic) for every client, through the MetaServer (the
+``ykafka admin failover`` command is in :mod:`ykafka.admin.cli`).
 
 The switch is hot config (``route.active``, optionally ``route.failover``) pushed through the admin API, so
 it is validated, audited and followed by every producer of the scope; ``primary`` starts the failback sync.
@@ -7,8 +8,6 @@ it is validated, audited and followed by every producer of the scope; ``primary`
 from __future__ import annotations
 
 from typing import Any
-
-import click
 
 from ykafka.catalog import Scope, ScopeKind
 
@@ -52,28 +51,3 @@ def writes_to(admin: Any, cluster: str) -> str:
     except Exception:  # no namespace yet: nothing was ever switched
         return "primary"
     return str(released.get("route.active", "primary"))
-
-
-@click.command("failover")
-@click.argument("to", type=click.Choice(["standby", "primary", "clear"]))
-@click.option("--cluster", default=None, help="every topic whose primary is this cluster")
-@click.option("--topic", default=None, help="one topic only")
-@click.option("--mode", type=click.Choice(["auto", "manual"]), default=None,
-              help="also set route.failover (auto: follow health when not switched by hand)")
-@click.option("--dry-run", is_flag=True, help="show the change, write nothing")
-@click.pass_context
-def failover(ctx: click.Context, to: str, cluster: str | None, topic: str | None, mode: str | None,
-             dry_run: bool) -> None:
-    """Move the writes of a cluster (or one topic) to its standby, back to the primary (starts the failback
-    sync), or ``clear`` the manual switch. Every client of the scope follows; the change is audited."""
-    from ykafka.admin import cli
-
-    if (cluster is None) == (topic is None):
-        raise click.UsageError("give exactly one of --cluster or --topic")
-    result = cli._run(lambda: push_failover(cli._client(ctx), to, cluster=cluster, topic=topic, mode=mode,
-                                            dry_run=dry_run))
-    if cli._emit_json(ctx, result):
-        return
-    cli._changes_table(result)
-    cli.console.print("dry run: nothing written" if dry_run else
-                      f"writes of {cluster or topic} -> {to}; see `ykafka admin clusters list`")

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from ykafka.admin.cli import _client, _emit_json, _json_flag, _run, _table, _when, console
+from ykafka.admin.cli_support import _client, _emit_json, _json_flag, _run, _table, _when, console
 
 
 @click.command("messages")

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ykafka.admin.cli import _client, _emit_json, _json_flag, _run, _table, console
+from ykafka.admin.cli_support import _client, _emit_json, _json_flag, _run, _table, console
 from ykafka.timestamps import parse_ms
 
 TARGETS = ("earliest", "latest", "timestamp", "offset", "shift")
