@@ -1,4 +1,5 @@
-"""The serializing producers behave as confluent-kafka's own (issue 32, item 12).
+"""The serializing producers (issue 32, item 12) and the plain clients after close() behave as
+confluent-kafka's own.
 
 Each check runs the same code against confluent-kafka's class and ykafka's (only the import differs) and
 both must give the same outcome: the same return value, the same exception type, text or error code.
@@ -109,3 +110,18 @@ def test_async_produce_after_close_raises_before_serializing(impl: str, tmp_path
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
     assert serializer.calls == 0
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_the_plain_clients_refuse_calls_after_close_with_confluent_kafkas_runtime_error(impl: str,
+                                                                                     tmp_path: Path) -> None:
+    lib = confluent_kafka if impl == "confluent" else ykafka
+    producer = lib.Producer(_conf(impl, tmp_path))
+    producer.close()
+    with pytest.raises(RuntimeError, match="^Producer has been closed$"):
+        producer.produce("t", b"v")
+    consumer = lib.Consumer(_conf(impl, tmp_path, **{"group.id": unique("g")}))
+    consumer.close()
+    for call in (lambda: consumer.poll(0), lambda: consumer.subscribe(["t"]), lambda: consumer.assignment()):
+        with pytest.raises(RuntimeError, match="^Consumer closed$"):
+            call()

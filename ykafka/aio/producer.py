@@ -86,7 +86,7 @@ class AIOProducer:
         with a ``KafkaException``, as confluent-kafka's. A full local queue is waited out (awaiting).
         """
         if self._closed:
-            raise ClosedError("producer is closed")
+            raise ClosedError("Producer has been closed")  # confluent-kafka's words
         fut: asyncio.Future[Any] = self._loop.create_future()
         report = functools.partial(self._report, fut, on_delivery or callback)
         p = self._producer

@@ -436,7 +436,7 @@ class Consumer:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ClosedError("the consumer is closed")
+            raise ClosedError("Consumer closed")  # confluent-kafka's words
 
     def _raw(self) -> Any:
         self._check_open()

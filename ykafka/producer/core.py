@@ -188,7 +188,7 @@ class Producer(ClientSwaps, TopicResolver):
                       on_delivery: DeliveryCallback | None, timestamp: int, headers: Any,
                       prepaid: bool = False) -> None:
         if self._closed:
-            raise ClosedError("producer is closed")
+            raise ClosedError("Producer has been closed")  # confluent-kafka's words
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
         st = self._states.get(topic)
