@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from tests.consumer_fixtures import Recorder, consumer_config, create_topic, produce, unique, wait_until
 from ykafka.consumer import Consumer
@@ -130,8 +131,9 @@ def test_fetch_settings_rebuild_the_client_keeping_positions(bootstrap: str, run
 def test_assignment_strategy_change_rejoins_the_group_with_the_new_preference(bootstrap: str, running,
                                                                              tmp_path: Path) -> None:
     """The member leaves and rejoins preferring the new strategy, the old one kept as a fallback so a group
-    mid-rollout still agrees. (Tansu pins a group's first protocol forever, so which protocol the group
-    then selects is not observable here; tests/test_consumer_rebalance.py covers cooperative groups.)"""
+    mid-rollout still agrees; the broker's group (one member) then runs the new strategy (observable on Apache
+    Kafka: Tansu pinned a group's first protocol forever). tests/test_consumer_rebalance.py covers cooperative
+    groups."""
     consumer, recorder, job = _start(bootstrap, running, tmp_path, 1000, **{
         "consumer.workers": 4, "ykafka.consumer.max.inflight.per.partition": 50})
     wait_until(lambda: recorder.count() >= 150, 60, message="first 150")
@@ -144,6 +146,10 @@ def test_assignment_strategy_change_rejoins_the_group_with_the_new_preference(bo
     wait_until(lambda: consumer.memberid() is not None, 30, message="new member assigned")
     assert consumer.memberid() != first_member  # a new group member
     assert len(consumer.assignment()) == 16  # the topic and its three retry topics, 4 partitions each
+    group = consumer.client_config["group.id"]
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer: a collected client cancels
+    described = admin.describe_consumer_groups([group], request_timeout=15)[group].result(20)
+    assert described.partition_assignor == "roundrobin" and len(described.members) == 1
     job.stop()
     assert sorted(recorder.values) == list(range(1000))
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from confluent_kafka import Producer as RawProducer
 
 from tests.dr_fixtures import read_all
 from tests.helpers import unique
 from ykafka.dr.sync import Outage, SyncJob
+
+pytestmark = pytest.mark.broker("kafka")  # disaster recovery: the failback copy between two Kafka clusters
 
 
 def test_sync_copies_a_topic_the_standby_created_after_the_job_subscribed(brokers: dict[str, str]) -> None:
