@@ -146,3 +146,27 @@ def test_pause_resume_abort_and_force_are_recorded_and_abort_drops_the_canary(st
         assert again.status_code == 422
     finally:
         _finish(stack, topic, loads)
+
+
+def test_a_guard_rule_added_during_a_plan_rolls_its_next_step_back(stack: LocalStack) -> None:
+    topic = unique("plan-guard")
+    _, loads = _fleet(stack, topic, [(0, 30), (30, 60), (60, 100)])
+    shipped = stack.admin("GET", "/v1/admin/guards").json()
+    try:
+        plan = _plan(stack, {"scope": f"topic:{topic}", "set": {"producer.linger.ms": "40"}, "steps": [30, 60, 100],
+                             "bake_s": 600, "thresholds": NOISY_HOST})
+        wait_until(lambda: stack.admin("GET", f"/v1/admin/rollouts/{plan['id']}").json()["step_started"],
+                   timeout=20)
+        rule = ("  - name: linger-cap\n    text: producer.linger.ms at most 30\n"
+                "    key: producer.linger.ms\n    max: 30\n")
+        assert stack.admin("PUT", "/v1/admin/guards", {"body": shipped["body"] + rule}).status_code == 200
+        assert stack.admin("POST", f"/v1/admin/rollouts/{plan['id']}/action", {"action": "force"}).status_code == 200
+        done = _wait_state(stack, plan["id"], ("done", "rolled_back", "aborted"), timeout=40)
+        assert done["state"] == "rolled_back", [(d["action"], d["reason"]) for d in done["decisions"]]
+        assert done["decisions"][-1]["reason"].startswith("refused by guard rules: guard:linger-cap: producer.linger.ms"
+                                                          " at most 30: topic ")
+        assert stack.admin("GET", f"/v1/admin/config?scope=topic:{topic}").json()["gray"] is None
+        wait_until(lambda: all(in_force(ld.producer, topic, "producer.linger.ms") == 5 for ld in loads), timeout=20)
+    finally:
+        stack.admin("PUT", "/v1/admin/guards", {"body": shipped["body"]})
+        _finish(stack, topic, loads)

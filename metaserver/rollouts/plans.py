@@ -260,8 +260,19 @@ def _publish_step(svc: Services, row: dict[str, Any], spec: PlanSpec) -> None:
     try:  # the guard rules are checked again at each step: they may have changed since the plan started
         reach = configwrites.push(svc, plan, "rollout-driver", f"plan {row['id']} step {row['step'] + 1}: "
                                   f"{percent:g} %", target=lambda p: targeting.resolve(svc, p, t, kept))["reach"]
-    except ConfigRejected as exc:  # nobody to canary on yet, or a rule now refuses it: try again at the next tick
-        log.info("rollout.step_refused", plan=row["id"], reason=str(exc.errors))
+    except ConfigRejected as exc:
+        if any(k.startswith("guard:") for k in exc.errors):  # a rule edited since the plan started refuses it
+            try:
+                _abandon(svc, row["namespace"], row["scope"])
+            except ApolloError as err:
+                log.warning("rollout.rollback_failed", plan=row["id"], error=str(err))
+                return
+            _record(svc, row, {"at": now, "step": row["step"], "percent": percent, "action": "rollback",
+                               "reason": "refused by guard rules: " + "; ".join(f"{k}: {v}" for k, v in
+                                                                             exc.errors.items()),
+                               "evidence": None}, state="rolled_back")
+            return
+        log.info("rollout.step_waits", plan=row["id"], reason=str(exc.errors))  # nobody to canary on yet
         return
     ids = sorted(tg.ids_of(plan.labels or []))
     with db.read(svc.engine) as conn:
