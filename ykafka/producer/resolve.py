@@ -44,64 +44,75 @@ class TopicResolver(ProducerBase):
         self._states.clear()
 
     def _prepare(self, topic: str) -> _TopicState:
+        """Resolve ``topic`` and cache the result. The network and disk work (grant check, namespaces, the DR
+        link's spill queue, the partition count) runs outside the producer's lock; only choosing the client
+        (and holding the topic when it moves) and installing the state run under it. A state resolved while
+        the config, the DR routes, the client or the topic's hold changed is used once and not cached."""
         rt = self._runtime
         rt.check_acl("produce", topic)
         rt.subscribe(topic=topic)
+        version = rt.version
+        cluster = rt.route(topic=topic)
+        rt.subscribe(cluster=cluster)
+        effective = rt.effective(topic=topic, cluster=cluster)
+        props = self._client_props(cluster, effective)
+        key = (cluster, _freeze(props))
+        if key not in self._clients and self._dr is not None and self._dr.target(topic) == cluster:
+            # open the cluster's disaster-recovery link (its spill queue on disk: ~35 ms) BEFORE the librdkafka
+            # handle, so the first message follows the handle within a millisecond: an idempotent handle only
+            # connects to the partition leader before its first producer-id tick (500 ms) when a message
+            # arrives before the bootstrap metadata does; later, the first ack costs two ticks
+            # (docs/benchmarks.md, "Start-up")
+            self._dr.link(cluster)
         with self._lock:
-            version = rt.version
-            cluster = rt.route(topic=topic)
-            rt.subscribe(cluster=cluster)
-            effective = rt.effective(topic=topic, cluster=cluster)
-            props = self._client_props(cluster, effective)
-            key = (cluster, _freeze(props))
-            client = self._clients.get(key)
-            if client is None:
-                if self._dr is not None and self._dr.target(topic) == cluster:
-                    # open the cluster's disaster-recovery link (its spill queue on disk: ~35 ms) BEFORE the
-                    # librdkafka handle, so the first message follows the handle within a millisecond: an
-                    # idempotent handle only connects to the partition leader before its first producer-id
-                    # tick (500 ms) when a message arrives before the bootstrap metadata does; later, the
-                    # first ack costs two ticks (docs/benchmarks.md, "Start-up")
-                    self._dr.link(cluster)
-                client = self._new_client(key, cluster, props, topic)
-            home = self._home.get(topic)
-            if home is not None and home is not client and self._held.get(topic) is None:
-                # the topic moves to another client (or moves again while its held messages were being
-                # released): what it already sent on the old one must be delivered before anything goes to
-                # the new one, so it is held (its pending messages stay queued, in order) until that drained
-                if home.retiring_since is None:
-                    self._retire(home, reason=f"topic {topic} moves to {cluster}")
-                if home.drained_at is None:
-                    self._held[topic] = home
-                    log.info("ykafka.producer.topic_held", topic=topic, old_cluster=home.cluster,
-                             new_cluster=cluster, in_queue=len(home.rd))
-            if self._held.get(topic) is None:  # not held, or its held messages are being released now
-                self._home[topic] = client
-            picker: Picker | None = None
-            expires = 0.0
-            strategy = effective["producer.partitioner"]
-            exclude = effective["producer.partitions.exclude"]
-            if needs_python(strategy, exclude):
-                count = self._partition_count(client, topic)
-                picker = Picker(strategy, count, exclude)
-                expires = time.monotonic() + (self._meta_ttl_s if count else 1.0)
-            throttle = self._throttles.for_topic(effective, rt.sources(topic=topic, cluster=cluster), self._max_wait_s)
-            direct = None
-            dr_epoch = 0
-            if (self._dr is not None and self._delivery_hook is None and picker is None and throttle is None
-                    and topic not in self._held):
-                dr_epoch = self._dr.epoch
-                direct = self._dr.direct(topic, cluster, client.rd)
-                if direct is None:  # spilling, failed over, draining: through the engine; re-checked soon
-                    expires = min(expires or float("inf"), time.monotonic() + _DR_RECHECK_S)
-            slow = (picker is not None or throttle is not None or topic in self._held or self._stamp_ids
-                    or (self._send_hook is not None and direct is None) or self._delivery_hook is not None)
-            state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires,
-                                Tracer.rate(effective), direct)
-            if rt.version == version and not self._closed and (self._dr is None or self._dr.epoch == dr_epoch
-                                                                or direct is None):
+            client = self._client_for(topic, key, cluster, props)
+            held = topic in self._held
+        picker: Picker | None = None
+        expires = 0.0
+        strategy = effective["producer.partitioner"]
+        exclude = effective["producer.partitions.exclude"]
+        if needs_python(strategy, exclude):
+            count = self._partition_count(client, topic)
+            picker = Picker(strategy, count, exclude)
+            expires = time.monotonic() + (self._meta_ttl_s if count else 1.0)
+        throttle = self._throttles.for_topic(effective, rt.sources(topic=topic, cluster=cluster), self._max_wait_s)
+        direct = None
+        dr_epoch = self._dr.epoch if self._dr is not None else 0
+        if self._dr is not None and self._delivery_hook is None and picker is None and throttle is None and not held:
+            direct = self._dr.direct(topic, cluster, client.rd)
+            if direct is None:  # spilling, failed over, draining: through the engine; re-checked soon
+                expires = min(expires or float("inf"), time.monotonic() + _DR_RECHECK_S)
+        slow = (picker is not None or throttle is not None or held or self._stamp_ids
+                or (self._send_hook is not None and direct is None) or self._delivery_hook is not None)
+        state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires,
+                            Tracer.rate(effective), direct)
+        with self._lock:
+            if (rt.version == version and not self._closed and self._clients.get(key) is client
+                    and (topic in self._held) == held
+                    and (self._dr is None or self._dr.epoch == dr_epoch or direct is None)):
                 self._states[topic] = state
-            return state
+        return state
+
+    def _client_for(self, topic: str, key: tuple[Any, ...], cluster: str, props: dict[str, Any]) -> _Client:
+        """The client ``topic`` sends through now (built when new); a topic that moves to another client is held
+        until what it sent on the old one is delivered. Called with the producer's lock held."""
+        client = self._clients.get(key)
+        if client is None:
+            client = self._new_client(key, cluster, props, topic)
+        home = self._home.get(topic)
+        if home is not None and home is not client and self._held.get(topic) is None:
+            # the topic moves to another client (or moves again while its held messages were being released):
+            # what it already sent on the old one must be delivered before anything goes to the new one, so it
+            # is held (its pending messages stay queued, in order) until that drained
+            if home.retiring_since is None:
+                self._retire(home, reason=f"topic {topic} moves to {cluster}")
+            if home.drained_at is None:
+                self._held[topic] = home
+                log.info("ykafka.producer.topic_held", topic=topic, old_cluster=home.cluster,
+                         new_cluster=cluster, in_queue=len(home.rd))
+        if self._held.get(topic) is None:  # not held, or its held messages are being released now
+            self._home[topic] = client
+        return client
 
     def _settings(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
         """librdkafka settings from the catalog's ``producer.*`` keys over the cluster's and the local ones."""
