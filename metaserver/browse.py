@@ -7,9 +7,11 @@ Every read is bounded in messages, bytes and time, so a page never hangs on a la
 
 from __future__ import annotations
 
+import atexit
 import base64
 import fnmatch
 import json
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -132,8 +134,12 @@ def read(props: Mapping[str, Any], topic: str, q: Query, *, values: bool, fmt: s
     q.check()
     if fmt not in FORMATS:
         raise BrowseRefused(f"show values as one of {', '.join(FORMATS)}")
-    reader = Consumer({**props, "group.id": "ykafka-metaserver-browse", "enable.auto.commit": False,
-                       "enable.partition.eof": True, "log_level": 3, "fetch.max.bytes": MAX_BYTES})
+    key = json.dumps(dict(props), sort_keys=True, default=str)
+    with _lock:
+        pooled = _readers.pop(key, None)  # an idle reader of this cluster (its connections are up), or a new one
+    reader = pooled or Consumer({**props, "group.id": "ykafka-metaserver-browse", "enable.auto.commit": False,
+                                 "enable.partition.eof": True, "log_level": 3, "fetch.max.bytes": MAX_BYTES})
+    healthy = False
     try:
         meta = reader.list_topics(topic, timeout=5).topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
@@ -192,9 +198,38 @@ def read(props: Mapping[str, Any], topic: str, q: Query, *, values: bool, fmt: s
                 break
         out.sort(key=lambda m: (m["timestamp"], m["partition"], m["offset"]) if q.key is not None else
                  (m["partition"], m["offset"]))
+        healthy = True
         return {"topic": topic, "messages": out, "stopped": stopped, "scanned": scanned, "values": values,
                 "masks": masks, "format": fmt}
     except KafkaException as exc:
         raise BrowseRefused(f"the broker refused: {exc.args[0].str() if exc.args else exc}") from None
     finally:
+        _release(key, reader, healthy)
+
+
+#: one idle reader per cluster, reused by the next read (a new consumer's start-up was most of a read's time);
+#: a read takes it out, so two reads at once never share one
+_readers: dict[str, Consumer] = {}
+_lock = threading.Lock()
+
+
+def _release(key: str, reader: Consumer, healthy: bool) -> None:
+    if healthy:
+        try:
+            reader.unassign()
+        except KafkaException:
+            healthy = False
+    with _lock:
+        if healthy and key not in _readers:
+            _readers[key] = reader
+            return
+    reader.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    with _lock:
+        idle = list(_readers.values())
+        _readers.clear()
+    for reader in idle:
         reader.close()
