@@ -28,7 +28,10 @@ def _producer(a: Broker, b: Broker, tmp_path: Path, **extra: Any) -> Producer:
         "ykafka.cache.dir": str(tmp_path / "cache"),
         "ykafka.report.enabled": False,
         "route.standby": "dc-b", "route.failover": "auto",
-        "spill.after.ms": 2000, "health.probe.interval.ms": 200, "health.down.failures": 2,
+        # a standby that does not answer within spill.after.ms gives its messages back to be sent again, and a broker
+        # that stored them all the same then holds two copies (at-least-once): on Kafka a loaded run's standby took
+        # over 2 s (673 timed out, 557 stored twice), so 5 s; the primary's outage is found by the probes
+        "spill.after.ms": 5000, "health.probe.interval.ms": 200, "health.down.failures": 2,
         "log_level": 0,
     }
     conf.update(extra)
