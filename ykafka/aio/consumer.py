@@ -21,6 +21,7 @@ import structlog
 
 from ykafka.aio import callbacks
 from ykafka.consumer import Consumer
+from ykafka.errors import ClosedError
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +72,7 @@ class AIOConsumer:
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one call of the sync consumer off the loop, through the gate (see the class)."""
         if self._closed:
-            raise RuntimeError("Consumer closed")
+            raise ClosedError("Consumer closed")  # a RuntimeError, as confluent-kafka raises
         job = functools.partial(fn, *args, **kwargs)
         lane = callbacks.current_lane(self)
         if lane is not None:  # from inside a callback: the thread waiting for it runs the call
@@ -81,7 +82,7 @@ class AIOConsumer:
         await self._gate.acquire()
         try:
             if self._closed:
-                raise RuntimeError("Consumer closed")
+                raise ClosedError("Consumer closed")
             running = self._loop.run_in_executor(self.executor, job)
         except BaseException:
             self._gate.release()
