@@ -96,7 +96,8 @@ class DevStack:
             text = re.sub(rf"(127\.0\.0\.1|localhost):{default}\b", rf"\g<1>:{self.ports[name]}", text)
         return text
 
-    def bash(self, script: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def bash(self, script: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        # 300 s: README's `ykafka pipeline run --once` block (Spark local, every job) took 167 s at load ~20
         prelude = "set -eo pipefail\n[ -f .ykafka/dev.env ] && source .ykafka/dev.env\n"
         return subprocess.run(["bash", "-c", prelude + self.rewrite(script)], cwd=self.folder, env=self.env,
                               capture_output=True, text=True, timeout=timeout)
