@@ -60,7 +60,7 @@ def test_pipeline_commands_say_what_to_install_without_pyspark() -> None:
             "print(CliRunner().invoke(main, ['--help']).output)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     lines = out.splitlines()
-    for line, name in zip(lines[:3], ("pipeline", "trace", "groups"), strict=True):
+    for line, name in zip(lines[:3], ("pipeline", "trace", "groups list"), strict=True):
         assert line.startswith("1 Error: `" + name + "` needs the pipeline extra"), line
         assert "pip install 'ykafka-server[pipeline]'" in line
     assert "pipeline" in out.split("Commands:")[1] and "trace" in out.split("Commands:")[1]
