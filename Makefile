@@ -29,17 +29,19 @@ prereqs:
 	@command -v java >/dev/null 2>&1 \
 	  || { echo "Java 17 is needed for the PySpark pipeline: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 
-# Apache Kafka's jars, once (checksums verified: -C fails on a mismatch); the stamp names the pom it came from
-kafka: $(KAFKA_LIBS)/.resolved
-
-$(KAFKA_LIBS)/.resolved: devstack/kafka/pom.xml
-	@command -v java >/dev/null 2>&1 \
-	  || { echo "the Kafka broker needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
-	@command -v mvn >/dev/null 2>&1 \
-	  || { echo "resolving Apache Kafka needs Maven 3.8+: install it (e.g. apt-get install maven)"; exit 1; }
-	rm -rf $(KAFKA_LIBS)
-	mvn -B -q -C -f devstack/kafka/pom.xml dependency:copy-dependencies -Dkafka.libs=$(KAFKA_LIBS)
-	@touch $@
+# Apache Kafka's jars, once per pom content (checksums verified: -C fails on a mismatch): the stamp holds the pom's
+# hash, so a fresh clone reuses the cache; resolved into a temporary folder and moved in whole
+kafka:
+	@want=$$(sha256sum devstack/kafka/pom.xml | cut -c1-16); \
+	[ "$$(cat $(KAFKA_LIBS)/.resolved 2>/dev/null)" = "$$want" ] && exit 0; \
+	command -v java >/dev/null 2>&1 \
+	  || { echo "the Kafka broker needs Java 17: install it (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }; \
+	command -v mvn >/dev/null 2>&1 \
+	  || { echo "resolving Apache Kafka needs Maven 3.8+: install it (e.g. apt-get install maven)"; exit 1; }; \
+	tmp=$(KAFKA_LIBS).tmp.$$$$; rm -rf $$tmp; \
+	echo "resolving Apache Kafka $(KAFKA_VERSION) from Maven Central into $(KAFKA_LIBS)"; \
+	mvn -B -q -C -f devstack/kafka/pom.xml dependency:copy-dependencies -Dkafka.libs=$$tmp \
+	  && echo $$want > $$tmp/.resolved && rm -rf $(KAFKA_LIBS) && mv $$tmp $(KAFKA_LIBS)
 
 # the console's browser tests drive Debian's chromium (Playwright's own browser download is not reachable)
 chromium:
