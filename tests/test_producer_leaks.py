@@ -65,7 +65,8 @@ def test_live_swaps_leave_threads_and_descriptors_where_they_were(brokers: dict[
         assert producer.swaps >= 100
         settle(lambda: producer.poll(0.05) >= 0 and len(producer.clients()) == 1)
         with contextlib.suppress(AssertionError):  # measured below either way
-            settle(lambda: resources()[0] <= threads0 + THREAD_SLACK and resources()[1] <= fds0 + FD_SLACK, 5)
+            settle(lambda: producer.poll(0.05) >= 0 and resources()[0] <= threads0 + THREAD_SLACK
+                   and resources()[1] <= fds0 + FD_SLACK, 15)
         threads1, fds1 = resources()
     print(f"100 swaps: threads {threads0} -> {threads1}, descriptors {fds0} -> {fds1}")
     assert delivered == [None] * 103
@@ -115,7 +116,7 @@ def test_replay_rounds_of_a_flapping_cluster_leave_no_client_behind(brokers: dic
         settle(lambda: producer.poll(0.05) >= 0 and len(delivered) == sent)
         with contextlib.suppress(AssertionError):  # measured below either way
             settle(lambda: producer.poll(0.05) >= 0 and resources()[0] <= threads0 + THREAD_SLACK
-                   and resources()[1] <= fds0 + FD_SLACK, 5)
+                   and resources()[1] <= fds0 + FD_SLACK, 15)
         threads1, fds1 = resources()
         print(f"20 replay rounds: threads {threads0} -> {threads1}, descriptors {fds0} -> {fds1}")
         replayed = engine.status()["replay"][cluster]["replayed"]

@@ -409,6 +409,8 @@ class ClusterLink:
             if self._foreign and self._mailbox.holds_back:  # their reports call the user back: owner's poll only
                 retired = [old for old in retired if old not in self._foreign]
             for old in retired:
+                if old not in self._retired:  # forgotten meanwhile (its owner closed it from a callback)
+                    continue
                 # a direct sender may have produced into it after the purge (it checks no lock): give
                 # such stragglers back now so they are re-routed with the rest, in produce order
                 with contextlib.suppress(KafkaException):
@@ -468,6 +470,8 @@ class ClusterLink:
             if client in self._retired:
                 self._retired.remove(client)
             self._foreign.discard(client)
+        if getattr(self._local, "polling", False):
+            return  # asked from a callback inside our own poll: that poll skips forgotten clients
         with self._poll_lock:  # a poll that took it before the removal is done with it
             pass
 
