@@ -87,9 +87,6 @@ def test_fatal_error_makes_run_raise_the_typed_error(bootstrap: str, tmp_path: P
         consumer.close()
 
 
-@pytest.mark.xfail(strict=True, reason="seen on Kafka: librdkafka raises the fencing as a fatal error on the "
-                   "offset commit ('Static consumer fenced ...: OffsetCommit failed'); Consumer.run() logs "
-                   "'consumer error' and keeps running instead of ending with it (ykafka/consumer, not changed here)")
 def test_a_member_fenced_by_a_newer_one_with_its_instance_id_ends_run_with_the_brokers_fatal_error(
         bootstrap: str, tmp_path: Path) -> None:
     topic, group = unique("fenced"), unique("g")

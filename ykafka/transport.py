@@ -211,7 +211,7 @@ def from_kafka_error(err: Any, *, app_id: str | None = None, cluster: str | None
         "code": code,
         "name": err.name(),
         "retriable": bool(err.retriable()),
-        "fatal": bool(err.fatal()),
+        "fatal": bool(err.fatal()) or code == RawKafkaError._FATAL,
     }
     cls: type[errors.KafkaError] = errors.KafkaError
     if code in _AUTH_CODES:

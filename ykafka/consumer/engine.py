@@ -329,7 +329,7 @@ class Engine(LiveChanges):
         err = msg.error()
         if err.code() in _IGNORED_ERRORS:
             log.debug("consumer notice", error=err.str(), topic=msg.topic())
-        elif err.fatal():
+        elif err.fatal() or err.code() == CKError._FATAL:  # a fenced static member arrives as a _FATAL event
             log.error("fatal consumer error; stopping", error=err.str())
             self._fatal = from_kafka_error(err)
             if self.on_fatal is not None:
