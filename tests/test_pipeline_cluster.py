@@ -8,14 +8,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from click.testing import CliRunner
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.pipeline_fixtures import unique
+from tests.pipeline_chaos import Driver, Traffic, caught_up, checkpoint, verify_exact
+from tests.pipeline_fixtures import unique, wait_until
 from tests.support import ROOT
 from ykafka.metrics import Metrics, local_versions
 from ykafka.sink import EventSink
@@ -97,3 +100,93 @@ def test_cluster_commands_show_and_guard_the_running_cluster(spark_cluster: Any)
     assert again.exit_code == 1 and "is still running" in again.output
     missing = runner.invoke(pipeline_cli, ["cluster", "status", "--home", spark_cluster.home + "-none"])
     assert missing.exit_code == 1 and "ykafka pipeline cluster up" in missing.output
+
+
+CLUSTER_CONF = ("spark.driver.host=127.0.0.1", "spark.executor.memory=512m", "spark.cores.max=2")
+
+
+def _pending(store: Path, query: str) -> set[int]:
+    state = checkpoint(store, query)
+    return state["logged"] - state["committed"] if state["committed"] else set()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two drivers and their executors start on the cluster: minutes on a loaded machine
+def test_cluster_survives_a_worker_then_the_driver_killed_mid_batch(obs_broker: Any, spark_cluster: Any,
+                                                                    tmp_path: Path) -> None:
+    from pipeline import cluster as spark
+
+    bs = obs_broker.bootstrap
+    topic, client = unique("clchaos"), unique("clchaos-prod")
+    admin = AdminClient({"bootstrap.servers": bs})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(10)
+    store, log = tmp_path / "store", tmp_path / "driver.log"
+    traffic = Traffic(bs, topic, client).start()
+    first = Driver(bs, store, log, master=spark_cluster.master, conf=CLUSTER_CONF).start()
+    second: Driver | None = None
+    victim = spark_cluster.workers()[0]
+
+    def diagnose() -> str:
+        try:
+            info = requests.get(spark_cluster.ui + "/json/", timeout=5).json()
+            apps = [(a["id"], a["state"], a["cores"]) for a in info.get("activeapps", [])]
+            workers = [(w["id"][-12:], w["state"], w["coresused"]) for w in info.get("workers", [])]
+        except (requests.RequestException, ValueError) as exc:
+            apps, workers = [str(exc)], []
+        return (f"\ncheckpoint {checkpoint(store, 'metrics')}\nmaster: active apps {apps}, workers {workers}\n"
+                f"driver log:\n{log.read_text(errors='replace')[-4000:]}")
+
+    try:
+        # 1. a worker dies (its JVM, executor and Python workers: the whole session) while a batch is in flight
+        killed_worker_in: int | None = None
+        deadline = time.monotonic() + 240
+        while killed_worker_in is None and time.monotonic() < deadline:
+            assert first.alive(), log.read_text()[-3000:]
+            pending = _pending(store, "metrics")
+            if pending:
+                spark.kill(victim)
+                killed_worker_in = max(pending)
+            time.sleep(0.01)
+        assert killed_worker_in is not None, "no metrics micro-batch was in flight on the cluster"
+        wait_until(lambda: not spark.runs(victim), 15, message="the worker's JVM is gone")
+        # the remaining worker's executor finishes the interrupted batch and the next ones
+        wait_until(lambda: max(checkpoint(store, "metrics")["committed"], default=-1) > killed_worker_in + 1, 180,
+                   message="batches committed past the one the worker died in")
+        assert first.alive(), log.read_text()[-3000:]
+        spark_cluster.daemons.remove(victim)  # the operator replaces the lost worker
+        spark.add_worker(spark_cluster)
+
+        # 2. the driver dies mid-batch; a new one on the same checkpoint carries on
+        killed_driver_in: int | None = None
+        deadline = time.monotonic() + 120
+        while killed_driver_in is None and time.monotonic() < deadline:
+            pending = _pending(store, "metrics")
+            if pending:
+                first.kill()
+                killed_driver_in = max(pending)
+            time.sleep(0.005)
+        assert killed_driver_in is not None, "no metrics micro-batch was caught in flight for the driver kill"
+        time.sleep(2)  # events keep coming while no driver runs
+        second = Driver(bs, store, log, master=spark_cluster.master, conf=CLUSTER_CONF).start()
+        wait_until(lambda: second.alive() and max(checkpoint(store, "metrics")["committed"], default=-1)
+                   > killed_driver_in, 180, message="the restarted driver committed batches past the interrupted one")
+        traffic.stop()
+        assert traffic.failed == []
+        assert len(traffic.acked) == traffic.sent == len(set(traffic.acked))
+        wait_until(lambda: second.alive() and caught_up(bs, store), 120,
+                   message="the restarted driver caught up with the topics")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{diagnose()}") from None
+    finally:
+        traffic.close()
+        first.kill()
+        if second is not None:
+            second.kill()
+        if victim in spark_cluster.daemons:  # later tests get two workers again
+            spark_cluster.daemons.remove(victim)
+            spark.add_worker(spark_cluster)
+    counted = verify_exact(bs, store, topic, traffic)
+    assert counted["acked_in_store"] == counted["send_msgs"] == traffic.sent
+    result = {**counted, "worker_killed_in_batch": killed_worker_in, "driver_killed_in_batch": killed_driver_in}
+    print(f"RESULT {json.dumps(result)}")
