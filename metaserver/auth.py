@@ -19,7 +19,7 @@ from ykafka.catalog import NAMESPACE_PREFIX
 from ykafka.grants import grant_json
 
 from . import credentials, db, hotpath, placements, ratelimit, reach, registry
-from .models import apps
+from .models import apps, kafka_reconciles
 from .services import Services
 from .tokens import TokenClaims
 
@@ -155,13 +155,17 @@ def with_credentials(svc: Services, app_id: str, reachable: Mapping[str, dict[st
     secured = [name for name, spec in reachable.items() if credentials.secured(spec)]
     with db.read(svc.engine) as conn:
         creds = credentials.for_grant(conn, app_id, svc.box)
+        # a cluster whose last pass failed is not waited for on every start (it may be down for long)
+        failing = set(conn.execute(select(kafka_reconciles.c.cluster).where(~kafka_reconciles.c.ok)).scalars())
+        pending = [c for c in credentials.unprovisioned(conn, app_id, secured) if c not in failing]
     if set(secured) - set(creds):
         with db.write(svc.engine) as conn:
-            made = credentials.ensure(conn, app_id, secured, svc.box)
+            pending += credentials.ensure(conn, app_id, secured, svc.box)
             creds = credentials.for_grant(conn, app_id, svc.box)
-        # the broker must know a principal before it is used
-        if made and svc.settings.kafka_admin_user and not svc.reconciler.kick_and_wait(PROVISION_WAIT_S):
-            log.warning("new principals not yet on the brokers", app_id=app_id, clusters=made)
+    # the broker must know a principal before it is used: one issued here, or by an admin call (app created,
+    # ACL changed, secret rotated) whose reconcile pass has not run yet
+    if pending and svc.settings.kafka_admin_user and not svc.reconciler.kick_and_wait(PROVISION_WAIT_S):
+        log.warning("new principals not yet on the brokers", app_id=app_id, clusters=pending)
     out: dict[str, dict[str, Any]] = {}
     for name, spec in reachable.items():
         security = spec.get("security")

@@ -87,6 +87,13 @@ def for_grant(conn: Connection, app_id: str, box: Fernet) -> dict[str, tuple[str
     return out
 
 
+def unprovisioned(conn: Connection, app_id: str, clusters: Iterable[str]) -> list[str]:
+    """The clusters among ``clusters`` where the app's current principal has not reached the brokers yet."""
+    return sorted(conn.execute(select(kafka_principals.c.cluster).where(
+        kafka_principals.c.app_id == app_id, kafka_principals.c.retire_at.is_(None),
+        kafka_principals.c.provisioned_at.is_(None), kafka_principals.c.cluster.in_(list(clusters)))).scalars())
+
+
 def by_cluster(conn: Connection, cluster: str, now: float) -> list[dict[str, Any]]:
     """Every live principal on a cluster (current and not yet retired), with its app."""
     stmt = select(kafka_principals).where(kafka_principals.c.cluster == cluster).where(

@@ -7,6 +7,7 @@ The super user's name and password come from the MetaServer's settings (``--kafk
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -29,6 +30,7 @@ from .kafka_acls import Binding
 from .settings import Settings
 
 TIMEOUT_S = 10.0
+SETTLE_S = 5.0
 _ITERATIONS = 8192
 _MECHANISMS = {"SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512, "SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256}
 
@@ -101,6 +103,18 @@ class ClusterAdmin:
         filters = [_acl(b, AclBindingFilter) for b in bindings]
         if filters:
             self._wait(self.client.delete_acls(filters, request_timeout=TIMEOUT_S), "delete ACL")
+
+    def settle(self, bindings: Iterable[Binding], users: Iterable[str], timeout_s: float = SETTLE_S) -> bool:
+        """Wait until the brokers answer with ``bindings`` and ``users``: the controller acknowledges a change
+        before the brokers apply it, and a client granted at once was refused in that window (seen in CI)."""
+        want_bindings, want_users = set(bindings), set(users)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if want_bindings <= self.bindings() and want_users <= self.scram_users():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
     @staticmethod
     def _wait(futures: Mapping[Any, Any], what: str) -> None:

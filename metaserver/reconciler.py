@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from . import audit, credentials, db, kafka_acls, registry
 from .kafka_acls import Binding
-from .kafka_admin import ClusterAdmin
+from .kafka_admin import SETTLE_S, ClusterAdmin
 from .models import apps, kafka_reconciles
 from .services import Services
 
@@ -90,6 +90,9 @@ def reconcile_cluster(svc: Services, name: str, spec: dict[str, Any]) -> Outcome
         out.users_deleted = sorted(u for u in have_users if kafka_acls.user_cluster(u) == name and u not in users)
         admin.delete_users(out.users_deleted)
         out.in_force = (have | set(out.created)) - set(out.deleted)
+        if (out.created or send) and not admin.settle(out.created, send):
+            log.warning("brokers not yet answering with the new users and bindings", cluster=name,
+                        timeout_s=SETTLE_S)
         with db.write(svc.engine) as conn:
             for user in send:
                 credentials.mark_provisioned(conn, user, now)

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers import wait_until
 from tests.support import ROOT, Broker
-from ykafka.devstack import Stack, StackError, ephemeral_config
+from ykafka.devstack import Stack, StackError, ephemeral_config, free_port, services
 from ykafka.devstack_kafka import KAFKA_VERSION, new_cluster_id, server_properties
 
 
@@ -96,3 +96,13 @@ def test_a_controller_port_given_to_another_service_is_refused_before_anything_s
         Stack(cfg).up()
     assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob("*.pid"))
 
+
+
+def test_free_ports_of_one_process_are_never_handed_out_twice(tmp_path: Path) -> None:
+    """CI once gave a stack's metaserver and another cluster's controller the same port: nothing listened on either
+    yet, so the bind check alone passed both."""
+    ports = [free_port() for _ in range(2000)]
+    assert len(set(ports)) == 2000
+    cfg = ephemeral_config(tmp_path, broker="kafka", brokers=3)
+    every = [svc.port for svc in services(cfg)] + [p for spec in cfg.clusters.values() for p in spec.quorum_ports]
+    assert len(every) == len(set(every)) and not set(every) & set(ports)

@@ -411,6 +411,9 @@ def port_open(host: str, port: int, timeout: float = 0.3) -> bool:
 # (bind to 0) can be taken again by any outgoing connection before the service binds it, which under load
 # (Spark, broker clients) happened within seconds. 20000-28999 also leaves the dev.yaml defaults alone.
 FREE_PORTS = range(20000, 29000)
+# Ports this process handed out already: nothing listens on them until their service starts, so without the record
+# one stack's metaserver and another cluster's controller could be given the same port (seen in CI).
+_HANDED_OUT: set[int] = set()
 
 
 def _ephemeral_low() -> int:
@@ -425,15 +428,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     candidates = range(FREE_PORTS.start, min(FREE_PORTS.stop, _ephemeral_low()))
     for _ in range(200 if len(candidates) > 1000 else 0):
         port = secrets.choice(candidates)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((host, port))
             except OSError:
                 continue
-            return port
+        _HANDED_OUT.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        port = int(sock.getsockname()[1])
+    _HANDED_OUT.add(port)
+    return port
 
 
 def port_holder(port: int) -> str | None:
