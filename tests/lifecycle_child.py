@@ -32,10 +32,10 @@ from ykafka.metrics import Observability
 from ykafka.runtime import Runtime
 
 #: every step of construction (the Producer's and, inside it, the DR engine's) and of close that can be made to fail
-OWNERS: dict[str, Any] = {"Runtime": Runtime, "Observability": Observability, "HealthMonitor": HealthMonitor,
-                          "OutageStore": OutageStore, "DisasterRecovery": DisasterRecovery, "ykafka.dr.attach": dr_attach,
-                          "Producer": Producer, "Replayer": Replayer, "ClusterLink": ClusterLink,
-                          "SpillQueue": SpillQueue}
+OWNERS: dict[str, Any] = {
+    "Runtime": Runtime, "Observability": Observability, "HealthMonitor": HealthMonitor, "OutageStore": OutageStore,
+    "DisasterRecovery": DisasterRecovery, "ykafka.dr.attach": dr_attach, "Producer": Producer, "Replayer": Replayer,
+    "ClusterLink": ClusterLink, "SpillQueue": SpillQueue}
 
 
 class Injected(RuntimeError):
