@@ -93,33 +93,60 @@ def test_a_client_in_drift_shows_intended_against_in_force_and_the_overview_coun
     assert check_stream(read_topic(st.clusters["dc-a"], topic, load.sent), load.sent)["lost"] == 0
 
 
-def test_release_markers_are_drawn_on_a_topics_charts_and_the_overviews(console: Console, page: Any) -> None:
+def test_release_markers_are_drawn_on_a_topics_and_a_clients_charts(console: Console, page: Any) -> None:
     import time
 
     from tests.console_fixtures import write_aggregates
 
     st = console.stack
     topic = unique("console-marks")
-    minute = int(time.time() * 1000) // 60_000 * 60_000
-    write_aggregates(st.home / "pipeline", [
-        row for age in (4, 3, 2, 1) for row in (
-            {"window_start": minute - age * 60_000, "name": "send.msgs", "topic": topic, "value": 600.0 * age},
-            {"window_start": minute - age * 60_000, "name": "send.latency_ms", "topic": topic, "count": 4,
-             "p99": 10.0 + age})])
-    st.push(f"topic:{topic}", {"producer.linger.ms": "9"})
-    st.push(f"topic:{topic}", {"producer.linger.ms": "30"}, ips=["10.9.9.9"])
-    assert st.admin("POST", "/v1/admin/config/gray/abandon", {"scope": f"topic:{topic}"}).status_code == 200
-    st.push(f"topic:{unique('other')}", {"producer.linger.ms": "9"})  # another topic's release: not on this page
-    console.login(page, "viewer")
-    found = page.request.get(f"{console.url}/console/data/markers?topic={topic}").json()["markers"]
-    assert [m["kind"] for m in found] == ["release", "gray", "rollback"], found
-    assert found[0]["label"] == "release: producer.linger.ms=9" and found[1]["label"] == "gray: producer.linger.ms=30"
-    assert page.request.get(f"{console.url}/console/data/markers?since=x").status == 400
-    page.goto(f"{console.url}/console/topics/{topic}")
-    page.locator("#rate-chart[data-markers-drawn]").wait_for(state="attached")
-    assert page.locator("#rate-chart").get_attribute("data-markers-drawn") == "3"
-    assert page.locator("#latency-chart").get_attribute("data-markers-drawn") == "3"
-    console.shot(page, "topic-markers")
+    create_topic(st.clusters["dc-a"], topic, 1)
+    app = st.new_app([topic], [topic], ["*"])
+    load = Steady(st.client_config(app, **{"ykafka.client.id": f"{app[0]}-marks"}), topic)
+    try:
+        wait_reported_topic(st, app[0], [load.client_id], topic)
+        minute = int(time.time() * 1000) // 60_000 * 60_000
+        write_aggregates(st.home / "pipeline", [
+            row for age in (4, 3, 2, 1) for who in (None, load.client_id) for row in (
+                {"window_start": minute - age * 60_000, "name": "send.msgs", "topic": topic, "client_id": who,
+                 "value": 600.0 * age},
+                {"window_start": minute - age * 60_000, "name": "send.latency_ms", "topic": topic, "client_id": who,
+                 "count": 4, "p99": 10.0 + age})])
+        st.push(f"topic:{topic}", {"producer.linger.ms": "9"})
+        wait_until(lambda: in_force(load.producer, topic, "producer.linger.ms") == 9, timeout=20)  # it reached us
+        st.push(f"topic:{topic}", {"producer.linger.ms": "30"}, ips=["10.9.9.9"])  # a gray release: not to us
+        assert st.admin("POST", "/v1/admin/config/gray/abandon", {"scope": f"topic:{topic}"}).status_code == 200
+        st.push(f"topic:{unique('other')}", {"producer.linger.ms": "9"})  # another topic's release: not here
+        console.login(page, "viewer")
+        found = page.request.get(f"{console.url}/console/data/markers?topic={topic}").json()["markers"]
+        assert [m["kind"] for m in found] == ["release", "gray", "rollback"], found
+        assert [m["label"] for m in found[:2]] == ["release: producer.linger.ms=9", "gray: producer.linger.ms=30"]
+        assert page.request.get(f"{console.url}/console/data/markers?since=x").status == 400
+        page.goto(f"{console.url}/console/topics/{topic}")
+        page.locator("#rate-chart[data-markers-drawn]").wait_for(state="attached")
+        assert page.locator("#rate-chart").get_attribute("data-markers-drawn") == "3"
+        assert page.locator("#latency-chart").get_attribute("data-markers-drawn") == "3"
+        console.shot(page, "topic-markers")
+
+        # the client's page: the markers of every namespace reaching it, a gray release only if it reached it
+        url = f"{console.url}/console/data/markers?app={app[0]}&client={load.client_id}"
+        ours = [m for m in page.request.get(url).json()["markers"] if m["target"] == f"ykafka.topic.{topic}"]
+        assert [m["label"] for m in ours] == ["release: producer.linger.ms=9", "rollback"], ours
+        assert page.request.get(f"{url}x").status == 404
+        page.goto(f"{console.url}/console/clients/{app[0]}/{load.client_id}")
+        for chart in ("#rate-chart", "#latency-chart"):
+            page.locator(f"{chart}[data-markers-drawn]").wait_for(state="attached")
+            assert int(page.locator(chart).get_attribute("data-markers-drawn")) >= 2
+            title = page.locator(chart).get_attribute("title")
+            assert "release: producer.linger.ms=9" in title and "rollback" in title, title
+            assert "gray: producer.linger.ms=30" not in title, title
+        assert page.locator("#errors-chart-note").inner_text() == \
+            "No chart: no send or consume errors reported for this client in the window"
+        console.shot(page, "client-markers")
+    finally:
+        load.stop()
+    assert load.sent > 0 and not load.failed and load.delivered == load.sent
+    assert check_stream(read_topic(st.clusters["dc-a"], topic, load.sent), load.sent)["lost"] == 0
 
 
 def test_a_percentage_target_previews_the_clients_it_reaches_split_and_publishes_to_them_only(

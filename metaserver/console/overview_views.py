@@ -17,10 +17,11 @@ from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
 from ..models import alerts, apps
 from ..rollouts import drift
+from ..routes_observe import parse_since
 from ..services import Services
 from . import queries
 from .config_views import readable_change
-from .pipeline_reads import StoreUnavailable, read_store
+from .pipeline_reads import StoreUnavailable, read_store, traffic_charts
 from .views import _api, _login_redirect, _page, _session, _svc, router
 
 # --- overview, clients, alerts, audit ------------------------------------------------------------
@@ -115,22 +116,26 @@ def client_page(request: Request, app_id: str, client_id: str) -> Response:
     extra = client.get("extra") or {}
     rejections = [e for e in extra.get("errors") or [] if isinstance(e, dict) and e.get("type") == "config_rejected"]
     throughput, throughput_note = client_throughput(svc, client_id)
+    charts, charts_note = ({}, None) if throughput_note else traffic_charts(svc, parse_since(CLIENT_WINDOW),
+                                                                            client_id=client_id)
     return _page(request, "client.html", sess, c=client, history=history, rejections=rejections,
                  effective=extra.get("effective_config") or {}, dr=dr_summary(extra.get("dr")),
-                 throughput=throughput, throughput_note=throughput_note, siblings=siblings)
+                 throughput=throughput, throughput_note=throughput_note, charts=charts, charts_note=charts_note,
+                 siblings=siblings)
 
 
 #: counters (summed) and latencies (worst window's p99) the client page shows per topic
 CLIENT_COUNTERS = ("send.msgs", "send.errors", "consume.msgs", "consume.errors")
 CLIENT_LATENCIES = ("send.latency_ms", "process.latency_ms")
+#: the window of the client page's throughput table and charts
+CLIENT_WINDOW = "15m"
 
 
-def client_throughput(svc: Services, client_id: str, since: str = "15m") -> tuple[list[dict[str, Any]], str | None]:
+def client_throughput(svc: Services, client_id: str, since: str = CLIENT_WINDOW
+                      ) -> tuple[list[dict[str, Any]], str | None]:
     """Per topic over ``since``, from the pipeline's aggregates of this client's metrics: messages per second
     produced / consumed (over the minutes it reported), errors, and the worst minute's p99 send latency and
     handler time; ([], why) when there is no pipeline store."""
-    from ..routes_observe import parse_since
-
     try:
         rows = read_store(svc, "aggregates:read_aggregates", parse_since(since),
                           names=[*CLIENT_COUNTERS, *CLIENT_LATENCIES], client_id=client_id, by=("name", "topic"))

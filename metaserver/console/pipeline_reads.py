@@ -3,6 +3,7 @@ StoreUnavailable with the reason (never the store's path or URI) and what to run
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from .. import pipeline_module
@@ -64,3 +65,30 @@ def read_store(svc: Services, reader: str, *args: Any, **kwargs: Any) -> list[di
         raise StoreUnavailable(_without_location(svc, str(exc.detail))) from None
 
 
+
+
+#: the traffic charts of a topic's and a client's page: metric -> (chart, series label, per second?)
+CHART_SERIES = {"send.msgs": ("rates", "produced / s", True), "consume.msgs": ("rates", "consumed / s", True),
+                "send.latency_ms": ("latency", "send p99 (ms)", False),
+                "send.errors": ("errors", "send errors / min", False),
+                "consume.errors": ("errors", "consume errors / min", False)}
+
+
+def traffic_charts(svc: Services, since: dt.timedelta, *, topic: str | None = None, client_id: str | None = None
+                   ) -> tuple[dict[str, dict[str, list[list[float]]]], str | None]:
+    """Per minute over ``since``, from the pipeline's aggregates of the metrics of every client of ``topic`` or
+    of one client (``client_id``): messages produced and consumed per second, the p99 send latency, send and
+    consume errors; ({}, why) when there is no pipeline store."""
+    try:
+        rows = read_store(svc, "aggregates:read_aggregates", since, names=list(CHART_SERIES), topic=topic,
+                          client_id=client_id, by=("name",))
+    except StoreUnavailable as exc:
+        return {}, str(exc)
+    charts: dict[str, dict[str, list[list[float]]]] = {"rates": {}, "latency": {}, "errors": {}}
+    for row in sorted(rows, key=lambda r: r.get("window_start") or 0):
+        chart, label, per_s = CHART_SERIES.get(str(row.get("name")), ("", "", False))
+        value = row.get("p99") if chart == "latency" else row.get("value")
+        if chart and value is not None and row.get("window_start") is not None:
+            charts[chart].setdefault(label, []).append([row["window_start"], round(value / 60.0, 3) if per_s
+                                                        else value])
+    return charts, None

@@ -31,17 +31,12 @@ from . import provision, queries
 from .brokers import connection
 from .group_views import STATUS_PILL, _history, _sampler
 from .models import requests as reqs
-from .pipeline_reads import StoreUnavailable, read_store
+from .pipeline_reads import StoreUnavailable, read_store, traffic_charts
 from .views import _api, _form, _login_redirect, _page, _session, _svc, router
 
 #: live clients listed on a topic's page (the count covers all of them), and groups whose lag is read
 TOPIC_CLIENTS = 50
 TOPIC_GROUPS = 20
-#: the topic page's charts: metric -> (chart, series label, per second?)
-TOPIC_SERIES = {"send.msgs": ("rates", "produced / s", True), "consume.msgs": ("rates", "consumed / s", True),
-                "send.latency_ms": ("latency", "send p99 (ms)", False),
-                "send.errors": ("errors", "send errors / min", False),
-                "consume.errors": ("errors", "consume errors / min", False)}
 #: Burrow statuses from the best to the worst (a group's row shows its worst partition)
 SEVERITY = ("OK", "WARN", "STALL", "ERR", "STOP")
 
@@ -145,25 +140,6 @@ def _broker(svc: Any, cluster: str | None, topic: str, groups: list[str],
         return name, None, str(exc)
 
 
-def topic_charts(svc: Any, topic: str, since: dt.timedelta) -> tuple[dict[str, dict[str, list[list[float]]]],
-                                                                     str | None]:
-    """Per minute over ``since``, from the pipeline's aggregates of every client's metrics for ``topic``:
-    messages produced and consumed per second, the p99 send latency, send and consume errors."""
-    try:
-        rows = read_store(svc, "aggregates:read_aggregates", since, names=list(TOPIC_SERIES), topic=topic,
-                          by=("name",))
-    except StoreUnavailable as exc:
-        return {}, str(exc)
-    charts: dict[str, dict[str, list[list[float]]]] = {"rates": {}, "latency": {}, "errors": {}}
-    for row in sorted(rows, key=lambda r: r.get("window_start") or 0):
-        chart, label, per_s = TOPIC_SERIES.get(str(row.get("name")), ("", "", False))
-        value = row.get("p99") if chart == "latency" else row.get("value")
-        if chart and value is not None and row.get("window_start") is not None:
-            charts[chart].setdefault(label, []).append([row["window_start"], round(value / 60.0, 3) if per_s
-                                                        else value])
-    return charts, None
-
-
 def topic_lag(svc: Any, props: dict[str, Any], cluster: str, topic: str, groups: list[str],
               history: dict[tuple[str, str, int], list[Any]]) -> dict[str, Any]:
     """The topic's partitions (one metadata request) and, per group reading it (reported by its clients or in
@@ -225,7 +201,7 @@ async def topic_page(request: Request, topic: str) -> Response:
     # as soon as the database and the samples are, on the cluster they point to (the route, slower to come, is
     # almost always that cluster too: a move updates the request's cluster; when it is not, it is read again)
     route_f = asyncio.ensure_future(run_in_threadpool(_route, svc, topic))
-    charts_f = asyncio.ensure_future(run_in_threadpool(topic_charts, svc, topic, since))
+    charts_f = asyncio.ensure_future(run_in_threadpool(traffic_charts, svc, since, topic=topic))
     reported, (history, lag_note) = await asyncio.gather(
         run_in_threadpool(_reported, svc, topic, sess.can("admin")), run_in_threadpool(_history, svc, since))
     approved = reported["approved"] or {}

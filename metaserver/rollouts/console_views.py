@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ykafka.catalog import GLOBAL, Scope, ScopeKind
 
-from .. import db, hotconfig
+from .. import clients, db, hotconfig
 from ..console import users
 from ..console.config_views import _parse_changes
 from ..console.views import _form, _login_redirect, _page, _session, _svc, router
@@ -127,7 +127,8 @@ async def rollout_action(request: Request, plan_id: int) -> Response:
 @router.get("/data/markers")
 def release_markers(request: Request) -> Response:
     """Markers for a page's charts: ``?topic=`` (the topic's, its cluster's and the global namespace's),
-    ``?group=`` (the group's and global), none (everything); ``since`` in seconds (default one hour)."""
+    ``?group=`` (the group's and global), ``?app=&client=`` (every namespace reaching that client: see
+    :func:`markers.client_namespaces`), none (everything); ``since`` in seconds (default one hour)."""
     sess = _session(request)
     if sess is None:
         return JSONResponse({"detail": "log in"}, status_code=401)
@@ -145,6 +146,13 @@ def release_markers(request: Request) -> Response:
             namespaces = [Scope(ScopeKind.GROUP, q["group"][:255]).namespace(), GLOBAL.namespace()]
     except ValueError:
         return JSONResponse({"detail": "not a topic or group name"}, status_code=400)
-    with db.read(_svc(request).engine) as conn:
-        found = markers.markers(conn, time.time() - since_s, namespaces)
+    svc = _svc(request)
+    client = None
+    with db.read(svc.engine) as conn:
+        if q.get("client"):
+            client = clients.one(conn, svc.settings.renew_interval, q.get("app", "")[:255], q["client"][:255])
+            if client is None:
+                return JSONResponse({"detail": "no such client"}, status_code=404)
+            namespaces = markers.client_namespaces(client)
+        found = markers.markers(conn, time.time() - since_s, namespaces, reaching=client)
     return JSONResponse({"markers": found})

@@ -11,11 +11,13 @@
       .finally(function () { setTimeout(function () { poll(el); }, 1000); });
   }
   // release markers (releases, gray releases, rollbacks, rollout steps, failovers: /console/data/markers) drawn
-  // as dashed vertical lines on every chart of the page; the page names its scope in data-markers
+  // as dashed vertical lines on every chart of the page; the page names its scope in data-markers. The canvas's
+  // title lists the markers drawn (time and label), read on hover and by screen readers
   var MARKERS = [];
   var MARK_COLORS = {release: "#2457c5", gray: "#9a6700", rollback: "#b42318", rollout: "#6e40c9", failover: "#b42318"};
+  function hhmm(ms) { return new Date(ms).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"}); }
   var markerPlugin = {id: "releaseMarkers", afterDatasetsDraw: function (chart) {
-    var x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx, drawn = 0;
+    var x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx, drawn = 0, titles = [];
     ctx.save(); ctx.setLineDash([4, 3]); ctx.lineWidth = 1; ctx.font = "10px sans-serif";
     MARKERS.forEach(function (m) {
       if (m.at < x.min || m.at > x.max) { return; }
@@ -26,9 +28,11 @@
       ctx.textAlign = left ? "right" : "left";
       ctx.fillText(m.label, left ? px - 3 : px + 3, area.top + 10 + 11 * (drawn % 4));
       drawn += 1;
+      titles.push(hhmm(m.at) + " " + m.label);
     });
     ctx.restore();
     chart.canvas.setAttribute("data-markers-drawn", String(drawn));
+    if (drawn) { chart.canvas.setAttribute("title", "Changes: " + titles.join("; ")); }
   }};
   function line(canvas, datasets) {
     // whole minutes on the time axis (the data are per-minute windows): about eight labels, never one minute twice
@@ -47,8 +51,7 @@
       plugins: [markerPlugin],
       data: {datasets: datasets},
       options: {animation: false, parsing: false, normalized: true, maintainAspectRatio: false,
-                scales: {x: {type: "linear", min: lo, max: hi, ticks: {stepSize: step, callback: function (v) {
-                  return new Date(v).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"}); }}},
+                scales: {x: {type: "linear", min: lo, max: hi, ticks: {stepSize: step, callback: hhmm}},
                          y: {beginAtZero: true}}}
     });
   }
