@@ -10,8 +10,10 @@ PYTEST_ARGS ?=
 # Apache Kafka's broker (devstack/kafka/pom.xml pins the release), resolved by Maven into a cache outside the checkout
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' devstack/kafka/pom.xml)
 KAFKA_LIBS ?= $(HOME)/.cache/ykafka/kafka-$(KAFKA_VERSION)/libs
+# the OpenID provider the console's single sign-on test runs (npm oidc-provider, pinned by tests/oidc/package-lock.json)
+OIDC_PROVIDER_DIR ?= $(HOME)/.cache/ykafka/oidc-provider
 
-.PHONY: help prereqs chromium postgres kafka venv install lint typecheck test test-fast demo dev dev-down dev-status bench dist clean
+.PHONY: help prereqs chromium postgres kafka oidc-provider venv install lint typecheck test test-fast demo dev dev-down dev-status bench dist clean
 
 help:
 	@echo "make demo      start the local stack and run the quickstart sample"
@@ -49,6 +51,20 @@ chromium:
 	  && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; } \
 	  || { echo "the console browser tests need Chromium at /usr/bin/chromium: install it (e.g. apt-get install chromium)"; exit 1; }
 
+# the console's single sign-on test (tests/test_console_sso.py) logs in through a real OpenID provider: the npm
+# package oidc-provider on Node.js, installed with npm ci (lockfile integrity checked) once per lockfile content
+oidc-provider:
+	@want=$$(cat tests/oidc/package.json tests/oidc/package-lock.json | sha256sum | cut -c1-16); \
+	[ "$$(cat $(OIDC_PROVIDER_DIR)/.installed 2>/dev/null)" = "$$want" ] && exit 0; \
+	command -v npm >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }; } \
+	  || { echo "the single sign-on test runs an OpenID provider on Node.js 20+: install it (e.g. apt-get install nodejs npm)"; exit 1; }; \
+	tmp=$(OIDC_PROVIDER_DIR).tmp.$$$$; rm -rf $$tmp; mkdir -p $$tmp; \
+	cp tests/oidc/package.json tests/oidc/package-lock.json $$tmp/; \
+	echo "installing oidc-provider from npm into $(OIDC_PROVIDER_DIR)"; \
+	npm ci --prefix $$tmp --no-audit --no-fund --loglevel=error >/dev/null \
+	  && echo $$want > $$tmp/.installed && rm -rf $(OIDC_PROVIDER_DIR) && mv $$tmp $(OIDC_PROVIDER_DIR)
+
 # tests and benchmarks start a private PostgreSQL from Debian's server binaries (tests/pg_server.py), unless
 # YKAFKA_TEST_PG_DSN names a running one
 postgres:
@@ -77,7 +93,7 @@ lint: $(STAMP)
 # (both passes run; the target fails if either had a failure; exit code 5 means none selected)
 # the in-process Spark tests (tests/test_pipeline*.py, not serial) run in a fresh process of their own: in an xdist
 # worker that earlier files had filled with leftover clients (1,000+ threads), a py4j foreachBatch callback hung
-test: lint chromium postgres kafka
+test: lint chromium postgres kafka oidc-provider
 	@rc=0; \
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial" $(if $(PYTEST_ARGS),,--ignore-glob='tests/test_pipeline*.py') $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
 	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \

@@ -61,6 +61,20 @@ def main() -> None:
 @click.option("--credential-grace", "credential_grace_s", default=None, type=float,
               envvar=_env("credential_grace_s"),
               help="seconds a rotated app credential keeps working (default: 2 renew intervals + 60)")
+@click.option("--console-oidc-issuer", envvar=_env("console_oidc_issuer"),
+              help="console single sign-on: the OpenID provider's issuer URL (unset: local users only)")
+@click.option("--console-oidc-client-id", envvar=_env("console_oidc_client_id"),
+              help="the console's client id at the provider (secret: YKAFKA_MS_CONSOLE_OIDC_CLIENT_SECRET)")
+@click.option("--console-oidc-redirect-uri", envvar=_env("console_oidc_redirect_uri"),
+              help="https://<console host>/console/sso/callback, as registered at the provider")
+@click.option("--console-oidc-scopes", default="openid profile email", envvar=_env("console_oidc_scopes"),
+              show_default=True)
+@click.option("--console-oidc-claim", default="groups", envvar=_env("console_oidc_claim"), show_default=True,
+              help="the claim holding the user's groups or roles")
+@click.option("--console-oidc-roles", envvar=_env("console_oidc_roles"),
+              help="claim value -> console role: 'ykafka-admins:admin,ykafka-ops:operator,staff:viewer'")
+@click.option("--console-oidc-username-claim", default="preferred_username",
+              envvar=_env("console_oidc_username_claim"), show_default=True)
 @click.option("--workers", default=1, type=int, envvar=_env("workers"), show_default=True)
 @click.option("--log-level", default="info", envvar=_env("log_level"), show_default=True)
 def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
@@ -68,7 +82,9 @@ def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
     from .app import configure_logging
 
     settings = Settings(admin_tokens=parse_admin_tokens(",".join(admin_tokens)),
-                        kafka_admin_password=os.environ.get(_env("kafka_admin_password")) or None, **options)
+                        kafka_admin_password=os.environ.get(_env("kafka_admin_password")) or None,
+                        console_oidc_client_secret=os.environ.get(_env("console_oidc_client_secret")) or None,
+                        **options)
     configure_logging(settings.log_level)
     # Migrate once before workers fork, then hand the resolved settings to them through the environment.
     from . import db

@@ -35,6 +35,8 @@ from .auth import AuthFailed, RateLimited
 from .authswitch import AuthSwitch
 from .configwrites import ConfigBusy
 from .console import install as install_console
+from .console.sso import OidcClient
+from .console.sso import enabled as sso_enabled
 from .hotconfig import ConfigRejected
 from .httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
 from .reach import RouteBook
@@ -96,6 +98,8 @@ def create_app(settings: Settings) -> FastAPI:
                   description="Auth grants, ACL, cluster registry, client reports, hot-config push, alerts and "
                               "pipeline aggregates for ykafka.")
     app.state.services = svc
+    # a misconfigured single sign-on (a missing setting, a role mapping that names no role) stops the start
+    app.state.oidc_client = OidcClient(settings) if sso_enabled(settings) else None
     app.add_middleware(SingleValuedQuery)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)  # before parsing: 413, nothing buffered
     app.include_router(routes_sdk.router)

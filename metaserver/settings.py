@@ -79,6 +79,20 @@ class Settings:
     console_export_role: str = "admin"
     #: YAML file of masking rules: topic name (or prefix ending in ``*``) -> JSON paths masked when browsing
     console_masks: str | None = None
+    #: console single sign-on (OpenID Connect, metaserver/console/sso.py): the provider's issuer URL; unset: off
+    console_oidc_issuer: str | None = None
+    console_oidc_client_id: str | None = None
+    #: give it through YKAFKA_MS_CONSOLE_OIDC_CLIENT_SECRET, never on the command line
+    console_oidc_client_secret: str | None = None
+    #: where the provider sends the browser back: ``https://<console host>/console/sso/callback``
+    console_oidc_redirect_uri: str | None = None
+    console_oidc_scopes: str = "openid profile email"
+    #: the ID token (or userinfo) claim holding the user's groups or roles, a list or one string
+    console_oidc_claim: str = "groups"
+    #: claim value -> console role, ``ykafka-admins:admin,ykafka-ops:operator``; the highest matching role wins
+    console_oidc_roles: str | None = None
+    #: the claim the console user is named after (``sso:<value>``); ``sub`` when the token lacks it
+    console_oidc_username_claim: str = "preferred_username"
 
     @property
     def credential_grace(self) -> float:

@@ -7,8 +7,10 @@ Makefile installs it for ``make test`` or prints a hint.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sys
 import threading
 import time
 import uuid
@@ -20,7 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support import LocalStack
+from tests.support import ROOT, LocalStack, Proc
 from ykafka import Producer
 
 CHROMIUM = os.environ.get("YKAFKA_CHROMIUM", "/usr/bin/chromium")
@@ -28,6 +30,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "img"
 PASSWORD = "console-pass-1"
+#: where ``make oidc-provider`` installs the npm package oidc-provider (pinned by tests/oidc/package-lock.json)
+OIDC_PROVIDER_DIR = Path(os.environ.get("YKAFKA_OIDC_PROVIDER_DIR",
+                                        Path.home() / ".cache" / "ykafka" / "oidc-provider"))
+SSO_ADMIN_TOKEN = "sso-test-admin-token"
+SSO_CLIENT_ID, SSO_CLIENT_SECRET = "ykafka-console", "sso-test-client-secret"
+#: the provider's accounts (login -> groups) and the console's mapping of groups to roles
+SSO_ACCOUNTS = {"ada": ["staff", "kafka-admins"], "vic": ["staff", "kafka-viewers"], "nobody": ["staff"]}
+SSO_ROLES = "kafka-admins:admin,kafka-ops:operator,kafka-viewers:viewer"
 
 
 @dataclass
@@ -92,6 +102,53 @@ def page(browser: Any) -> Iterator[Any]:
         yield pg
     finally:
         context.close()
+
+
+@dataclass
+class SsoConsole:
+    """A MetaServer whose console signs in through a real OpenID provider (oidc-provider on Node.js)."""
+
+    metaserver: Proc
+    provider: Proc
+    local_admin: str  # a console user with a password (break-glass)
+
+    @property
+    def url(self) -> str:
+        return self.metaserver.url
+
+
+@pytest.fixture(scope="module")
+def sso_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SsoConsole]:
+    """oidc-provider with one PKCE client and ``SSO_ACCOUNTS``; a MetaServer (SQLite) configured for it."""
+    if not (OIDC_PROVIDER_DIR / "node_modules" / "oidc-provider").is_dir() or not shutil.which("node"):
+        pytest.fail(f"oidc-provider missing in {OIDC_PROVIDER_DIR}: run `make oidc-provider` (make test does)")
+    tmp = tmp_path_factory.mktemp("sso")
+    # the script beside the installed package, so node resolves `oidc-provider` from it
+    (tmp / "node_modules").symlink_to(OIDC_PROVIDER_DIR / "node_modules")
+    shutil.copy(ROOT / "tests" / "oidc" / "provider.mjs", tmp / "provider.mjs")
+    metaserver = Proc("metaserver", [sys.executable, "-m", "metaserver", "serve", "--port", "{port}",
+                                     "--db-url", f"sqlite:///{tmp / 'ms.db'}", "--admin-token", SSO_ADMIN_TOKEN],
+                      tmp / "ms.log")
+    redirect = metaserver.url + "/console/sso/callback"
+    provider = Proc("oidc-provider", ["node", str(tmp / "provider.mjs"), "{port}"], tmp / "oidc.log",
+                    env={"OIDC_CLIENT_ID": SSO_CLIENT_ID, "OIDC_CLIENT_SECRET": SSO_CLIENT_SECRET,
+                         "OIDC_REDIRECT_URI": redirect, "OIDC_ACCOUNTS": json.dumps(SSO_ACCOUNTS)}).start()
+    try:
+        metaserver.env = {"YKAFKA_MS_CONSOLE_OIDC_ISSUER": provider.url,
+                          "YKAFKA_MS_CONSOLE_OIDC_CLIENT_ID": SSO_CLIENT_ID,
+                          "YKAFKA_MS_CONSOLE_OIDC_CLIENT_SECRET": SSO_CLIENT_SECRET,
+                          "YKAFKA_MS_CONSOLE_OIDC_REDIRECT_URI": redirect,
+                          "YKAFKA_MS_CONSOLE_OIDC_SCOPES": "openid profile groups",
+                          "YKAFKA_MS_CONSOLE_OIDC_ROLES": SSO_ROLES}
+        metaserver.start()
+        resp = requests.post(metaserver.url + "/v1/admin/users", timeout=10,
+                             json={"username": "breakglass", "password": PASSWORD, "role": "admin"},
+                             headers={"Authorization": f"Bearer {SSO_ADMIN_TOKEN}"})
+        assert resp.status_code == 201, resp.text
+        yield SsoConsole(metaserver, provider, "breakglass")
+    finally:
+        metaserver.stop()
+        provider.stop()
 
 
 class Load:

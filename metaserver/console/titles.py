@@ -14,7 +14,7 @@ TITLES = {
     "topic": "Topic {topic}", "groups": "Consumer groups", "group": "Group {group}", "config": "Hot config",
     "panel": "Live panel", "apps": "Apps & ACLs", "app": "App {app}", "requests": "Requests",
     "clusters": "Clusters", "trace": "Trace", "dlq": "Dead letters", "alerts": "Alerts", "audit": "Audit log",
-    "users": "Users", "login": "Log in", "secret": "App secret", "error": "Error",
+    "users": "Users", "login": "Log in", "sso_done": "Logged in", "secret": "App secret", "error": "Error",
     "browse": "Messages of {topic}", "reset": "Reset offsets of {group}", "reset_panel": "Offset reset of {group}",
 }
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Connection, Engine, delete, select, update
 
 from .. import db
 from .models import ROLES, logins, sessions, users
@@ -28,6 +28,8 @@ _hasher = PasswordHasher()
 # verifying against this when the user is unknown keeps the answer time the same as for a wrong password
 _DUMMY_HASH = _hasher.hash(secrets.token_hex(16))
 
+#: the password hash of single sign-on users: not an argon2 hash, so no password ever matches it
+SSO_PASSWORD_HASH = "!sso"
 #: what each role may do; a role has its own rights and every lower role's
 RANK = {role: i for i, role in enumerate(ROLES)}
 
@@ -114,14 +116,34 @@ def login(engine: Engine, username: str, password: str, source: str) -> tuple[st
     if not ok or row is None:
         _record_failure(engine, username, source, now)
         return None
-    token = secrets.token_urlsafe(32)
-    session = Session(username, row["role"], secrets.token_urlsafe(24))
     with db.write(engine) as conn:
         conn.execute(delete(logins).where(logins.c.username == username, logins.c.source == source))
-        conn.execute(delete(sessions).where(sessions.c.expires_at < now))
-        conn.execute(sessions.insert().values(id=_digest(token), username=username, csrf=session.csrf,
-                                              created_at=now, expires_at=now + SESSION_TTL_S))
+        return _open_session(conn, username, row["role"], now)
+
+
+def _open_session(conn: Connection, username: str, role: str, now: float) -> tuple[str, Session]:
+    token = secrets.token_urlsafe(32)
+    session = Session(username, role, secrets.token_urlsafe(24))
+    conn.execute(delete(sessions).where(sessions.c.expires_at < now))
+    conn.execute(sessions.insert().values(id=_digest(token), username=username, csrf=session.csrf,
+                                          created_at=now, expires_at=now + SESSION_TTL_S))
     return token, session
+
+
+def sso_login(engine: Engine, username: str, role: str) -> tuple[str, Session]:
+    """A session for a user the identity provider vouched for: created on first login, its role set from the
+    provider's claim on every login; an administrator's disabling still holds (UserError('disabled'))."""
+    now = time.time()
+    with db.write(engine) as conn:
+        row = conn.execute(select(users.c.enabled).where(users.c.username == username)).first()
+        if row is None:
+            conn.execute(users.insert().values(username=username, password_hash=SSO_PASSWORD_HASH, role=role,
+                                               enabled=True, created_at=now))
+        elif not row.enabled:
+            raise UserError("disabled")
+        else:
+            conn.execute(update(users).where(users.c.username == username).values(role=role))
+        return _open_session(conn, username, role, now)
 
 
 def session(engine: Engine, token: str | None) -> Session | None:

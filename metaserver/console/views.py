@@ -22,7 +22,7 @@ from .. import audit, db
 from ..apollo import ApolloOpenApi
 from ..hotconfig import ConfigRejected
 from ..services import Services
-from . import titles, users
+from . import sso, titles, users
 
 COOKIE = "ykafka_console"
 HERE = Path(__file__).parent
@@ -106,9 +106,14 @@ def _audit(svc: Services, sess: users.Session, action: str, target: str, before:
 
 # --- login ---------------------------------------------------------------------------------------
 
+def _login_page(request: Request, status_code: int = 200, error: str | None = None) -> HTMLResponse:
+    return _page(request, "login.html", None, status_code=status_code, error=error,
+                 sso=sso.enabled(_svc(request).settings))
+
+
 @router.get("/login")
 def login_form(request: Request) -> Response:
-    return _page(request, "login.html", None, error=None)
+    return _login_page(request)
 
 
 @router.post("/login")
@@ -119,10 +124,9 @@ async def login(request: Request) -> Response:
     try:
         got = await run_in_threadpool(users.login, svc.engine, username, password, _source(request))
     except users.UserError:
-        return _page(request, "login.html", None, status_code=429,
-                     error="Too many failed logins for this user from this address; try again later.")
+        return _login_page(request, 429, "Too many failed logins for this user from this address; try again later.")
     if got is None:
-        return _page(request, "login.html", None, status_code=401, error="Wrong username or password.")
+        return _login_page(request, 401, "Wrong username or password.")
     token, sess = got
     _audit(svc, sess, "console.login", sess.username, None, {"source": _source(request)})
     resp = RedirectResponse("/console/", status_code=303)
