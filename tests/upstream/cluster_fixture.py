@@ -314,6 +314,7 @@ class YkafkaFixture(KafkaClusterFixture):
         self._admin = None
         self._producer = None
         self._cluster = None
+        self._clients = []
         self._conf = {"bootstrap.servers": bootstrap, "ykafka.cache.dir": str(cache_dir)}
         url = "mock://ykafka-upstream-{}".format(uuid1())
         self._sr = SchemaRegistryClient.new_client({"url": url})
@@ -337,6 +338,34 @@ class YkafkaFixture(KafkaClusterFixture):
             self._admin = AdminClient({"bootstrap.servers": self._conf["bootstrap.servers"]})
         return self._admin
 
+    # Upstream's tests leave their clients to the garbage collector, as confluent-kafka's clients allow; a ykafka
+    # client's background threads keep it alive until it is closed, so the adapter closes what each test made
+    # (tests/upstream/conftest.py) instead of letting a module leave a hundred reconnecting clients behind.
+    def cimpl_producer(self, conf=None):
+        return self._made(super().cimpl_producer(conf))
+
+    def producer(self, conf=None, key_serializer=None, value_serializer=None):
+        return self._made(super().producer(conf, key_serializer, value_serializer))
+
+    def async_producer(self, conf=None, key_serializer=None, value_serializer=None):
+        return self._made(super().async_producer(conf, key_serializer, value_serializer))
+
+    def consumer(self, conf=None, key_deserializer=None, value_deserializer=None):
+        return self._made(super().consumer(conf, key_deserializer, value_deserializer))
+
+    def async_consumer(self, conf=None, key_deserializer=None, value_deserializer=None):
+        return self._made(super().async_consumer(conf, key_deserializer, value_deserializer))
+
+    def _made(self, client):
+        self._clients.append(client)
+        return client
+
+    def close_clients(self):
+        clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
+
     def stop(self):
+        self.close_clients()
         if self._producer is not None:
             self._producer.close()

@@ -41,6 +41,14 @@ def kafka_cluster(brokers: dict[str, str], tmp_path_factory: pytest.TempPathFact
         cluster.stop()
 
 
+@pytest.fixture(autouse=True)
+def _close_upstream_clients(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close every client the test had from ``kafka_cluster`` (YkafkaFixture.close_clients)."""
+    yield
+    if "kafka_cluster" in request.fixturenames:
+        request.getfixturevalue("kafka_cluster").close_clients()
+
+
 @pytest.fixture()
 def load_file() -> Any:
     def get_handle(name: str) -> str:
