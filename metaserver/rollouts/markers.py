@@ -47,7 +47,7 @@ def markers(conn: Connection, since: float, namespaces: list[str] | None = None,
     state), a gray release (an operator's, or a rollout step's canary) is a marker only if it reached that client."""
     stmt = (select(audit.c.at, audit.c.action, audit.c.target, audit.c.after)
             .where(audit.c.at >= since, audit.c.action.in_(list(KINDS)))
-            .order_by(audit.c.at.desc()).limit(LIMIT))
+            .order_by(audit.c.at.desc(), audit.c.id.desc()).limit(LIMIT))
     if namespaces is not None:
         stmt = stmt.where(audit.c.target.in_(namespaces))
     out = []
@@ -64,4 +64,4 @@ def markers(conn: Connection, since: float, namespaces: list[str] | None = None,
             what = f"{row['action'].rsplit('.', 1)[1]}{f' {percent:g} %' if isinstance(percent, int | float) else ''}"
         label = f"{kind}: {what}" if what else kind
         out.append({"at": int(row["at"] * 1000), "kind": kind, "label": label[:60], "target": row["target"]})
-    return sorted(out, key=lambda m: m["at"])
+    return out[::-1]  # oldest first; changes within one millisecond in the order they were made
