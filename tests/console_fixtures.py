@@ -35,8 +35,11 @@ OIDC_PROVIDER_DIR = Path(os.environ.get("YKAFKA_OIDC_PROVIDER_DIR",
                                         Path.home() / ".cache" / "ykafka" / "oidc-provider"))
 SSO_ADMIN_TOKEN = "sso-test-admin-token"
 SSO_CLIENT_ID, SSO_CLIENT_SECRET = "ykafka-console", "sso-test-client-secret"
-#: the provider's accounts (login -> groups) and the console's mapping of groups to roles
-SSO_ACCOUNTS = {"ada": ["staff", "kafka-admins"], "vic": ["staff", "kafka-viewers"], "nobody": ["staff"]}
+#: the provider's accounts (login -> groups, and whether the ID token or only userinfo carries them) and the
+#: console's mapping of groups to roles
+SSO_ACCOUNTS = {"ada": {"groups": ["staff", "kafka-admins"], "in": "id_token"},
+                "vic": {"groups": ["staff", "kafka-viewers"], "in": "userinfo"},
+                "nobody": {"groups": ["staff"], "in": "id_token"}}
 SSO_ROLES = "kafka-admins:admin,kafka-ops:operator,kafka-viewers:viewer"
 
 

@@ -71,7 +71,8 @@ def test_admin_group_logs_in_as_admin(sso_console: SsoConsole, page: Any) -> Non
     row = page.locator("tr", has_text="sso:ada")
     assert row.count() == 1 and "admin" in row.inner_text()
     page.goto(sso_console.url + "/console/audit")
-    assert page.locator("tr", has_text="console.login").filter(has_text="sso:ada").count() >= 1
+    login = page.locator("tr", has_text="console.login").filter(has_text="sso:ada").first
+    assert "claim_from: id_token (added)" in login.inner_text() and "role: admin (added)" in login.inner_text()
 
 
 def test_viewer_group_gets_viewer_rights_only(sso_console: SsoConsole, page: Any) -> None:
@@ -79,6 +80,9 @@ def test_viewer_group_gets_viewer_rights_only(sso_console: SsoConsole, page: Any
     page.wait_for_url(sso_console.url + "/console/")
     assert page.locator("form.who span").inner_text() == "sso:vic (viewer)"
     assert page.locator("nav a[href='/console/users']").count() == 0
+    page.goto(sso_console.url + "/console/audit")  # this provider gives vic's groups in userinfo only
+    login = page.locator("tr", has_text="console.login").filter(has_text="sso:vic").first
+    assert "claim_from: userinfo (added)" in login.inner_text() and "role: viewer (added)" in login.inner_text()
     csrf = page.locator("form.who input[name=csrf]").get_attribute("value")
     # an admin action with the viewer's own valid session and CSRF token is refused
     resp = page.request.post(sso_console.url + "/console/users",

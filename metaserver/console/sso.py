@@ -67,6 +67,7 @@ class Identity:
     username: str  # ``sso:<name>``, never a local user's name (local names cannot hold ':')
     role: str
     subject: str
+    claim_source: str  # "id_token" or "userinfo": where the role claim was read
 
 
 def parse_roles(text: str | None) -> dict[str, str]:
@@ -155,7 +156,16 @@ class OidcClient:
 
     def _session(self) -> OAuth2Session:
         return OAuth2Session(self.client_id, self.client_secret, scope=self.scopes, redirect_uri=self.redirect_uri,
-                             code_challenge_method="S256", token_endpoint_auth_method="client_secret_basic")
+                             code_challenge_method="S256", token_endpoint_auth_method=self._auth_method())
+
+    def _auth_method(self) -> str:
+        """How the code exchange authenticates: none for a public client (PKCE alone), else HTTP basic unless the
+        provider only takes the secret in the form."""
+        if not self.client_secret:
+            return "none"
+        supported = self.metadata().get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
+        return "client_secret_post" if "client_secret_basic" not in supported and "client_secret_post" in supported \
+            else "client_secret_basic"
 
     def start(self) -> tuple[str, str]:
         """(the provider's authorization URL, the cookie value holding this login's state, nonce and verifier)."""
@@ -186,9 +196,9 @@ class OidcClient:
             raise SsoError("the identity provider's answer holds no authorization code")
         token = self._exchange(code, verifier)
         claims = self._verify_id_token(token.get("id_token"), nonce)
-        value = claims.get(self.claim)
+        value, source = claims.get(self.claim), "id_token"
         if value is None and self.metadata().get("userinfo_endpoint") and token.get("access_token"):
-            value = self._userinfo(str(token["access_token"]), str(claims["sub"])).get(self.claim)
+            value, source = self._userinfo(str(token["access_token"]), str(claims["sub"])).get(self.claim), "userinfo"
         role = role_for(value, self.roles)
         subject = str(claims["sub"])
         name = claims.get(self.username_claim)
@@ -198,7 +208,7 @@ class OidcClient:
             log.info("sso login without a console role", subject=subject, claim=self.claim)
             raise SsoError(f"your account is not in any group this console maps to a role ('{self.claim}' claim); "
                            "ask an administrator", 403)
-        return Identity(username, role, subject)
+        return Identity(username, role, subject, source)
 
     def _exchange(self, code: str, verifier: str) -> dict[str, Any]:
         try:
@@ -226,7 +236,7 @@ class OidcClient:
             jwt.JWTClaimsRegistry(leeway=_LEEWAY_S, iss={"essential": True, "value": self.issuer},
                                   sub={"essential": True}, exp={"essential": True},
                                   nonce={"essential": True, "value": nonce}).validate(claims)
-        except (JoseError, ValueError) as exc:
+        except (JoseError, ValueError, KeyError, TypeError) as exc:  # whatever a malformed token makes joserfc raise
             log.warning("id token refused", error=str(exc)[:300])
             raise SsoError("the identity provider's ID token did not verify (signature, issuer, expiry or nonce)") \
                 from exc

@@ -59,7 +59,8 @@ async def sso_callback(request: Request) -> Response:
         resp.delete_cookie(sso.COOKIE, path=sso.COOKIE_PATH)
         return resp
     _audit(svc, sess, "console.login", sess.username, None,
-           {"source": _source(request), "via": "sso", "subject": identity.subject, "role": identity.role})
+           {"source": _source(request), "via": "sso", "subject": identity.subject, "role": identity.role,
+            "claim_from": identity.claim_source})
     resp = _page(request, "sso_done.html", sess)
     resp.delete_cookie(sso.COOKIE, path=sso.COOKIE_PATH)
     resp.set_cookie(COOKIE, token, max_age=users.SESSION_TTL_S, httponly=True, samesite="strict",

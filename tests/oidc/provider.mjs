@@ -3,7 +3,8 @@
 // (devInteractions: any password), and accounts whose `groups` claim the console maps to roles.
 //
 // Usage: node provider.mjs <port>. Environment: OIDC_CLIENT_ID, OIDC_CLIENT_SECRET, OIDC_REDIRECT_URI, OIDC_ACCOUNTS (JSON:
-// login -> list of groups). Listens on 127.0.0.1 only; /health answers once it is up.
+// login -> {groups: [...], in: "id_token" | "userinfo"}: where the groups claim is given, both ways providers
+// do it). Listens on 127.0.0.1 only; /health answers once it is up.
 import http from 'node:http';
 import Provider from 'oidc-provider';
 
@@ -30,8 +31,10 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
     if (!Object.hasOwn(accounts, id)) return undefined;
     return {
       accountId: id,
-      async claims() {
-        return { sub: id, preferred_username: id, name: id, email: `${id}@example.test`, groups: accounts[id] };
+      async claims(use) {
+        const { groups, in: where } = accounts[id];
+        return { sub: id, preferred_username: id, name: id, email: `${id}@example.test`,
+                 groups: use === where ? groups : undefined };
       },
     };
   },
