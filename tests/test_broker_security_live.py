@@ -166,6 +166,49 @@ def test_revoked_while_producing_1000_per_second_sends_stop_within_the_bound(
     assert set(ids) <= set(ledger.sent)
 
 
+def test_revoked_with_disaster_recovery_on_fails_every_refused_message_and_spills_none(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    """A broker's refusal is not an outage: nothing is spilled or kept for later, every message refused after
+    the revoke fails to its callback with BrokerAuthError, and new sends fail at once while refused."""
+    app = new_app(server, acl={"produce": ["rd.*"], "consume": [], "group": []}, default_cluster="dc-a")
+    topic = f"rd.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    ledger = Ledger()
+    with Producer(client_conf(server, app, tmp_path / "c")) as producer:  # ykafka.dr.enabled: the default
+        dr = producer.disaster_recovery
+        assert dr is not None
+        produce_at(producer, topic, ledger, 1000, lambda: False, 1.0)
+        assert producer.flush(15) == 0 and len(ledger.acked) == len(ledger.sent)
+        revoked_at = time.time()
+        server.admin().update_app(app.app_id, enabled=False)
+        # past the re-authentication too: the SCRAM user is gone, the connection itself is refused
+        produce_at(producer, topic, ledger, 1000,
+                   lambda: any(err is not None for err in ledger.outcome.values())
+                   and time.time() - revoked_at > REAUTH_MS / 1000 + 3, 30.0)
+        assert producer.flush(30) == 0
+        status = dr.status()
+    failed = [err for err in ledger.outcome.values() if err is not None]
+    log.info("revocation with DR measured", sent=len(ledger.sent), acked=len(ledger.acked), failed=len(failed),
+             refused_at_send=len(ledger.refused_at_send), link=status["links"].get("dc-a"),
+             spill=status["spill"].get("dc-a"), clusters=status["clusters"])
+    assert len(ledger.outcome) == len(ledger.sent)  # every message: acknowledged or failed with a callback
+    assert failed and all(isinstance(err, BrokerAuthError) for err in failed), {repr(e)[:200] for e in failed}
+    assert len(ledger.acked) + len(failed) == len(ledger.sent)
+    assert f"broker refused app {app.app_id!r}, cluster 'dc-a', topic/group {topic!r}" in str(failed[-1])
+    link, spill, health = status["links"]["dc-a"], status["spill"]["dc-a"], status["clusters"]["dc-a"]
+    assert link["spilled"] == link["rerouted"] == 0 and spill["depth"] == 0, (link, spill)  # nothing kept for later
+    # the SCRAM user's deletion was seen as a refusal, not an outage: the messages after it failed to their callbacks
+    assert health["refused"] and "_AUTHENTICATION" in health["refused"] and health["state"] == "up", health
+    assert link["refused"] > 0
+    last_accepted = max(ledger.sent[i] for i in ledger.acked)
+    print(f"REVOCATION-DR bound_s={last_accepted - revoked_at:.3f} sent={len(ledger.sent)} "
+          f"acked={len(ledger.acked)} failed={len(failed)} refused_at_send={len(ledger.refused_at_send)} "
+          f"failed_by_callback={len(failed) - len(ledger.refused_at_send)} link={link}")
+    assert last_accepted - revoked_at <= REAUTH_MS / 1000 + 2 + 5
+    ids = read_ids(kafka, topic, len(ledger.acked))
+    assert set(ids) >= ledger.acked and set(ids) <= set(ledger.sent)  # nothing acknowledged is lost
+
+
 def test_rotated_while_producing_loses_and_duplicates_nothing_and_the_old_secret_is_refused(
         server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
     app = new_app(server, acl={"produce": ["rt.*"], "consume": ["rt.*"], "group": ["rt-*"]}, default_cluster="dc-a")

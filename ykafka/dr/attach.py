@@ -50,6 +50,7 @@ def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
     rt = producer.runtime
     local = rt.conf.options
     overrides.setdefault("defer_callbacks", True)  # callbacks run in the producer's poll() / flush() only
+    overrides.setdefault("app_id", rt.app_id)
     opts = options_from(local, rt.conf.cache_dir, **overrides)
     slot: SpillSlot | None = None
     if local.get("ykafka.client.id"):  # a stable identity: its own directory
@@ -65,7 +66,7 @@ def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
         undo.callback(engine.close, 1.0)
         if slot is not None:
             engine.on_close.append(slot.release)
-        producer.add_error_listener(engine.client_error)  # its clients' errors probe every cluster
+        producer.add_error_listener(engine.client_error)  # its clients' errors: probes, a broker's refusal
         producer.set_hooks(send=_send_hook(engine, producer.default_delivery))
         undo.pop_all()
     return engine

@@ -43,6 +43,7 @@ from ykafka.transport import (
     RawKafkaError,
     RawProducer,
     TopicPartition,
+    is_auth_error,
     new_producer,
 )
 
@@ -84,6 +85,8 @@ class DrOptions:
     replay_stall_s: float = 15.0
     progress_interval_s: float = 5.0
     extra_client_conf: dict[str, Any] = field(default_factory=dict)
+    #: the app sending, named in the BrokerAuthError of a message the broker refuses
+    app_id: str | None = None
     #: user callbacks reached on the engine's threads wait for the owner's poll() / flush() (a Producer's
     #: contract); standalone, they run where the report arrives
     defer_callbacks: bool = False
@@ -179,6 +182,7 @@ class DisasterRecovery:
             link = ClusterLink(cluster, lambda: self._client_factory(cluster, self._direct_conf(cluster)), health,
                                queue, self._reroute, lambda topic: self._route(topic).spill, self.mailbox)
             link.on_available = self._link_available
+            link.app_id = self.options.app_id
             link.on_change = self._changed
             link.on_spilled = lambda msg: self._trace("spilled", cluster, msg.topic, msg.key, msg.headers, None)
             self._links[cluster] = link
@@ -201,10 +205,15 @@ class DisasterRecovery:
         for name in list(self.health.status()):
             self.health.cluster(name).suspect(reason)
 
-    def client_error(self, err: RawKafkaError) -> None:
-        """Feed an ``error_cb`` error of a client the engine does not own (it may not say which cluster)."""
+    def client_error(self, err: RawKafkaError, cluster: str | None = None) -> None:
+        """Feed an ``error_cb`` error of a client the engine does not own (``cluster``: whose client, if known).
+        A cluster refusing the app's credentials is told so (its link then fails sends instead of spilling)."""
         if err.code() in (RawKafkaError._ALL_BROKERS_DOWN, RawKafkaError._TRANSPORT):
             self.suspect_all(err.name())
+        elif cluster is not None and is_auth_error(err):
+            link = self._links.get(cluster)
+            if link is not None:
+                link.health.on_error(err)
 
     def _link_available(self, cluster: str) -> None:
         if self.on_link_available is not None:
@@ -318,6 +327,11 @@ class DisasterRecovery:
     def _reroute(self, failed_cluster: str, msg: Outgoing, err: RawKafkaError) -> None:
         """A message came back from ``failed_cluster`` undelivered: send it where the route now says,
         or spill it (asynchronously: it only ever lived in memory), or report it failed."""
+        refused = self._links[failed_cluster].refusal(msg.topic) if failed_cluster in self._links else None
+        if refused is not None:  # refused by the broker meanwhile: failed, neither spilled nor sent to the standby
+            self._links[failed_cluster].counts["refused"] += 1
+            self.mailbox.deliver(msg.on_delivery, refused, None)
+            return
         spec = self._route(msg.topic)
         cluster = self.target(msg.topic)
         link = self.link(cluster)

@@ -6,6 +6,12 @@ short timeout) confirms it and notices recovery. A cluster is marked DOWN after 
 consecutive failures, or after failing for ``health.down.after.ms`` without a single success in between;
 one successful probe or delivery marks it UP again. Probes run every ``health.probe.interval.ms`` while a
 cluster is suspect or down, and ten times less often while it is healthy.
+
+A cluster that refuses the client's credentials (SASL authentication failed: the app was revoked) answers; it
+is not down. :meth:`ClusterHealth.refuse` records the refusal instead of a failure, and while it stands the
+failures that follow it (the metadata probe, ``_ALL_BROKERS_DOWN``, timeouts) are not counted: the producer's
+link fails its messages instead of spilling them (:mod:`ykafka.dr.link`). A delivery, a probe on a fresh
+connection, or new credentials (a grant renewal) lift it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any
 import structlog
 
 from ykafka.dr.mailbox import mark_internal
-from ykafka.transport import RawAdminClient, RawKafkaError
+from ykafka.transport import RawAdminClient, RawKafkaError, is_auth_error
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +46,8 @@ FAILURE_CODES = frozenset({RawKafkaError._ALL_BROKERS_DOWN, RawKafkaError._MSG_T
 SUSPECT_CODES = frozenset({RawKafkaError._TRANSPORT, RawKafkaError.NETWORK_EXCEPTION,
                            RawKafkaError.NOT_ENOUGH_REPLICAS, RawKafkaError.NOT_LEADER_FOR_PARTITION,
                            RawKafkaError.LEADER_NOT_AVAILABLE})
+#: the cluster refuses the client's credentials: every request fails until they change (see ClusterHealth.refuse)
+AUTHENTICATION_CODES = frozenset({RawKafkaError._AUTHENTICATION, RawKafkaError.SASL_AUTHENTICATION_FAILED})
 
 
 @dataclass
@@ -61,7 +69,8 @@ class ClusterHealth:
     """The health of one cluster, with its own probe thread."""
 
     def __init__(self, cluster: str, rdkafka_config: Mapping[str, Any], policy: HealthPolicy | None = None,
-                 on_change: StateListener | None = None, probe: Callable[[float], None] | None = None) -> None:
+                 on_change: StateListener | None = None, probe: Callable[[float], None] | None = None,
+                 conf_source: Callable[[], Mapping[str, Any]] | None = None) -> None:
         self.cluster = cluster
         self.policy = policy or HealthPolicy()
         self._on_change = on_change
@@ -78,12 +87,13 @@ class ClusterHealth:
         self.last_success = time.monotonic()  # last probe or delivery that reached the cluster
         self.last_probe_ok = 0.0  # last probe that reached it (fresh evidence, unlike a late ack)
         self.transitions = 0
-        conf = {k: v for k, v in rdkafka_config.items() if k not in _NOT_FOR_ADMIN}
-        conf.setdefault("reconnect.backoff.ms", 50)
-        conf.setdefault("reconnect.backoff.max.ms", 500)
-        conf.setdefault("socket.connection.setup.timeout.ms", 1000)
-        conf.setdefault("log_level", 0)
-        self._admin_conf = conf
+        #: the broker's refusal of our credentials while it stands (None: not refused), and the settings refused
+        self.refused: RawKafkaError | None = None
+        self._refused_conf: dict[str, Any] | None = None
+        self._refusal_checked = 0.0
+        self.on_refused: Callable[[], None] | None = None  # the link stops its direct sends
+        self._conf_source = conf_source  # current settings (a grant renewal brings new credentials)
+        self._admin_conf = probe_settings(rdkafka_config)
         self._admin: RawAdminClient | None = None
         self._probe = probe or self._metadata_probe
         self._thread = threading.Thread(target=self._run, name=f"ykafka-health-{cluster}", daemon=True)
@@ -94,7 +104,11 @@ class ClusterHealth:
     def on_error(self, err: RawKafkaError) -> None:
         """Feed a librdkafka error (from ``error_cb`` or a delivery report)."""
         code = err.code()
-        if code in FAILURE_CODES:
+        if code in AUTHENTICATION_CODES:
+            self.refuse(err)
+        elif is_auth_error(err):  # authorization: this topic or group is refused, the cluster answers
+            return
+        elif code in FAILURE_CODES:
             self.record_failure(err.name())
         elif code in SUSPECT_CODES:
             self.suspect(err.name())
@@ -107,7 +121,59 @@ class ClusterHealth:
                 self._failing_since = time.monotonic()
         self._wake.set()
 
+    def refuse(self, err: RawKafkaError) -> None:
+        """The cluster refused the client's credentials: it answers, it is not failing."""
+        refused_conf = self._current_conf()
+        with self._lock:
+            first = self.refused is None
+            self.refused = err
+            self.last_error = f"{err.name()}: {err.str()}"[:300]
+            self._failures = 0
+            self._failing_since = None
+            self._suspect = False
+            self._refused_conf = refused_conf
+            self._refusal_checked = time.monotonic()
+        if first:
+            log.warning("cluster.refused", cluster=self.cluster, code=err.name(), error=err.str()[:300])
+            notify = self.on_refused
+            if notify is not None:
+                notify()
+        self._wake.set()  # probe on a fresh connection soon: a passing refusal is lifted within an interval
+
+    def is_refused(self) -> bool:
+        """Whether the refusal stands: lifted when the settings in force are not those refused (new credentials
+        from a grant renewal; checked at most twice a second)."""
+        if self.refused is None:
+            return False
+        now = time.monotonic()
+        if self._conf_source is not None and now - self._refusal_checked > 0.5:
+            self._refusal_checked = now
+            if self._current_conf() != self._refused_conf:
+                self._lift("new credentials")
+        return self.refused is not None
+
+    def _lift(self, reason: str) -> None:
+        with self._lock:
+            if self.refused is None:
+                return
+            self.refused = None
+            self._refused_conf = None
+        log.info("cluster.refusal_lifted", cluster=self.cluster, reason=reason)
+
+    def _current_conf(self) -> dict[str, Any]:
+        if self._conf_source is None:
+            return self._admin_conf
+        try:
+            return probe_settings(self._conf_source())
+        except Exception:  # settings not resolvable right now: keep those in force
+            log.debug("cluster.settings_unavailable", cluster=self.cluster, exc_info=True)
+            return self._admin_conf
+
     def record_failure(self, reason: str) -> None:
+        if self.refused is not None:  # what follows a refusal (probe, timeouts) is the refusal, not an outage
+            with self._lock:
+                self.last_error = reason
+            return
         with self._lock:
             self._failures += 1
             self._suspect = True
@@ -125,9 +191,12 @@ class ClusterHealth:
     def record_success(self, probe: bool = False) -> None:
         """A probe answered, or a delivery was acknowledged. Only a probe brings a DOWN cluster back: an
         acknowledgement may be old news served after the cluster died."""
-        if not probe and not self._failures and not self._suspect and self.state is ClusterState.UP:
+        if not probe and not self._failures and not self._suspect and self.state is ClusterState.UP \
+                and self.refused is None:
             self.last_success = time.monotonic()  # the hot path: every acknowledgement, nothing to reset
             return
+        if self.refused is not None:
+            self._lift("probe" if probe else "delivery")
         with self._lock:
             if self.state is ClusterState.DOWN and not probe:
                 return
@@ -165,6 +234,10 @@ class ClusterHealth:
     # --- probing ----------------------------------------------------------------------------------
 
     def _metadata_probe(self, timeout: float) -> None:
+        conf = self._current_conf()
+        if conf != self._admin_conf or self.refused is not None:
+            # new credentials; or refused: a connection authenticated before may still pass, a fresh one tells
+            self._admin_conf, self._admin = conf, None
         if self._admin is None:
             self._admin = RawAdminClient(self._admin_conf)
         self._admin.list_topics(timeout=timeout)
@@ -186,7 +259,7 @@ class ClusterHealth:
         mark_internal()  # its listeners re-route; a user callback reached here waits for the owner's poll()
         while not self._stop.is_set():
             with self._lock:
-                urgent = self._suspect or self.state is ClusterState.DOWN
+                urgent = self._suspect or self.state is ClusterState.DOWN or self.refused is not None
             interval = self.policy.probe_interval_s * (1 if urgent else 10)
             if self._wake.wait(interval):
                 self._wake.clear()
@@ -198,7 +271,8 @@ class ClusterHealth:
         with self._lock:
             return {"state": self.state.value, "since": self.since, "consecutive_failures": self._failures,
                     "last_error": self.last_error, "last_probe_ms": self.last_probe_ms,
-                    "transitions": self.transitions}
+                    "transitions": self.transitions,
+                    "refused": None if self.refused is None else f"{self.refused.name()}: {self.refused.str()}"[:300]}
 
     def close(self) -> None:
         self._stop.set()
@@ -212,6 +286,16 @@ _NOT_FOR_ADMIN = frozenset({"error_cb", "on_delivery", "delivery.report.only.err
                             "message.timeout.ms", "partitioner", "queue.buffering.max.ms",
                             "queue.buffering.max.messages", "max.in.flight.requests.per.connection",
                             "retries", "client.id"})
+
+
+def probe_settings(rdkafka_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata probe's settings: the connection's (credentials included), short timeouts, no logs."""
+    conf = {k: v for k, v in rdkafka_config.items() if k not in _NOT_FOR_ADMIN}
+    conf.setdefault("reconnect.backoff.ms", 50)
+    conf.setdefault("reconnect.backoff.max.ms", 500)
+    conf.setdefault("socket.connection.setup.timeout.ms", 1000)
+    conf.setdefault("log_level", 0)
+    return conf
 
 
 class HealthMonitor:
@@ -232,7 +316,8 @@ class HealthMonitor:
         with self._lock:
             health = self._clusters.get(name)
             if health is None:
-                health = ClusterHealth(name, self._rdkafka_config(name), self._policy(name), self._notify)
+                health = ClusterHealth(name, self._rdkafka_config(name), self._policy(name), self._notify,
+                                       conf_source=lambda: self._rdkafka_config(name))
                 self._clusters[name] = health
             return health
 

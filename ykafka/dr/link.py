@@ -8,6 +8,12 @@ per-key order holds across an outage. When a topic's route leaves a cluster, :me
 gives back what its clients hold (purge) and the engine re-routes it before any newer send goes to the other
 cluster, so no key is overtaken at a failover or failback either.
 Replay of what was spilled is :mod:`ykafka.dr.replay`.
+
+A broker that refuses the app (authentication or authorization failed: the app was revoked) is not an
+outage: nothing it refused is spilled or re-routed. Each such message, and each message that comes back
+after the refusal (timed out, purged), fails to its callback with :class:`~ykafka.errors.BrokerAuthError`;
+while the cluster's refusal stands (:meth:`ykafka.dr.health.ClusterHealth.refuse`) new sends fail at once the
+same way.
 """
 
 from __future__ import annotations
@@ -26,7 +32,15 @@ import structlog
 from ykafka.dr.health import ClusterHealth, ClusterState
 from ykafka.dr.mailbox import Mailbox
 from ykafka.dr.queue import SpillQueue, normalize_headers
-from ykafka.transport import KafkaException, Message, RawKafkaError, RawProducer, close_producer
+from ykafka.transport import (
+    KafkaException,
+    Message,
+    RawKafkaError,
+    RawProducer,
+    close_producer,
+    from_kafka_error,
+    is_auth_error,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -51,8 +65,9 @@ HANDOVER_GRACE_S = 1.0
 
 
 def is_resendable(err: RawKafkaError) -> bool:
-    """Errors after which sending the message again (elsewhere, or later) is the right answer."""
-    return err.code() in RESEND_CODES or bool(err.retriable()) or bool(err.fatal())
+    """Errors after which sending the message again (elsewhere, or later) is the right answer; never a
+    broker's refusal of the app."""
+    return (err.code() in RESEND_CODES or bool(err.retriable()) or bool(err.fatal())) and not is_auth_error(err)
 
 
 class Outgoing(NamedTuple):
@@ -165,7 +180,9 @@ class ClusterLink:
         self.available = health.state is ClusterState.UP
         self._recovering = False
         self._down_since = 0.0
-        self.counts = {"spilled": 0, "rerouted": 0, "failed": 0}
+        self.counts = {"spilled": 0, "rerouted": 0, "failed": 0, "refused": 0}
+        self.app_id: str | None = None  # named in a refusal's BrokerAuthError
+        health.on_refused = self._on_refused
         self.direct = 0  # hot-path counters as plain attributes
         self.longest_handover_ms = 0.0  # longest wait of a send to the partner cluster (hand_over)
         self.delivered = 0
@@ -187,6 +204,9 @@ class ClusterLink:
         cluster, with its hot-config settings); without it the link uses its own. Messages a retired
         client still holds are older than this one: they are re-routed first, so a key's spilled records
         stay in the order they were produced."""
+        if self.health.refused is not None and self.health.is_refused():  # fails now: not sent, not spilled
+            self._fail_refused(msg, self.health.refused, None, later=True)
+            return
         if self._retired or self._undelivered or self._rerouting:
             self._drain_retired()
         queue = self.queue
@@ -220,6 +240,7 @@ class ClusterLink:
         it when :attr:`on_change` fires."""
         with self._lock:
             if not self.available or self._retired or self._undelivered or self._rerouting \
+                    or self.health.refused is not None \
                     or (self.queue is not None and self.queue.depth) \
                     or (self._client is not None and len(self._client)):  # re-routed messages still in our client
                 return None
@@ -310,6 +331,11 @@ class ClusterLink:
         # a purge we did not do is the application's own: report it, as librdkafka would
         user_purge = err.code() in (RawKafkaError._PURGE_QUEUE, RawKafkaError._PURGE_INFLIGHT) \
             and client not in self._retired
+        refused = err if is_auth_error(err) else self.health.refused
+        if refused is not None and (refused is err or (not user_purge and is_resendable(err))):
+            # the broker refused the app, or the message came back after it did: failed, never spilled
+            self._fail_refused(msg, refused, m)
+            return
         if not user_purge and is_resendable(err):
             # Reports of queued and in-flight messages do not come back in produce order: collect them,
             # take the client out of service (the rest of its messages come back purged), and re-route the
@@ -321,6 +347,24 @@ class ClusterLink:
             return
         self.counts["failed"] += 1
         self._mailbox.deliver(msg.on_delivery, err, m)
+
+    def refusal(self, topic: str, err: RawKafkaError | None = None) -> Exception | None:
+        """The typed error of a message to ``topic`` the cluster refuses (``err``, else the standing refusal),
+        None when it does not refuse us."""
+        err = err if err is not None else self.health.refused
+        return None if err is None else from_kafka_error(err, app_id=self.app_id, cluster=self.cluster,
+                                                         resource=topic)
+
+    def _fail_refused(self, msg: Outgoing, err: RawKafkaError, m: Message | None, later: bool = False) -> None:
+        self.counts["refused"] += 1
+        self._mailbox.deliver(msg.on_delivery, self.refusal(msg.topic, err), m, later=later)
+
+    def _on_refused(self) -> None:
+        """The cluster refused our credentials: direct senders stop (their sends come to :meth:`send`)."""
+        log.warning("cluster.link_refused", cluster=self.cluster, app=self.app_id,
+                    consequence="sends fail with BrokerAuthError until a delivery or new credentials; none spilled")
+        if self.on_change is not None:
+            self.on_change()
 
     def _reroute_undelivered(self) -> None:
         """Re-route what retired clients gave back, oldest produce first. Called with the poll lock held."""

@@ -35,10 +35,12 @@ class Mailbox:
         self._queue: deque[tuple[DeliveryCallback, Any, Any]] = deque()
         self.on_mail: Callable[[], None] | None = None  # the owner's poll() must now serve it
 
-    def deliver(self, callback: DeliveryCallback | None, err: Any, msg: Any) -> None:
+    def deliver(self, callback: DeliveryCallback | None, err: Any, msg: Any, later: bool = False) -> None:
+        """Run ``callback(err, msg)`` now, or queue it for the owner's poll (on an engine thread, or ``later``:
+        a send's own failure is reported by poll(), as librdkafka's are, never inside produce())."""
         if callback is None:
             return
-        if self.defer and getattr(_local, "internal", False):
+        if self.defer and (later or getattr(_local, "internal", False)):
             self._queue.append((callback, err, msg))
             notify = self.on_mail
             if notify is not None:

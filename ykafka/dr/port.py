@@ -44,8 +44,8 @@ class ProducerPort(Protocol):
         """Replace every client of ``cluster`` (a recovered cluster lost their idempotence state)."""
         ...
 
-    def add_error_listener(self, listener: Callable[[Any], None]) -> None:
-        """Be told of every ``error_cb`` error of the producer's clients."""
+    def add_error_listener(self, listener: Callable[[Any, str | None], None]) -> None:
+        """Be told of every ``error_cb`` error of the producer's clients, with the client's cluster."""
         ...
 
     def set_hooks(self, send: SendHook | None = None, delivery: Any = None) -> None:

@@ -110,7 +110,8 @@ class Producer(ClientSwaps, TopicResolver):
         self._meta_ttl_s = self._conf.ms("ykafka.metadata.refresh.ms")
         self._stamp_ids = bool(self._conf.get("ykafka.message.id"))
         self._dr: DisasterRecovery | None = None
-        self._error_listeners: list[Callable[[Any], None]] = []
+        self._error_listeners: list[Callable[[Any, str | None], None]] = []
+        self._error_cbs: dict[str, Callable[[Any], None]] = {}  # per cluster: one object (clients are keyed by it)
         ProducerIdHastener.start_worker()  # here, not on the first send (see the class)
         # what is started here is stopped by close() in reverse order, every step even when one fails; a
         # failure while starting unwinds what was started before it
@@ -467,8 +468,9 @@ class Producer(ClientSwaps, TopicResolver):
         """The message tracer of this producer."""
         return self._obs.tracer()
 
-    def add_error_listener(self, listener: Callable[[Any], None]) -> None:
-        """Be told of every ``error_cb`` error of this producer's clients (before the user's ``error_cb``)."""
+    def add_error_listener(self, listener: Callable[[Any, str | None], None]) -> None:
+        """Be told of every ``error_cb`` error of this producer's clients, with the client's cluster (before the
+        user's ``error_cb``)."""
         self._error_listeners.append(listener)
 
     def retire_clients(self, cluster: str, reason: str) -> None:
@@ -509,13 +511,13 @@ class Producer(ClientSwaps, TopicResolver):
         """How many times a client was retired for a rebuild or a route switch."""
         return self._swaps
 
-    def _error_cb(self, err: Any) -> None:
-        mapped = from_kafka_error(err, app_id=self._runtime.app_id)  # a broker's refusal names the app
+    def _error_cb(self, err: Any, cluster: str | None = None) -> None:
+        mapped = from_kafka_error(err, app_id=self._runtime.app_id, cluster=cluster)  # a refusal names the app
         log.warning("ykafka.producer.kafka_error", code=mapped.name, error=str(mapped), fatal=mapped.fatal)
         self._runtime.record_error({"type": "kafka", "code": mapped.name, "reason": str(mapped),
                                     "fatal": mapped.fatal})
         for listener in self._error_listeners:
-            listener(err)
+            listener(err, cluster)
         if self._user_error_cb is not None:
             self._user_error_cb(err)
 

@@ -3,6 +3,7 @@ disaster-recovery path, cached per config version as a :class:`~ykafka.producer.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -130,7 +131,10 @@ class TopicResolver(ProducerBase):
 
     def _client_props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
         props = self._settings(cluster, effective)
-        props["error_cb"] = self._error_cb
+        error_cb = self._error_cbs.get(cluster)
+        if error_cb is None:  # one object per cluster: it is part of the client's key
+            error_cb = self._error_cbs[cluster] = functools.partial(self._error_cb, cluster=cluster)
+        props["error_cb"] = error_cb
         self._obs.add_statistics(props)  # statistics -> __ykafka_metrics (beside the application's stats_cb)
         if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled
             props["message.timeout.ms"] = max(effective["spill.after.ms"], effective["producer.linger.ms"] + 1000)

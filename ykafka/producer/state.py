@@ -169,6 +169,7 @@ class ProducerBase:
     _dr: DisasterRecovery | None
     _runtime: Runtime
     _obs: Observability
+    _error_cbs: dict[str, Callable[[Any], None]]
 
     def _prepare(self, topic: str) -> _TopicState:
         raise NotImplementedError
@@ -177,7 +178,7 @@ class ProducerBase:
               on_delivery: DeliveryCallback | None, timestamp: int, headers: Any) -> None:
         raise NotImplementedError
 
-    def _error_cb(self, err: Any) -> None:
+    def _error_cb(self, err: Any, cluster: str | None = None) -> None:
         raise NotImplementedError
 
     def _retire(self, client: _Client, reason: str) -> None:
