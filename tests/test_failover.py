@@ -64,6 +64,39 @@ def test_consecutive_probe_failures_mark_down_and_one_probe_brings_it_back() -> 
         health.close()
 
 
+def test_a_refusal_of_the_credentials_is_not_an_outage_and_new_credentials_lift_it() -> None:
+    probe = ScriptedProbe()
+    creds = {"bootstrap.servers": "127.0.0.1:1", "sasl.username": "app.a@dc-a.g1"}
+    refusals: list[int] = []
+    health = ClusterHealth("dc-a", dict(creds), HealthPolicy(down_failures=2, down_after_s=0, probe_interval_s=60),
+                           probe=probe, conf_source=lambda: dict(creds))
+    health.on_refused = lambda: refusals.append(1)
+    try:
+        probe.up = False  # the broker refuses every connection: what follows the refusal fails too
+        health.on_error(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error"))
+        health.on_error(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error"))
+        for _ in range(3):
+            health.on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+            assert not health.probe_now()
+        assert health.state is ClusterState.UP and health.is_refused() and refusals == [1]
+        assert "_AUTHENTICATION" in health.status()["refused"]
+        health.on_error(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))  # one topic's ACL: counted nowhere
+        assert health.status()["consecutive_failures"] == 0
+        creds["sasl.username"] = "app.a@dc-a.g2"  # a grant renewal brought new credentials
+        time.sleep(0.6)  # checked at most twice a second
+        assert not health.is_refused() and health.status()["refused"] is None
+        health.on_error(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED))
+        assert health.is_refused() and refusals == [1, 1]
+        probe.up = True  # a probe that authenticates (on a fresh connection) lifts it too
+        assert health.probe_now() and not health.is_refused()
+        probe.up = False  # now the cluster is really gone
+        for _ in range(2):
+            health.on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+        assert health.state is ClusterState.DOWN  # failures count again once lifted
+    finally:
+        health.close()
+
+
 def test_librdkafka_errors_count_as_failures() -> None:
     probe = ScriptedProbe()
     health, changes = _health(probe, probe_interval_s=60)
