@@ -31,6 +31,23 @@ def _to_provider(page: Any, console: SsoConsole) -> None:
     page.wait_for_selector("input[name=login]")
 
 
+def _started_state(page: Any, console: SsoConsole) -> str:
+    """Start a login; the state the console sent to the provider's authorization endpoint (PKCE checked)."""
+    requested: list[str] = []
+
+    def record(request: Any) -> None:
+        requested.append(request.url)
+
+    page.on("request", record)
+    _to_provider(page, console)
+    page.remove_listener("request", record)
+    auth = [u for u in requested if u.startswith(console.provider.url + "/auth?")]
+    query = parse_qs(urlsplit(auth[0]).query)
+    assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) == 43
+    assert query["response_type"] == ["code"] and query["nonce"][0]
+    return query["state"][0]
+
+
 def _sign_in(page: Any, console: SsoConsole, login: str, shot: str | None = None) -> None:
     """Through the provider's login and consent pages (its dev login takes any password)."""
     _to_provider(page, console)
@@ -108,22 +125,13 @@ def test_forged_tampered_and_replayed_callbacks_are_refused(sso_console: SsoCons
     requested: list[str] = []
     page.on("request", lambda r: requested.append(r.url))
 
-    def started_state() -> str:
-        """Start a login; the state the console sent to the provider's authorization endpoint."""
-        requested.clear()
-        _to_provider(page, sso_console)
-        auth = [u for u in requested if u.startswith(sso_console.provider.url + "/auth?")]
-        query = parse_qs(urlsplit(auth[0]).query)
-        assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) == 43  # PKCE
-        return query["state"][0]
-
     def answer(params: dict[str, str]) -> tuple[int, str]:
         resp = page.goto(callback + "?" + urlencode(params))
         content = page.content()
         assert MARKER not in content and "forged-by-test" not in content  # nothing of the request echoed
         return resp.status, page.locator("p.error").inner_text()
 
-    state = started_state()
+    state = _started_state(page, sso_console)
     # a callback this browser did not start (forged state): refused, the login under way is kept
     status, text = answer({"code": "forged-by-test", "state": "forged-by-test" + MARKER})
     assert status == 400 and "(state mismatch)" in text, text
@@ -133,7 +141,7 @@ def test_forged_tampered_and_replayed_callbacks_are_refused(sso_console: SsoCons
     assert status == 400 and text == "Single sign-on failed: the identity provider did not sign you in (error).", text
 
     # a login whose callback carries a tampered code: the provider refuses the exchange
-    state = started_state()
+    state = _started_state(page, sso_console)
     status, text = answer({"code": "tampered-code-0123456789", "state": state})
     assert status == 400 and "refused the authorization code" in text, text
     assert page.locator("form.who").count() == 0
@@ -157,7 +165,14 @@ def test_cancel_at_the_provider_gives_a_clear_page(sso_console: SsoConsole, page
     assert page.locator("a[href='/console/login']").count() == 1
 
 
-def test_local_users_still_log_in(sso_console: SsoConsole, page: Any) -> None:
+def test_provider_down_is_a_clear_page_and_local_users_still_log_in(sso_console: SsoConsole, page: Any) -> None:
+    """Break-glass: the last test of the module, it stops the provider."""
+    state = _started_state(page, sso_console)
+    sso_console.provider.stop()
+    resp = page.goto(sso_console.url + "/console/sso/callback?" + urlencode({"code": "a-code", "state": state}))
+    assert resp.status == 502
+    assert page.locator("p.error").inner_text() == \
+        "Single sign-on failed: the identity provider could not be reached; try again later."
     _local_login(page, sso_console, sso_console.local_admin, PASSWORD)
     page.wait_for_url(sso_console.url + "/console/")
     assert page.locator("form.who span").inner_text() == f"{sso_console.local_admin} (admin)"
