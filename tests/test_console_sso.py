@@ -112,6 +112,35 @@ def test_viewer_group_gets_viewer_rights_only(sso_console: SsoConsole, page: Any
     assert page.locator("p.error").inner_text() == "Wrong username or password."
 
 
+def test_an_admin_disabling_an_sso_user_ends_its_access_at_once(sso_console: SsoConsole, page: Any,
+                                                                 browser: Any) -> None:
+    _sign_in(page, sso_console, "vic")
+    page.wait_for_url(sso_console.url + "/console/")
+    admin_context = browser.new_context(viewport={"width": 1360, "height": 900})
+    try:
+        admin = admin_context.new_page()
+        _local_login(admin, sso_console, sso_console.local_admin, PASSWORD)
+        admin.goto(sso_console.url + "/console/users")
+        admin.on("dialog", lambda dialog: dialog.accept())
+        admin.locator("#users tr", has_text="sso:vic").locator("button", has_text="Disable").click()
+        admin.wait_for_url(sso_console.url + "/console/users")
+        assert admin.locator("#users tr", has_text="sso:vic").locator("td").nth(2).inner_text() == "no"
+        _shot(admin, "users")
+        page.goto(sso_console.url + "/console/")  # vic's session stopped answering
+        assert page.url == sso_console.url + "/console/login"
+        page.click("#sso-login")  # signed in at the provider still, but its word no longer lets vic in
+        page.wait_for_url(sso_console.url + "/console/sso/callback*")
+        assert page.locator("p.error").inner_text() == \
+            "Single sign-on failed: this account is disabled in the console; ask an administrator."
+        admin.locator("#users tr", has_text="sso:vic").locator("button", has_text="Enable").click()
+        admin.wait_for_url(sso_console.url + "/console/users")
+        assert admin.locator("#users tr", has_text="sso:vic").locator("td").nth(2).inner_text() == "yes"
+        admin.goto(sso_console.url + "/console/audit")
+        assert admin.locator("tr", has_text="user.disable").filter(has_text="sso:vic").count() == 1
+    finally:
+        admin_context.close()
+
+
 def test_account_without_a_mapped_group_is_refused(sso_console: SsoConsole, page: Any) -> None:
     _sign_in(page, sso_console, "nobody")
     page.wait_for_url(sso_console.url + "/console/sso/callback*")

@@ -18,7 +18,7 @@ from ..models import apps
 from . import provision, users
 from .config_views import off_loop
 from .overview_views import writes_to
-from .views import Denied, _audit, _form, _login_redirect, _page, _session, _svc, router
+from .views import Denied, _audit, _form, _login_redirect, _page, _session, _svc, required, router
 
 _OPS: dict[str, acl_rules.Operation] = {op: op for op in acl_rules.OPERATIONS}
 
@@ -219,6 +219,24 @@ def user_list(request: Request) -> Response:
     if not sess.can("admin"):
         raise Denied()
     return _page(request, "users.html", sess, rows=users.list_users(_svc(request).engine), error=None)
+
+
+@router.post("/users/enabled")
+async def user_enabled(request: Request) -> Response:
+    """An admin disables a user (e.g. a single sign-on user whose access must end now) or enables it again."""
+    sess = _session(request)
+    if sess is None:
+        return _login_redirect()
+    form = required(await _form(request, sess, "admin"), "username", "enabled")
+    svc = _svc(request)
+    username, enabled = form["username"], form["enabled"] == "1"
+    error = "you cannot disable yourself" if username == sess.username and not enabled else None
+    if error is None and not users.set_enabled(svc.engine, username, enabled):
+        error = "no such user"
+    if error:
+        return _page(request, "users.html", sess, status_code=422, rows=users.list_users(svc.engine), error=error)
+    _audit(svc, sess, "user.enable" if enabled else "user.disable", username, None, {"enabled": enabled})
+    return RedirectResponse("/console/users", status_code=303)
 
 
 @router.post("/users")

@@ -73,6 +73,13 @@ def create(engine: Engine, username: str, password: str, role: str, replace: boo
         return db.insert_ignore(conn, users, values, ["username"])
 
 
+def set_enabled(engine: Engine, username: str, enabled: bool) -> bool:
+    """Enable or disable a user (a disabled user's sessions stop answering at once); False when there is none."""
+    with db.write(engine) as conn:
+        return conn.execute(update(users).where(users.c.username == username[:64])
+                            .values(enabled=enabled)).rowcount > 0
+
+
 def list_users(engine: Engine) -> list[dict[str, object]]:
     with db.read(engine) as conn:
         rows = conn.execute(select(users.c.username, users.c.role, users.c.enabled, users.c.created_at)
