@@ -25,6 +25,7 @@ from . import (
     routes_admin,
     routes_config,
     routes_messages,
+    routes_notify,
     routes_observe,
     routes_offsets,
     routes_placements,
@@ -111,6 +112,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes_offsets.router)
     app.include_router(routes_messages.router)
     app.include_router(rollout_routes.router)
+    app.include_router(routes_notify.router)
     install_console(app)
 
     @app.get("/health", tags=["ops"])

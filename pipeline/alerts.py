@@ -203,7 +203,10 @@ class AlertManager:
         self.store = store
         self.cfg = cfg
         self.producer = producer
-        self.notifier = notify.Notifier(store, cfg.notify, cluster) if cfg.notify.get("channels") else None
+        meta = cfg.sinks.get("metaserver")
+        source = notify.console_source(str(meta), self._token(), cfg.notify) if meta else None
+        self.notifier = (notify.Notifier(store, cfg.notify, cluster, source=source)
+                         if cfg.notify.get("channels") or source else None)
         state = store.read_json("_state", "alerts.json") or {}
         self.active: dict[str, dict[str, Any]] = dict(state.get("active", {}))
         self.sent: list[dict[str, Any]] = []
@@ -254,13 +257,15 @@ class AlertManager:
         if self.notifier is not None:
             self.notifier.notify(alerts)
         if sinks.get("metaserver"):
-            token = sinks.get("metaserver_token") or os.environ.get("YKAFKA_ADMIN_TOKEN", "")
             self._post(str(sinks["metaserver"]).rstrip("/") + "/v1/admin/alerts", alerts,
-                       {"Authorization": f"Bearer {token}", "X-Ykafka-Operator": "ykafka-pipeline"})
+                       {"Authorization": f"Bearer {self._token()}", "X-Ykafka-Operator": "ykafka-pipeline"})
         for alert in alerts:
             log.warning("ykafka.pipeline.alert", rule=alert["rule"], level=alert["level"], status=alert["status"],
                         topic=alert["topic"], group=alert["group"], partition=alert["partition"],
                         reason=alert["reason"])
+
+    def _token(self) -> str:
+        return str(self.cfg.sinks.get("metaserver_token") or os.environ.get("YKAFKA_ADMIN_TOKEN", ""))
 
     @staticmethod
     def _post(url: str, alerts: list[dict[str, Any]], headers: dict[str, str]) -> None:

@@ -39,34 +39,67 @@ class NotifyConfigError(ValueError):
     pass
 
 
+SECTION_KEYS = ("channels", "routes", "silences", "retry", "timeout_s")
+
+
 def _until(text: Any) -> float:
     try:
         when = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:
-        raise NotifyConfigError(f"silence until: an ISO-8601 time, e.g. 2026-11-27T08:00:00Z, not {text!r}") from None
+        raise NotifyConfigError("silence until: an ISO-8601 time, e.g. 2026-11-27T08:00:00Z") from None
     return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
 
 
-def check(cfg: Mapping[str, Any]) -> None:
-    """Refuse a bad ``notify`` section with the reason (before anything is sent)."""
+def _mappings(value: Any, where: str) -> list[Mapping[str, Any]]:
+    if not isinstance(value or [], list) or not all(isinstance(v, Mapping) for v in value or []):
+        raise NotifyConfigError(f"{where}: a list of mappings")
+    return list(value or [])
+
+
+def _match(value: Any, where: str) -> None:
+    if not isinstance(value or {}, Mapping):
+        raise NotifyConfigError(f"{where}: match is a mapping of {', '.join(MATCH_KEYS)} to patterns")
+    bad = sorted(set(value or {}) - set(MATCH_KEYS))
+    if bad:
+        raise NotifyConfigError(f"{where}: match on {', '.join(MATCH_KEYS)}")
+
+
+def check(cfg: Any) -> None:
+    """Refuse a bad ``notify`` section with the reason (before anything is sent); reasons never quote values."""
+    if not isinstance(cfg, Mapping):
+        raise NotifyConfigError("notify: a mapping of channels, routes, silences, retry")
+    unknown = sorted(str(k) for k in cfg if k not in SECTION_KEYS)
+    if unknown:
+        raise NotifyConfigError(f"notify: unknown key(s) {', '.join(unknown)[:200]} (known: {', '.join(SECTION_KEYS)})")
     channels = cfg.get("channels") or {}
+    if not isinstance(channels, Mapping):
+        raise NotifyConfigError("channels: a mapping of name to channel")
     for name, ch in channels.items():
         if not isinstance(ch, Mapping) or ch.get("type") not in KINDS:
             raise NotifyConfigError(f"channel {name}: type is one of {', '.join(KINDS)}")
         if ch["type"] == "email":
             if not ch.get("smtp") or not ch.get("to") or not ch.get("from"):
                 raise NotifyConfigError(f"channel {name}: email needs smtp (host:port), from and to")
+            if not str(ch["smtp"]).rpartition(":")[2].isdigit():
+                raise NotifyConfigError(f"channel {name}: smtp is host:port")
         elif not str(ch.get("url") or "").startswith(("http://", "https://")):
             raise NotifyConfigError(f"channel {name}: url must be http(s)")
-    for i, route in enumerate(cfg.get("routes") or []):
-        unknown = [c for c in route.get("channels") or [] if c not in channels]
-        if unknown or not route.get("channels"):
+    for i, route in enumerate(_mappings(cfg.get("routes"), "routes")):
+        targets = route.get("channels")
+        if not isinstance(targets, list) or not targets or any(c not in channels for c in targets):
             raise NotifyConfigError(f"route {i + 1}: channels must name configured channels")
-        bad = sorted(set(route.get("match") or {}) - set(MATCH_KEYS))
-        if bad:
-            raise NotifyConfigError(f"route {i + 1}: match on {', '.join(MATCH_KEYS)}")
-    for silence in cfg.get("silences") or []:
+        _match(route.get("match"), f"route {i + 1}")
+    for i, silence in enumerate(_mappings(cfg.get("silences"), "silences")):
+        _match(silence.get("match"), f"silence {i + 1}")
         _until(silence.get("until"))
+    retry = cfg.get("retry") or {}
+    try:
+        if not isinstance(retry, Mapping) or int(retry.get("attempts", 8)) < 1 or any(
+                float(retry.get(k, 0)) < 0 for k in ("backoff_s", "max_backoff_s")) or float(
+                cfg.get("timeout_s", 5.0)) <= 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise NotifyConfigError("retry: attempts >= 1, backoff_s and max_backoff_s >= 0; timeout_s > 0") from None
 
 
 def _matches(match: Mapping[str, Any], alert: Mapping[str, Any]) -> bool:
@@ -102,17 +135,31 @@ class Notifier:
     """Routes, silences, sends and retries alert notifications; its deliveries persist in the store."""
 
     def __init__(self, store: Store, cfg: Mapping[str, Any], cluster: str = "",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 source: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        self.store, self.cluster, self.clock, self.source = store, cluster, clock, source
+        self._configure(cfg)
+        state = store.read_json("_state", "notify.json") or {}
+        #: delivery id -> {"channel", "alert", "state": pending|sent|silenced|failed, "attempts", "next_at", ...}
+        self.deliveries: dict[str, dict[str, Any]] = dict(state.get("deliveries", {}))
+
+    def _configure(self, cfg: Mapping[str, Any]) -> None:
         check(cfg)
-        self.store, self.cfg, self.cluster, self.clock = store, cfg, cluster, clock
+        self.cfg = cfg
         retry = cfg.get("retry") or {}
         self.attempts = int(retry.get("attempts", 8))
         self.backoff_s = float(retry.get("backoff_s", 2.0))
         self.max_backoff_s = float(retry.get("max_backoff_s", 300.0))
         self.timeout_s = float(cfg.get("timeout_s", 5.0))
-        state = store.read_json("_state", "notify.json") or {}
-        #: delivery id -> {"channel", "alert", "state": pending|sent|silenced|failed, "attempts", "next_at", ...}
-        self.deliveries: dict[str, dict[str, Any]] = dict(state.get("deliveries", {}))
+
+    def refresh(self) -> None:
+        """Take the configuration in force from ``source`` (the console's); unreachable or bad: keep the last."""
+        if self.source is None:
+            return
+        try:
+            self._configure(self.source())
+        except Exception as exc:
+            log.warning("ykafka.pipeline.notify_config_kept", error=str(exc)[:300])
 
     def _save(self) -> None:
         cutoff = self.clock() - 7 * 86400  # done deliveries are kept a week (a restart within it repeats none)
@@ -138,6 +185,7 @@ class Notifier:
 
     def notify(self, alerts: list[dict[str, Any]]) -> None:
         """Decide the deliveries of new alert events (kept before any send), then send what is due."""
+        self.refresh()
         for event in alerts:
             alert = {**event, "cluster": event.get("cluster") or self.cluster or None}
             why = self.silenced(alert)
@@ -154,11 +202,15 @@ class Notifier:
     def flush(self) -> None:
         """Send every pending delivery that is due; a failure waits its back-off (kept for the next pass)."""
         now = self.clock()
+        channels = self.cfg.get("channels") or {}
         for key, d in self.deliveries.items():
             if d["state"] != "pending" or d["next_at"] > now:
                 continue
+            if d["channel"] not in channels:  # removed from the configuration since it was decided
+                d.update(state="failed", at=now, error="channel no longer configured")
+                continue
             try:
-                self._send(key, self.cfg["channels"][d["channel"]], d["alert"])
+                self._send(key, channels[d["channel"]], d["alert"])
                 d.update(state="sent", at=self.clock())
             except Exception as exc:  # a channel down or refusing: retried with back-off
                 d["attempts"] += 1
@@ -193,3 +245,19 @@ class Notifier:
                                  headers={"X-Ykafka-Notification": key})
         if response.status_code >= 300:
             raise RuntimeError(f"HTTP {response.status_code}")
+
+
+def console_source(metaserver: str, token: str, fallback: Mapping[str, Any],
+                   timeout_s: float = 5.0) -> Callable[[], Mapping[str, Any]]:
+    """The notify section in force on the MetaServer (``GET /v1/admin/notify?reveal=true``, admin token): the
+    console's once an admin saved one there, else ``fallback`` (this pipeline's own file)."""
+    url = metaserver.rstrip("/") + "/v1/admin/notify?reveal=true"
+
+    def read() -> Mapping[str, Any]:
+        response = requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
+        if response.status_code != 200:
+            raise RuntimeError(f"MetaServer notify config: HTTP {response.status_code}")
+        found = response.json()
+        return dict(found["config"]) if found.get("source") == "console" else fallback
+
+    return read

@@ -36,7 +36,8 @@ from tests.support import Broker, LocalStack, broker_kind, new_stack, tansu_grou
 
 # every fixture module, registered once here (never in a test module)
 pytest_plugins = ["tests.cc_fixtures", "tests.ms_fixtures", "tests.sdk_fixtures", "tests.consumer_fixtures",
-                  "tests.dr_fixtures", "tests.pipeline_fixtures", "tests.console_fixtures"]
+                  "tests.dr_fixtures", "tests.pipeline_fixtures", "tests.console_fixtures",
+                  "tests.notify_fixtures"]
 
 #: modules whose outcome depends on timing under load (chaos, DR, swaps, pacing, benchmarks, the loop-lag bound,
 #: the Spark cluster, the pipeline driver killed and restarted): ``make test`` runs them alone after the rest has

@@ -17,6 +17,7 @@ from . import (
     config_views,
     dlq_views,
     group_views,
+    notify_views,
     overview_views,
     request_views,
     reset_views,
@@ -32,7 +33,7 @@ def install(app: FastAPI) -> None:
 
     # the page modules register on the console router
     assert (admin_views.router is rollout_views.router is
-            browse_views.router is dlq_views.router is group_views.router is request_views.router
+            browse_views.router is dlq_views.router is group_views.router is notify_views.router is request_views.router
             is reset_views.router is sso_views.router
             is topic_views.router is trace_views.router is config_views.router is overview_views.router
             is views.router)

@@ -16,6 +16,7 @@ TITLES = {
     "clusters": "Clusters", "trace": "Trace", "dlq": "Dead letters", "alerts": "Alerts", "audit": "Audit log",
     "users": "Users", "login": "Log in", "sso_done": "Logged in", "secret": "App secret", "error": "Error",
     "browse": "Messages of {topic}", "reset": "Reset offsets of {group}", "reset_panel": "Offset reset of {group}",
+    "notifications": "Alert notifications",
 }
 
 

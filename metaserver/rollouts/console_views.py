@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from ykafka.catalog import GLOBAL, Scope, ScopeKind
 
 from .. import clients, db, hotconfig
-from ..console import users
+from ..console import doc_pages, users
 from ..console.config_views import _parse_changes
 from ..console.views import _form, _login_redirect, _page, _session, _svc, router
 from ..hotconfig import ConfigRejected
@@ -22,33 +22,21 @@ from . import guards, judge, markers, plans, targets
 
 
 def _guards_page(request: Request, sess: users.Session, status_code: int = 200, body: str | None = None,
-                 errors: dict[str, str] | None = None) -> Response:
+                 error: guards.GuardRulesInvalid | None = None) -> Response:
     found = guards.in_force(_svc(request).engine)
     return _page(request, "guards.html", sess, status_code=status_code, found=found,
-                 body=found.body if body is None else body, errors=errors, can_edit=sess.can("admin"),
-                 saved=request.query_params.get("saved"))
+                 body=found.body if body is None else body, errors=error.errors if error else None,
+                 can_edit=sess.can("admin"), saved=request.query_params.get("saved"))
 
 
 @router.get("/guards")
 def guard_rules(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
-    return _guards_page(request, sess)
+    return doc_pages.show(request, _guards_page)
 
 
 @router.post("/guards")
 async def guard_rules_save(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
-    form = await _form(request, sess, "admin")
-    body = form.get("body", "")[:200_000]
-    try:
-        await run_in_threadpool(guards.save, _svc(request).engine, body, f"console:{sess.username}")
-    except guards.GuardRulesInvalid as exc:
-        return _guards_page(request, sess, status_code=422, body=body, errors=exc.errors)
-    return RedirectResponse("/console/guards?saved=1", status_code=303)
+    return await doc_pages.save(request, guards.save, guards.GuardRulesInvalid, _guards_page, "/console/guards")
 
 
 # --- rollout plans -------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ outside a rule does not block an unrelated change.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +20,13 @@ from typing import Any
 import structlog
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
 from ykafka import catalog
 from ykafka.catalog import GLOBAL, Scope, ScopeKind
 from ykafka.errors import InvalidConfigValue
 
-from .. import audit, db
+from .. import edited_docs
 from ..hotconfig import ConfigRejected, PushPlan
 from .models import guard_rules
 
@@ -157,34 +156,17 @@ class InForce:
 
 def in_force(engine: Engine, path: Path | None = None) -> InForce:
     """The rules saved in the console, else those of the file (``configs/guardrules.yaml``)."""
-    with db.read(engine) as conn:
-        row = conn.execute(select(guard_rules).where(guard_rules.c.id == 1)).mappings().first()
-    if row is not None:
-        return InForce(parse_rules(row["body"]), row["body"], "console", int(row["version"]), row["updated_by"],
-                       float(row["updated_at"]))
-    file = path or DEFAULT_FILE
-    try:
-        body = file.read_text()
-    except OSError:
-        log.warning("guards.file_missing", file=str(file))
-        return InForce([], "rules: []\n", "none", 0)
-    return InForce(parse_rules(body), body, "file", 0)
+    doc = edited_docs.current(engine, guard_rules, (path or DEFAULT_FILE).read_text, "rules: []\n")
+    return InForce(parse_rules(doc.body), doc.body, doc.source, doc.version, doc.updated_by, doc.updated_at)
 
 
 def save(engine: Engine, body: str, who: str, path: Path | None = None) -> InForce:
     """Store new rules (checked first: nothing stored when one is malformed) and audit the edit."""
     rules = parse_rules(body)
     before = in_force(engine, path)
-    with db.write(engine) as conn:
-        version = before.version + 1
-        values = {"body": body, "version": version, "updated_at": time.time(), "updated_by": who[:255]}
-        if before.source == "console":
-            conn.execute(guard_rules.update().where(guard_rules.c.id == 1).values(**values))
-        else:
-            conn.execute(guard_rules.insert().values(id=1, **values))
-        audit.record(conn, who, "guard.rules", "guard-rules",
-                     {**{f"rule {r.name}": r.summary() for r in before.rules}, "version": before.version},
-                     {**{f"rule {r.name}": r.summary() for r in rules}, "version": version})
+    edited_docs.store(engine, guard_rules, body, who, edited_docs.Stored(body, before.source, before.version),
+                      "guard.rules", "guard-rules", {f"rule {r.name}": r.summary() for r in before.rules},
+                      {f"rule {r.name}": r.summary() for r in rules})
     return in_force(engine, path)
 
 
