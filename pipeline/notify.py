@@ -86,7 +86,8 @@ def check(cfg: Any) -> None:
             raise NotifyConfigError(f"channel {name}: url must be http(s)")
     for i, route in enumerate(_mappings(cfg.get("routes"), "routes")):
         targets = route.get("channels")
-        if not isinstance(targets, list) or not targets or any(c not in channels for c in targets):
+        if not isinstance(targets, list) or not targets or any(
+                not isinstance(c, str) or c not in channels for c in targets):
             raise NotifyConfigError(f"route {i + 1}: channels must name configured channels")
         _match(route.get("match"), f"route {i + 1}")
     for i, silence in enumerate(_mappings(cfg.get("silences"), "silences")):

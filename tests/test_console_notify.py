@@ -111,6 +111,8 @@ def test_the_admin_api_masks_secrets_and_refuses_a_bad_section_with_the_reason(c
         bad = st.admin("PUT", "/v1/admin/notify", {"body": "channels: {x: {type: pager}}"})
         assert bad.status_code == 422
         assert bad.json()["detail"] == "channel x: type is one of webhook, slack, dingtalk, feishu, email"
+        odd = st.admin("PUT", "/v1/admin/notify", {"body": "routes: [{channels: [{a: 1}]}]"})
+        assert odd.status_code == 422 and odd.json()["detail"] == "route 1: channels must name configured channels"
         ding = "https://oapi.dingtalk.com/robot/send?access_token=SECRETTOKEN"
         ok = st.admin("PUT", "/v1/admin/notify", {"body": f"channels: {{ding: {{type: dingtalk, url: '{ding}'}}}}"})
         assert ok.status_code == 200, ok.text

@@ -168,3 +168,10 @@ def test_operator_tools_sample_browses_and_resets(stack: LocalStack, tmp_path: P
                           for n in (7, 8, 9)]
     assert lines[4] == "dry run: partition 0: 10 -> 8 (lag after 2)"
     assert lines[5] == f"reset direct: done; {topic}[0] 10 → 8" and lines[-1] == "OK"
+
+
+def test_alert_notifications_sample_reaches_its_receiver(stack: LocalStack, tmp_path: Path) -> None:
+    lines = _run_sample(stack, tmp_path, "alert_notifications.py")
+    assert lines[0] == "refused (422): route 1: channels must name configured channels", lines
+    assert lines[-2:] == ["receiver got: firing consumer-lag ERR topic orders",
+                          "receiver got: resolved consumer-lag OK topic orders"], lines
