@@ -69,14 +69,20 @@ class Ledger:
     outcome: dict[int, Any] = field(default_factory=dict)
     acked_at: dict[int, float] = field(default_factory=dict)
     refused_at_send: list[str] = field(default_factory=list)
+    failed_at: dict[int, float] = field(default_factory=dict)
+    unsent: set[int] = field(default_factory=set)  # failed to the callback without reaching librdkafka (no message)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def callback(self, i: int) -> Callable[[Any, Any], None]:
-        def done(err: Any, _msg: Any) -> None:
+        def done(err: Any, msg: Any) -> None:
             with self.lock:
                 self.outcome[i] = err
                 if err is None:
                     self.acked_at[i] = time.time()
+                else:
+                    self.failed_at[i] = time.time()
+                    if msg is None:
+                        self.unsent.add(i)
         return done
 
     @property
@@ -199,14 +205,47 @@ def test_revoked_with_disaster_recovery_on_fails_every_refused_message_and_spill
     assert link["spilled"] == link["rerouted"] == 0 and spill["depth"] == 0, (link, spill)  # nothing kept for later
     # the SCRAM user's deletion was seen as a refusal, not an outage: the messages after it failed to their callbacks
     assert health["refused"] and "_AUTHENTICATION" in health["refused"] and health["state"] == "up", health
-    assert link["refused"] > 0
+    # while refused, new sends failed at once (not handed to librdkafka to time out, not spilled)
+    assert link["refused"] > 0 and ledger.unsent
     last_accepted = max(ledger.sent[i] for i in ledger.acked)
+    waits = sorted(ledger.failed_at[i] - ledger.sent[i] for i in ledger.failed_at)
+    unsent_waits = sorted(ledger.failed_at[i] - ledger.sent[i] for i in ledger.unsent)
     print(f"REVOCATION-DR bound_s={last_accepted - revoked_at:.3f} sent={len(ledger.sent)} "
           f"acked={len(ledger.acked)} failed={len(failed)} refused_at_send={len(ledger.refused_at_send)} "
-          f"failed_by_callback={len(failed) - len(ledger.refused_at_send)} link={link}")
+          f"failed_by_callback={len(ledger.failed_at)} of_them_unsent={len(ledger.unsent)} "
+          f"callback_wait_p50_s={waits[len(waits) // 2]:.3f} max_s={waits[-1]:.3f} "
+          f"unsent_wait_max_s={unsent_waits[-1]:.3f} link={link}")
     assert last_accepted - revoked_at <= REAUTH_MS / 1000 + 2 + 5
     ids = read_ids(kafka, topic, len(ledger.acked))
     assert set(ids) >= ledger.acked and set(ids) <= set(ledger.sent)  # nothing acknowledged is lost
+
+
+def test_messages_queued_when_the_credentials_are_refused_each_fail_once_with_disaster_recovery_on(
+        kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    """The refusal comes while messages wait in librdkafka (a connection refused from its first attempt): they
+    time out after spill.after.ms and fail to their callbacks, as the sends after the refusal do at once."""
+    topic = f"rq.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    ledger = Ledger()
+    conf = {**kafka.client("nobody", "wrong"), "ykafka.cache.dir": str(tmp_path / "c"), "log_level": 0,
+            "ykafka.report.enabled": False, "spill.after.ms": 2000}  # local mode; ykafka.dr.enabled: the default
+    with Producer(conf) as producer:
+        dr = producer.disaster_recovery
+        assert dr is not None
+        produce_at(producer, topic, ledger, 200, lambda: False, 1.5)
+        producer.flush(15)
+        status = dr.status()
+    failed = [err for err in ledger.outcome.values() if err is not None]
+    assert len(ledger.outcome) == len(ledger.sent) == len(failed)  # each message: exactly one callback, failed
+    assert all(isinstance(err, BrokerAuthError) for err in failed), {repr(e)[:200] for e in failed}
+    assert "cluster 'default'" in str(failed[0]) and f"topic/group {topic!r}" in str(failed[0])
+    queued = set(ledger.failed_at) - ledger.unsent  # handed to librdkafka before the refusal was known
+    assert queued and ledger.unsent, (len(queued), len(ledger.unsent))
+    link, spill = status["links"]["default"], status["spill"]["default"]
+    assert link["spilled"] == link["rerouted"] == 0 and spill["depth"] == 0, (link, spill)
+    assert status["clusters"]["default"]["state"] == "up"
+    print(f"REFUSED-QUEUED sent={len(ledger.sent)} queued_then_failed={len(queued)} failed_at_once={len(ledger.unsent)}"
+          f" link={link}")
 
 
 def test_rotated_while_producing_loses_and_duplicates_nothing_and_the_old_secret_is_refused(
