@@ -139,7 +139,7 @@ def test_revoked_while_producing_1000_per_second_sends_stop_within_the_bound(
     kafka.create_topics(topic)
     ledger = Ledger()
     revoked_at: list[float] = []
-    # disaster recovery off: with it on, a refused message is spilled to disk for later, not failed
+    # disaster recovery off: the plain path (with it on: the next test)
     conf = client_conf(server, app, tmp_path / "c", **{"message.timeout.ms": 10000, "ykafka.dr.enabled": False})
     with Producer(conf) as producer:
         produce_at(producer, topic, ledger, 1000, lambda: False, 2.0)  # accepted before
