@@ -95,12 +95,14 @@ def check(cfg: Any) -> None:
         _until(silence.get("until"))
     retry = cfg.get("retry") or {}
     try:
-        if not isinstance(retry, Mapping) or int(retry.get("attempts", 8)) < 1 or any(
-                float(retry.get(k, 0)) < 0 for k in ("backoff_s", "max_backoff_s")) or float(
-                cfg.get("timeout_s", 5.0)) <= 0:
+        numbers = [float(retry.get(k, 0)) for k in ("backoff_s", "max_backoff_s")] if isinstance(retry, Mapping) else []
+        timeout = float(cfg.get("timeout_s", 5.0))
+        if (not isinstance(retry, Mapping) or not 1 <= int(retry.get("attempts", 8)) <= 1000
+                or not all(0 <= n < 1e9 for n in numbers) or not 0 < timeout <= 600):
             raise ValueError
-    except (TypeError, ValueError):
-        raise NotifyConfigError("retry: attempts >= 1, backoff_s and max_backoff_s >= 0; timeout_s > 0") from None
+    except (TypeError, ValueError, OverflowError):
+        raise NotifyConfigError("retry: attempts 1-1000, backoff_s and max_backoff_s >= 0 (seconds); "
+                               "timeout_s 0-600") from None
 
 
 def _matches(match: Mapping[str, Any], alert: Mapping[str, Any]) -> bool:
@@ -198,9 +200,16 @@ class Notifier:
                                         "state": "silenced" if why else "pending", "at": self.clock(),
                                         **({"silence": why} if why else {})}
         self._save()
-        self.flush()
+        self._send_due()
 
     def flush(self) -> None:
+        """Retry what is pending and due, with the channels in force now (a channel fixed in the console)."""
+        now = self.clock()
+        if any(d["state"] == "pending" and d["next_at"] <= now for d in self.deliveries.values()):
+            self.refresh()
+            self._send_due()
+
+    def _send_due(self) -> None:
         """Send every pending delivery that is due; a failure waits its back-off (kept for the next pass)."""
         now = self.clock()
         channels = self.cfg.get("channels") or {}

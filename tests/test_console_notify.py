@@ -104,7 +104,8 @@ def test_channels_routes_and_silences_edited_in_the_console_drive_the_pipelines_
         st.admin("PUT", "/v1/admin/notify", {"body": json.dumps(shipped["config"])})
 
 
-def test_the_admin_api_masks_secrets_and_refuses_a_bad_section_with_the_reason(console: Console) -> None:
+def test_the_admin_api_masks_secrets_and_refuses_a_bad_section_with_the_reason(
+        console: Console, receiver: Receiver, tmp_path: Path) -> None:
     st = console.stack
     shipped = st.admin("GET", "/v1/admin/notify?reveal=true").json()
     try:
@@ -124,5 +125,20 @@ def test_the_admin_api_masks_secrets_and_refuses_a_bad_section_with_the_reason(c
         assert refused.status_code == 422 and refused.json()["detail"] == (
             "channel ding2: url is masked; type it in full (secrets are not shown)")
         assert st.admin("GET", "/v1/admin/notify?reveal=true").json()["config"]["channels"]["ding"]["url"] == ding
+
+        # a channel that is down, fixed on the MetaServer: the pending notification's retry goes to the fixed URL
+        hook = ("channels: {{hook: {{type: webhook, url: '{}'}}}}\nroutes: [{{channels: [hook]}}]\n"
+                "retry: {{backoff_s: 0}}\n")
+        assert st.admin("PUT", "/v1/admin/notify", {"body": hook.format(receiver.url + "/down")}).status_code == 200
+        receiver.fail["/down"] = 1
+        pipeline = AlertManager(Store(str(tmp_path / "store")), AlertConfig(sinks={
+            "kafka": False, "metaserver": console.url, "metaserver_token": st.admin_token}))
+        lag = Alert("consumer-lag", "WARN", "growing", {}, topic=unique("notify-retry"))
+        now = dt.datetime.now(dt.UTC)
+        pipeline.process([lag], ["consumer-lag"], now)
+        assert "/down" not in receiver.got
+        assert st.admin("PUT", "/v1/admin/notify", {"body": hook.format(receiver.url + "/fixed")}).status_code == 200
+        pipeline.process([lag], ["consumer-lag"], now)  # nothing new: only the retry, with the section in force
+        assert [b["reason"] for b in receiver.got["/fixed"]] == ["growing"] and "/down" not in receiver.got
     finally:
         st.admin("PUT", "/v1/admin/notify", {"body": json.dumps(shipped["config"])})
