@@ -220,6 +220,45 @@ def test_revoked_with_disaster_recovery_on_fails_every_refused_message_and_spill
     assert set(ids) >= ledger.acked and set(ids) <= set(ledger.sent)  # nothing acknowledged is lost
 
 
+def test_a_revoked_app_enabled_again_sends_again_without_a_restart_with_disaster_recovery_on(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    """The refusal is lifted by the new credentials the grant renewal brings: sends are accepted again."""
+    app = new_app(server, acl={"produce": ["re.*"], "consume": [], "group": []}, default_cluster="dc-a")
+    topic = f"re.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    ledger = Ledger()
+    with Producer(client_conf(server, app, tmp_path / "c")) as producer:
+        dr = producer.disaster_recovery
+        assert dr is not None
+        produce_at(producer, topic, ledger, 200, lambda: False, 0.5)
+        assert producer.flush(15) == 0
+        server.admin().update_app(app.app_id, enabled=False)
+
+        def refused() -> bool:
+            return dr.status()["clusters"]["dc-a"]["refused"] is not None
+
+        produce_at(producer, topic, ledger, 200, refused, REAUTH_MS / 1000 + 15)
+        assert refused(), "the SCRAM user's deletion was never seen"
+        enabled_from = len(ledger.sent)
+        server.admin().update_app(app.app_id, enabled=True)
+        produce_at(producer, topic, ledger, 200, lambda: any(i >= enabled_from for i in ledger.acked), 30)
+        steady_from = len(ledger.sent)
+        produce_at(producer, topic, ledger, 200, lambda: False, 1.0)
+        assert producer.flush(30) == 0
+        status = dr.status()
+    failed = [err for err in ledger.outcome.values() if err is not None]
+    assert len(ledger.outcome) == len(ledger.sent) == len(ledger.acked) + len(failed)
+    assert failed and all(isinstance(err, BrokerAuthError) for err in failed), {repr(e)[:200] for e in failed}
+    assert set(range(steady_from, len(ledger.sent))) <= ledger.acked  # accepted again, all of them
+    assert status["clusters"]["dc-a"]["refused"] is None and status["spill"]["dc-a"]["depth"] == 0
+    assert status["links"]["dc-a"]["spilled"] == 0
+    again = min(ledger.acked_at[i] for i in ledger.acked if i >= enabled_from) - ledger.sent[enabled_from]
+    print(f"RE-ENABLED sent={len(ledger.sent)} acked={len(ledger.acked)} failed={len(failed)} "
+          f"first_acked_again_s={again:.3f}")
+    ids = read_ids(kafka, topic, len(ledger.acked))
+    assert set(ids) >= ledger.acked and set(ids) <= set(ledger.sent)
+
+
 def test_messages_queued_when_the_credentials_are_refused_each_fail_once_with_disaster_recovery_on(
         kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
     """The refusal comes while messages wait in librdkafka (a connection refused from its first attempt): they
