@@ -107,16 +107,19 @@ def mask_url(url: str) -> str:
 
 
 def _masked(field: str, value: Any) -> Any:
-    if not isinstance(value, str) or not value:
+    if value is None or value == "":
         return value
-    return mask_url(value) if field == "url" else MASK
+    return mask_url(value) if field == "url" and isinstance(value, str) else MASK
 
 
 def mask(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the section with every channel's secrets masked (what pages and the default API show)."""
-    channels = {name: {k: _masked(k, v) if k in SECRET_FIELDS else v for k, v in ch.items()}
-                for name, ch in (cfg.get("channels") or {}).items()}
-    return {**cfg, "channels": channels}
+    """A copy of the section with every channel's secrets masked (what pages and the default API show); a
+    malformed channel (a refused edit shown again) is masked whole."""
+    channels = cfg.get("channels") or {}
+    if not isinstance(channels, Mapping):
+        return {**cfg, "channels": MASK}
+    return {**cfg, "channels": {name: {k: _masked(k, v) if k in SECRET_FIELDS else v for k, v in ch.items()}
+                                if isinstance(ch, Mapping) else MASK for name, ch in channels.items()}}
 
 
 def unmask(new: dict[str, Any], old: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,7 +132,7 @@ def unmask(new: dict[str, Any], old: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(value, str) or MASK not in value:
                 continue
             stored = (olds.get(name) or {}).get(field)
-            if isinstance(stored, str) and value == _masked(field, stored):
+            if stored is not None and value == _masked(field, stored):
                 ch[field] = stored
             else:
                 raise NotifyInvalid(f"channel {name}: {field} is masked; type it in full (secrets are not shown)")

@@ -50,6 +50,7 @@ def test_channels_routes_and_silences_edited_in_the_console_drive_the_pipelines_
         page.click("#notify-form button[type=submit]")
         assert "route 2: channels must name configured channels" in page.locator("#notify-error").inner_text()
         assert "SECRET" not in page.content()
+        assert "- pager" in page.locator("#notify-form textarea").input_value()  # the edit kept to fix, masked
         assert st.admin("GET", "/v1/admin/notify").json()["version"] == version
 
         # saving the masked form back keeps every secret (the pipeline gets them in clear)

@@ -4,6 +4,9 @@ file and audited)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import yaml
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
@@ -25,12 +28,13 @@ def _notify_page(request: Request, sess: users.Session, status_code: int = 200, 
 
 
 def _resubmitted(body: str) -> str | None:
-    """A refused edit's text shown again with its secrets masked (None when it does not parse: the form then
-    shows the section in force, so nothing typed is echoed)."""
+    """A refused edit's text shown again with its secrets masked, so the admin can fix it; None when it is not
+    YAML (the form then shows the section in force: nothing typed is echoed unmasked)."""
     try:
-        return notifications.dump(notifications.mask(notifications.parse(body)))
-    except notifications.NotifyInvalid:
+        data = yaml.safe_load(body)
+    except yaml.YAMLError:
         return None
+    return notifications.dump(notifications.mask(data)) if isinstance(data, Mapping) else None
 
 
 @router.get("/notifications")
