@@ -1,9 +1,9 @@
 """Alert notifications configured in the console (issue 30 item 2), in a real browser against the real stack:
-an admin adds a channel pointing at a local HTTP receiver and a route, and an alert the pipeline raises
-afterwards reaches the receiver (the pipeline reads the console's section from the MetaServer); secrets are
-masked on every page and kept when the masked form is saved back; a bad edit is refused with the pipeline's
-own reason and nothing is saved; a viewer reads but cannot edit; a silence added on the page holds the next
-alert back; every edit is audited."""
+an admin adds channels pointing at a local HTTP receiver and a real SMTP server (aiosmtpd) and a route, and an
+alert the pipeline raises afterwards reaches both, then resolves (the pipeline reads the console's section from
+the MetaServer); secrets are masked on every page and kept when the masked form is saved back; a bad edit is
+refused with the pipeline's own reason and nothing is saved; a viewer reads but cannot edit; a silence added
+on the page holds the next alert back; every edit is audited."""
 
 from __future__ import annotations
 
@@ -16,21 +16,24 @@ from pipeline.alerts import Alert, AlertConfig, AlertManager
 from pipeline.store import Store
 from tests.console_fixtures import Console
 from tests.helpers import unique
-from tests.notify_fixtures import Receiver
+from tests.notify_fixtures import Mailbox, Receiver
 
 SLACK_TOKEN, SMTP_PASSWORD = "T0SECRET/B0SECRET/xoxbSECRETTOKEN", "smtp-pass-SECRET"
 
 
 def test_channels_routes_and_silences_edited_in_the_console_drive_the_pipelines_notifications(
-        console: Console, page: Any, receiver: Receiver, tmp_path: Path) -> None:
+        console: Console, page: Any, receiver: Receiver, mailbox: tuple[Mailbox, int], tmp_path: Path) -> None:
     st = console.stack
+    box, smtp_port = mailbox
     shipped = st.admin("GET", "/v1/admin/notify?reveal=true").json()
     topic, quiet = unique("notify-console"), unique("notify-quiet")
     section = (f"channels:\n  oncall:\n    type: webhook\n    url: {receiver.url}/oncall\n"
                f"  team-slack:\n    type: slack\n    url: https://hooks.slack.com/services/{SLACK_TOKEN}\n"
                f"  mail:\n    type: email\n    smtp: 127.0.0.1:2525\n    from: ykafka@example.com\n"
                f"    to: [oncall@example.com]\n    username: ykafka\n    password: {SMTP_PASSWORD}\n"
-               f"routes:\n  - match: {{topic: 'notify-*'}}\n    channels: [oncall]\n")
+               f"  oncall-mail:\n    type: email\n    smtp: 127.0.0.1:{smtp_port}\n    from: ykafka@example.com\n"
+               f"    to: oncall@example.com\n"
+               f"routes:\n  - match: {{topic: 'notify-*'}}\n    channels: [oncall, oncall-mail]\n")
     pipeline = AlertManager(Store(str(tmp_path / "store")), AlertConfig(sinks={
         "kafka": False, "metaserver": console.url, "metaserver_token": st.admin_token}), cluster="dc-a")
     try:
@@ -39,7 +42,7 @@ def test_channels_routes_and_silences_edited_in_the_console_drive_the_pipelines_
         page.fill("#notify-form textarea[name=body]", section)
         page.click("#notify-form button[type=submit]")
         page.locator("#notify-saved").wait_for()
-        assert page.locator("#notify-channels tr[data-channel]").count() == 3
+        assert page.locator("#notify-channels tr[data-channel]").count() == 4
         html = page.content()
         assert "SECRET" not in html, "a secret is shown"
         assert "https://hooks.slack.com/services/****" in page.locator("#notify-channels").inner_text()
@@ -79,9 +82,11 @@ def test_channels_routes_and_silences_edited_in_the_console_drive_the_pipelines_
                          ["consumer-lag"], now + dt.timedelta(minutes=1))
         assert [b["topic"] for b in receiver.got["/oncall"]] == [topic, topic]  # the first, then its "resolved"
         assert [b["status"] for b in receiver.got["/oncall"]] == ["firing", "resolved"]
+        assert [m["Subject"].split()[0] for m in box.messages] == ["[ERR]", "RESOLVED"]
+        assert all(topic in m["Subject"] for m in box.messages)
         state = json.loads((tmp_path / "store" / "_state" / "notify.json").read_text())["deliveries"]
         held = [d for d in state.values() if d["alert"]["topic"] == quiet]
-        assert [(d["state"], d["silence"]) for d in held] == [("silenced", "planned backfill, OPS-7")]
+        assert [(d["state"], d["silence"]) for d in held] == [("silenced", "planned backfill, OPS-7")] * 2
 
         # each edit audited, secrets masked there too
         audit = st.admin("GET", f"/v1/admin/audit?operator=console:{console.users['admin']}").json()
