@@ -134,7 +134,8 @@ def pages(cc_url: str, cc_token: str, bootstrap: str, n_clients: int, repeats: i
                        follow_redirects=False).status_code == 303
     urls = {"overview": "/console/", "clients": "/console/clients", "client": "/console/clients/app-01/client-00001",
             "config": "/console/config?scope=topic:topic-0001", "config_panel": "/console/config/panel?scope=global",
-            "alerts": "/console/alerts", "audit": "/console/audit", "topics": "/console/topics",
+            "alerts": "/console/alerts", "notifications": "/console/notifications", "audit": "/console/audit",
+            "topics": "/console/topics",
             "apps": "/console/apps?op=produce&name=topic-0001", "app": "/console/apps/app-01",
             "requests": "/console/requests", "clusters": "/console/clusters", "users": "/console/users",
             "topic": "/console/topics/topic-0001", "groups": "/console/groups?cluster=dc-a",

@@ -12,6 +12,7 @@ channel without retyping it, and a secret is never echoed.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +63,14 @@ def _file() -> Path:
 
 
 def _seed() -> str:
-    raw = yaml.safe_load(_file().read_text()) or {}
+    path = _file()
+    return _seed_of(str(path), path.stat().st_mtime)
+
+
+@functools.lru_cache(maxsize=4)
+def _seed_of(path: str, _mtime: float) -> str:
+    """The file's section as YAML, read again only when the file changes (pages show it on every request)."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
     return dump(dict(raw.get("notify") or {}))
 
 
