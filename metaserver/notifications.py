@@ -25,6 +25,8 @@ from sqlalchemy import Column, Engine, Float, Integer, String, Table, Text
 from . import edited_docs, pipeline_module
 from .models import metadata
 
+#: imported with the MetaServer, not on a page's first request (the file's loader and the pipeline's own check)
+_alerts, _notify = pipeline_module("alerts"), pipeline_module("notify")
 MASK = "****"
 SECRET_FIELDS = ("url", "password")
 
@@ -59,7 +61,7 @@ class InForce:
 
 
 def _file() -> Path:
-    return Path(pipeline_module("alerts").DEFAULT_RULES)
+    return Path(_alerts.DEFAULT_RULES)
 
 
 def _seed() -> str:
@@ -93,7 +95,7 @@ def parse(text: str) -> dict[str, Any]:
 
 def _check(cfg: Any) -> None:
     try:
-        pipeline_module("notify").check(cfg)
+        _notify.check(cfg)
     except ValueError as exc:
         raise NotifyInvalid(str(exc)) from None
 
