@@ -3,7 +3,9 @@
 Channels (``notify.channels`` of ``configs/alerts.yaml``): ``webhook`` (the alert as JSON), ``slack`` (an
 incoming-webhook ``{"text": ...}``), ``dingtalk`` / ``feishu`` (their bots' text messages) and ``email`` (SMTP).
 Routes pick channels by level, rule, app, topic, group and cluster (fnmatch patterns); silences (same matches,
-with an ``until`` time) hold notifications back until they expire.
+with an ``until`` time) hold notifications back until they expire. With ``sinks.metaserver`` set, the section
+admins save in the console wins over the file's: it is read from the MetaServer (:func:`console_source`) before
+new alerts are routed and before retries.
 
 The alert manager already raises an alert once per level change and resolves it once, so one notification
 goes out per alert and one "resolved" per resolution, never one per evaluation. Each (alert id, status,
