@@ -28,6 +28,7 @@ from tests.ms_fixtures import App, MetaServer, new_app
 from tests.test_broker_security import consume_raw, produce_raw
 from ykafka import BrokerAuthError, Consumer, MetaServerUnavailable, Producer
 from ykafka.aio import AIOProducer
+from ykafka.transport import is_auth_error
 
 log = structlog.get_logger(__name__)
 
@@ -172,6 +173,20 @@ def test_revoked_while_producing_1000_per_second_sends_stop_within_the_bound(
     assert set(ids) <= set(ledger.sent)
 
 
+def _refused_report(err: Any) -> bool:
+    """A refused message's outcome: BrokerAuthError raised by produce(), or to the delivery callback
+    librdkafka's own error type (drop-in: ``err.code()``) with an authentication or authorization code and the
+    typed error's text (app, cluster, topic)."""
+    if isinstance(err, BrokerAuthError):
+        return True
+    return isinstance(err, RawKafkaError) and is_auth_error(err) and "broker refused app " in err.str()
+
+
+def _callbacks_are_drop_in(ledger: Ledger) -> bool:
+    """Every error a delivery callback got is librdkafka's type, as under confluent-kafka (never an exception)."""
+    return all(type(ledger.outcome[i]) is RawKafkaError for i in ledger.failed_at)
+
+
 def test_revoked_with_disaster_recovery_on_fails_every_refused_message_and_spills_none(
         server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
     """A broker's refusal is not an outage: nothing is spilled or kept for later, every message refused after
@@ -198,7 +213,8 @@ def test_revoked_with_disaster_recovery_on_fails_every_refused_message_and_spill
              refused_at_send=len(ledger.refused_at_send), link=status["links"].get("dc-a"),
              spill=status["spill"].get("dc-a"), clusters=status["clusters"])
     assert len(ledger.outcome) == len(ledger.sent)  # every message: acknowledged or failed with a callback
-    assert failed and all(isinstance(err, BrokerAuthError) for err in failed), {repr(e)[:200] for e in failed}
+    assert failed and all(_refused_report(err) for err in failed) and _callbacks_are_drop_in(ledger), \
+        {repr(e)[:200] for e in failed}
     assert len(ledger.acked) + len(failed) == len(ledger.sent)
     assert f"broker refused app {app.app_id!r}, cluster 'dc-a', topic/group {topic!r}" in str(failed[-1])
     link, spill, health = status["links"]["dc-a"], status["spill"]["dc-a"], status["clusters"]["dc-a"]
@@ -248,7 +264,8 @@ def test_a_revoked_app_enabled_again_sends_again_without_a_restart_with_disaster
         status = dr.status()
     failed = [err for err in ledger.outcome.values() if err is not None]
     assert len(ledger.outcome) == len(ledger.sent) == len(ledger.acked) + len(failed)
-    assert failed and all(isinstance(err, BrokerAuthError) for err in failed), {repr(e)[:200] for e in failed}
+    assert failed and all(_refused_report(err) for err in failed) and _callbacks_are_drop_in(ledger), \
+        {repr(e)[:200] for e in failed}
     assert set(range(steady_from, len(ledger.sent))) <= ledger.acked  # accepted again, all of them
     assert status["clusters"]["dc-a"]["refused"] is None and status["spill"]["dc-a"]["depth"] == 0
     assert status["links"]["dc-a"]["spilled"] == 0
@@ -276,7 +293,8 @@ def test_messages_queued_when_the_credentials_are_refused_each_fail_once_with_di
         status = dr.status()
     failed = [err for err in ledger.outcome.values() if err is not None]
     assert len(ledger.outcome) == len(ledger.sent) == len(failed)  # each message: exactly one callback, failed
-    assert all(isinstance(err, BrokerAuthError) for err in failed), {repr(e)[:200] for e in failed}
+    assert all(_refused_report(err) for err in failed) and _callbacks_are_drop_in(ledger), \
+        {repr(e)[:200] for e in failed}
     assert "cluster 'default'" in str(failed[0]) and f"topic/group {topic!r}" in str(failed[0])
     queued = set(ledger.failed_at) - ledger.unsent  # handed to librdkafka before the refusal was known
     assert queued and ledger.unsent, (len(queued), len(ledger.unsent))

@@ -11,7 +11,8 @@ Replay of what was spilled is :mod:`ykafka.dr.replay`.
 
 A broker that refuses the app (authentication or authorization failed: the app was revoked) is not an
 outage: nothing it refused is spilled or re-routed. Each such message, and each message that comes back
-after the refusal (timed out, purged), fails to its callback with :class:`~ykafka.errors.BrokerAuthError`;
+after the refusal (timed out, purged), fails to its callback with the refusal (librdkafka's error type, as confluent-kafka's callbacks expect,
+its text :class:`~ykafka.errors.BrokerAuthError`'s);
 while the cluster's refusal stands (:meth:`ykafka.dr.health.ClusterHealth.refuse`) new sends fail at once the
 same way.
 """
@@ -181,7 +182,7 @@ class ClusterLink:
         self._recovering = False
         self._down_since = 0.0
         self.counts = {"spilled": 0, "rerouted": 0, "failed": 0, "refused": 0}
-        self.app_id: str | None = None  # named in a refusal's BrokerAuthError
+        self.app_id: str | None = None  # named in a refusal's report
         health.on_refused = self._on_refused
         self.direct = 0  # hot-path counters as plain attributes
         self.longest_handover_ms = 0.0  # longest wait of a send to the partner cluster (hand_over)
@@ -348,12 +349,15 @@ class ClusterLink:
         self.counts["failed"] += 1
         self._mailbox.deliver(msg.on_delivery, err, m)
 
-    def refusal(self, topic: str, err: RawKafkaError | None = None) -> Exception | None:
-        """The typed error of a message to ``topic`` the cluster refuses (``err``, else the standing refusal),
-        None when it does not refuse us."""
+    def refusal(self, topic: str, err: RawKafkaError | None = None) -> RawKafkaError | None:
+        """What the delivery callback of a message to ``topic`` the cluster refuses gets (``err``, else the
+        standing refusal), None when it does not refuse us: librdkafka's own error type, as confluent-kafka's
+        callbacks expect (``err.code()``, ``err.str()``), its text the typed error's (app, cluster, topic)."""
         err = err if err is not None else self.health.refused
-        return None if err is None else from_kafka_error(err, app_id=self.app_id, cluster=self.cluster,
-                                                         resource=topic)
+        if err is None:
+            return None
+        typed = from_kafka_error(err, app_id=self.app_id, cluster=self.cluster, resource=topic)
+        return RawKafkaError(err.code(), str(typed), fatal=bool(err.fatal()), retriable=False)
 
     def _fail_refused(self, msg: Outgoing, err: RawKafkaError, m: Message | None, later: bool = False) -> None:
         self.counts["refused"] += 1
