@@ -11,8 +11,8 @@ Replay of what was spilled is :mod:`ykafka.dr.replay`.
 
 A broker that refuses the app (authentication or authorization failed: the app was revoked) is not an
 outage: nothing it refused is spilled or re-routed. Each such message, and each message that comes back
-after the refusal (timed out, purged), fails to its callback with the refusal (librdkafka's error type, as confluent-kafka's callbacks expect,
-its text :class:`~ykafka.errors.BrokerAuthError`'s);
+after the refusal (timed out, purged), fails to its callback with the refusal (librdkafka's error type, as
+confluent-kafka's callbacks expect, its text :class:`~ykafka.errors.BrokerAuthError`'s);
 while the cluster's refusal stands (:meth:`ykafka.dr.health.ClusterHealth.refuse`) new sends fail at once the
 same way.
 """
