@@ -167,8 +167,14 @@ class SyncJob:
                     tp.offset = start_offsets.get(str(tp.partition), -2)  # -2: beginning
             assigned[:] = parts
             c.assign(parts)
+            log.info("failback.sync_assigned", topic=o.topic, partitions={tp.partition: tp.offset for tp in parts})
 
-        consumer.subscribe([o.topic], on_assign=on_assign)
+        def on_revoke(c: RawConsumer, parts: list[TopicPartition]) -> None:
+            log.info("failback.sync_revoked", topic=o.topic, partitions=[tp.partition for tp in parts])
+            assigned[:] = []
+            c.unassign()
+
+        consumer.subscribe([o.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
         self.state = "running"
         log.info("failback.sync_start", topic=o.topic, source=o.standby, target=o.primary, group=o.group)
         primary_partitions: int | None = None
@@ -255,13 +261,16 @@ class SyncJob:
             failures.append(f"{pending[0]} records not acknowledged by {self.outage.primary} within 60s")
 
     def _lag(self, consumer: RawConsumer, assigned: list[TopicPartition]) -> int:
-        positions = consumer.position(assigned)
+        # librdkafka knows no position before a partition's first message: one assigned at its end (a cancelled
+        # sync of the same group copied it all) has none, so the offset it was assigned at stands in; counting
+        # from 0 there kept such a sync "running" with everything left, for ever (seen 1 in 3 runs)
+        start = {tp.partition: tp.offset for tp in assigned}
         lag = 0
-        for tp in positions:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=5,
-                                                        cached=False)
-            position = tp.offset if tp.offset >= 0 else 0
-            lag += max(0, high - position)
+        for tp in consumer.position(assigned):
+            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=5,
+                                                       cached=False)
+            position = tp.offset if tp.offset >= 0 else start.get(tp.partition, -1)
+            lag += max(0, high - (position if position >= 0 else low))
         return lag
 
     def _progress(self, consumer: RawConsumer, assigned: list[TopicPartition]) -> None:
