@@ -278,3 +278,38 @@ def test_revoke_never_skips_a_key_task_that_interleaves_with_work_that_runs() ->
     k1.started = True
     assert tracker.skip_unstarted_tail() == 1
     assert (k2.skipped, k3.skipped) == (False, True)
+
+
+def test_a_task_is_either_claimed_by_a_worker_or_given_up_by_a_revoke_never_both() -> None:
+    """The claim and the revoke's skip decide under one lock: a message is handled here or left to the next
+    owner (CI once saw six handled twice across a rebalance under load)."""
+    tracker = PartitionTracker("t", 0)
+    first, second, third = (tracker.add([object()], off, off) for off in (0, 1, 2))
+    assert third.claim()  # a worker took the newest task: nothing behind it can be given up
+    assert tracker.skip_unstarted_tail() == 0 and not second.skipped
+    tracker = PartitionTracker("t", 0)
+    first, second, third = (tracker.add([object()], off, off) for off in (0, 1, 2))
+    assert first.claim()
+    assert tracker.skip_unstarted_tail() == 2 and second.skipped and third.skipped
+    assert not second.claim() and not second.started  # given up: no worker runs it
+    first.finished = True
+    assert tracker.position() == 1  # the next owner starts at the first given-up offset
+
+    # many workers racing one revoke: every task ends claimed xor skipped
+    for _ in range(200):
+        tracker = PartitionTracker("t", 0)
+        tasks = [tracker.add([object()], off, off) for off in range(20)]
+        claimed: list[bool] = [False] * len(tasks)
+
+        def work(index: int, tasks: list[Any] = tasks, claimed: list[bool] = claimed) -> None:
+            claimed[index] = tasks[index].claim()
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(tasks))]
+        for thread in threads[:10]:
+            thread.start()
+        tracker.skip_unstarted_tail()
+        for thread in threads[10:]:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(claimed[i] != tasks[i].skipped for i in range(len(tasks)))

@@ -345,8 +345,7 @@ class Engine(LiveChanges):
     def _task_started(self, task: Task) -> bool:
         """Mark a task started; False when it was given up on revoke before it started (not done: the
         partition's next owner handles it)."""
-        task.started = True
-        if task.skipped:
+        if not task.claim():
             if task.lane is not None:
                 assert self.dispatcher is not None
                 self.dispatcher.task_done(task)

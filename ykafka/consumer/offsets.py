@@ -9,8 +9,14 @@ flip flags on their task, which keeps the hot path free of locks.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import Any
+
+# A worker taking a task and a revoke giving it up decide together: without the lock a worker could see the task
+# not given up while the revoke saw it not started, so a message was both handled here and left to the next owner
+# (handled twice; seen under load in the rebalance test)
+_CLAIM = threading.Lock()
 
 
 class Ack:
@@ -44,6 +50,14 @@ class Task:
         self.started = False  # a worker took it
         self.skipped = False  # given up before it started (partition revoked): redelivered, never done here
         self.raws: list[Any] | None = None
+
+    def claim(self) -> bool:
+        """Mark the task started by a worker; False when a revoke gave it up first (the next owner handles it)."""
+        with _CLAIM:
+            if self.skipped:
+                return False
+            self.started = True
+            return True
 
     def add_ack(self) -> Ack:
         ack = Ack()
@@ -115,12 +129,13 @@ class PartitionTracker:
             prefix_last.append(highest)
             highest = max(highest, task.last)
         skipped = 0
-        for index in range(len(tasks) - 1, -1, -1):
-            task = tasks[index]
-            if task.started or task.finished or task.first <= prefix_last[index]:
-                break
-            task.skipped = True
-            skipped += 1
+        with _CLAIM:
+            for index in range(len(tasks) - 1, -1, -1):
+                task = tasks[index]
+                if task.started or task.finished or task.first <= prefix_last[index]:
+                    break
+                task.skipped = True
+                skipped += 1
         return skipped
 
     def settled(self) -> bool:
