@@ -126,19 +126,32 @@ def _spawn(home: Path, name: str, args: list[str], ui_port: int) -> Daemon:
     return Daemon(name=name, pid=proc.pid, args=args, log=str(logfile), ui=f"http://127.0.0.1:{ui_port}")
 
 
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie its parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _wait_ui(daemon: Daemon, timeout: float) -> None:
     deadline = time.monotonic() + timeout
+    gone = 0  # checks in a row that found the process not running what it was started with
     while time.monotonic() < deadline:
         try:
             if requests.get(daemon.ui + "/", timeout=2).status_code == 200:
                 return
         except requests.RequestException:
             pass
-        if not runs(daemon):
+        # spark-class runs a launcher JVM first, then execs the daemon's: one look can fall between the two
+        gone = 0 if runs(daemon) else gone + 1
+        if gone >= 5:
             break
         time.sleep(0.3)
     tail = "\n".join(Path(daemon.log).read_text(errors="replace").splitlines()[-15:])
-    raise ClusterError(f"{daemon.name} did not come up within {timeout:.0f} s; its log ends:\n{tail}")
+    state = "still running" if runs(daemon) else "exited" if _exited(daemon.pid) else "running something else"
+    raise ClusterError(f"{daemon.name} (pid {daemon.pid}, {state}) did not come up within {timeout:.0f} s; "
+                       f"its log ends:\n{tail or '(empty)'}")
 
 
 def up(home: Path, workers: int = 2, cores: int = 1, memory: str = "512m", timeout: float = 90.0) -> SparkCluster:
