@@ -138,7 +138,10 @@ def read(props: Mapping[str, Any], topic: str, q: Query, *, values: bool, fmt: s
     with _lock:
         pooled = _readers.pop(key, None)  # an idle reader of this cluster (its connections are up), or a new one
     reader = pooled or Consumer({**props, "group.id": "ykafka-metaserver-browse", "enable.auto.commit": False,
-                                 "enable.partition.eof": True, "log_level": 3, "fetch.max.bytes": MAX_BYTES})
+                                 "enable.partition.eof": True, "log_level": 3, "fetch.max.bytes": MAX_BYTES,
+                                 # a broker answers one request of a connection at a time: the next read's
+                                 # metadata request waited behind a long-polling fetch (500 ms by default)
+                                 "fetch.wait.max.ms": 20})
     healthy = False
     try:
         meta = reader.list_topics(topic, timeout=5).topics.get(topic)
@@ -166,7 +169,10 @@ def read(props: Mapping[str, Any], topic: str, q: Query, *, values: bool, fmt: s
             if time.monotonic() > deadline:
                 stopped = "time"
                 break
-            for msg in reader.consume(500, 0.2):
+            # as many as the read still needs (consume waits for its count or its timeout: asking 500 for a
+            # 50-message page held every page 0.2 s); a key search scans in batches
+            wanted = 500 if q.key is not None else max(1, min(500, q.limit - len(out) + len(live)))
+            for msg in reader.consume(wanted, 0.2):
                 if msg.error() is not None:
                     live.discard(msg.partition())  # end of partition (or an error: that partition stops)
                     continue
