@@ -21,19 +21,20 @@ from typing import Any
 import structlog
 
 from ykafka import catalog, events
-from ykafka.config import register_option
+from ykafka.config import Option
 
 log = structlog.get_logger(__name__)
 
 
-for _name, _parse, _default, _help in [
-    ("ykafka.trace.cluster", catalog.optional_text, None,
+#: local options of the trace / metrics / client-event sink
+OPTIONS = (
+    Option("ykafka.trace.cluster", catalog.optional_text, None,
      "cluster receiving __ykafka_trace / __ykafka_metrics / __ykafka_clients (default: the default cluster)"),
-    ("ykafka.trace.queue.max", catalog.int_range(100, 10_000_000), 100_000,
+    Option("ykafka.trace.queue.max", catalog.int_range(100, 10_000_000), 100_000,
      "trace / metrics events kept in memory while waiting to be sent; beyond it they are dropped and counted"),
-    ("ykafka.trace.linger.ms", catalog.int_range(0, 60_000), 200, "batching delay of the trace / metrics producer"),
-]:
-    register_option(_name, _parse, _default, _help)
+    Option("ykafka.trace.linger.ms", catalog.int_range(0, 60_000), 200,
+           "batching delay of the trace / metrics producer"),
+)
 
 
 #: librdkafka settings of the observability producer: never blocks, small memory, no idempotence.

@@ -11,11 +11,11 @@ from typing import Any
 import structlog
 
 from ykafka.catalog import boolean
-from ykafka.config import register_option
+from ykafka.config import Option, settings_from
 from ykafka.dr.engine import DisasterRecovery, DrOptions, RouteSpec
 from ykafka.dr.health import HealthPolicy
 from ykafka.dr.port import ProducerPort
-from ykafka.dr.spilldir import SpillSlot, spill_dir
+from ykafka.dr.spilldir import SpillSettings, SpillSlot, spill_dir
 from ykafka.headers import MESSAGE_ID, TRACE_ID
 from ykafka.tracing import Tracer, header_text
 from ykafka.transport import Message
@@ -23,18 +23,19 @@ from ykafka.transport import Message
 log = structlog.get_logger(__name__)
 
 
-register_option("ykafka.dr.enabled", boolean, True,
-                "route sends through the disaster-recovery engine (spill, replay, dual-DC failover)", None)
+#: the DR switch; the spill options are :mod:`ykafka.dr.spilldir`'s
+OPTIONS = (
+    Option("ykafka.dr.enabled", boolean, True,
+           "route sends through the disaster-recovery engine (spill, replay, dual-DC failover)"),
+)
 
 
 def options_from(local: Mapping[str, Any], cache_dir: Path, **overrides: Any) -> DrOptions:
     """DrOptions from ``ykafka.spill.*`` local options."""
-    return DrOptions(spill_dir=spill_dir(local, cache_dir),
-                     spill_max_bytes=int(local.get("ykafka.spill.max.bytes", 1 << 30)),
-                     spill_commit=str(local.get("ykafka.spill.commit", "sync")),
-                     spill_fsync=bool(local.get("ykafka.spill.fsync", False)),
-                     spill_async_max_pending=int(local.get("ykafka.spill.async.max.pending", 100_000)),
-                     **overrides)
+    spill = settings_from(SpillSettings, local)
+    return DrOptions(spill_dir=spill_dir(local, cache_dir), spill_max_bytes=spill.max_bytes,
+                     spill_commit=spill.commit, spill_fsync=spill.fsync,
+                     spill_async_max_pending=spill.async_max_pending, **overrides)
 
 
 def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:

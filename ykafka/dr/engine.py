@@ -34,6 +34,7 @@ from ykafka.dr.link import ClusterLink, DirectSender, Outgoing
 from ykafka.dr.mailbox import Mailbox, mark_internal
 from ykafka.dr.queue import SpillQueue
 from ykafka.dr.replay import Replayer, replay_config
+from ykafka.dr.spilldir import SPILL_DEFAULTS
 from ykafka.dr.sync import Outage, OutageStore, SyncJob, connection_only
 from ykafka.errors import ClosedError, SpillFullError
 from ykafka.transport import (
@@ -76,10 +77,10 @@ class DrOptions:
     """Local settings of the engine (``ykafka.spill.*`` options and a few knobs for tests)."""
 
     spill_dir: Path
-    spill_max_bytes: int = 1 << 30
-    spill_commit: str = "sync"
-    spill_fsync: bool = False
-    spill_async_max_pending: int = 100_000
+    spill_max_bytes: int = SPILL_DEFAULTS.max_bytes
+    spill_commit: str = SPILL_DEFAULTS.commit
+    spill_fsync: bool = SPILL_DEFAULTS.fsync
+    spill_async_max_pending: int = SPILL_DEFAULTS.async_max_pending
     autopoll: bool = True
     sync_idle_s: float = 2.0
     replay_stall_s: float = 15.0

@@ -41,7 +41,7 @@ from ykafka.dr.link import bind_report
 from ykafka.errors import BufferFullError, ClosedError, ConfigError
 from ykafka.headers import TRACE_ID
 from ykafka.hotconfig import ConfigChange
-from ykafka.metrics import Observability
+from ykafka.observability import Observability
 from ykafka.producer.resolve import TopicResolver
 from ykafka.producer.state import (
     _PENDING_MAX,

@@ -12,11 +12,11 @@ from typing import Any
 import structlog
 
 from ykafka import catalog
-from ykafka.config import LocalConfig, register_option
+from ykafka.config import LocalConfig, Option
 from ykafka.dr.engine import DisasterRecovery
 from ykafka.dr.link import DirectSender
 from ykafka.headers import MESSAGE_ID
-from ykafka.metrics import Observability
+from ykafka.observability import Observability
 from ykafka.partitioner import Picker
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
@@ -127,9 +127,11 @@ def _stamp_id(headers: Any) -> tuple[Any, str]:
     return _with_header(headers, MESSAGE_ID, msg_id), msg_id
 
 
-register_option("ykafka.message.id", catalog.boolean, False,
-                "stamp a unique ykafka-id header on every message (consumer de-duplication across retries and "
-                "replays; costs the fast send path)", "YKAFKA_MESSAGE_ID")
+OPTIONS = (
+    Option("ykafka.message.id", catalog.boolean, False,
+           "stamp a unique ykafka-id header on every message (consumer de-duplication across retries and replays; "
+           "costs the fast send path)", "YKAFKA_MESSAGE_ID"),
+)
 
 
 def _nbytes(value: Any) -> int:
