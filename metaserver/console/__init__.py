@@ -55,6 +55,10 @@ def install(app: FastAPI) -> None:
                                                 "message": "Forbidden: your role may not do this, or the "
                                                 "form's CSRF token is missing or stale."}, status_code=403)
 
+    @app.exception_handler(views.LoginRequired)
+    async def _login_required(request: Request, _exc: views.LoginRequired) -> RedirectResponse:
+        return views._login_redirect()
+
     @app.exception_handler(views.FormIncomplete)
     async def _incomplete(request: Request, exc: views.FormIncomplete) -> HTMLResponse:
         return views.templates.TemplateResponse(request, "error.html", {"session": None, "nav": "",

@@ -18,7 +18,7 @@ from ..models import apps
 from . import provision, users
 from .config_views import off_loop
 from .overview_views import writes_to
-from .views import Denied, _audit, _form, _login_redirect, _page, _session, _svc, required, router
+from .views import Denied, _audit, _form, _page, _signed_in, _svc, required, router
 
 _OPS: dict[str, acl_rules.Operation] = {op: op for op in acl_rules.OPERATIONS}
 
@@ -52,9 +52,7 @@ def _apps_page(request: Request, sess: users.Session, status_code: int = 200, **
 
 @router.get("/apps")
 def app_list(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     return _apps_page(request, sess)
 
 
@@ -73,9 +71,7 @@ def _admin_error(exc: HTTPException) -> str:
 @router.post("/apps")
 async def app_create(request: Request) -> Response:
     """An admin creates an app; its secret is shown on the answer page only, once."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "admin")
     app_id = form.get("app_id", "").strip()
     problems = []
@@ -124,18 +120,14 @@ def _app_page(request: Request, sess: users.Session, app_id: str, status_code: i
 
 @router.get("/apps/{app_id}")
 def app_page(request: Request, app_id: str) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     return _app_page(request, sess, app_id)
 
 
 @router.post("/apps/{app_id}/rotate")
 async def app_rotate(request: Request, app_id: str) -> Response:
     """A new secret, shown once on the answer; the old one stops signing at once."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     await _form(request, sess, "admin")
     try:
         with db.write(_svc(request).engine) as conn:
@@ -149,9 +141,7 @@ async def app_rotate(request: Request, app_id: str) -> Response:
 @router.post("/apps/{app_id}/acl")
 async def app_acl(request: Request, app_id: str) -> Response:
     """Add or remove one ACL pattern (``action`` add | remove, ``op`` produce | consume | group)."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "admin")
     op, action, pattern = form.get("op", ""), form.get("action", ""), form.get("pattern", "").strip()
     if op not in _OPS or action not in ("add", "remove"):
@@ -179,9 +169,7 @@ async def app_acl(request: Request, app_id: str) -> Response:
 
 @router.get("/clusters")
 def cluster_list(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     svc = _svc(request)
     with db.read(svc.engine) as conn:
         clusters = list(registry.all_clusters(conn).values())
@@ -213,9 +201,7 @@ def _failover(request: Request, sess: users.Session, form: dict[str, str]) -> Re
 
 @router.get("/users")
 def user_list(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     if not sess.can("admin"):
         raise Denied()
     return _page(request, "users.html", sess, rows=users.list_users(_svc(request).engine), error=None)
@@ -224,9 +210,7 @@ def user_list(request: Request) -> Response:
 @router.post("/users/enabled")
 async def user_enabled(request: Request) -> Response:
     """An admin disables a user (e.g. a single sign-on user whose access must end now) or enables it again."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = required(await _form(request, sess, "admin"), "username", "enabled")
     svc = _svc(request)
     username, enabled = form["username"], form["enabled"] == "1"
@@ -242,9 +226,7 @@ async def user_enabled(request: Request) -> Response:
 @router.post("/users")
 async def user_create(request: Request) -> Response:
     """An admin adds a console user (or resets one's password and role)."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "admin")
     svc = _svc(request)
     username, role = form.get("username", "").strip(), form.get("role", "viewer")

@@ -18,7 +18,7 @@ from ykafka.timestamps import parse_ms
 
 from .. import browse
 from .brokers import connection
-from .views import Denied, _audit, _login_redirect, _page, _session, _svc, router
+from .views import Denied, _audit, _page, _query, _signed_in, _svc, router
 
 FIELDS = ("cluster", "partition", "offset", "since", "until", "key", "limit", "format")
 
@@ -64,13 +64,11 @@ def _audit_read(svc: Any, sess: Any, action: str, topic: str, cluster: str, q: d
 
 @router.get("/topics/{topic}/messages")
 async def browse_page(request: Request, topic: str) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     if acl_patterns.name_problem(topic):
         return _page(request, "error.html", sess, status_code=400, message="Not a valid topic name.")
     svc = _svc(request)
-    q = {k: request.query_params.get(k, "").strip()[:200] for k in FIELDS}
+    q = _query(request, FIELDS)
     values = sess.can(svc.settings.console_values_role)
     ctx: dict[str, Any] = {"topic": topic, "q": q, "result": None, "error": None, "values": values,
                            "can_export": sess.can(svc.settings.console_export_role), "formats": browse.FORMATS}
@@ -86,15 +84,13 @@ async def browse_page(request: Request, topic: str) -> Response:
 @router.get("/topics/{topic}/export")
 async def browse_export(request: Request, topic: str) -> Response:
     """The selection as JSON lines (one message a line, masked as shown), for the export right."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     svc = _svc(request)
     if not sess.can(svc.settings.console_export_role):
         raise Denied()
     if acl_patterns.name_problem(topic):
         return _page(request, "error.html", sess, status_code=400, message="Not a valid topic name.")
-    q = {k: request.query_params.get(k, "").strip()[:200] for k in FIELDS}
+    q = _query(request, FIELDS)
     try:
         cluster, result = await run_in_threadpool(_read, svc, topic, q, sess.can(svc.settings.console_values_role))
     except browse.BrowseRefused as exc:

@@ -21,7 +21,7 @@ from ..hotconfig import ConfigRejected
 from ..rollouts import targeting
 from ..services import Services
 from . import loop, queries, users
-from .views import _api, _form, _login_redirect, _page, _session, _svc, log, required, router
+from .views import _api, _form, _page, _session, _signed_in, _svc, log, required, router
 
 # --- hot config: catalog, edit → validate → diff → reach → publish → live panel → promote / roll back ---
 
@@ -192,9 +192,7 @@ def _config_page(request: Request, sess: users.Session, scope: Scope, status_cod
 
 @router.get("/config")
 def config(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     try:
         scope = _scope(request.query_params.get("scope", "global"))
     except ConfigRejected as exc:
@@ -237,9 +235,7 @@ async def off_loop(request: Request, role: str, handle: Callable[[Request, users
                    *fields: str) -> Response:
     """A POSTed form (session, CSRF and role checked, ``fields`` present: else 400) handled on a worker thread:
     the config service and the database are asked off the event loop that serves grants and reports."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = required(await _form(request, sess, role), *fields)
     return await run_in_threadpool(handle, request, sess, form)
 

@@ -18,7 +18,7 @@ from ykafka.errors import InvalidConfigValue
 
 from .. import audit, db
 from .brokers import connection
-from .views import _audit, _form, _login_redirect, _page, _session, _svc, router
+from .views import _audit, _form, _page, _query, _signed_in, _svc, router
 
 PEEK = 50
 COUNT_CAP = 100_000
@@ -114,10 +114,8 @@ MAX_SELECTED = 1000
 
 @router.get("/dlq")
 async def dlq_page(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
-    q = {k: request.query_params.get(k, "").strip()[:200] for k in ("group", "topic", "cluster")}
+    sess = _signed_in(request)
+    q = _query(request, ("group", "topic", "cluster"))
     ctx: dict[str, Any] = {"q": q, "view": None, "error": None, "replayed": request.query_params.get("replayed")}
     if q["group"] and q["topic"]:
         try:
@@ -143,9 +141,7 @@ async def dlq_replay(request: Request) -> Response:
     """Re-publish the selected dead letters (``offsets``: ``partition@offset``, repeated), or every pending one
     but those already re-published one by one, to the topic; waits for the broker's acknowledgements. With
     ``Accept: application/json`` it answers the counts (the page's progress) instead of redirecting."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "operator")
     group, topic = form.get("group", ""), form.get("topic", "")
     svc = _svc(request)

@@ -11,23 +11,20 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from .views import _form, _login_redirect, _session, _svc
+from .views import _form, _signed_in, _svc
 
 #: (request, session) -> the page; ``status_code``, ``body`` (the refused text) and the error as keywords
 Render = Callable[..., Response]
 
 
 def show(request: Request, render: Render) -> Response:
-    sess = _session(request)
-    return _login_redirect() if sess is None else render(request, sess)
+    return render(request, _signed_in(request))
 
 
 async def save(request: Request, store: Callable[[Any, str, str], Any], invalid: type[Exception],
                render: Render, url: str) -> Response:
     """Save the form's ``body`` as ``console:<user>``; ``invalid`` raised by ``store`` re-renders with 422."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "admin")
     body = form.get("body", "")[:200_000]
     try:

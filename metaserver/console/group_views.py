@@ -28,7 +28,7 @@ from ..routes_observe import parse_since
 from . import queries
 from .brokers import connection
 from .pipeline_reads import StoreUnavailable, pipeline_store, read_store
-from .views import _api, _audit, _form, _login_redirect, _page, _session, _svc, router
+from .views import _api, _audit, _form, _page, _query, _signed_in, _svc, router
 
 STATUS_PILL = {"OK": "ok", "WARN": "warn", "STALL": "warn", "ERR": "bad", "STOP": "bad"}
 
@@ -141,10 +141,8 @@ def _check_group(name: str) -> str | None:
 
 @router.get("/groups/{group}")
 async def group_page(request: Request, group: str) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
-    q = {k: request.query_params.get(k, "").strip()[:200] for k in ("cluster", "since")}
+    sess = _signed_in(request)
+    q = _query(request, ("cluster", "since"))
     q["since"] = q["since"] or "1h"
     ctx: dict[str, Any] = {"group": group, "q": q, "view": None, "error": _check_group(group)}
     if ctx["error"] is None:
@@ -185,9 +183,7 @@ def _paused(svc: Any, group: str) -> str | None:
 async def group_pause(request: Request) -> Response:
     """Pause or resume a group's consumers (operator): ``consumer.paused`` published at ``group:<name>``, the same
     validated release as a hot-config change (each consumer stops fetching, stays in the group), audited."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "operator")
     svc = _svc(request)
     group, pause = form.get("group", ""), form.get("paused") == "true"
@@ -230,10 +226,8 @@ def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta)
 
 @router.get("/groups")
 async def group_list(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
-    q = {k: request.query_params.get(k, "").strip()[:200] for k in ("cluster", "idle")}
+    sess = _signed_in(request)
+    q = _query(request, ("cluster", "idle"))
     q["idle"] = q["idle"] or "7d"
     ctx: dict[str, Any] = {"q": q, "view": None, "error": None, "deleted": request.query_params.get("deleted")}
     try:
@@ -259,9 +253,7 @@ def _delete(svc: Any, props: dict[str, Any], cluster: str, group: str) -> str | 
 @router.post("/groups/delete")
 async def group_delete(request: Request) -> Response:
     """Delete one group (admin) once its name is typed again as confirmation; refused while it has members."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "admin")
     svc = _svc(request)
     group = form.get("group", "")

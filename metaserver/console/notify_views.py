@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import notifications
 from . import doc_pages, users
-from .views import _form, _login_redirect, _page, _session, _svc, router
+from .views import _form, _page, _signed_in, _svc, router
 
 MATCH_FIELDS = ("level", "rule", "app", "topic", "group", "cluster")
 
@@ -50,9 +50,7 @@ async def notifications_save(request: Request) -> Response:
 
 @router.post("/notifications/silence")
 async def notifications_silence(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "admin")
     match = {k: [p.strip() for p in form.get(k, "").split(",") if p.strip()][:20] for k in MATCH_FIELDS}
     try:

@@ -22,15 +22,13 @@ from ..services import Services
 from . import queries
 from .config_views import readable_change
 from .pipeline_reads import StoreUnavailable, read_store, traffic_charts
-from .views import _api, _login_redirect, _page, _session, _svc, router
+from .views import _api, _page, _query, _session, _signed_in, _svc, router
 
 # --- overview, clients, alerts, audit ------------------------------------------------------------
 
 @router.get("/")
 def overview(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     svc = _svc(request)
     with db.read(svc.engine) as conn:
         clusters = registry.all_clusters(conn)
@@ -88,11 +86,9 @@ def overview_data(request: Request) -> Response:
 
 @router.get("/clients")
 def client_list(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     svc = _svc(request)
-    f = {k: request.query_params.get(k, "").strip()[:200] for k in _CLIENT_FILTERS}
+    f = _query(request, _CLIENT_FILTERS)
     online = request.query_params.get("online", "")
     with db.read(svc.engine) as conn:
         rows, total = queries.client_list(conn, svc.settings.renew_interval, f, online == "1", PAGE_ROWS)
@@ -102,9 +98,7 @@ def client_list(request: Request) -> Response:
 
 @router.get("/clients/{app_id}/{client_id}")
 def client_page(request: Request, app_id: str, client_id: str) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     svc = _svc(request)
     with db.read(svc.engine) as conn:
         client = clients.one(conn, svc.settings.renew_interval, app_id, client_id)
@@ -181,9 +175,7 @@ def dr_summary(dr: Any) -> list[str]:
 
 @router.get("/alerts")
 def alert_list(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     with db.read(_svc(request).engine) as conn:
         rows = conn.execute(select(alerts).order_by(alerts.c.last_seen.desc()).limit(200)).mappings().all()
     return _page(request, "alerts.html", sess, rows=rows)
@@ -191,9 +183,7 @@ def alert_list(request: Request) -> Response:
 
 @router.get("/audit")
 def audit_log(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     who = request.query_params.get("operator", "").strip()[:255] or None
     with db.read(_svc(request).engine) as conn:
         rows = audit.query(conn, operator=who, limit=300)

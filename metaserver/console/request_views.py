@@ -12,15 +12,13 @@ from starlette.concurrency import run_in_threadpool
 from .. import db
 from . import provision, users
 from .admin_views import _app_page
-from .views import _form, _login_redirect, _page, _session, _svc, router
+from .views import _form, _page, _signed_in, _svc, router
 
 
 @router.post("/apps/{app_id}/requests")
 async def request_submit(request: Request, app_id: str) -> Response:
     """An app owner (operator) asks for a topic or a consumer group for the app."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "operator")
     try:
         provision.submit(_svc(request).engine, f"console:{sess.username}", app_id, form)
@@ -41,18 +39,14 @@ def _requests_page(request: Request, sess: users.Session, status_code: int = 200
 
 @router.get("/requests")
 def request_list(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     return _requests_page(request, sess)
 
 
 @router.post("/requests/{req_id}/approve")
 async def request_approve(request: Request, req_id: int) -> Response:
     """Approve onto the chosen cluster: create the topic there, grant the ACL, set the route."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "admin")
     try:
         await run_in_threadpool(provision.approve, _svc(request), req_id, form.get("cluster", ""),
@@ -64,9 +58,7 @@ async def request_approve(request: Request, req_id: int) -> Response:
 
 @router.post("/requests/{req_id}/reject")
 async def request_reject(request: Request, req_id: int) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "admin")
     try:
         provision.reject(_svc(request).engine, req_id, f"console:{sess.username}", form.get("reason", "").strip())

@@ -19,7 +19,7 @@ from ..apollo import ApolloError
 from ..hotconfig import ConfigRejected
 from ..offsets import TARGETS, GroupOffsets, ResetRefused, ResetSpec
 from .brokers import connection
-from .views import _form, _login_redirect, _page, _session, _svc, router
+from .views import _form, _page, _query, _signed_in, _svc, router
 
 FIELDS = ("cluster", "to", "value", "topic", "partitions")
 
@@ -59,13 +59,11 @@ def _preview(svc: Any, group: str, q: dict[str, str]) -> tuple[str, dict[str, An
 
 @router.get("/groups/{group}/reset")
 async def reset_page(request: Request, group: str) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     if acl_patterns.name_problem(group):
         return _page(request, "error.html", sess, status_code=400, message="Not a valid group name.")
     svc = _svc(request)
-    q = {k: request.query_params.get(k, "").strip()[:200] for k in FIELDS}
+    q = _query(request, FIELDS)
     ctx: dict[str, Any] = {"group": group, "q": q, "preview": None, "error": None, "targets": TARGETS,
                            "resets": await run_in_threadpool(offset_jobs.recent, svc, group)}
     if q["to"]:
@@ -78,9 +76,7 @@ async def reset_page(request: Request, group: str) -> Response:
 
 @router.post("/groups/reset")
 async def reset_start(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "operator")
     svc = _svc(request)
     group = form.get("group", "")
@@ -102,9 +98,7 @@ async def reset_start(request: Request) -> Response:
 
 @router.get("/groups/{group}/resets/{job_id}")
 async def reset_panel(request: Request, group: str, job_id: str) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     svc = _svc(request)
     job = await run_in_threadpool(offset_jobs.get, svc, job_id[:32])
     if job is None or job["group_id"] != group:

@@ -32,7 +32,7 @@ from .brokers import connection
 from .group_views import STATUS_PILL, _history, _sampler
 from .models import requests as reqs
 from .pipeline_reads import StoreUnavailable, read_store, traffic_charts
-from .views import _api, _form, _login_redirect, _page, _session, _svc, router
+from .views import _api, _form, _page, _query, _signed_in, _svc, router
 
 #: live clients listed on a topic's page (the count covers all of them), and groups whose lag is read
 TOPIC_CLIENTS = 50
@@ -59,9 +59,7 @@ TOPICS_SHOWN = 100
 
 @router.get("/topics")
 def topic_list(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     svc = _svc(request)
     needle = request.query_params.get("q", "").strip()[:200]
     try:
@@ -183,11 +181,9 @@ def topic_lag(svc: Any, props: dict[str, Any], cluster: str, topic: str, groups:
 
 @router.get("/topics/{topic}")
 async def topic_page(request: Request, topic: str) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     svc = _svc(request)
-    q = {k: request.query_params.get(k, "").strip()[:200] for k in ("cluster", "since")}
+    q = _query(request, ("cluster", "since"))
     q["since"] = q["since"] or "1h"
     problem = acl_rules.name_problem(topic)
     if problem is not None:
@@ -224,9 +220,7 @@ async def topic_page(request: Request, topic: str) -> Response:
 @router.post("/topics/move")
 async def topic_move(request: Request) -> Response:
     """Move a topic to another cluster: the live route switch (``route.cluster`` at ``topic:<name>``)."""
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "admin")
     topic, cluster = form.get("topic", ""), form.get("cluster", "")
     try:

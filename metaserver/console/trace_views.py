@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import pipeline_module
 from .pipeline_reads import StoreUnavailable, read_store
-from .views import _login_redirect, _page, _session, _svc, router
+from .views import _page, _query, _signed_in, _svc, router
 
 
 def _lookup(svc: Any, key: str, msg_id: str, topic: str, since: str) -> list[dict[str, Any]]:
@@ -63,11 +63,8 @@ def completeness(svc: Any, topic: str, since: str, bucket: str) -> list[dict[str
 
 @router.get("/trace")
 async def trace_page(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
-    q = {k: request.query_params.get(k, "").strip()[:256] for k in ("key", "msg_id", "topic", "since", "audit_topic",
-                                                                    "audit_since", "bucket")}
+    sess = _signed_in(request)
+    q = _query(request, ("key", "msg_id", "topic", "since", "audit_topic", "audit_since", "bucket"), limit=256)
     q["since"] = q["since"] or "1h"
     q["audit_since"] = q["audit_since"] or "3h"
     q["bucket"] = q["bucket"] if q["bucket"] in AUDIT_BUCKETS else "10m"

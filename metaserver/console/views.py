@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,10 @@ class Denied(Exception):
     """403: wrong role or missing / wrong CSRF token."""
 
 
+class LoginRequired(Exception):
+    """No signed-in session: answered by a redirect to the login page (:func:`_signed_in`)."""
+
+
 class FormIncomplete(Exception):
     """400: a POSTed form lacks fields its page always sends (a hand-made or truncated request)."""
 
@@ -82,8 +87,21 @@ def _page(request: Request, name: str, sess: users.Session | None, status_code: 
                                       status_code=status_code)
 
 
+def _query(request: Request, names: Iterable[str], limit: int = 200) -> dict[str, str]:
+    """The named query parameters, stripped and cut to ``limit`` characters ('' when absent)."""
+    return {k: request.query_params.get(k, "").strip()[:limit] for k in names}
+
+
 def _session(request: Request) -> users.Session | None:
     return users.session(_svc(request).engine, request.cookies.get(COOKIE))
+
+
+def _signed_in(request: Request) -> users.Session:
+    """The request's session; without one, :class:`LoginRequired` (a 303 to the login page)."""
+    sess = _session(request)
+    if sess is None:
+        raise LoginRequired()
+    return sess
 
 
 async def _form(request: Request, sess: users.Session, role: str) -> dict[str, str]:
@@ -137,9 +155,7 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     await _form(request, sess, "viewer")
     users.logout(_svc(request).engine, request.cookies.get(COOKIE, ""))
     resp = _login_redirect()

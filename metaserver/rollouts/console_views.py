@@ -16,7 +16,7 @@ from ykafka.catalog import GLOBAL, Scope, ScopeKind
 from .. import clients, db, hotconfig
 from ..console import doc_pages, users
 from ..console.config_views import _parse_changes
-from ..console.views import _form, _login_redirect, _page, _session, _svc, router
+from ..console.views import _form, _page, _session, _signed_in, _svc, router
 from ..hotconfig import ConfigRejected
 from . import guards, judge, markers, plans, targets
 
@@ -55,17 +55,13 @@ def _rollouts_page(request: Request, sess: users.Session, scope: str, status_cod
 
 @router.get("/rollouts")
 def rollouts(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     return _rollouts_page(request, sess, request.query_params.get("scope", "").strip()[:300])
 
 
 @router.post("/rollouts")
 async def rollout_start(request: Request) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "operator")
     scope = form.get("scope", "").strip()[:300]
     try:
@@ -93,9 +89,7 @@ def _plain(exc: Exception) -> str:
 
 @router.post("/rollouts/{plan_id}/action")
 async def rollout_action(request: Request, plan_id: int) -> Response:
-    sess = _session(request)
-    if sess is None:
-        return _login_redirect()
+    sess = _signed_in(request)
     form = await _form(request, sess, "operator")
     scope = form.get("scope", "").strip()[:300]
     action = form.get("action", "")

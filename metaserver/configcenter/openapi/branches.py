@@ -39,6 +39,11 @@ router = APIRouter(prefix="/openapi/v1")
 # ----------------------------------------------------------------------------------------------
 # gray release branches
 # ----------------------------------------------------------------------------------------------
+async def _branch_exists(request: Request, app_id: str, cluster: str, namespace: str, branch: str) -> None:
+    """Raise Apollo's not-found error unless ``branch`` is the namespace's gray branch (before writing through it)."""
+    await read(request, lambda s: center_of(request).store.branch(s, app_id, cluster, namespace, branch))
+
+
 @router.get(NS + "/branches")
 async def find_branch(request: Request, env: str, app_id: str, cluster: str, namespace: str,
                       _: TokenView = Depends(consumer)) -> Response:
@@ -149,7 +154,7 @@ async def update_rules(request: Request, env: str, app_id: str, cluster: str, na
 async def create_gray_release(request: Request, env: str, app_id: str, cluster: str, namespace: str, branch: str,
                               body: NamespaceReleaseIn, operator: str | None = None,
                               token: TokenView = Depends(consumer)) -> dict[str, Any]:
-    await read(request, lambda s: center_of(request).store.branch(s, app_id, cluster, namespace, branch))
+    await _branch_exists(request, app_id, cluster, namespace, branch)
     return await publish_in(request, token, app_id, branch, namespace, body, operator)
 
 
@@ -158,7 +163,7 @@ async def create_gray_del_release(request: Request, env: str, app_id: str, clust
                                   body: NamespaceGrayDelReleaseIn, operator: str | None = None,
                                   token: TokenView = Depends(consumer)) -> dict[str, Any]:
     """ReleaseController.createGrayDelRelease (Apollo >= 1.9): a gray release without ``grayDelKeys``."""
-    await read(request, lambda s: center_of(request).store.branch(s, app_id, cluster, namespace, branch))
+    await _branch_exists(request, app_id, cluster, namespace, branch)
     keys = frozenset(k for k in body.grayDelKeys or [] if k)
     return await publish_in(request, token, app_id, branch, namespace, body, operator, keys)
 
@@ -178,14 +183,14 @@ async def find_branch_items(request: Request, env: str, app_id: str, cluster: st
 async def create_branch_item(request: Request, env: str, app_id: str, cluster: str, namespace: str, branch: str,
                              body: OpenItemIn, operator: str | None = None,
                              token: TokenView = Depends(consumer)) -> dict[str, Any]:
-    await read(request, lambda s: center_of(request).store.branch(s, app_id, cluster, namespace, branch))
+    await _branch_exists(request, app_id, cluster, namespace, branch)
     return await create_item_in(request, token, app_id, branch, namespace, body, operator)
 
 
 @router.get(BRANCH + "/items/{key}")
 async def get_branch_item(request: Request, env: str, app_id: str, cluster: str, namespace: str, branch: str,
                           key: str, _: TokenView = Depends(consumer)) -> dict[str, Any]:
-    await read(request, lambda s: center_of(request).store.branch(s, app_id, cluster, namespace, branch))
+    await _branch_exists(request, app_id, cluster, namespace, branch)
     return await get_item_of(request, app_id, branch, namespace, key)
 
 
@@ -193,12 +198,12 @@ async def get_branch_item(request: Request, env: str, app_id: str, cluster: str,
 async def update_branch_item(request: Request, env: str, app_id: str, cluster: str, namespace: str, branch: str,
                              key: str, body: OpenItemIn, createIfNotExists: bool = False, operator: str | None = None,
                              token: TokenView = Depends(consumer)) -> Response:
-    await read(request, lambda s: center_of(request).store.branch(s, app_id, cluster, namespace, branch))
+    await _branch_exists(request, app_id, cluster, namespace, branch)
     return await update_item_in(request, token, app_id, branch, namespace, key, body, createIfNotExists, operator)
 
 
 @router.delete(BRANCH + "/items/{key}")
 async def delete_branch_item(request: Request, env: str, app_id: str, cluster: str, namespace: str, branch: str,
                              key: str, operator: str | None = None, token: TokenView = Depends(consumer)) -> Response:
-    await read(request, lambda s: center_of(request).store.branch(s, app_id, cluster, namespace, branch))
+    await _branch_exists(request, app_id, cluster, namespace, branch)
     return await delete_item_in(request, token, app_id, branch, namespace, key, operator)
