@@ -7,11 +7,20 @@ Starts, on free ports, a Tansu broker, two config services on one database and t
    in ``ykafka.metaserver`` and both config services in their grant;
 2. ``--clients`` watchers are parked on config service A: a fifth are the SDK's Apollo clients
    (``ykafka.apollo.ApolloClient``, given both instances), the rest speak the plain Apollo protocol (one asyncio
-   long poll each, moving to the other instance on a connection error, as Apollo's clients do);
+   long poll each over a keep-alive connection, fetching on a change, moving to the other instance on a
+   connection error, as Apollo's Java client does). The watchers run in ``--procs`` processes of their own
+   (spawned, each with its share of both kinds): in one process, 1,000 watchers' own Python (200 SDK threads
+   and 800 pollers behind one GIL) was the bottleneck of the measurement, not the survivor (see
+   docs/benchmarks.md);
 3. A is SIGKILLed (by its pid) and ``--releases`` releases are published through B at once:
    ``repark_p99_s`` is the time from the kill to each watcher's poll re-sent to B, ``all_reparked_s`` until the
    last one's (None if one never moved), ``release_after_kill_p99_ms`` from the first release
-   returning to each watcher holding it (or a later one), ``missed`` the watchers not ending on the last one;
+   returning to each watcher holding it (or a later one), ``missed`` the watchers not ending on the last one.
+   Where that time goes, per watcher: ``notified_p99_ms`` from the release to its poll answered by B,
+   ``fetch_p99_ms`` from that answer to the fetched release held; ``release_call_ms`` is the release request
+   itself; ``survivor_cpu_s`` / ``clients_cpu_s`` / ``bench_cpu_s`` the CPU B, the watchers' processes and this
+   one (producers, releases) used from the kill until every watcher held the last release, and ``load_1m``
+   the machine's load average at the kill (the cores are shared);
 4. a config change is pushed through the MetaServers: ``applied_after_cc_kill_ms`` until every producer has it
    in force; then MetaServer A is SIGKILLed, another change is pushed (``applied_after_ms_kill_ms``) and a new
    Producer starts (its grant through the survivor: ``started_after_ms_kill``);
@@ -22,7 +31,7 @@ Starts, on free ports, a Tansu broker, two config services on one database and t
 compare a release through one config service reaching a poll parked on another that LISTENs and on one that
 only scans (every 0.5 s), timed on the same releases.
 
-    python bench/controlplane_failover.py [--clients 1000] [--producers 4] [--rate 2000] [--quick]
+    python bench/controlplane_failover.py [--clients 1000] [--procs 4] [--producers 4] [--rate 2000] [--quick]
 
 Last line: RESULT {"clients": 1000, "repark_p99_s": ..., "release_after_kill_p99_ms": ..., "missed": 0,
 "lost": 0, ...}
@@ -34,6 +43,7 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -41,6 +51,7 @@ import tempfile
 import threading
 import time
 import uuid
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -51,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 import requests  # noqa: E402
 
 from bench.config_propagation import Load, percentile, read_all  # noqa: E402
-from bench.configcenter_longpoll import http, raise_fd_limit  # noqa: E402
+from bench.configcenter_longpoll import raise_fd_limit  # noqa: E402
 from metaserver.apollo import ApolloOpenApi  # noqa: E402
 from tests.support import LocalStack, local_stack, rss_mb  # noqa: E402
 from ykafka import Producer  # noqa: E402
@@ -66,45 +77,156 @@ NS = "bench.failover"
 
 
 class Watcher:
-    """What one parked client saw: each value with when it arrived, and (plain clients) when it moved."""
+    """What one parked client saw: each value with when it arrived, when its polls were answered with a
+    change, and when it moved to another instance (monotonic clock: the same in every process)."""
 
     def __init__(self) -> None:
         self.values: list[tuple[float, str]] = []
-        self.moved_at: float | None = None
+        self.notified: list[float] = []
+        self.moves: list[float] = []
 
     def got(self, value: str) -> None:
         self.values.append((time.monotonic(), value))
-
-    def first_at_least(self, value: int) -> float | None:
-        return next((at for at, v in self.values if v.isdigit() and int(v) >= value), None)
 
     @property
     def last(self) -> str | None:
         return self.values[-1][1] if self.values else None
 
 
-async def plain_client(urls: list[str], notification_id: int, watcher: Watcher, stop: asyncio.Event) -> None:
-    """A plain Apollo client: long poll, fetch on a change, move to the next instance on a connection error."""
-    index = 0
-    while not stop.is_set():
-        host, port = urlsplit(urls[index]).hostname or "", urlsplit(urls[index]).port or 80
-        query = urlencode({"appId": APP, "cluster": "default", "notifications": json.dumps(
-            [{"namespaceName": NS, "notificationId": notification_id}])})
+def first_at_least(values: list[tuple[float, str]], value: int) -> float | None:
+    return next((at for at, v in values if v.isdigit() and int(v) >= value), None)
+
+
+class KeepAlive:
+    """One keep-alive HTTP/1.1 connection to one instance (reconnects after an error or a ``Connection: close``)."""
+
+    def __init__(self, url: str) -> None:
+        self.host, self.port = urlsplit(url).hostname or "", urlsplit(url).port or 80
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def get(self, target: str) -> tuple[int, bytes]:
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self.streams
         try:
-            status, body = await http(host, port, "GET", f"/notifications/v2?{query}")
-            if status == 200:
-                notification_id = json.loads(body)[0]["notificationId"]
-                status, body = await http(host, port, "GET", f"/configs/{APP}/default/{NS}")
+            writer.write(f"GET {target} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode())
+            await writer.drain()
+            lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+            length = int(headers.get("content-length", "0"))
+            body = await reader.readexactly(length) if length else b""
+        except BaseException:
+            self.close()
+            raise
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return int(lines[0].split(" ", 2)[1]), body
+
+    def close(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+            self.streams = None
+
+
+async def plain_client(urls: list[str], notification_id: int, watcher: Watcher, stop: asyncio.Event) -> None:
+    """A plain Apollo client: long poll, fetch on a change (the id advances once fetched), move to the next
+    instance on a connection error."""
+    conns = [KeepAlive(url) for url in urls]
+    index = 0
+    try:
+        while not stop.is_set():
+            query = urlencode({"appId": APP, "cluster": "default", "notifications": json.dumps(
+                [{"namespaceName": NS, "notificationId": notification_id}])})
+            try:
+                status, body = await conns[index].get(f"/notifications/v2?{query}")
                 if status == 200:
-                    watcher.got(json.loads(body)["configurations"]["v"])
-            elif status != 304:
-                raise ConnectionError(f"HTTP {status}")
-        except (OSError, asyncio.IncompleteReadError, ConnectionError):
-            if stop.is_set():
-                return
-            index = (index + 1) % len(urls)
-            if watcher.moved_at is None:
-                watcher.moved_at = time.monotonic()
+                    watcher.notified.append(time.monotonic())
+                    latest = json.loads(body)[0]["notificationId"]
+                    status, body = await conns[index].get(f"/configs/{APP}/default/{NS}")
+                    if status == 200:
+                        watcher.got(json.loads(body)["configurations"]["v"])
+                        notification_id = latest
+                if status not in (200, 304):
+                    raise ConnectionError(f"HTTP {status}")
+            except (OSError, asyncio.IncompleteReadError, ConnectionError):
+                if stop.is_set():
+                    return
+                conns[index].close()
+                index = (index + 1) % len(urls)
+                watcher.moves.append(time.monotonic())
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+class MovingEndpoints(Endpoints):
+    """The SDK client's instance list, noting when the client gave up an instance."""
+
+    def __init__(self, urls: list[str], watcher: Watcher) -> None:
+        super().__init__(urls)
+        self.watcher = watcher
+
+    def failed(self, url: str) -> float:
+        self.watcher.moves.append(time.monotonic())
+        return super().failed(url)
+
+
+class TimedApolloClient(ApolloClient):
+    """The SDK client, noting when a long poll is answered with a change (before it fetches)."""
+
+    watcher: Watcher
+
+    def _long_poll(self, ids: dict[str, int], slot: int = 0) -> list[tuple[str, int]]:
+        changed = super()._long_poll(ids, slot)
+        if changed:
+            self.watcher.notified.append(time.monotonic())
+        return changed
+
+
+def watch(pipe: Connection, a_url: str, b_url: str, sdk_count: int, plain_count: int, notification_id: int,
+          last: str) -> None:
+    """One watchers' process: park its clients on A, then report what each saw once all hold ``last``
+    (or after 60 s), then close them when told."""
+    import uvloop  # the plain pollers' loop: the clients' own CPU is not what is measured
+
+    configure("error")
+    watchers = [Watcher() for _ in range(sdk_count + plain_count)]
+    sdk: list[TimedApolloClient] = []
+    for watcher in watchers[:sdk_count]:
+        def on_update(config: NamespaceConfig, watcher: Watcher = watcher) -> None:
+            if "v" in config.configurations:
+                watcher.got(config.configurations["v"])
+
+        client = TimedApolloClient(f"{a_url},{b_url}", APP, "default", "127.0.0.1", None, on_update,
+                                   longpoll_timeout_s=30)
+        client.watcher = watcher
+        client.endpoints = MovingEndpoints([a_url, b_url], watcher)
+        while client.endpoints.current != a_url:  # parked on A, moving to B
+            client.endpoints.failed(client.endpoints.current)
+        client.subscribe(NS)
+        client.start()
+        sdk.append(client)
+    loop = uvloop.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    stop = asyncio.Event()
+    futures = [asyncio.run_coroutine_threadsafe(plain_client([a_url, b_url], notification_id, w, stop), loop)
+               for w in watchers[sdk_count:]]
+    for watcher in watchers:
+        watcher.moves.clear()  # the SDK clients' positioning on A above
+    pipe.send("parked")
+    pipe.recv()  # A was killed
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(w.last != last for w in watchers):
+        time.sleep(0.02)
+    pipe.send([(w.values, w.notified, w.moves) for w in watchers])
+    pipe.recv()  # stop
+    loop.call_soon_threadsafe(stop.set)
+    for client in sdk:
+        client.close()
+    for future in futures:
+        future.cancel()
+    time.sleep(0.3)  # the cancelled polls close their connections
+    loop.call_soon_threadsafe(loop.stop)
 
 
 def stats(url: str) -> dict[str, int]:
@@ -155,62 +277,67 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
 
     sdk_count = max(1, args.clients // 5)
     plain_count = args.clients - sdk_count
-    watchers = [Watcher() for _ in range(args.clients)]
-    sdk: list[ApolloClient] = []
-    for watcher in watchers[:sdk_count]:
-        def on_update(config: NamespaceConfig, watcher: Watcher = watcher) -> None:
-            if "v" in config.configurations:
-                watcher.got(config.configurations["v"])
-
-        client = ApolloClient(f"{a_url},{b_url}", APP, "default", "127.0.0.1", None, on_update,
-                              longpoll_timeout_s=30)
-        client.endpoints = Endpoints([a_url, b_url])
-        while client.endpoints.current != a_url:  # parked on A, moving to B
-            client.endpoints.failed(client.endpoints.current)
-        client.subscribe(NS)
-        client.start()
-        sdk.append(client)
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    stop = asyncio.Event()
     notification_id = json.loads(requests.get(f"{a_url}/notifications/v2", params={
         "appId": APP, "cluster": "default", "notifications": json.dumps([{"namespaceName": NS,
                                                                           "notificationId": -1}])},
         timeout=10).content)[0]["notificationId"]
-    futures = [asyncio.run_coroutine_threadsafe(plain_client([a_url, b_url], notification_id, w, stop), loop)
-               for w in watchers[sdk_count:]]
+    last = str(args.releases)
+    procs = max(1, min(args.procs, args.clients))
+    spawn = multiprocessing.get_context("spawn")  # this process runs librdkafka threads: no fork
+    pipes: list[Connection] = []
+    workers = []
+    for i in range(procs):
+        ours, theirs = spawn.Pipe()
+        share = (sdk_count * (i + 1) // procs - sdk_count * i // procs,
+                 plain_count * (i + 1) // procs - plain_count * i // procs)
+        worker = spawn.Process(target=watch, args=(theirs, a_url, b_url, *share, notification_id, last), daemon=True)
+        worker.start()
+        pipes.append(ours)
+        workers.append(worker)
+    for pipe in pipes:
+        if not pipe.poll(120) or pipe.recv() != "parked":
+            raise RuntimeError("a watchers' process did not start")
     wait_for(lambda: stats(a_url)["longPolls"] >= args.clients, 60, f"{args.clients} watchers parked on A")
     time.sleep(0.5)  # the count may include a producer's poll it just replaced (answered when its timeout ends)
     b_pid = stack.pid(stack.services(["configcenter-2"])[0])
     assert b_pid is not None
-
-    def watch_sdk() -> None:  # when each SDK watcher moves to B (it re-polls there at once)
-        while time.monotonic() - killed < 60 and any(w.moved_at is None for w in watchers[:sdk_count]):
-            for client, watcher in zip(sdk, watchers[:sdk_count], strict=True):
-                if watcher.moved_at is None and client.url == b_url:
-                    watcher.moved_at = time.monotonic()
-            time.sleep(0.005)
-
-    b_cpu, me_cpu = cpu_s(b_pid), cpu_s(os.getpid())
+    pids = [b_pid, os.getpid(), *(w.pid for w in workers if w.pid is not None)]
+    cpu_before = [cpu_s(pid) for pid in pids]
+    load_1m = os.getloadavg()[0]
     killed = time.monotonic()
     if stack.kill("configcenter") is None:  # SIGKILL by its pid
         raise RuntimeError("config service A was not running")
-    monitor = threading.Thread(target=watch_sdk, daemon=True)
-    monitor.start()
+    for pipe in pipes:
+        pipe.send("killed")
     released: float | None = None
+    release_call = 0.0
     for n in range(1, args.releases + 1):
+        started = time.monotonic()
         api.set_item(NS, "v", str(n))
         api.release(NS, f"v{n}", "bench")
-        released = released or time.monotonic()
+        if released is None:
+            released, release_call = time.monotonic(), time.monotonic() - started
         time.sleep(0.3)
-    last = str(args.releases)
-    wait_for(lambda: all(w.last == last for w in watchers), 60, "every watcher on the last release")
-    settled = time.monotonic() - killed
-    b_cpu, me_cpu = cpu_s(b_pid) - b_cpu, cpu_s(os.getpid()) - me_cpu
-    monitor.join(60)
+    seen: list[tuple[list[tuple[float, str]], list[float], list[float]]] = []
+    for pipe in pipes:
+        if not pipe.poll(90):
+            raise RuntimeError("a watchers' process did not report")
+        seen.extend(pipe.recv())
+    cpu_used = [cpu_s(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
     assert released is not None
-    after_release = [((w.first_at_least(1) or 0) - released) * 1000 for w in watchers]
-    repark = [w.moved_at - killed for w in watchers if w.moved_at is not None]
+    held_last = [first_at_least(got, args.releases) for got, _, _ in seen]
+    settled = max(at for at in held_last if at is not None) - killed if any(held_last) else None
+    after_release, notified, fetch = [], [], []
+    for got, answers, _ in seen:
+        held = first_at_least(got, 1)
+        after_release.append(((held or 0) - released) * 1000)
+        answer = next((at for at in answers if at > killed), None)
+        if held is not None and answer is not None:
+            notified.append((answer - released) * 1000)
+            fetch.append((held - answer) * 1000)
+    repark = [min(at for at in moves if at >= killed) - killed for _, _, moves in seen
+              if any(at >= killed for at in moves)]
+    missed = sum(1 for got, _, _ in seen if not got or got[-1][1] != last)
     applied_cc = push_and_wait(admin, producers, topic, 6)
 
     if stack.kill("metaserver") is None:  # SIGKILL by its pid
@@ -234,26 +361,30 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
     for p in [*producers, late]:
         p.close()
     survivor_rss = rss_mb(b_pid)
-    loop.call_soon_threadsafe(stop.set)
-    for client in sdk:
-        client.close()
-    for future in futures:
-        future.cancel()
-    time.sleep(0.3)  # the cancelled polls close their connections
-    loop.call_soon_threadsafe(loop.stop)
+    for pipe in pipes:
+        pipe.send("stop")
+    for worker in workers:
+        worker.join(30)
     sent = sum(load.sent for load in [*loads, late_load])
     values = read_all(cfg.bootstrap(cfg.default_cluster), topic, sent)
     unique = set(values)
     return {
         "clients": args.clients, "sdk_clients": sdk_count, "plain_clients": plain_count,
         "repark_p99_s": round(percentile(repark, 0.99), 3) if repark else None,
-        "all_reparked_s": round(max(repark), 3) if len(repark) == len(watchers) else None,
-        # from the kill to every watcher on the last release: wall time, and the CPU the survivor and the
-        # clients' process (this one) used meanwhile (both on the same cores)
-        "settled_s": round(settled, 3), "survivor_cpu_s": round(b_cpu, 2), "clients_cpu_s": round(me_cpu, 2),
+        "all_reparked_s": round(max(repark), 3) if len(repark) == len(seen) else None,
+        # from the kill to every watcher on the last release: wall time, and the CPU the survivor, this process
+        # (producers, releases) and the watchers' processes used meanwhile (all on the same shared cores)
+        "settled_s": round(settled, 3) if settled is not None else None, "procs": procs,
+        "load_1m": round(load_1m, 2), "survivor_cpu_s": round(cpu_used[0], 2),
+        "bench_cpu_s": round(cpu_used[1], 2), "clients_cpu_s": round(sum(cpu_used[2:]), 2),
+        "release_call_ms": round(release_call * 1000, 1),
         "release_after_kill_p50_ms": round(percentile(after_release, 0.5), 1),
         "release_after_kill_p99_ms": round(percentile(after_release, 0.99), 1),
-        "missed": sum(1 for w in watchers if w.last != last), "releases": args.releases,
+        "notified_p50_ms": round(percentile(notified, 0.5), 1) if notified else None,
+        "notified_p99_ms": round(percentile(notified, 0.99), 1) if notified else None,
+        "fetch_p50_ms": round(percentile(fetch, 0.5), 1) if fetch else None,
+        "fetch_p99_ms": round(percentile(fetch, 0.99), 1) if fetch else None,
+        "missed": missed, "releases": args.releases,
         "applied_after_cc_kill_ms": applied_cc, "applied_after_ms_kill_ms": applied_ms,
         "started_after_ms_kill": late_load.sent >= 100,
         "producers": args.producers, "sent": sent, "lost": sent - len(unique),
@@ -379,11 +510,13 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--rate", type=float, default=2000.0, help="msgs/s, all producers together")
     parser.add_argument("--releases", type=int, default=3, help="releases through the survivor after the kill")
+    parser.add_argument("--procs", type=int, default=4, help="processes the watchers run in")
     parser.add_argument("--notify-releases", type=int, default=20, help="releases timed per mode (PostgreSQL)")
     parser.add_argument("--quick", action="store_true", help="25 watchers, 1 producer (the suite's check)")
     args = parser.parse_args()
     if args.quick:
         args.clients, args.producers, args.rate, args.releases, args.notify_releases = 25, 1, 500.0, 2, 2
+        args.procs = min(args.procs, 2)
     configure("error")
     raise_fd_limit(args.clients * 4 + 512)
     with local_stack(["dc-a", "control"], replicas=2) as bench:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,8 +101,14 @@ def _check(cfg: Any) -> None:
         raise NotifyInvalid(str(exc)) from None
 
 
+#: a path segment shown as it is: a word naming the kind of endpoint (``hooks``, ``robot``, ``oncall``); anything
+#: with a digit, or longer, may be a token (a generic webhook's whole secret can be its only segment)
+_WORD = re.compile(r"[A-Za-z][A-Za-z_.-]{0,23}")
+
+
 def mask_url(url: str) -> str:
-    """``scheme://host[:port]/first-segment/****?key=****``: the host and the kind of endpoint, no token."""
+    """``scheme://host[:port]/first-segment/****?key=****``: the host and the kind of endpoint, no token (the
+    first segment too is masked unless it is a plain word)."""
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
@@ -111,7 +118,8 @@ def mask_url(url: str) -> str:
     netloc = (f"{parts.username}:{MASK}@" if parts.password else f"{MASK}@" if parts.username else "") + host
     netloc += f":{port}" if port else ""
     segments = [s for s in parts.path.split("/") if s]
-    path = "/" + "/".join(segments[:1] + ([MASK] if len(segments) > 1 else [])) if segments else ""
+    shown = segments[:1] if segments and _WORD.fullmatch(segments[0]) else [MASK] if segments else []
+    path = "/" + "/".join(shown + ([MASK] if len(segments) > 1 else [])) if segments else ""
     query = "&".join(f"{k}={MASK}" for k, _v in parse_qsl(parts.query, keep_blank_values=True))
     return f"{parts.scheme}://{netloc}{path}" + (f"?{query}" if query else "")
 

@@ -20,6 +20,8 @@ from typing import Any
 import requests
 import structlog
 
+from ykafka.devstack_procs import free_port
+
 log = structlog.get_logger("ykafka.pipeline.cluster")
 
 STATE_FILE = "cluster.json"
@@ -92,12 +94,6 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def _free_port() -> int:
-    from ykafka.devstack import free_port
-
-    return free_port()
-
-
 def runs(daemon: Daemon) -> bool:
     """The pid is alive and still runs what it was started with (not a reused pid)."""
     try:
@@ -160,7 +156,7 @@ def up(home: Path, workers: int = 2, cores: int = 1, memory: str = "512m", timeo
     existing = SparkCluster.load(home)
     if existing is not None and any(runs(d) for d in existing.daemons):
         raise ClusterError(f"a cluster from {home} is still running (master {existing.master}): stop it first")
-    rpc, ui_port = _free_port(), _free_port()
+    rpc, ui_port = free_port(), free_port()
     master = _spawn(home, "master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                                      str(rpc), "--webui-port", str(ui_port)], ui_port)
     cluster = SparkCluster(home=str(home), master=f"spark://127.0.0.1:{rpc}", ui=master.ui, daemons=[master])
@@ -180,7 +176,7 @@ def add_worker(cluster: SparkCluster, cores: int = 1, memory: str = "512m", time
     """One more worker, registered with the master before this returns."""
     home = Path(cluster.home)
     index = max((int(d.name.split("-")[1]) for d in cluster.workers()), default=-1) + 1
-    ui_port = _free_port()
+    ui_port = free_port()
     worker = _spawn(home, f"worker-{index}", ["org.apache.spark.deploy.worker.Worker", cluster.master, "--host",
                                               "127.0.0.1", "--webui-port", str(ui_port), "--cores", str(cores),
                                               "--memory", memory], ui_port)

@@ -28,7 +28,7 @@ from ykafka.dr.queue import SpillQueue
 from ykafka.dr.replay import Replayer
 from ykafka.dr.spilldir import SpillSlot
 from ykafka.dr.sync import OutageStore
-from ykafka.metrics import Observability
+from ykafka.observability import Observability
 from ykafka.runtime import Runtime
 
 #: every step of construction (the Producer's and, inside it, the DR engine's) and of close that can be made to fail

@@ -148,3 +148,18 @@ def test_the_admin_api_masks_secrets_and_refuses_a_bad_section_with_the_reason(
         assert [b["reason"] for b in receiver.got["/fixed"]] == ["growing"] and "/down" not in receiver.got
     finally:
         st.admin("PUT", "/v1/admin/notify", {"body": json.dumps(shipped["config"])})
+
+
+def test_a_webhook_url_is_shown_without_anything_that_may_be_its_token() -> None:
+    from metaserver.notifications import mask_url
+
+    cases = {
+        "http://127.0.0.1:8080/oncall": "http://127.0.0.1:8080/oncall",  # a word: the kind of endpoint
+        "https://hooks.slack.com/services/T0/B0/xyz": "https://hooks.slack.com/services/****",
+        "https://example.com/3f9a1c0d7e2b44aa": "https://example.com/****",  # the token is the only segment
+        "https://example.com/averyveryverylongsegmentname": "https://example.com/****",
+        "https://u:pw@example.com/hook?token=abc&x=1": "https://u:****@example.com/hook?token=****&x=****",
+        "https://example.com": "https://example.com",
+        "http://[::1:bad": "****",
+    }
+    assert {url: mask_url(url) for url in cases} == cases

@@ -20,7 +20,8 @@ from tests.dr_fixtures import DEFAULT_HEALTH, first_occurrence_ordered, make_eng
 from tests.helpers import create_topic, unique, wait_until
 from tests.support import Broker
 from tests.test_spill_chaos import Stream
-from ykafka.devstack import Stack, _pid_alive, ephemeral_config
+from ykafka.devstack import Stack, ephemeral_config
+from ykafka.devstack_procs import pid_alive
 from ykafka.dr.engine import RouteSpec
 
 pytest.importorskip("moto", reason="moto[server] (dev extra) is needed for the durable (S3) brokers")
@@ -105,7 +106,7 @@ def test_down_stops_every_broker_and_the_s3_server(tmp_path: Path) -> None:
     again = Stack(later)
     stopped = again.down()
     assert sorted(stopped.values()) == sorted(pids)
-    assert not any(_pid_alive(pid) for pid in pids)
+    assert not any(pid_alive(pid) for pid in pids)
 
 
 def test_one_broker_sigkilled_under_load_clients_continue_on_the_other(stack: Stack, tmp_path: Path) -> None:

@@ -159,7 +159,8 @@ def test_message_spilled_while_the_cluster_is_down_is_replayed_byte_identical(tm
         deadline = time.monotonic() + 20
         while engine.status()["spill"].get("default", {}).get("depth", 0) < 49 and time.monotonic() < deadline:
             producer.poll(0.1)
-        spilled = engine.status()["spill"].get("default", {}).get("depth", 0)
+        at_wait = engine.status()  # in the assertion's message: what the engine saw if the spill fell short
+        spilled = at_wait["spill"].get("default", {}).get("depth", 0)
         broker.start()  # same port; Tansu's memory storage starts empty: the replay's sends create the topic
         deadline = time.monotonic() + 60
         while len(acked) < 50 and time.monotonic() < deadline:
@@ -170,7 +171,7 @@ def test_message_spilled_while_the_cluster_is_down_is_replayed_byte_identical(tm
         records = read_all(broker.bootstrap, topic, expect=49)
     finally:
         broker.close()
-    assert spilled == 49
+    assert spilled == 49, at_wait
     assert all(not isinstance(a, Exception) and a.error() is None for a in acked) and len(acked) == 50
     ctx = SerializationContext(topic, MessageField.VALUE)
     expected = {serializer(order, ctx) for order in _orders(50)[1:]}

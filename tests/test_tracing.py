@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 
 from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
 from ykafka import events
@@ -151,10 +152,19 @@ def test_full_queue_and_dead_cluster_drop_with_counts_never_block() -> None:
     elapsed = time.perf_counter() - started
     assert accepted == 100
     assert sink.stats()["trace"]["dropped_full"] == 900
+    # the rate-1.0 delivery callback (its put inlined) drops on a full queue too, and still reports
+    reports: list[Any] = []
+    acked = tracer.wrap_delivery(lambda err, msg: reports.append(err), "t", None, "")
+    delivered = Message(topic="t", partition=0, offset=7, key=None, value=b"v", timestamp=(1, 1), latency=0.01)
+    acked(None, delivered)
+    assert sink.stats()["trace"]["dropped_full"] == 901 and reports == [None]
     assert elapsed < 0.5  # 1000 emits against a dead cluster: no waiting
     sink.flush(3)
     wait_until(lambda: sink.stats()["trace"]["dropped_undeliverable"] == 100, timeout=10)
     assert sink.stats()["trace"]["delivered"] == 0
     sink.close(1)
     assert tracer.emit("produced", topic="t", msg_id="late") is False  # closed: dropped and counted
-    assert sink.stats()["trace"]["dropped_full"] == 901
+    assert sink.stats()["trace"]["dropped_full"] == 902
+    acked(None, delivered)  # a callback built before the close: dropped and counted, the report still made
+    assert sink.stats()["trace"]["dropped_full"] == 903 and sink.stats()["trace"]["queued"] == 0
+    assert reports == [None, None]

@@ -14,12 +14,14 @@ Identity can also come from the environment (``YKAFKA_APP_ID``, ``YKAFKA_APP_SEC
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from itertools import starmap
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from ykafka import catalog, process
 from ykafka.endpoints import parse_urls
@@ -30,13 +32,35 @@ Role = Literal["producer", "consumer"]
 
 @dataclass(frozen=True)
 class Option:
-    """One ``ykafka.*`` local option."""
+    """One ``ykafka.*`` local option, declared once in its feature's module-level ``OPTIONS`` table."""
 
     name: str
     parse: Callable[[Any], Any]
     default: Any
     help: str
     env: str | None = None
+
+
+T = TypeVar("T")
+_OPTION = "ykafka.option"
+
+
+def option(name: str, parse: Callable[[Any], Any], default: T, help: str, env: str | None = None) -> T:
+    """A settings-dataclass field that is also a local option: its name, parser, default and help written once
+    (collect them with :func:`options_of`, fill the dataclass with :func:`settings_from`)."""
+    declared = Option(name, parse, default, help, env)
+    return cast(T, field(default=default, metadata={_OPTION: declared}))
+
+
+def options_of(cls: type) -> tuple[Option, ...]:
+    """The options a settings dataclass declares with :func:`option`, in field order."""
+    return tuple(f.metadata[_OPTION] for f in fields(cls) if _OPTION in f.metadata)
+
+
+def settings_from(cls: type[T], options: Mapping[str, Any]) -> T:
+    """A settings dataclass from parsed options (``LocalConfig.options``); missing options keep their defaults."""
+    return cls(**{f.name: options[f.metadata[_OPTION].name] for f in fields(cls)  # type: ignore[arg-type]
+                  if _OPTION in f.metadata and f.metadata[_OPTION].name in options})
 
 
 def _str(value: Any) -> str:
@@ -68,35 +92,8 @@ _ms = catalog.int_range
 _bool = catalog.boolean
 
 
-_OPTIONS: dict[str, Option] = {}
-
-
-def register_option(name: str, parse: Callable[[Any], Any], default: Any, help: str,
-                    env: str | None = None) -> None:
-    """Declare a ``ykafka.*`` option; other modules (spill, failover, trace) add theirs at import time."""
-    if not name.startswith("ykafka."):
-        raise ValueError("ykafka options start with 'ykafka.'")
-    _OPTIONS[name] = Option(name, parse, default, help, env)
-
-
-#: Modules that register options when imported: every one is loaded before a config is parsed, so whether
-#: ``ykafka.dr.enabled`` is known never depends on which parts of the SDK an application imported first.
-OPTION_MODULES = ("ykafka.dr.attach", "ykafka.dr.spilldir", "ykafka.producer", "ykafka.tracing", "ykafka.metrics",
-                  "ykafka.consumer.settings")
-
-
-def _register_all() -> None:
-    for module in OPTION_MODULES:
-        importlib.import_module(module)
-
-
-def options() -> dict[str, Option]:
-    """All known ``ykafka.*`` options (for docs and the CLI)."""
-    _register_all()
-    return dict(_OPTIONS)
-
-
-for _name, _parse, _default, _help, _env in [
+#: The options of the client's identity, control plane and bounds; features declare theirs beside them.
+OPTIONS: tuple[Option, ...] = tuple(starmap(Option, [
     ("ykafka.app.id", _opt_str, None, "application id registered at the MetaServer", "YKAFKA_APP_ID"),
     ("ykafka.app.secret", _opt_str, None, "application secret (never sent; signs requests)", "YKAFKA_APP_SECRET"),
     ("ykafka.metaserver", _urls, None, "MetaServer base URL, or several peer instances comma-separated "
@@ -133,8 +130,30 @@ for _name, _parse, _default, _help, _env in [
      "when bootstrap.servers is set, else the first of ykafka.local.clusters)", None),
     ("ykafka.swap.timeout.ms", _ms(100, 3_600_000), 60_000,
      "longest a rebuild / route switch waits for the old client to drain a topic", None),
-]:
-    register_option(_name, _parse, _default, _help, _env)
+]))
+
+#: Every module with an ``OPTIONS`` table besides this one. Each is loaded before a config is parsed, so whether
+#: ``ykafka.dr.enabled`` is known never depends on which parts of the SDK an application imported first;
+#: tests/test_config_options.py fails when a module under ykafka/ declares a table missing here.
+OPTION_MODULES = ("ykafka.consumer.settings", "ykafka.dr.attach", "ykafka.dr.spilldir", "ykafka.metrics",
+                  "ykafka.observability", "ykafka.producer.state", "ykafka.sink")
+
+
+@functools.cache
+def _registry() -> dict[str, Option]:
+    found: dict[str, Option] = {}
+    for table in (OPTIONS, *(importlib.import_module(name).OPTIONS for name in OPTION_MODULES)):
+        for declared in table:
+            if not declared.name.startswith("ykafka.") or declared.name in found:
+                raise ValueError(f"option {declared.name!r}: not under ykafka. or declared twice")
+            found[declared.name] = declared
+    return found
+
+
+def options() -> dict[str, Option]:
+    """All known ``ykafka.*`` options (for docs and the CLI)."""
+    return dict(_registry())
+
 
 @dataclass
 class LocalConfig:
@@ -210,7 +229,7 @@ class LocalConfig:
 
 def load(conf: Mapping[str, Any] | None, role: Role, env: Mapping[str, str] | None = None) -> LocalConfig:
     """Parse a client config dict (plus env); raise :class:`ConfigError` naming the bad key and why."""
-    _register_all()
+    known_options = _registry()
     env = os.environ if env is None else env
     raw = dict(conf or {})
     values: dict[str, Any] = {}
@@ -223,11 +242,11 @@ def load(conf: Mapping[str, Any] | None, role: Role, env: Mapping[str, str] | No
         if not isinstance(name, str):
             raise ConfigError(f"config keys must be strings, got {name!r}")
         if name.startswith("ykafka."):
-            option = _OPTIONS.get(name)
-            if option is None:
-                known = ", ".join(sorted(_OPTIONS))
+            declared = known_options.get(name)
+            if declared is None:
+                known = ", ".join(sorted(known_options))
                 raise ConfigError(f"unknown ykafka option {name!r} (known: {known})")
-            values[name] = _parse_option(option, value)
+            values[name] = _parse_option(declared, value)
             explicit.add(name)
         elif name in catalog.KEYS:
             try:
@@ -242,14 +261,14 @@ def load(conf: Mapping[str, Any] | None, role: Role, env: Mapping[str, str] | No
         else:
             rdkafka[name] = value
 
-    for option in _OPTIONS.values():
-        if option.name in values:
+    for declared in known_options.values():
+        if declared.name in values:
             continue
-        if option.env and env.get(option.env):
-            values[option.name] = _parse_option(option, env[option.env], source=f"env {option.env}")
-            explicit.add(option.name)
+        if declared.env and env.get(declared.env):
+            values[declared.name] = _parse_option(declared, env[declared.env], source=f"env {declared.env}")
+            explicit.add(declared.name)
         else:
-            values[option.name] = option.default
+            values[declared.name] = declared.default
 
     cfg = LocalConfig(role, values, catalog_defaults, rdkafka, frozenset(explicit))
     if cfg.metaserver is not None:

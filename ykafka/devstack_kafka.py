@@ -4,7 +4,7 @@ The jars come from Maven Central through the repository's ``devstack/kafka/pom.x
 them once, checksums verified, into :func:`kafka_libs`, a cache outside the checkout). A cluster of ``n`` nodes
 runs every node in combined mode (broker and controller; a static quorum of all ``n`` on loopback); its storage
 (``log.dirs``, one folder per node under the stack's home) is formatted once with a cluster id kept beside it,
-so a restarted broker keeps what it acknowledged. :mod:`ykafka.devstack` builds the :class:`Service` of each
+so a restarted broker keeps what it acknowledged. :mod:`ykafka.devstack_services` builds the :class:`Service` of each
 node through :func:`kafka_services`; everything Kafka-specific lives here.
 
 Hook for listeners and security (``ClusterSpec.kafka``, a :class:`KafkaSettings`): extra listeners with their
@@ -28,8 +28,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from ykafka.devstack_procs import StackError, log_tail
+
 if TYPE_CHECKING:
-    from ykafka.devstack import ClusterSpec, Service, StackConfig
+    from ykafka.devstack_config import ClusterSpec, StackConfig
+    from ykafka.devstack_services import Service
 
 log = structlog.get_logger(__name__)
 
@@ -212,8 +215,6 @@ def format_storage(cfg: StackConfig, spec: ClusterSpec, home: Path, indexes: lis
     """Write each node's server.properties and format the storage of those not formatted yet (in parallel, one
     JVM each), all with the cluster's id (created at the first format, kept in ``cluster.id``). Returns the
     indexes formatted now."""
-    from ykafka.devstack import StackError, _tail
-
     log4j = home / "data" / "kafka" / "log4j2.properties"
     log4j.parent.mkdir(parents=True, exist_ok=True)
     log4j.write_text(LOG4J2)
@@ -238,7 +239,7 @@ def format_storage(cfg: StackConfig, spec: ClusterSpec, home: Path, indexes: lis
             done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=120,
                                   env={**os.environ, **spec.kafka.env})
         if done.returncode:
-            raise StackError(f"formatting {spec.broker_name(index)}'s storage failed; {out}:\n{_tail(out)}")
+            raise StackError(f"formatting {spec.broker_name(index)}'s storage failed; {out}:\n{log_tail(out)}")
 
     with ThreadPoolExecutor(max(1, len(todo))) as pool:
         list(pool.map(run, todo))
@@ -255,8 +256,6 @@ def kafka_services(cfg: StackConfig, spec: ClusterSpec, home: Path,
     try:
         base = _jvm(spec.kafka, home)
     except KafkaMissing as exc:
-        from ykafka.devstack import StackError
-
         raise StackError(str(exc)) from None
     _, ports = client_listener(spec)
     out = []

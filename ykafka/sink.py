@@ -21,19 +21,20 @@ from typing import Any
 import structlog
 
 from ykafka import catalog, events
-from ykafka.config import register_option
+from ykafka.config import Option
 
 log = structlog.get_logger(__name__)
 
 
-for _name, _parse, _default, _help in [
-    ("ykafka.trace.cluster", catalog.optional_text, None,
+#: local options of the trace / metrics / client-event sink
+OPTIONS = (
+    Option("ykafka.trace.cluster", catalog.optional_text, None,
      "cluster receiving __ykafka_trace / __ykafka_metrics / __ykafka_clients (default: the default cluster)"),
-    ("ykafka.trace.queue.max", catalog.int_range(100, 10_000_000), 100_000,
+    Option("ykafka.trace.queue.max", catalog.int_range(100, 10_000_000), 100_000,
      "trace / metrics events kept in memory while waiting to be sent; beyond it they are dropped and counted"),
-    ("ykafka.trace.linger.ms", catalog.int_range(0, 60_000), 200, "batching delay of the trace / metrics producer"),
-]:
-    register_option(_name, _parse, _default, _help)
+    Option("ykafka.trace.linger.ms", catalog.int_range(0, 60_000), 200,
+           "batching delay of the trace / metrics producer"),
+)
 
 
 #: librdkafka settings of the observability producer: never blocks, small memory, no idempotence.
@@ -52,7 +53,8 @@ SINK_PRODUCER_DEFAULTS: dict[str, Any] = {
 
 class Channel:
     """One queue of an :class:`EventSink`. Its parts are public so a hot callback can inline ``put``:
-    ``if len(queue) < limit and not closed[0]: queue.append(row)`` else count a drop in ``dropped[kind]``."""
+    ``if len(queue) < channel.limit: queue.append(row)`` else count a drop in ``dropped[kind]`` (the sink
+    sets ``limit`` to 0 when it closes: one check per row covers both)."""
 
     __slots__ = ("kind", "queue", "limit", "closed", "dropped")
 
@@ -65,7 +67,7 @@ class Channel:
 
     def put(self, row: Any) -> bool:
         """Enqueue one row; False (and counted) when the queue is full or the sink closed. Never blocks."""
-        if len(self.queue) >= self.limit or self.closed[0]:
+        if len(self.queue) >= self.limit:
             self.dropped[self.kind] += 1
             return False
         self.queue.append(row)
@@ -96,6 +98,7 @@ class EventSink:
         self._producer = new_producer(conf, "events")
         self._topics = dict(events.TOPICS if topics is None else topics)
         self._channels: list[tuple[str, dict[str, Any], deque[Any]]] = []
+        self._handles: list[Channel] = []  # given out by channel(): closing sets their limit to 0
         self._key = f"{name}-{uuid.uuid4().hex[:12]}".encode()
         self._default: dict[str, deque[Any]] = {}
         self._max = queue_max
@@ -124,7 +127,12 @@ class EventSink:
 
     def channel(self, kind: str, constants: Mapping[str, Any] | None = None) -> Channel:
         """A new queue whose rows share ``constants`` (trailing fields); ``channel.put(row)`` enqueues."""
-        return Channel(kind, self._add_channel(kind, constants or {}), self._max, self._closed, self.dropped_full)
+        handle = Channel(kind, self._add_channel(kind, constants or {}), self._max, self._closed, self.dropped_full)
+        with self._lock:
+            self._handles.append(handle)
+            if self._closed[0]:
+                handle.limit = 0
+        return handle
 
     # --- hot path --------------------------------------------------------------------------------
 
@@ -201,7 +209,10 @@ class EventSink:
             return
         deadline = time.monotonic() + timeout
         self.flush(timeout)
-        self._closed[0] = True
+        with self._lock:
+            self._closed[0] = True
+            for handle in self._handles:
+                handle.limit = 0
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=max(0.1, deadline - time.monotonic()))

@@ -225,45 +225,52 @@ class Tracer:
         channel = self._channel
         if self._put is None or channel is None:
             return callback or _ignore
-        now_s, new_id, floor = _time, new_message_id, math.floor
-        queue, limit, closed, dropped = channel.queue, channel.limit, channel.closed, channel.dropped
+        now_s, floor = _time, math.floor
+        queue, dropped = channel.queue, channel.dropped
         append = queue.append
         user = callback
-        # the acked row's constant runs as one element each: kind, msg_id, topic / group .. cluster
-        acked, constant = events.spread(("acked", None, topic)), events.spread((None, None, None, None, where))
+        # the acked row's constant runs as one element each: kind, msg_id, topic (and a null key, the common
+        # case: one element less to build and encode) / group .. cluster
+        acked, acked_no_key = events.spread(("acked", None, topic)), events.spread(("acked", None, topic, None))
+        constant = events.spread((None, None, None, None, where))
 
-        def build(failed: Callable[[Any, int, Any, Any], None] | None) -> Callable[[Any, Any], None]:
+        def failure(_plain: Any, _order: int, err: Any, msg: Any) -> None:  # without the engine's direct path
+            if len(queue) < channel.limit:
+                now = now_s() * 1000.0
+                latency = (msg.latency() or 0.0) * 1000.0
+                append((floor(now), "failed", new_message_id(), topic, _text(msg.key()), None, None, None, latency,
+                        None, None, str(err), None, where, floor(now - latency)))
+            else:
+                dropped["trace"] += 1
+            if user is not None:
+                user(err, msg)
+
+        def build(failed: Callable[[Any, int, Any, Any], None]) -> Callable[[Any, Any], None]:
             def trace(err: Any, msg: Any) -> None:  # one frame per message: Channel.put inlined
-                if err is None:
-                    if len(queue) < limit and not closed[0]:
-                        # epoch ms; ts - latency: when it was handed to the producer (floor = int() here)
-                        now = now_s() * 1000
-                        latency = (msg.latency() or 0.0) * 1000
-                        key = msg.key()
-                        if key is not None:
-                            key = key.decode("utf-8", "replace") if type(key) is bytes else _text(key)
-                        append((floor(now), acked, key, msg.partition(), msg.offset(), msg.timestamp()[1], latency,
-                                constant, floor(now - latency)))
-                    else:
-                        dropped["trace"] += 1
-                    if user is not None:
-                        user(None, msg)
-                elif failed is not None:  # the fused twin: the engine re-routes it, or reports it via plain
+                if err is not None:  # the fused twin's engine re-routes it, or reports it via plain
                     failed(plain, -1, err, msg)
+                    return
+                if len(queue) >= channel.limit:  # full, or the sink closed
+                    dropped["trace"] += 1
                 else:
-                    if len(queue) < limit and not closed[0]:
-                        now = now_s() * 1000
-                        latency = (msg.latency() or 0.0) * 1000
-                        append((floor(now), "failed", new_id(), topic, _text(msg.key()), None, None, None,
-                                latency, None, None, str(err), None, where, floor(now - latency)))
+                    # epoch ms (float constants: no int-to-float conversion); ts - latency: when it was handed
+                    # to the producer (floor = int() here, without a type call)
+                    now = now_s() * 1000.0
+                    latency = (msg.latency() or 0.0) * 1000.0
+                    key = msg.key()
+                    if key is None:
+                        append((floor(now), acked_no_key, msg.partition(), msg.offset(), msg.timestamp()[1],
+                                latency, constant, floor(now - latency)))
                     else:
-                        dropped["trace"] += 1
-                    if user is not None:
-                        user(err, msg)
+                        append((floor(now), acked, key.decode("utf-8", "replace") if type(key) is bytes
+                                else _text(key), msg.partition(), msg.offset(), msg.timestamp()[1], latency,
+                                constant, floor(now - latency)))
+                if user is not None:
+                    user(None, msg)
 
             return trace
 
-        plain = build(None)
+        plain = build(failure)
         plain.direct_twin = build  # type: ignore[attr-defined]
         return plain
 

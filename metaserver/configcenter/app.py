@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,6 +38,13 @@ class OpenApiTrailingSlash:
         await self.app(scope, receive, send)
 
 
+#: FastAPI >= 0.165 asks OpenTelemetry for its global providers on every request (an ``os.environ`` lookup
+#: each): ~12 % of a ``/configs`` answer's CPU on a config service that exports no telemetry, and a failover
+#: moves every client's fetch and poll onto one survivor (docs/benchmarks.md, bench/controlplane_failover.py)
+NO_TELEMETRY: dict[str, Any] = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+                                if "telemetry" in inspect.signature(FastAPI).parameters else {})
+
+
 def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str | None = None,
                advertise_url: str | None = None, scan_interval: float = RELEASE_SCAN_S,
                notify: bool = True) -> FastAPI:
@@ -57,7 +65,7 @@ def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str 
             await center.stop()
 
     app = FastAPI(title="ykafka config center (Apollo-compatible)", lifespan=lifespan, docs_url=None,
-                  redoc_url=None)
+                  redoc_url=None, **NO_TELEMETRY)
     app.state.center = center
     install_error_handlers(app)
     app.add_middleware(configservice.AccessKeyMiddleware)

@@ -8,6 +8,7 @@ from typing import Any
 
 import structlog
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from . import dto
@@ -45,7 +46,10 @@ class ConfigWrites(StoreBase):
             change.credentials_changed = True
             return value
 
-        return str(self.write(op).result)
+        try:
+            return str(self.write(op).result)
+        except IntegrityError:  # another instance on the same database seeded it at the same moment
+            return str(self.write(op).result)
 
     def add_access_key(self, app_id: str, secret: str | None = None, operator: str = "apollo") -> str:
         """Add an enabled, enforced access-key secret to an app (32 hex chars, like Apollo's); returns it."""

@@ -4,8 +4,8 @@ Why a layer and not a second producer: hot config, routing, throttling, spill an
 sync producer (docs/architecture.md, "one engine, two call styles"). This layer only decides *where* a call
 runs so the event loop never blocks:
 
-- a send whose topic is resolved (:meth:`Producer.ready`) is handed to librdkafka on the loop itself (a C
-  call that only enqueues);
+- a send whose topic is resolved (``AsyncSendPort.ready``, ``ykafka/producer/aio_port.py``) is handed to
+  librdkafka on the loop itself (a C call that only enqueues);
 - a send that must first resolve its topic (grant check, metadata, a client rebuilt after a hot change) runs
   on one dedicated thread; while any such send is queued, later sends queue behind it, so per-key order holds
   across rebuilds and cluster switches;
@@ -28,6 +28,7 @@ import structlog
 from ykafka.aio import callbacks
 from ykafka.errors import BufferFullError, ClosedError
 from ykafka.producer import Producer
+from ykafka.producer.aio_port import async_port
 from ykafka.transport import KafkaException, from_kafka_error, is_auth_error
 
 log = structlog.get_logger(__name__)
@@ -57,6 +58,7 @@ class AIOProducer:
         self._queued = 0  # sends handed to the sender thread and not yet enqueued in librdkafka
         # error_cb, throttle_cb, stats_cb and logger run on the loop (confluent-kafka's wrap_common_callbacks)
         self._producer = Producer(callbacks.wrap_conf(self._loop, dict(producer_conf), self))
+        self._port = async_port(self._producer)  # ready / reserve / produce_reserved: not the drop-in API
         self._reports: list[tuple[asyncio.Future[Any], DeliveryCallback | None, Any, Any]] = []
         self._reports_lock = threading.Lock()
         self._wake_scheduled = False
@@ -89,7 +91,7 @@ class AIOProducer:
             raise ClosedError("Producer has been closed")  # confluent-kafka's words
         fut: asyncio.Future[Any] = self._loop.create_future()
         report = functools.partial(self._report, fut, on_delivery or callback)
-        p = self._producer
+        p = self._port
         try:
             if self._queued or not p.ready(topic):
                 await self._send_off_loop(topic, value, key, partition, report, timestamp, headers)
@@ -115,7 +117,7 @@ class AIOProducer:
 
     async def _send_off_loop(self, topic: str, value: Any, key: Any, partition: int, report: DeliveryCallback,
                              timestamp: int, headers: Any, reserved: bool = False) -> None:
-        p = self._producer
+        p = self._port
 
         def send() -> None:
             if not reserved:

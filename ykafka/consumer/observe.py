@@ -1,4 +1,4 @@
-"""Message trace and handler metrics of the Consumer, through :class:`~ykafka.metrics.Observability`.
+"""Message trace and handler metrics of the Consumer, through :class:`~ykafka.observability.Observability`.
 
 One :class:`ConsumerObserver` per Consumer owns the client's observability sink (librdkafka statistics,
 handler timings, client events, trace events). What it decides per fetched topic (the trace sampling
@@ -27,7 +27,8 @@ import structlog
 
 from ykafka.consumer.retry import Routed, parse_retry_topic
 from ykafka.events import MetricName
-from ykafka.metrics import Metrics, Observability
+from ykafka.metrics import Metrics
+from ykafka.observability import Observability
 from ykafka.tracing import Tracer
 
 log = structlog.get_logger(__name__)

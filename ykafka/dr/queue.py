@@ -59,6 +59,7 @@ from ykafka.dr.journal import (
     normalize_headers,
     read_segment,
 )
+from ykafka.dr.spilldir import SPILL_DEFAULTS
 from ykafka.errors import ClosedError, ConfigError, SpillFullError
 
 log = structlog.get_logger(__name__)
@@ -72,8 +73,9 @@ _Append = tuple[tuple[Any, ...], int, bool, IndexKey | None]
 class SpillQueue:
     """A cluster's durable queue of messages waiting to be (re)sent. Thread-safe."""
 
-    def __init__(self, directory: str | os.PathLike[str], cluster: str, *, max_bytes: int = 1 << 30,
-                 commit: CommitMode = "sync", fsync: bool = False, async_max_pending: int = 100_000,
+    def __init__(self, directory: str | os.PathLike[str], cluster: str, *, max_bytes: int = SPILL_DEFAULTS.max_bytes,
+                 commit: CommitMode = SPILL_DEFAULTS.commit, fsync: bool = SPILL_DEFAULTS.fsync,
+                 async_max_pending: int = SPILL_DEFAULTS.async_max_pending,
                  chunk_records: int = 5000, on_commit_error: Callable[[list[SpillRecord], Exception], None]
                  | None = None, journal_segment_bytes: int = 4 << 20) -> None:
         if chunk_records < 1 or journal_segment_bytes < 1:

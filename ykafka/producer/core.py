@@ -5,8 +5,10 @@ Same call shapes as confluent-kafka's ``Producer`` (``produce``, ``poll``, ``flu
 :class:`~ykafka.runtime.Runtime` (MetaServer grant + Apollo namespaces) and is applied here:
 
 * per topic, a cached :class:`_TopicState` (ACL decision, route, librdkafka client, partition picker,
-  throttle) is dropped whenever the runtime's version moves and rebuilt on that topic's next ``produce``;
-  the hot path is one dict lookup and the librdkafka call;
+  throttle, and its *send chain*: the steps its messages go through, composed once in
+  :mod:`~ykafka.producer.chain`) is dropped whenever the runtime's version moves and rebuilt on that topic's
+  next ``produce``; a send is one dict lookup and one call of the chain, which for a topic without per-message
+  steps IS the librdkafka call;
 * ONE librdkafka producer per (cluster, effective librdkafka settings), shared by every topic on it;
 * a topic whose client changes (a rebuild key such as ``producer.acks``, or ``route.cluster``) is *held*:
   its new messages wait in order in a local queue until every message it sent on the old client is
@@ -17,7 +19,7 @@ Same call shapes as confluent-kafka's ``Producer`` (``produce``, ``poll``, ``flu
 
 Seam for spill / failover: :meth:`Producer._send` is the one place a message is handed to a cluster's
 librdkafka client and :meth:`Producer._delivered` the one place delivery reports come back when a hook is
-installed (:meth:`Producer.set_hooks`). Without hooks the hot path inlines ``_send`` for speed.
+installed (:meth:`Producer.set_hooks`). Without hooks a topic's chain does not go through ``_send``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import structlog
 
@@ -36,26 +38,21 @@ from ykafka import catalog
 from ykafka.config import LocalConfig
 from ykafka.config import load as load_config
 from ykafka.dr import attach as dr_attach  # registers the ykafka.spill.* / ykafka.dr.* options
-from ykafka.dr.link import bind_report
-from ykafka.dr.port import DrEngine
+from ykafka.dr.engine import DisasterRecovery
 from ykafka.errors import BufferFullError, ClosedError, ConfigError
 from ykafka.headers import TRACE_ID
 from ykafka.hotconfig import ConfigChange
-from ykafka.metrics import Observability
+from ykafka.observability import Observability
 from ykafka.producer.resolve import TopicResolver
 from ykafka.producer.state import (
-    _PENDING_MAX,
     DeliveryCallback,
     DeliveryHook,
     SendHook,
     _Client,
     _freeze,
-    _nbytes,
-    _next,
-    _random,
-    _stamp_id,
     _TopicState,
     _with_header,
+    send_error,
 )
 from ykafka.producer.swap import ClientSwaps
 from ykafka.runtime import Runtime
@@ -67,9 +64,6 @@ from ykafka.transport import (
     check_settings,
     from_kafka_error,
 )
-
-if TYPE_CHECKING:
-    from ykafka.dr.engine import DisasterRecovery
 
 log = structlog.get_logger(__name__)
 
@@ -112,7 +106,7 @@ class Producer(ClientSwaps, TopicResolver):
         self._swap_timeout_s = self._conf.ms("ykafka.swap.timeout.ms")
         self._meta_ttl_s = self._conf.ms("ykafka.metadata.refresh.ms")
         self._stamp_ids = bool(self._conf.get("ykafka.message.id"))
-        self._dr: DrEngine | None = None
+        self._dr: DisasterRecovery | None = None
         self._error_listeners: list[Callable[[Any, str | None], None]] = []
         self._error_cbs: dict[str, Callable[[Any], None]] = {}  # per cluster: one object (clients are keyed by it)
         ProducerIdHastener.start_worker()  # here, not on the first send (see the class)
@@ -136,11 +130,10 @@ class Producer(ClientSwaps, TopicResolver):
             exit_stack.callback(self._obs.close)
             exit_stack.callback(self._close_clients)
             if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (docs/architecture.md)
-                # the engine sees this producer through the ProducerPort, this producer the engine through its
-                # DrEngine surface (both in dr/port.py): a link went down / up or a route moved -> _dr_changed;
-                # callbacks from its threads wait for poll() -> _unbind_poll
-                self._dr = dr_attach.attach(self, on_change=self._dr_changed, on_mail=self._unbind_poll)
+                self._dr = dr_attach.attach(self)  # installs the send hook through the ProducerPort (dr/port.py)
                 exit_stack.callback(self._dr.close, 1.0)  # what is still spilled stays on disk for the next start
+                self._dr.on_change.append(self._dr_changed)  # a link went down / up, a route moved
+                self._dr.mailbox.on_mail = self._unbind_poll  # callbacks from its threads: served by poll()
             if any(callable(rd.get(name)) for name in ("error_cb", "stats_cb", "throttle_cb")):
                 # confluent-kafka's producer is up (connecting, reporting errors and statistics) once created;
                 # an application that listens for those gets the default cluster's client now, not at a first send
@@ -161,96 +154,22 @@ class Producer(ClientSwaps, TopicResolver):
         st = self._states.get(topic)
         if on_delivery is None:
             on_delivery = callback
-        if st is None or st.slow:
-            return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers)
-        direct = st.direct
-        if direct is not None and partition >= 0:  # the direct path takes unpinned sends only (see below)
-            return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers)
-        rate = st.trace
-        if rate:
-            if on_delivery is st.traced_for:  # rate 1.0, same callback as the last send: its traced twin
-                on_delivery = st.traced
-            elif rate >= 1.0 or _random() < rate:  # sampled: decided once, here
-                on_delivery, headers = self._traced(st, key, on_delivery, headers)
-        if direct is not None:  # disaster recovery on, cluster healthy: straight to the client; a failure
-            if on_delivery is None:  # comes back to the engine through the callback (DirectSender)
-                on_delivery = self._default_dr
-            if key is not None:  # its produce order rides along: a key's re-routed messages stay in order
-                on_delivery = bind_report((direct, on_delivery, _next(direct.order)))
-            elif on_delivery is direct.last_cb:
-                on_delivery = direct.last_shared
-            else:
-                on_delivery = direct.shared(on_delivery)
+        if st is None:
+            st = self._resolve_for_send(topic)
         try:
-            st.send(topic, value, key, partition, on_delivery, None, timestamp, headers)
-        except BufferError:
-            raise BufferFullError("local queue full (queue.buffering.max.messages): poll() and retry",
-                                  code=-184, name="_QUEUE_FULL", retriable=True) from None
-        except KafkaException as exc:  # a broker's refusal names the app, cluster and topic
-            raise from_kafka_error(exc, app_id=self._runtime.app_id, cluster=st.cluster, resource=topic) from None
+            st.send(topic, value, key, partition, on_delivery, None, timestamp, headers)  # its chain (chain.py)
+        except BufferFullError:  # a hold's full queue: already the drop-in error
+            raise
+        except (BufferError, KafkaException) as exc:  # a broker's refusal names the app, cluster and topic
+            raise send_error(exc, self._runtime.app_id, st.cluster, topic) from None
 
-    def _produce_slow(self, topic: str, value: Any, key: Any, partition: int,
-                      on_delivery: DeliveryCallback | None, timestamp: int, headers: Any,
-                      prepaid: bool = False) -> None:
+    def _resolve_for_send(self, topic: str) -> _TopicState:
+        """A send to a topic without a cached state: checked, then resolved (and cached when it can be)."""
         if self._closed:
             raise ClosedError("Producer has been closed")  # confluent-kafka's words
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
-        st = self._states.get(topic)
-        if st is None or (st.expires and time.monotonic() > st.expires):
-            st = self._prepare(topic)
-        msg_id = None
-        if self._stamp_ids:  # ykafka.message.id: a stable id for consumer-side de-duplication
-            headers, msg_id = _stamp_id(headers)
-        rate = st.trace
-        if rate:
-            if msg_id is not None:  # sampled by a hash of its id: every process decides the same
-                if Tracer.sampled(msg_id, rate):
-                    on_delivery, headers = self._traced(st, key, on_delivery, headers, msg_id)
-            elif rate >= 1.0 or _random() < rate:
-                on_delivery, headers = self._traced(st, key, on_delivery, headers)
-        if st.throttle is not None and not prepaid:
-            st.throttle.acquire(_nbytes(value))
-        if partition < 0 and st.picker is not None:
-            partition = st.picker(key)
-        if topic in self._held:
-            with self._lock:
-                if topic in self._held:
-                    if len(self._pending) >= _PENDING_MAX:
-                        raise BufferFullError("local queue full while a client swap drains: poll() and retry",
-                                              code=-184, name="_QUEUE_FULL", retriable=True)
-                    self._pending.append((topic, value, key, partition, on_delivery, timestamp, headers))
-                    return
-            st = self._states.get(topic) or self._prepare(topic)
-        self._send(st.client, topic, value, key, partition, on_delivery, timestamp, headers)
-
-    # --- the asyncio seam (ykafka/aio): never block the caller's event loop ---------------------------
-
-    def ready(self, topic: str) -> bool:
-        """Whether a send to ``topic`` runs without blocking: its routing, client and settings are resolved
-        (no grant check, metadata fetch or client build pending) and it is not held by a client swap (whose
-        release sends under the producer's lock), nor waiting for a disaster-recovery hand-over (a route that
-        just moved between clusters). The asyncio producer sends such messages on the event loop and hands the
-        others to a thread."""
-        st = self._states.get(topic)
-        return st is not None and not (st.expires and time.monotonic() > st.expires) and topic not in self._held \
-            and (st.direct is not None or self._dr is None or not self._dr.handing_over(topic))
-
-    def reserve(self, topic: str, value: Any) -> float:
-        """Take a send's throttle tokens now and return how long it must wait before :meth:`produce_reserved`
-        (0 when ``topic`` is not throttled). Raises :class:`ThrottledError` as :meth:`produce` would."""
-        st = self._states.get(topic)
-        if st is None or (st.expires and time.monotonic() > st.expires):
-            st = self._prepare(topic)
-        return st.throttle.reserve(_nbytes(value)) if st.throttle is not None else 0.0
-
-    def produce_reserved(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                         on_delivery: DeliveryCallback | None = None, timestamp: int = 0, headers: Any = None) -> None:
-        """:meth:`produce` for a send whose throttle tokens :meth:`reserve` already took."""
-        st = self._states.get(topic)
-        if st is None or st.throttle is None:
-            return self.produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
-        return self._produce_slow(topic, value, key, partition, on_delivery, timestamp, headers, prepaid=True)
+        return self._prepare(topic)
 
     def _traced(self, st: _TopicState, key: Any, on_delivery: DeliveryCallback | None,
                 headers: Any, msg_id: str | None = None) -> tuple[DeliveryCallback | None, Any]:
@@ -280,11 +199,8 @@ class Producer(ClientSwaps, TopicResolver):
             if self._delivery_hook is not None:
                 on_delivery = functools.partial(self._delivered, on_delivery or self._default_dr)
             client.rd.produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
-        except BufferError:
-            raise BufferFullError("local queue full (queue.buffering.max.messages): poll() and retry",
-                                  code=-184, name="_QUEUE_FULL", retriable=True) from None
-        except KafkaException as exc:
-            raise from_kafka_error(exc, app_id=self._runtime.app_id, cluster=client.cluster, resource=topic) from None
+        except (BufferError, KafkaException) as exc:
+            raise send_error(exc, self._runtime.app_id, client.cluster, topic) from None
 
     def _delivered(self, user_callback: DeliveryCallback | None, err: Any, msg: Any) -> None:
         """THE place delivery reports come back when a delivery hook is installed."""
@@ -460,9 +376,8 @@ class Producer(ClientSwaps, TopicResolver):
 
     @property
     def disaster_recovery(self) -> DisasterRecovery | None:
-        """The spill / failover engine (routes, spill depth, replay and sync progress in ``status()``); for
-        operators and tests: the producer itself uses only its :class:`~ykafka.dr.port.DrEngine` surface."""
-        return cast("DisasterRecovery | None", self._dr)
+        """The spill / failover engine (routes, spill depth, replay and sync progress in ``status()``)."""
+        return self._dr
 
     @property
     def default_delivery(self) -> DeliveryCallback | None:

@@ -14,6 +14,7 @@ from ykafka import catalog
 from ykafka.catalog import Scope, ScopeKind
 from ykafka.errors import ConfigError
 from ykafka.partitioner import Picker, needs_python
+from ykafka.producer import chain
 from ykafka.producer.state import (
     _CALLBACKS,
     _DR_RECHECK_S,
@@ -58,13 +59,13 @@ class TopicResolver(ProducerBase):
         effective = rt.effective(topic=topic, cluster=cluster)
         props = self._client_props(cluster, effective)
         key = (cluster, _freeze(props))
-        if key not in self._clients and self._dr is not None:
+        if key not in self._clients and self._dr is not None and self._dr.target(topic) == cluster:
             # open the cluster's disaster-recovery link (its spill queue on disk: ~35 ms) BEFORE the librdkafka
             # handle, so the first message follows the handle within a millisecond: an idempotent handle only
             # connects to the partition leader before its first producer-id tick (500 ms) when a message
             # arrives before the bootstrap metadata does; later, the first ack costs two ticks
             # (docs/benchmarks.md, "Start-up")
-            self._dr.open_link(topic, cluster)
+            self._dr.link(cluster)
         with self._lock:
             client = self._client_for(topic, key, cluster, props)
             held = topic in self._held
@@ -83,10 +84,9 @@ class TopicResolver(ProducerBase):
             direct = self._dr.direct(topic, cluster, client.rd)
             if direct is None:  # spilling, failed over, draining: through the engine; re-checked soon
                 expires = min(expires or float("inf"), time.monotonic() + _DR_RECHECK_S)
-        slow = (picker is not None or throttle is not None or held or self._stamp_ids
-                or (self._send_hook is not None and direct is None) or self._delivery_hook is not None)
-        state = _TopicState(topic, client, cluster, effective, picker, throttle, slow, expires,
+        state = _TopicState(topic, client, cluster, effective, picker, throttle, held, expires,
                             Tracer.rate(effective), direct)
+        chain.build(self, state)  # every per-message step this topic needs, composed once (chain.py)
         with self._lock:
             if (rt.version == version and not self._closed and self._clients.get(key) is client
                     and (topic in self._held) == held

@@ -7,22 +7,25 @@ import random
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from ykafka import catalog
-from ykafka.config import LocalConfig, register_option
+from ykafka.config import LocalConfig, Option
+from ykafka.dr.engine import DisasterRecovery
 from ykafka.dr.link import DirectSender
-from ykafka.dr.port import DrEngine
+from ykafka.errors import BufferFullError
 from ykafka.headers import MESSAGE_ID
-from ykafka.metrics import Observability
+from ykafka.observability import Observability
 from ykafka.partitioner import Picker
 from ykafka.runtime import Runtime
 from ykafka.throttle import Throttle, Throttles
 from ykafka.tracing import new_message_id
 from ykafka.transport import (
+    KafkaException,
     ProducerIdHastener,
+    from_kafka_error,
 )
 from ykafka.transport import RawProducer as _RdProducer
 
@@ -70,20 +73,23 @@ class _Client:
 class _TopicState:
     """Everything a send to one topic needs, resolved once per config version."""
 
-    __slots__ = ("topic", "client", "send", "cluster", "effective", "picker", "throttle", "slow", "expires",
-                 "trace", "direct", "traced_for", "traced")
+    __slots__ = ("topic", "client", "send", "send_reserved", "steps", "cluster", "effective", "picker",
+                 "throttle", "held", "expires", "trace", "direct", "traced_for", "traced")
 
     def __init__(self, topic: str, client: _Client, cluster: str, effective: dict[str, Any],
-                 picker: Picker | None, throttle: Throttle | None, slow: bool, expires: float,
+                 picker: Picker | None, throttle: Throttle | None, held: bool, expires: float,
                  trace: float = 0.0, direct: DirectSender | None = None) -> None:
         self.topic = topic
         self.client = client
-        self.send = client.rd.produce
+        #: the send chain (ykafka/producer/chain.py), librdkafka's produce signature; until it is built, the client
+        self.send: Callable[..., None] = client.rd.produce
+        self.send_reserved: Callable[..., None] = client.rd.produce  # the chain without its throttle step
+        self.steps: tuple[str, ...] = ()  # the chain's steps, outermost first (none: the client's produce)
         self.cluster = cluster
         self.effective = effective
         self.picker = picker
         self.throttle = throttle
-        self.slow = slow
+        self.held = held  # a client swap holds the topic: its messages wait in order
         self.expires = expires
         self.trace = trace  # sampling rate of message trace (0.0: off)
         self.direct = direct  # the disaster-recovery engine's healthy-cluster path (None: engine off)
@@ -127,9 +133,23 @@ def _stamp_id(headers: Any) -> tuple[Any, str]:
     return _with_header(headers, MESSAGE_ID, msg_id), msg_id
 
 
-register_option("ykafka.message.id", catalog.boolean, False,
-                "stamp a unique ykafka-id header on every message (consumer de-duplication across retries and "
-                "replays; costs the fast send path)", "YKAFKA_MESSAGE_ID")
+OPTIONS = (
+    Option("ykafka.message.id", catalog.boolean, False,
+           "stamp a unique ykafka-id header on every message (consumer de-duplication across retries and replays; "
+           "costs the fast send path)", "YKAFKA_MESSAGE_ID"),
+)
+
+
+def queue_full(reason: str = "local queue full (queue.buffering.max.messages): poll() and retry") -> BufferFullError:
+    """confluent-kafka's ``_QUEUE_FULL``, as a :class:`BufferFullError` (also a ``BufferError``)."""
+    return BufferFullError(reason, code=-184, name="_QUEUE_FULL", retriable=True)
+
+
+def send_error(exc: BufferError | KafkaException, app_id: str | None, cluster: str, topic: str) -> Exception:
+    """The drop-in error of a send librdkafka refused: a full queue, or a refusal naming app, cluster and topic."""
+    if isinstance(exc, BufferError):
+        return queue_full()
+    return from_kafka_error(exc, app_id=app_id, cluster=cluster, resource=topic)
 
 
 def _nbytes(value: Any) -> int:
@@ -141,10 +161,10 @@ def _nbytes(value: Any) -> int:
         return 0
 
 
-class ProducerBase:
-    """What the producer's parts (resolution, swaps, the API) share: its state, declared once for the type checker.
-
-    :class:`ykafka.producer.core.Producer` sets every attribute in ``__init__``; the parts are mixins over this.
+class ProducerBase(Protocol):
+    """What the producer's parts (resolution, swaps, the send chain, the API) share: its state and the methods one
+    part calls on another, declared once for the type checker. :class:`ykafka.producer.core.Producer` sets every
+    attribute in ``__init__`` and implements every method; the parts are mixins over this protocol.
     """
 
     _conf: LocalConfig
@@ -160,29 +180,28 @@ class ProducerBase:
     _throttles: Throttles
     _send_hook: SendHook | None
     _delivery_hook: DeliveryHook | None
+    _default_dr: DeliveryCallback | None
     _closed: bool
     _swaps: int
     _max_wait_s: float
     _swap_timeout_s: float
     _meta_ttl_s: float
     _stamp_ids: bool
-    _dr: DrEngine | None
+    _dr: DisasterRecovery | None
     _runtime: Runtime
     _obs: Observability
     _error_cbs: dict[str, Callable[[Any], None]]
 
-    def _prepare(self, topic: str) -> _TopicState:
-        raise NotImplementedError
+    def _prepare(self, topic: str) -> _TopicState: ...
 
     def _send(self, client: _Client, topic: str, value: Any, key: Any, partition: int,
-              on_delivery: DeliveryCallback | None, timestamp: int, headers: Any) -> None:
-        raise NotImplementedError
+              on_delivery: DeliveryCallback | None, timestamp: int, headers: Any) -> None: ...
 
-    def _error_cb(self, err: Any, cluster: str | None = None) -> None:
-        raise NotImplementedError
+    def _traced(self, st: _TopicState, key: Any, on_delivery: DeliveryCallback | None,
+                headers: Any, msg_id: str | None = None) -> tuple[DeliveryCallback | None, Any]: ...
 
-    def _retire(self, client: _Client, reason: str) -> None:
-        raise NotImplementedError
+    def _error_cb(self, err: Any, cluster: str | None = None) -> None: ...
 
-    def _rebind_poll(self) -> None:
-        raise NotImplementedError
+    def _retire(self, client: _Client, reason: str) -> None: ...
+
+    def _rebind_poll(self) -> None: ...

@@ -123,7 +123,7 @@ class ClientSwaps(ProducerBase):
                 log.warning("ykafka.producer.release_failed", topic=topic, error=repr(exc))
                 blocked.add(topic)
                 keep.append(item)
-        self._pending = keep
+        self._pending.extend(keep)  # drained above: what could not be sent, in its order
         released = sorted(topics - blocked)
         for topic in released:
             if self._held.get(topic, False) is None:
