@@ -42,6 +42,7 @@ from .hotconfig import ConfigRejected
 from .httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
 from .reach import RouteBook
 from .reconciler import Reconciler
+from .rollouts import console_views as _rollout_pages  # noqa: F401 - registers its pages on the console router
 from .rollouts import guards
 from .rollouts import routes as rollout_routes
 from .rollouts.driver import Driver as RolloutDriver

@@ -29,10 +29,8 @@ from . import (
 
 
 def install(app: FastAPI) -> None:
-    from ..rollouts import console_views as rollout_views  # registers its pages on the console router
-
-    # the page modules register on the console router
-    assert (admin_views.router is rollout_views.router is
+    # the page modules register on the console router (metaserver/rollouts/console_views.py too: app.py imports it)
+    assert (admin_views.router is
             browse_views.router is dlq_views.router is group_views.router is notify_views.router is request_views.router
             is reset_views.router is sso_views.router
             is topic_views.router is trace_views.router is config_views.router is overview_views.router
