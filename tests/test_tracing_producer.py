@@ -87,3 +87,41 @@ def test_a_dead_trace_cluster_never_blocks_sends_and_close_is_bounded(obs_broker
     assert time.monotonic() - started < 8
     stats = tracer.stats()
     assert stats["delivered"] == 0 and stats["enqueued"] + stats["queued"] + stats["dropped_full"] == 200
+
+
+def test_full_rate_on_the_direct_path_traces_every_send_shape(obs_broker) -> None:
+    """Trace at 100 % on disaster recovery's direct path (the default): a send without key or partition with the
+    last send's callback takes the one fused step (chain._traced_direct); keyed, pinned and callback-changing
+    sends take the composed steps. Every message is traced once, at its coordinates, and reported to its own
+    callback."""
+    bs = obs_broker.bootstrap
+    topic = unique("full-direct")
+    reports: dict[str, list] = {"a": [], "b": []}
+
+    def on_a(err, msg) -> None:
+        reports["a"].append((err, msg.partition(), msg.offset()))
+
+    def on_b(err, msg) -> None:
+        reports["b"].append((err, msg.partition(), msg.offset()))
+
+    with Producer({"bootstrap.servers": bs, "trace.enabled": True, "trace.sample.rate": 1.0,
+                   "ykafka.metrics.enabled": False}) as producer:
+        for i in range(60):
+            callback = on_a if (i // 5) % 2 == 0 else on_b  # the callback changes every 5 sends
+            if i % 6 == 0:
+                producer.produce(topic, b"v", b"k", on_delivery=callback)
+            elif i % 6 == 1:
+                producer.produce(topic, b"v", partition=0, on_delivery=callback)
+            else:
+                producer.produce(topic, b"v", on_delivery=callback)
+        assert producer.flush(30) == 0
+        assert {"trace", "dr-direct"} <= set(producer._states[topic].steps)
+    assert len(reports["a"]) == len(reports["b"]) == 30
+    delivered = sorted(report[1:] for report in reports["a"] + reports["b"])
+    assert all(report[0] is None for report in reports["a"] + reports["b"])
+    steps = read_events(bs, events.TRACE_TOPIC, 120, lambda e: e["topic"] == topic)
+    acked = [e for e in steps if e["kind"] == "acked"]
+    assert sorted((e["partition"], e["offset"]) for e in acked) == delivered
+    assert sorted(e["msg_id"] for e in acked) == sorted(f"{topic}/{p}/{o}" for p, o in delivered)
+    assert sorted(e["msg_id"] for e in steps if e["kind"] == "produced") == sorted(e["msg_id"] for e in acked)
+    assert [e["key"] for e in acked].count("k") == 10 and [e["key"] for e in acked].count(None) == 50

@@ -34,6 +34,8 @@ from ykafka.tracing import Tracer
 #: send(topic, value, key, partition, on_delivery, callback, timestamp, headers)
 Send = Callable[..., None]
 
+_UNSET = object()  # no callback seen yet (None is a callback value: the producer's default report)
+
 
 def build(p: ProducerBase, st: _TopicState) -> None:
     """Compose ``st.send`` and ``st.send_reserved`` (the same chain without the throttle step: the asyncio
@@ -69,7 +71,8 @@ def _outer(p: ProducerBase, st: _TopicState, chain: Send, steps: list[str], rese
         chain = _stamped(p, st, chain)
         steps.append("message-id")
     elif st.trace >= 1.0:
-        chain = _traced_all(p, st, chain)
+        # traced straight into the direct path's client in one frame when nothing sits between them
+        chain = _traced_direct(p, st, chain) if steps == ["dr-direct"] else _traced_all(p, st, chain)
         steps.append("trace")
     elif st.trace:
         chain = _traced_sampled(p, st, chain)
@@ -111,6 +114,28 @@ def _traced_all(p: ProducerBase, st: _TopicState, nxt: Send) -> Send:
         else:
             on_delivery, headers = p._traced(st, key, on_delivery, headers)
         nxt(topic, value, key, partition, on_delivery, callback, timestamp, headers)
+    return send
+
+
+def _traced_direct(p: ProducerBase, st: _TopicState, direct_step: Send) -> Send:
+    """Trace at 100 % on the disaster-recovery engine's direct path, one frame for the common send (no key, no
+    partition, the same delivery callback as the last such send): straight to the client with that callback's
+    traced twin fused with the engine's report (:meth:`DirectSender.shared`). Any other send takes the two
+    steps it composes (:func:`_traced_all`, :func:`_direct`), which give the same callback."""
+    generic = _traced_all(p, st, direct_step)
+    direct = st.direct
+    assert direct is not None
+    produce = st.client.rd.produce
+    last: list[Any] = [_UNSET, None]  # the last user callback, its traced and fused delivery callback
+
+    def send(topic: str, value: Any, key: Any, partition: int, on_delivery: Any, callback: Any, timestamp: int,
+             headers: Any) -> None:
+        if on_delivery is last[0] and key is None and partition < 0:
+            return produce(topic, value, None, -1, last[1], None, timestamp, headers)
+        generic(topic, value, key, partition, on_delivery, callback, timestamp, headers)
+        if key is None and partition < 0 and on_delivery is st.traced_for and st.traced is not None:
+            last[1] = direct.shared(st.traced)  # what _direct gave the client for this send
+            last[0] = on_delivery
     return send
 
 
