@@ -87,16 +87,21 @@ def test_unknown_and_bad_options_name_the_key() -> None:
         config.load({"bootstrap.servers": "x:1", "ykafka.consumer.batch.size": "soon"}, "consumer")
 
 
-def test_options_with_one_name_twice_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_option_declared_twice_or_outside_ykafka_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     @dataclasses.dataclass(frozen=True)
     class Twice:
         a: int = option("ykafka.consumer.batch.size", int, 1, "again")
 
     assert options_of(Twice) == (Option("ykafka.consumer.batch.size", int, 1, "again"),)
-    monkeypatch.setattr(config, "OPTIONS", (*config.OPTIONS, *options_of(Twice)))
+    base = config.OPTIONS
+    monkeypatch.setattr(config, "OPTIONS", (*base, *options_of(Twice)))
     config._registry.cache_clear()
     try:
-        with pytest.raises(ValueError, match=r"'ykafka\.consumer\.batch\.size': not under ykafka\. or declared twice"):
+        with pytest.raises(ValueError, match=r"option 'ykafka\.consumer\.batch\.size' is declared twice"):
+            config.options()
+        monkeypatch.setattr(config, "OPTIONS", (*base, Option("kafka.typo", int, 1, "outside")))
+        config._registry.cache_clear()
+        with pytest.raises(ValueError, match=r"option 'kafka\.typo': ykafka options start with 'ykafka\.'"):
             config.options()
     finally:
         monkeypatch.undo()

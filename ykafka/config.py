@@ -144,8 +144,10 @@ def _registry() -> dict[str, Option]:
     found: dict[str, Option] = {}
     for table in (OPTIONS, *(importlib.import_module(name).OPTIONS for name in OPTION_MODULES)):
         for declared in table:
-            if not declared.name.startswith("ykafka.") or declared.name in found:
-                raise ValueError(f"option {declared.name!r}: not under ykafka. or declared twice")
+            if not declared.name.startswith("ykafka."):
+                raise ValueError(f"option {declared.name!r}: ykafka options start with 'ykafka.'")
+            if declared.name in found:
+                raise ValueError(f"option {declared.name!r} is declared twice")
             found[declared.name] = declared
     return found
 
