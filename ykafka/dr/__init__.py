@@ -1,7 +1,10 @@
 """Disaster recovery: spill, replay, dual-DC failover and failback, one module per concern.
 
 * :mod:`ykafka.dr.engine` - :class:`~ykafka.dr.engine.DisasterRecovery`, routes each send to its cluster
-* :mod:`ykafka.dr.attach` - wires an engine into a producer through :mod:`ykafka.dr.port`
+* :mod:`ykafka.dr.routes` - the route decision (pure) and the routes committed so far
+* :mod:`ykafka.dr.outages` - outages of the primaries and the failback syncs that close them
+* :mod:`ykafka.dr.attach` - wires an engine into a producer
+* :mod:`ykafka.dr.port` - the seam: what the engine may use of a producer, and the producer of the engine
 * :mod:`ykafka.dr.link` - one cluster's link: direct sends, re-routes, spill on failure
 * :mod:`ykafka.dr.replay` - drains a spill queue once its cluster answers again
 * :mod:`ykafka.dr.sync` - the failback sync (standby -> primary after an outage)

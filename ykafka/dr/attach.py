@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from ykafka.catalog import boolean
 from ykafka.config import Option, settings_from
 from ykafka.dr.engine import DisasterRecovery, DrOptions, RouteSpec
 from ykafka.dr.health import HealthPolicy
-from ykafka.dr.port import ProducerPort
+from ykafka.dr.port import ProducerPort, SendingClient
 from ykafka.dr.spilldir import SpillSettings, SpillSlot, spill_dir
 from ykafka.headers import MESSAGE_ID, TRACE_ID
 from ykafka.tracing import Tracer, header_text
@@ -38,12 +38,15 @@ def options_from(local: Mapping[str, Any], cache_dir: Path, **overrides: Any) ->
                      spill_async_max_pending=spill.async_max_pending, **overrides)
 
 
-def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
+def attach(producer: ProducerPort, on_change: Callable[[], None] | None = None,
+           on_mail: Callable[[], None] | None = None, **overrides: Any) -> DisasterRecovery:
     """Route every send of a :class:`ykafka.Producer` through a DisasterRecovery engine (its send hook).
 
     Direct sends still use the Producer's own hot-configured client for the cluster; the engine adds
     spill, replay, standby routing and the failback sync, with its own clients for the standby and for
     replay. The spill directory is ``<ykafka.spill.dir>/<client id>`` so two producers never share one.
+    ``on_change``: called when routes or links moved (cached direct paths are stale); ``on_mail``: when a
+    callback from the engine's threads waits for the producer's poll().
     """
     existing = producer.disaster_recovery
     if existing is not None:  # the Producer attached itself (ykafka.dr.enabled): one engine per producer
@@ -69,12 +72,16 @@ def attach(producer: ProducerPort, **overrides: Any) -> DisasterRecovery:
             engine.on_close.append(slot.release)
         producer.add_error_listener(engine.client_error)  # its clients' errors: probes, a broker's refusal
         producer.set_hooks(send=_send_hook(engine, producer.default_delivery))
+        if on_change is not None:
+            engine.on_change.append(on_change)
+        if on_mail is not None:
+            engine.mailbox.on_mail = on_mail
         undo.pop_all()
     return engine
 
 
 def _send_hook(engine: DisasterRecovery, default_dr: Any) -> Any:
-    def send_hook(_producer: Any, client: Any, topic: str, value: Any, key: Any, partition: int,
+    def send_hook(_producer: Any, client: SendingClient, topic: str, value: Any, key: Any, partition: int,
                   on_delivery: Any, timestamp: int, headers: Any) -> bool:
         engine.produce(topic, value, key, partition, on_delivery or default_dr, timestamp, headers,
                        client=client.rd, client_cluster=client.cluster)

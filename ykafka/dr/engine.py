@@ -13,6 +13,10 @@ Principles (docs/architecture.md): lose no data, writes come first, consumers ma
   when it answers again (:mod:`ykafka.dr.link`, :mod:`ykafka.dr.replay`, :mod:`ykafka.dr.queue`).
 * Operators switch a cluster's writes by hand with ``ykafka admin failover`` (:mod:`ykafka.admin.failover`).
 
+Routing is decided without side effects (:class:`~ykafka.dr.routes.RouteTable`, :meth:`DisasterRecovery.target`)
+and committed by the maintenance thread, or first by a send that saw the move before it (:meth:`_commit`);
+outages and their failback syncs live in :mod:`ykafka.dr.outages`.
+
 Known order caveat: per-key order holds on one cluster (spill and replay keep it); across a failover a
 key's outage records reach A through the sync job, after A's new writes of that key.
 """
@@ -32,42 +36,24 @@ import structlog
 from ykafka.dr.health import ClusterState, HealthMonitor, HealthPolicy
 from ykafka.dr.link import ClusterLink, DirectSender, Outgoing
 from ykafka.dr.mailbox import Mailbox, mark_internal
+from ykafka.dr.outages import Outages
 from ykafka.dr.queue import SpillQueue
 from ykafka.dr.replay import Replayer, replay_config
+from ykafka.dr.routes import RouteSpec, RouteTable
 from ykafka.dr.spilldir import SPILL_DEFAULTS
-from ykafka.dr.sync import Outage, OutageStore, SyncJob, connection_only
+from ykafka.dr.sync import connection_only
 from ykafka.errors import ClosedError, SpillFullError
 from ykafka.transport import (
-    KafkaException,
     Message,
-    RawConsumer,
     RawKafkaError,
     RawProducer,
-    TopicPartition,
     is_auth_error,
     new_producer,
 )
 
 log = structlog.get_logger(__name__)
 
-# --- routes -------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RouteSpec:
-    """A topic's dual-DC route, from the catalog keys ``route.*`` and ``spill.enabled``."""
-
-    primary: str
-    standby: str | None = None
-    failover: str = "manual"  # auto | manual
-    active: str = "primary"  # primary | standby (manual switch)
-    spill: bool = True
-
-    @classmethod
-    def from_effective(cls, primary: str, effective: Mapping[str, Any]) -> RouteSpec:
-        standby = effective.get("route.standby")
-        return cls(primary, standby if standby and standby != primary else None,
-                   str(effective.get("route.failover", "manual")), str(effective.get("route.active", "primary")),
-                   bool(effective.get("spill.enabled", True)))
+__all__ = ["DisasterRecovery", "DrOptions", "RouteSpec"]  # RouteSpec: ykafka.dr.routes, re-exported
 
 
 # --- the engine ---------------------------------------------------------------------------------------
@@ -124,15 +110,12 @@ class DisasterRecovery:
             self.mailbox = Mailbox(options.defer_callbacks)
             self._links: dict[str, ClusterLink] = {}
             self._replayers: dict[str, Replayer] = {}
-            self._routes: dict[str, tuple[RouteSpec, str]] = {}  # topic -> (spec, current target) for status
-            self._outages: dict[tuple[str, str], Outage] = {}
-            self._outage_locks: dict[tuple[str, str], threading.Lock] = {}
-            self._syncs: dict[tuple[str, str], SyncJob] = {}
-            self._cancelled: dict[tuple[str, str], SyncJob] = {}  # a sync cut short by a new outage, still closing
-            self._finished_syncs: list[dict[str, Any]] = []
-            self._forced: dict[str, str] = {}  # primary -> "primary" | "standby" (in-process admin switch)
-            self._moved: dict[str, str] = {}  # topic -> the cluster its writes just left (handed over at its next send)
-            self._store = OutageStore(options.spill_dir / "failback")
+            self._table = RouteTable(route, self.health.is_up)
+            self._recommit = False  # health or a switch may have moved routes: the maintenance thread commits them
+            self._failback = False  # a route went back to its primary: the maintenance thread ends its outage now
+            self._outages = Outages(options.spill_dir / "failback", rdkafka_config, self.health,
+                                    lambda standby: self.link(standby).outstanding() == 0, options.sync_idle_s,
+                                    options.progress_interval_s)
             self._closed = threading.Event()
             self.on_link_available: Callable[[str], None] | None = None  # the owner rebuilds its clients
             self.on_change: list[Callable[[], None]] = []  # routes / link states moved: drop cached direct sends
@@ -143,8 +126,6 @@ class DisasterRecovery:
             self._exit.callback(self._close_links)
             self._exit.callback(self._close_replayers)
             self._exit.callback(self._stop_syncs)
-            for outage in self._store.load_all():
-                self._outages[(outage.primary, outage.topic)] = outage
             for sub in sorted(p.name for p in options.spill_dir.iterdir() if p.is_dir() and p.name != "failback"):
                 try:
                     self.link(sub)  # open leftover spill queues so they replay
@@ -233,73 +214,91 @@ class DisasterRecovery:
 
     def _changed(self) -> None:
         self.epoch += 1
+        self._recommit = True
         for listener in list(self.on_change):
             try:
                 listener()
             except Exception:
                 log.exception("failover.change_listener_failed")
 
-    # --- routing ----------------------------------------------------------------------------------
+    # --- routing: a pure decision (RouteTable.decide), committed before a write goes by it ----------
+
+    def target(self, topic: str) -> str:
+        """The cluster that takes the next write of ``topic`` now. No side effects (see :meth:`_commit`)."""
+        return self._table.decide(topic)[1]
+
+    def open_link(self, topic: str, cluster: str) -> None:
+        """``topic``'s client on ``cluster`` is about to be built: open the cluster's link (its spill queue on disk,
+        ~35 ms) first when the topic's writes go there, so the client's first message follows it at once."""
+        if self.target(topic) == cluster:
+            self.link(cluster)
 
     def direct(self, topic: str, cluster: str, client: RawProducer) -> DirectSender | None:
-        """The healthy-cluster fast path: a :class:`DirectSender` when ``topic``'s writes go to ``cluster`` now
-        and may go straight through the caller's ``client`` (see :meth:`ClusterLink.direct_sender`), else
-        None. Valid until an :attr:`on_change` listener fires; a caller re-checks a None within seconds."""
-        if self.target(topic) != cluster or (self._route(topic).primary, topic) in self._outages:
+        """The healthy-cluster fast path: a :class:`DirectSender` when ``topic``'s writes go to ``cluster`` (its
+        primary) now, nothing is left to hand over or sync back, and may go straight through the caller's
+        ``client`` (see :meth:`ClusterLink.direct_sender`), else None. Valid until an :attr:`on_change`
+        listener fires; a caller re-checks a None within seconds."""
+        spec, now = self._table.decide(topic)
+        if now != cluster or now != spec.primary or topic in self._table.moved \
+                or self._outages.known(spec.primary, topic):
             return None
+        committed = self._table.committed.get(topic)
+        if committed is not None and committed[1] != now:
+            return None  # a move no send committed yet: produce() hands the old cluster's messages over first
+        if committed is None or committed[0] is not spec:
+            self._table.commit(topic, spec, now)  # nothing moves: recorded for status() and later moves
         return self.link(cluster).direct_sender(topic, client)
 
-
     def handing_over(self, topic: str) -> bool:
-        """Whether a send of ``topic`` may wait now for a hand-over (:meth:`ClusterLink.hand_over`): its route
-        just moved, or a cluster of its route is DOWN with clients not yet out of service or gives back what
-        they held. The asyncio producer sends such messages off its event loop."""
-        if topic in self._moved:
+        """Whether a send of ``topic`` may wait now: for a hand-over (:meth:`ClusterLink.hand_over`: its route
+        moved, or a cluster of its route is DOWN with clients not yet out of service or gives back what they
+        held) or for the standby's start offsets of an outage. The asyncio producer sends such messages off its
+        event loop."""
+        if topic in self._table.moved:
             return True
-        spec = self._route(topic)
+        spec, cluster = self._table.decide(topic)
         if spec.standby is None:
             return False
+        committed = self._table.committed.get(topic)
+        if (committed is not None and committed[1] != cluster) or (
+                cluster != spec.primary and not self._outages.is_open(spec.primary, topic)):
+            return True
         for name in (spec.primary, spec.standby):
             link = self._links.get(name)
             if link is not None and link.must_hand_over:
                 return True
         return False
 
-    def _wants_standby(self, spec: RouteSpec) -> bool:
-        if spec.standby is None:
-            return False
-        forced = self._forced.get(spec.primary)
-        if forced is not None:
-            return forced == "standby"
-        if spec.active == "standby":
-            return True
-        if spec.failover != "auto":
-            return False
-        return not self.health.is_up(spec.primary) and self.health.is_up(spec.standby)
+    def _decide_for_write(self, topic: str) -> tuple[RouteSpec, str]:
+        """The route of a write about to go out: decided, and committed first if the maintenance thread has not
+        yet (a write to the standby waits until its outage recorded where it starts)."""
+        spec, cluster = self._table.decide(topic)
+        if self._uncommitted(topic, spec, cluster):
+            self._commit(topic, spec, cluster)
+        return spec, cluster
 
-    def target(self, topic: str) -> str:
-        """The cluster that takes the next write of ``topic``."""
-        spec = self._route(topic)
-        if spec.standby is None:
-            cluster = spec.primary
-            if not self._outages:  # the common case: one cluster, nothing to sync back
-                previous = self._routes.get(topic)
-                if previous is None or previous[0] is not spec:
-                    self._routes[topic] = (spec, cluster)
-                return cluster
-        else:
-            cluster = spec.standby if self._wants_standby(spec) else spec.primary
-        previous = self._routes.get(topic)
-        if previous is None or previous[1] != cluster or previous[0] is not spec:
-            self._routes[topic] = (spec, cluster)
-            if previous is not None and previous[1] != cluster:
-                log.warning("route.switch", topic=topic, source=previous[1], target=cluster)
-                self._moved[topic] = previous[1]
-        if cluster != spec.primary:
-            self._begin_outage(spec, topic)
-        elif (spec.primary, topic) in self._outages:
-            self._end_outage(spec.primary, topic)
-        return cluster
+    def _uncommitted(self, topic: str, spec: RouteSpec, cluster: str) -> bool:
+        """The decision is not (all) committed yet: the route differs, or a route to the standby has no open outage."""
+        return not self._table.is_committed(topic, spec, cluster) or (
+            cluster != spec.primary and not self._outages.is_open(spec.primary, topic))
+
+    def _commit(self, topic: str, spec: RouteSpec, cluster: str) -> None:
+        """Record the route decision (and a move, handed over by the topic's next send); a route to the standby
+        opens the topic's outage (the standby's end offsets: a network call). Ending outages and starting their
+        syncs is the maintenance thread's (:meth:`_check_outages`)."""
+        moved = self._table.commit(topic, spec, cluster)
+        if cluster != spec.primary and spec.standby is not None:
+            self._outages.begin(spec.primary, spec.standby, topic)
+        elif moved and self._outages.known(spec.primary, topic):
+            self._failback = True
+
+    def _commit_routes(self) -> None:
+        """The maintenance thread's commit of every known topic's route (after a health change or a switch), so
+        a send rarely finds anything to commit."""
+        for topic in list(self._table.committed):
+            spec, cluster = self._table.decide(topic)
+            if self._uncommitted(topic, spec, cluster):
+                self._commit(topic, spec, cluster)
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 on_delivery: Callable[[Any, Any], Any] | None = None, timestamp: int = 0, headers: Any = None,
@@ -311,15 +310,15 @@ class DisasterRecovery:
         the message goes there directly (the ykafka Producer passes its hot-configured client)."""
         msg = tuple.__new__(Outgoing, (topic, value, key, -1 if partition is None else partition, timestamp or 0,
                                        headers, on_delivery))
-        cluster = self.target(topic)
-        spec = self._routes[topic][0]  # what target() just resolved
+        spec, cluster = self._decide_for_write(topic)
         if spec.standby is not None:
             # the route's other cluster may still hold older messages of this topic that will come back
             # (purged, failed) and be re-routed here: they go first, so a key is never overtaken
-            other = self._links.get(spec.standby if cluster == spec.primary else spec.primary)
-            left = self._moved.pop(topic, None) if self._moved else None
+            other_name = spec.standby if cluster == spec.primary else spec.primary
+            leaving = self._table.take_move(topic, other_name) if self._table.moved else False
+            other = self._links.get(other_name)
             if other is not None:
-                if left == other.cluster:
+                if leaving:
                     other.hand_over(leaving=True)
                 elif other.must_hand_over:
                     other.hand_over()
@@ -333,8 +332,7 @@ class DisasterRecovery:
             self._links[failed_cluster].counts["refused"] += 1
             self.mailbox.deliver(msg.on_delivery, refused, None)
             return
-        spec = self._route(msg.topic)
-        cluster = self.target(msg.topic)
+        spec, cluster = self._decide_for_write(msg.topic)
         link = self.link(cluster)
         try:
             if cluster != failed_cluster:
@@ -347,83 +345,6 @@ class DisasterRecovery:
             log.error("spill.rejected", topic=msg.topic, cluster=cluster, error=str(exc))
             err = RawKafkaError(RawKafkaError._QUEUE_FULL, f"undeliverable and not spilled: {exc}")
         self.mailbox.deliver(msg.on_delivery, err, None)
-
-    # --- outages ----------------------------------------------------------------------------------
-
-    def _begin_outage(self, spec: RouteSpec, topic: str) -> None:
-        assert spec.standby is not None
-        key = (spec.primary, topic)
-        if key in self._outages and self._outages[key].ended is None:
-            return
-        with self._lock:
-            lock = self._outage_locks.setdefault(key, threading.Lock())
-        with lock:  # the first outage write of the topic waits until the start offsets are recorded
-            existing = self._outages.get(key)
-            if existing is not None and existing.ended is None:
-                return
-            if existing is not None:  # a new outage before the last sync finished: keep its offsets
-                job = self._syncs.pop(key, None)
-                if job is not None:
-                    job.cancel()  # it commits only what the primary acknowledged; the next sync resumes
-                    self._cancelled[key] = job
-                existing.ended = None
-                self._store.save(existing)
-                return
-            outage = Outage(spec.primary, spec.standby, topic, time.time(),
-                            self._end_offsets(spec.standby, topic))
-            self._store.save(outage)
-            self._outages[key] = outage
-            log.warning("failover.begin", topic=topic, primary=spec.primary, standby=spec.standby,
-                        start_offsets=outage.start_offsets)
-
-    def _end_offsets(self, cluster: str, topic: str) -> dict[str, int] | None:
-        conf = connection_only(self._rdkafka_config(cluster))
-        conf.update({"group.id": "ykafka-failover-probe", "enable.auto.commit": False, "log_level": 0})
-        consumer = RawConsumer(conf)
-        try:
-            meta = consumer.list_topics(timeout=2)
-            info = meta.topics.get(topic)
-            if info is None or info.error is not None:
-                return {}
-            return {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=2)[1]
-                    for p in info.partitions}
-        except KafkaException as exc:
-            log.warning("failover.offsets_unknown", topic=topic, cluster=cluster, error=str(exc))
-            return None  # unknown: the sync starts from the beginning (duplicates, never loss)
-        finally:
-            consumer.close()
-
-    def _end_outage(self, primary: str, topic: str) -> None:
-        with self._lock:
-            outage = self._outages.get((primary, topic))
-            if outage is None or (primary, topic) in self._syncs:
-                return
-            if outage.ended is None:
-                outage.ended = time.time()
-                self._store.save(outage)
-                log.warning("failover.end", topic=topic, primary=primary, standby=outage.standby)
-            if not self.health.is_up(outage.standby):
-                return  # the maintenance loop retries once the standby answers
-            cancelled = self._cancelled.get((primary, topic))
-            if cancelled is not None:
-                if cancelled.running:  # its consumer is still in the sync group: a new member beside it waits for
-                    return  # a rebalance (Tansu never assigns it); the maintenance loop retries within a second
-                del self._cancelled[(primary, topic)]
-            standby_link = self.link(outage.standby)
-            self._syncs[(primary, topic)] = SyncJob(
-                outage, self._rdkafka_config(outage.standby), self._rdkafka_config(primary),
-                lambda: standby_link.outstanding() == 0, self._sync_done, idle_s=self.options.sync_idle_s,
-                progress_interval_s=self.options.progress_interval_s)
-
-    def _sync_done(self, job: SyncJob) -> None:
-        key = (job.outage.primary, job.outage.topic)
-        with self._lock:
-            self._syncs.pop(key, None)
-            current = self._outages.get(key)
-            if current is job.outage and current.ended is not None:
-                self._outages.pop(key, None)
-                self._store.delete(current)
-            self._finished_syncs = (self._finished_syncs + [job.status()])[-20:]
 
     # --- health and maintenance -------------------------------------------------------------------
 
@@ -439,14 +360,24 @@ class DisasterRecovery:
         self._check_outages()
 
     def _check_outages(self) -> None:
-        for (primary, topic), outage in list(self._outages.items()):
-            if (primary, topic) in self._syncs:
+        """End the outages whose topics write to their primary again (their syncs start)."""
+        for primary, topic in self._outages.entries():
+            if self._outages.syncing(primary, topic):
                 continue
             spec = self._route(topic)
-            if spec.primary == primary and not self._wants_standby(spec):
-                self._end_outage(primary, topic)
-            elif outage.ended is not None and spec.primary != primary:
-                log.warning("failback.route_changed", topic=topic, primary=primary, now=spec.primary)
+            if self._back_on(primary, spec):
+                self._outages.end(primary, topic)
+            elif spec.primary != primary:
+                self._outages.ended_elsewhere(primary, topic, spec.primary)
+
+    def _back_on(self, primary: str, spec: RouteSpec) -> bool:
+        """The writes of a topic whose outage was on ``primary`` go to it again."""
+        return spec.primary == primary and not self._table.wants_standby(spec)
+
+    def _failback_due(self) -> bool:
+        """An open outage whose topic writes to its primary again, not yet ended by the maintenance thread."""
+        return any(self._outages.is_open(primary, topic) and self._back_on(primary, self._route(topic))
+                   for primary, topic in self._outages.entries())
 
     def _maintain(self) -> None:
         mark_internal()
@@ -465,10 +396,15 @@ class DisasterRecovery:
                     self._closed.wait(0.02)
             else:
                 self._closed.wait(0.5)
-            if time.monotonic() - last_check > 1.0:
-                last_check = time.monotonic()
+            periodic = time.monotonic() - last_check > 1.0
+            if self._recommit or self._failback or periodic:  # routes that health, a switch or hot config moved
+                self._recommit = False
                 try:
-                    self._check_outages()
+                    self._commit_routes()
+                    if periodic or self._failback:
+                        self._failback = False
+                        last_check = time.monotonic()
+                        self._check_outages()
                 except Exception:
                     log.exception("failover.maintenance_error")
 
@@ -478,9 +414,9 @@ class DisasterRecovery:
         """In-process manual switch of every topic whose primary is ``primary``: ``standby``, ``primary``
         (failback: starts the sync), or None (follow hot config and health again)."""
         if to is None:
-            self._forced.pop(primary, None)
+            self._table.forced.pop(primary, None)
         elif to in ("primary", "standby"):
-            self._forced[primary] = to
+            self._table.forced[primary] = to
         else:
             raise ValueError("to must be primary, standby or None")
         log.warning("failover.switch", primary=primary, to=to)
@@ -541,7 +477,7 @@ class DisasterRecovery:
         while time.monotonic() < deadline:
             busy = (self.flush(0.5, external=True) or any(link.queue is not None and link.queue.depth
                                            for link in list(self._links.values()))
-                    or self._syncs or any(o.ended is not None for o in self._outages.values()))
+                    or self._outages.busy or self._failback_due())
             if not busy:
                 return True
             time.sleep(0.1)
@@ -552,20 +488,16 @@ class DisasterRecovery:
         with self._lock:
             links = dict(self._links)
             replayers = dict(self._replayers)
-            syncs = list(self._syncs.values())
-            outages = list(self._outages.values())
+        outages, syncs = self._outages.status()
         return {
-            "routes": {topic: {"primary": spec.primary, "standby": spec.standby, "failover": spec.failover,
-                               "active": target, "failed_over": target != spec.primary}
-                       for topic, (spec, target) in list(self._routes.items())},
+            "routes": self._table.status(),
             "clusters": self.health.status(),
             "links": {name: link.status() for name, link in links.items()},
             "spill": {name: link.queue.status() for name, link in links.items() if link.queue is not None},
             "replay": {name: r.status() for name, r in replayers.items()},
-            "outages": [{"primary": o.primary, "standby": o.standby, "topic": o.topic, "started": o.started,
-                         "ended": o.ended, "synced": o.synced} for o in outages],
-            "sync": [job.status() for job in syncs] + list(self._finished_syncs),
-            "forced": dict(self._forced),
+            "outages": outages,
+            "sync": syncs,
+            "forced": dict(self._table.forced),
         }
 
     def close(self, timeout: float = 10.0) -> None:
@@ -582,8 +514,7 @@ class DisasterRecovery:
 
     def _stop_syncs(self) -> None:
         self._closed.set()
-        for job in list(self._syncs.values()):
-            job.stop()
+        self._outages.stop()
 
     def _close_replayers(self) -> None:
         with contextlib.ExitStack() as stack:

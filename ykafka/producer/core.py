@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
@@ -38,7 +38,7 @@ from ykafka import catalog
 from ykafka.config import LocalConfig
 from ykafka.config import load as load_config
 from ykafka.dr import attach as dr_attach  # registers the ykafka.spill.* / ykafka.dr.* options
-from ykafka.dr.engine import DisasterRecovery
+from ykafka.dr.port import DrEngine
 from ykafka.errors import BufferFullError, ClosedError, ConfigError
 from ykafka.headers import TRACE_ID
 from ykafka.hotconfig import ConfigChange
@@ -64,6 +64,9 @@ from ykafka.transport import (
     check_settings,
     from_kafka_error,
 )
+
+if TYPE_CHECKING:
+    from ykafka.dr.engine import DisasterRecovery
 
 log = structlog.get_logger(__name__)
 
@@ -106,7 +109,7 @@ class Producer(ClientSwaps, TopicResolver):
         self._swap_timeout_s = self._conf.ms("ykafka.swap.timeout.ms")
         self._meta_ttl_s = self._conf.ms("ykafka.metadata.refresh.ms")
         self._stamp_ids = bool(self._conf.get("ykafka.message.id"))
-        self._dr: DisasterRecovery | None = None
+        self._dr: DrEngine | None = None
         self._error_listeners: list[Callable[[Any, str | None], None]] = []
         self._error_cbs: dict[str, Callable[[Any], None]] = {}  # per cluster: one object (clients are keyed by it)
         ProducerIdHastener.start_worker()  # here, not on the first send (see the class)
@@ -130,10 +133,11 @@ class Producer(ClientSwaps, TopicResolver):
             exit_stack.callback(self._obs.close)
             exit_stack.callback(self._close_clients)
             if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (docs/architecture.md)
-                self._dr = dr_attach.attach(self)  # installs the send hook through the ProducerPort (dr/port.py)
+                # the engine sees this producer through the ProducerPort, this producer the engine through its
+                # DrEngine surface (both in dr/port.py): a link went down / up or a route moved -> _dr_changed;
+                # callbacks from its threads wait for poll() -> _unbind_poll
+                self._dr = dr_attach.attach(self, on_change=self._dr_changed, on_mail=self._unbind_poll)
                 exit_stack.callback(self._dr.close, 1.0)  # what is still spilled stays on disk for the next start
-                self._dr.on_change.append(self._dr_changed)  # a link went down / up, a route moved
-                self._dr.mailbox.on_mail = self._unbind_poll  # callbacks from its threads: served by poll()
             if any(callable(rd.get(name)) for name in ("error_cb", "stats_cb", "throttle_cb")):
                 # confluent-kafka's producer is up (connecting, reporting errors and statistics) once created;
                 # an application that listens for those gets the default cluster's client now, not at a first send
@@ -376,8 +380,9 @@ class Producer(ClientSwaps, TopicResolver):
 
     @property
     def disaster_recovery(self) -> DisasterRecovery | None:
-        """The spill / failover engine (routes, spill depth, replay and sync progress in ``status()``)."""
-        return self._dr
+        """The spill / failover engine (routes, spill depth, replay and sync progress in ``status()``); for
+        operators and tests: the producer itself uses only its :class:`~ykafka.dr.port.DrEngine` surface."""
+        return cast("DisasterRecovery | None", self._dr)
 
     @property
     def default_delivery(self) -> DeliveryCallback | None:

@@ -59,13 +59,13 @@ class TopicResolver(ProducerBase):
         effective = rt.effective(topic=topic, cluster=cluster)
         props = self._client_props(cluster, effective)
         key = (cluster, _freeze(props))
-        if key not in self._clients and self._dr is not None and self._dr.target(topic) == cluster:
+        if key not in self._clients and self._dr is not None:
             # open the cluster's disaster-recovery link (its spill queue on disk: ~35 ms) BEFORE the librdkafka
             # handle, so the first message follows the handle within a millisecond: an idempotent handle only
             # connects to the partition leader before its first producer-id tick (500 ms) when a message
             # arrives before the bootstrap metadata does; later, the first ack costs two ticks
             # (docs/benchmarks.md, "Start-up")
-            self._dr.link(cluster)
+            self._dr.open_link(topic, cluster)
         with self._lock:
             client = self._client_for(topic, key, cluster, props)
             held = topic in self._held

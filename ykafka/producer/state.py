@@ -13,8 +13,8 @@ import structlog
 
 from ykafka import catalog
 from ykafka.config import LocalConfig, Option
-from ykafka.dr.engine import DisasterRecovery
 from ykafka.dr.link import DirectSender
+from ykafka.dr.port import DrEngine
 from ykafka.errors import BufferFullError
 from ykafka.headers import MESSAGE_ID
 from ykafka.observability import Observability
@@ -187,7 +187,7 @@ class ProducerBase(Protocol):
     _swap_timeout_s: float
     _meta_ttl_s: float
     _stamp_ids: bool
-    _dr: DisasterRecovery | None
+    _dr: DrEngine | None
     _runtime: Runtime
     _obs: Observability
     _error_cbs: dict[str, Callable[[Any], None]]
