@@ -219,22 +219,40 @@ class Tracer:
         topic every message it reports was sent to): the cheapest call per message.
 
         It offers a *fused twin* (``trace.direct_twin(failed)``) to the disaster-recovery engine's direct
-        path (:meth:`ykafka.dr.link.DirectSender.shared`): one frame that traces and reports a success
-        itself and hands a failure to ``failed(trace, -1, err, msg)``, which re-routes it or reports it
-        through ``trace`` in the end, instead of the engine's report frame calling this one."""
+        path for sends without a key (:meth:`ykafka.dr.link.DirectSender.shared`): one frame that traces
+        and reports a success itself (reading no key: there is none) and hands a failure to
+        ``failed(trace, -1, err, msg)``, which re-routes it or reports it through ``trace`` in the end,
+        instead of the engine's report frame calling this one."""
         channel = self._channel
         if self._put is None or channel is None:
             return callback or _ignore
         now_s, floor = _time, math.floor
         queue, dropped = channel.queue, channel.dropped
         append = queue.append
-        user = callback
+        user = callback or _ignore
         # the acked row's constant runs as one element each: kind, msg_id, topic (and a null key, the common
         # case: one element less to build and encode) / group .. cluster
         acked, acked_no_key = events.spread(("acked", None, topic)), events.spread(("acked", None, topic, None))
         constant = events.spread((None, None, None, None, where))
 
-        def failure(_plain: Any, _order: int, err: Any, msg: Any) -> None:  # without the engine's direct path
+        def plain(err: Any, msg: Any) -> None:  # one frame per message: Channel.put inlined
+            if err is not None:
+                failure(err, msg)
+                return
+            if len(queue) >= channel.limit:  # full, or the sink closed
+                dropped["trace"] += 1
+            else:
+                # epoch ms (float constants: no int-to-float conversion); ts - latency: when it was handed to
+                # the producer (floor = int() here, without a type call)
+                now = now_s() * 1000.0
+                latency = (msg.latency() or 0.0) * 1000.0
+                key = msg.key()
+                append((floor(now), acked, None if key is None else key.decode("utf-8", "replace")
+                        if type(key) is bytes else _text(key), msg.partition(), msg.offset(), msg.timestamp()[1],
+                        latency, constant, floor(now - latency)))
+            user(None, msg)
+
+        def failure(err: Any, msg: Any) -> None:
             if len(queue) < channel.limit:
                 now = now_s() * 1000.0
                 latency = (msg.latency() or 0.0) * 1000.0
@@ -242,36 +260,25 @@ class Tracer:
                         None, None, str(err), None, where, floor(now - latency)))
             else:
                 dropped["trace"] += 1
-            if user is not None:
-                user(err, msg)
+            user(err, msg)
 
-        def build(failed: Callable[[Any, int, Any, Any], None]) -> Callable[[Any, Any], None]:
-            def trace(err: Any, msg: Any) -> None:  # one frame per message: Channel.put inlined
-                if err is not None:  # the fused twin's engine re-routes it, or reports it via plain
+        def direct_twin(failed: Callable[[Any, int, Any, Any], None]) -> Callable[[Any, Any], None]:
+            def keyless(err: Any, msg: Any) -> None:  # DirectSender.shared's sends have no key: none to read
+                if err is not None:  # the engine re-routes it, or reports it through plain in the end
                     failed(plain, -1, err, msg)
                     return
-                if len(queue) >= channel.limit:  # full, or the sink closed
+                if len(queue) >= channel.limit:
                     dropped["trace"] += 1
                 else:
-                    # epoch ms (float constants: no int-to-float conversion); ts - latency: when it was handed
-                    # to the producer (floor = int() here, without a type call)
                     now = now_s() * 1000.0
                     latency = (msg.latency() or 0.0) * 1000.0
-                    key = msg.key()
-                    if key is None:
-                        append((floor(now), acked_no_key, msg.partition(), msg.offset(), msg.timestamp()[1],
-                                latency, constant, floor(now - latency)))
-                    else:
-                        append((floor(now), acked, key.decode("utf-8", "replace") if type(key) is bytes
-                                else _text(key), msg.partition(), msg.offset(), msg.timestamp()[1], latency,
-                                constant, floor(now - latency)))
-                if user is not None:
-                    user(None, msg)
+                    append((floor(now), acked_no_key, msg.partition(), msg.offset(), msg.timestamp()[1], latency,
+                            constant, floor(now - latency)))
+                user(None, msg)
 
-            return trace
+            return keyless
 
-        plain = build(failure)
-        plain.direct_twin = build  # type: ignore[attr-defined]
+        plain.direct_twin = direct_twin  # type: ignore[attr-defined]
         return plain
 
     def emit(self, kind: str, *, topic: str, key: Any = None, msg_id: Any = None, partition: int | None = None,

@@ -137,7 +137,8 @@ class DirectSender:
             return self.keyed(user_callback)
         if found is None:
             # a callback may offer a fused twin (the message trace's): one frame that reports a success
-            # itself and hands a failure to failed(user_callback, -1, err, m), as _direct_report does
+            # itself and hands a failure to failed(user_callback, -1, err, m), as _direct_report does; it is
+            # given only messages sent without a key (and may rely on that)
             twin = getattr(user_callback, "direct_twin", None) if type(user_callback) is FunctionType else None
             found = twin(self.failed) if twin is not None else bind_report((self, user_callback, -1))
             if len(self._shared) < 256:  # a new lambda per send would grow it without bound
