@@ -8,10 +8,11 @@ Starts, on free ports, a Tansu broker, two config services on one database and t
 2. ``--clients`` watchers are parked on config service A: a fifth are the SDK's Apollo clients
    (``ykafka.apollo.ApolloClient``, given both instances), the rest speak the plain Apollo protocol (one asyncio
    long poll each over a keep-alive connection, fetching on a change, moving to the other instance on a
-   connection error, as Apollo's Java client does). The watchers run in ``--procs`` processes of their own
-   (spawned, each with its share of both kinds): in one process, 1,000 watchers' own Python (200 SDK threads
-   and 800 pollers behind one GIL) was the bottleneck of the measurement, not the survivor (see
-   docs/benchmarks.md);
+   connection error, as Apollo's Java client does). The watchers run in processes of their own, each kind apart
+   (``--sdk-procs`` for the SDK clients, ``--plain-procs`` for the pollers; spawned): in one process, the
+   1,000 watchers' own Python (200 SDK threads and 800 pollers behind one GIL) was the bottleneck of the
+   measurement, not the survivor, and an SDK client's thread sharing a GIL with a busy event loop waited for
+   it at each step of its poll and fetch (docs/benchmarks.md);
 3. A is SIGKILLed (by its pid) and ``--releases`` releases are published through B at once:
    ``repark_p99_s`` is the time from the kill to each watcher's poll re-sent to B, ``all_reparked_s`` until the
    last one's (None if one never moved), ``release_after_kill_p99_ms`` from the first release
@@ -31,7 +32,8 @@ Starts, on free ports, a Tansu broker, two config services on one database and t
 compare a release through one config service reaching a poll parked on another that LISTENs and on one that
 only scans (every 0.5 s), timed on the same releases.
 
-    python bench/controlplane_failover.py [--clients 1000] [--procs 4] [--producers 4] [--rate 2000] [--quick]
+    python bench/controlplane_failover.py [--clients 1000] [--sdk-procs 4] [--plain-procs 2] [--producers 4]
+        [--rate 2000] [--quick]
 
 Last line: RESULT {"clients": 1000, "repark_p99_s": ..., "release_after_kill_p99_ms": ..., "missed": 0,
 "lost": 0, ...}
@@ -239,6 +241,12 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def sched_s(pid: int) -> tuple[float, float]:
+    """Seconds a process's main thread ran on a CPU and waited runnable for one (/proc/<pid>/schedstat)."""
+    run_ns, wait_ns, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
+
+
 def wait_for(check: Any, timeout: float, what: str) -> float:
     start = time.monotonic()
     while not check():
@@ -282,14 +290,14 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
                                                                           "notificationId": -1}])},
         timeout=10).content)[0]["notificationId"]
     last = str(args.releases)
-    procs = max(1, min(args.procs, args.clients))
+    sdk_procs, plain_procs = max(1, min(args.sdk_procs, sdk_count)), max(1, min(args.plain_procs, plain_count))
+    shares = [(sdk_count * (i + 1) // sdk_procs - sdk_count * i // sdk_procs, 0) for i in range(sdk_procs)]
+    shares += [(0, plain_count * (i + 1) // plain_procs - plain_count * i // plain_procs) for i in range(plain_procs)]
     spawn = multiprocessing.get_context("spawn")  # this process runs librdkafka threads: no fork
     pipes: list[Connection] = []
     workers = []
-    for i in range(procs):
+    for share in shares:
         ours, theirs = spawn.Pipe()
-        share = (sdk_count * (i + 1) // procs - sdk_count * i // procs,
-                 plain_count * (i + 1) // procs - plain_count * i // procs)
         worker = spawn.Process(target=watch, args=(theirs, a_url, b_url, *share, notification_id, last), daemon=True)
         worker.start()
         pipes.append(ours)
@@ -303,6 +311,7 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
     assert b_pid is not None
     pids = [b_pid, os.getpid(), *(w.pid for w in workers if w.pid is not None)]
     cpu_before = [cpu_s(pid) for pid in pids]
+    b_sched = sched_s(b_pid)
     load_1m = os.getloadavg()[0]
     killed = time.monotonic()
     if stack.kill("configcenter") is None:  # SIGKILL by its pid
@@ -324,6 +333,7 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
             raise RuntimeError("a watchers' process did not report")
         seen.extend(pipe.recv())
     cpu_used = [cpu_s(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+    b_ran, b_waited = (after - before for after, before in zip(sched_s(b_pid), b_sched, strict=True))
     assert released is not None
     held_last = [first_at_least(got, args.releases) for got, _, _ in seen]
     settled = max(at for at in held_last if at is not None) - killed if any(held_last) else None
@@ -374,8 +384,10 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
         "all_reparked_s": round(max(repark), 3) if len(repark) == len(seen) else None,
         # from the kill to every watcher on the last release: wall time, and the CPU the survivor, this process
         # (producers, releases) and the watchers' processes used meanwhile (all on the same shared cores)
-        "settled_s": round(settled, 3) if settled is not None else None, "procs": procs,
+        "settled_s": round(settled, 3) if settled is not None else None, "procs": len(shares),
         "load_1m": round(load_1m, 2), "survivor_cpu_s": round(cpu_used[0], 2),
+        # the survivor's event loop: time on a CPU and time runnable but waiting for one (the shared cores)
+        "survivor_loop_ran_s": round(b_ran, 2), "survivor_loop_waited_s": round(b_waited, 2),
         "bench_cpu_s": round(cpu_used[1], 2), "clients_cpu_s": round(sum(cpu_used[2:]), 2),
         "release_call_ms": round(release_call * 1000, 1),
         "release_after_kill_p50_ms": round(percentile(after_release, 0.5), 1),
@@ -510,13 +522,14 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--rate", type=float, default=2000.0, help="msgs/s, all producers together")
     parser.add_argument("--releases", type=int, default=3, help="releases through the survivor after the kill")
-    parser.add_argument("--procs", type=int, default=4, help="processes the watchers run in")
+    parser.add_argument("--sdk-procs", type=int, default=4, help="processes the SDK clients run in")
+    parser.add_argument("--plain-procs", type=int, default=2, help="processes the plain pollers run in")
     parser.add_argument("--notify-releases", type=int, default=20, help="releases timed per mode (PostgreSQL)")
     parser.add_argument("--quick", action="store_true", help="25 watchers, 1 producer (the suite's check)")
     args = parser.parse_args()
     if args.quick:
         args.clients, args.producers, args.rate, args.releases, args.notify_releases = 25, 1, 500.0, 2, 2
-        args.procs = min(args.procs, 2)
+        args.sdk_procs = args.plain_procs = 1
     configure("error")
     raise_fd_limit(args.clients * 4 + 512)
     with local_stack(["dc-a", "control"], replicas=2) as bench:

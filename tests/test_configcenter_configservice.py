@@ -267,3 +267,19 @@ def test_a_poll_may_list_hundreds_of_namespaces(cc: ConfigService, api: OpenApi)
     assert len(resp.request.url or "") > 40_000
     assert resp.status_code == 200
     assert [n["namespaceName"] for n in resp.json()] == ["ykafka.global"]
+
+
+def test_hot_paths_keep_the_guards_and_fall_back_on_anything_else(cc: ConfigService, api: OpenApi) -> None:
+    """/configs and /notifications/v2 skip FastAPI's routing (configservice.HotPaths): the query guard still
+    runs ahead of them, and a request they do not take (HEAD, a refused poll) is answered by the full app."""
+    app = api.new_app_id()
+    assert api.setup(app, "hot.ns", {"k": "v"}) is not None
+    twice = requests.get(f"{cc.url}/configs/{app}/default/hot.ns?ip=1.2.3.4&ip=5.6.7.8", timeout=5)
+    assert twice.status_code == 400 and "'ip' given more than once" in twice.json()["message"]
+    poll_twice = requests.get(f"{cc.url}/notifications/v2?appId={app}&appId=x&cluster=default&notifications=[]",
+                              timeout=5)
+    assert poll_twice.status_code == 400 and "'appId' given more than once" in poll_twice.json()["message"]
+    head = requests.head(f"{cc.url}/configs/{app}/default/hot.ns", timeout=5)
+    assert head.status_code == 405  # the router's answer: GET only, as before
+    assert configs(cc, app, "hot.ns").json()["configurations"] == {"k": "v"}
+    assert requests.get(f"{cc.url}/configs/{app}/default/hot.ns/extra", timeout=5).status_code == 404

@@ -68,6 +68,7 @@ def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str 
                   redoc_url=None, **NO_TELEMETRY)
     app.state.center = center
     install_error_handlers(app)
+    app.add_middleware(configservice.HotPaths)  # innermost: the guards below run first
     app.add_middleware(configservice.AccessKeyMiddleware)
     app.add_middleware(SingleValuedQuery, error_body=_apollo_error)  # the access-key check reads what the handler reads
     app.add_middleware(BodyLimit, error_body=_apollo_error)

@@ -13,11 +13,12 @@ from urllib.parse import urlsplit
 
 import structlog
 from fastapi import APIRouter, Request, Response
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import signature
 from .center import ConfigCenter
-from .errors import BadRequest, error_body
+from .errors import ApolloError, BadRequest, error_body
 from .longpoll import Waiter, notification
 from .properties import to_properties
 from .readmodel import INSTANCE_LABEL, ReleaseView, strip_properties_suffix
@@ -247,6 +248,36 @@ async def services_config(request: Request) -> list[dict[str, str]]:
 @router.get("/services/admin")
 async def services_admin(request: Request) -> list[dict[str, str]]:
     return await _service_instances(request, "APOLLO-ADMINSERVICE")
+
+
+class HotPaths:
+    """``GET /notifications/v2`` and ``GET /configs/{appId}/{cluster}/{namespace}`` (what every client repeats)
+    served straight from their handlers, without FastAPI's routing, dependency solving and exception layers:
+    ~40 % of such an answer's CPU. After a failover one survivor answers every client's re-parked poll and
+    fetch at once (docs/benchmarks.md, bench/controlplane_failover.py). Installed inside the access-key, query
+    and body guards, so they still apply; a request a handler refuses (an Apollo error) goes to the full
+    app, which answers it as before."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response: Response | None = None
+        if scope["type"] == "http" and scope["method"] == "GET":
+            path: str = scope["path"]
+            try:
+                if path == "/notifications/v2":
+                    response = await poll_notifications(Request(scope, receive))
+                elif path.startswith("/configs/"):
+                    parts = path.split("/")
+                    if len(parts) == 5 and all(parts[2:]):
+                        response = await query_config(Request(scope, receive), parts[2], parts[3], parts[4])
+            except (ApolloError, HTTPException):
+                response = None
+        if response is None:
+            await self.app(scope, receive, send)
+        else:
+            await response(scope, receive, send)
 
 
 class AccessKeyMiddleware:
