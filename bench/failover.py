@@ -12,7 +12,7 @@ restarted on the same addresses and bucket (what it acknowledged is still there)
 * ``handover_ms``: how long the first send to dc-b waited until what dc-a's client held at the switch was
   re-routed there (so no key is overtaken);
 * ``longest_send_ms``: the longest ``produce()`` call (``longest_send_after_kill_s``: when it started, from the
-  kill; the first write of an outage also records dc-b's end offsets).
+  kill; a send that sees the move before the engine's maintenance thread also waits for dc-b's end offsets).
 
 Counting is strict over what dc-a holds at the end (what it took directly plus the outage synced back from dc-b)
 and, while the sync still runs, the outage messages only on dc-b (``not_yet_synced``): ``lost`` and

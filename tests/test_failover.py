@@ -1,4 +1,4 @@
-"""Pure logic of the DR engine: health verdicts, route specs, admin changes, outage progress files."""
+"""Pure logic of the DR engine: health verdicts, route specs and decisions, admin changes, outage progress files."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ykafka.admin.failover import failover_changes
 from ykafka.catalog import Scope, ScopeKind
 from ykafka.dr.engine import RouteSpec
 from ykafka.dr.health import ClusterHealth, ClusterState, HealthPolicy
+from ykafka.dr.routes import RouteTable
 from ykafka.dr.sync import Outage, OutageStore, connection_only
 
 
@@ -140,6 +141,35 @@ def test_route_spec_from_catalog_values() -> None:
     assert RouteSpec.from_effective("dc-a", {"route.standby": "dc-a"}).standby is None  # never itself
     with pytest.raises(catalog.InvalidConfigValue, match="must be one of primary, standby"):
         catalog.parse("route.active", "both")
+
+
+def test_a_route_decision_changes_nothing_and_its_commit_records_the_move_once() -> None:
+    """decide() answers from spec, switches and health without recording anything (a send asks it per message);
+    commit() records the route and, on a move, the cluster left, which exactly one send takes to hand it over."""
+    up = {"dc-a": True, "dc-b": True}
+    spec = RouteSpec("dc-a", "dc-b", "auto")
+    table = RouteTable(lambda _topic: spec, lambda cluster: up[cluster])
+    assert table.decide("orders") == (spec, "dc-a")
+    assert table.commit("orders", spec, "dc-a") is False and table.moved == {}
+    up["dc-a"] = False
+    for _ in range(3):  # asked again and again: still nothing recorded
+        assert table.decide("orders") == (spec, "dc-b")
+    assert table.committed == {"orders": (spec, "dc-a")} and table.moved == {}
+    assert not table.is_committed("orders", spec, "dc-b")
+    assert table.commit("orders", spec, "dc-b") is True and table.commit("orders", spec, "dc-b") is False
+    assert table.moved == {"orders": "dc-a"}
+    assert table.status()["orders"] == {"primary": "dc-a", "standby": "dc-b", "failover": "auto",
+                                        "active": "dc-b", "failed_over": True}
+    assert table.take_move("orders", "dc-b") is False  # a send that still writes to dc-a does not take it
+    assert table.take_move("orders", "dc-a") is True and table.take_move("orders", "dc-a") is False
+    up["dc-b"] = False  # auto failover needs an answering standby
+    assert table.decide("orders")[1] == "dc-a"
+    table.forced["dc-a"] = "standby"  # an in-process switch wins over health
+    assert table.decide("orders")[1] == "dc-b"
+    manual = RouteSpec("dc-a", "dc-b", "manual")
+    table.forced.clear()
+    assert RouteTable(lambda _t: manual, lambda _c: False).decide("orders")[1] == "dc-a"
+    assert RouteTable(lambda _t: RouteSpec("dc-a"), lambda _c: False).decide("orders")[1] == "dc-a"
 
 
 def test_failover_changes_for_the_admin_command() -> None:
