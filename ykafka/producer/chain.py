@@ -126,16 +126,18 @@ def _traced_direct(p: ProducerBase, st: _TopicState, direct_step: Send) -> Send:
     direct = st.direct
     assert direct is not None
     produce = st.client.rd.produce
-    last: list[Any] = [_UNSET, None]  # the last user callback, its traced and fused delivery callback
+    last_cb: Any = _UNSET  # the last user callback of a send without key or partition
+    last_fused: Any = None  # its traced, engine-fused delivery callback
 
     def send(topic: str, value: Any, key: Any, partition: int, on_delivery: Any, callback: Any, timestamp: int,
              headers: Any) -> None:
-        if on_delivery is last[0] and key is None and partition < 0:
-            return produce(topic, value, None, -1, last[1], None, timestamp, headers)
+        nonlocal last_cb, last_fused
+        if on_delivery is last_cb and key is None and partition < 0:
+            return produce(topic, value, None, -1, last_fused, None, timestamp, headers)
         generic(topic, value, key, partition, on_delivery, callback, timestamp, headers)
         if key is None and partition < 0 and on_delivery is st.traced_for and st.traced is not None:
-            last[1] = direct.shared(st.traced)  # what _direct gave the client for this send
-            last[0] = on_delivery
+            last_cb, last_fused = _UNSET, direct.shared(st.traced)  # what _direct gave the client for this send
+            last_cb = on_delivery
     return send
 
 
