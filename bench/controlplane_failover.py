@@ -247,6 +247,16 @@ def sched_s(pid: int) -> tuple[float, float]:
     return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
 
+def accept_queue(port: int) -> int | None:
+    """Connections waiting in the kernel for the listener on ``port`` to accept them (/proc/net/tcp)."""
+    local = f":{port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(local) and fields[3] == "0A":  # LISTEN: rx_queue is the accept backlog
+            return int(fields[4].split(":")[1], 16)
+    return None
+
+
 def wait_for(check: Any, timeout: float, what: str) -> float:
     start = time.monotonic()
     while not check():
@@ -318,6 +328,16 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError("config service A was not running")
     for pipe in pipes:
         pipe.send("killed")
+    backlog: list[tuple[float, int]] = []  # the survivor's accept queue while the watchers move in
+
+    def sample_backlog() -> None:
+        while len(backlog) < 100 and not all(pipe.poll() for pipe in pipes):
+            waiting = accept_queue(urlsplit(b_url).port or 80)
+            backlog.append((time.monotonic() - killed, waiting or 0))
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample_backlog, daemon=True)
+    sampler.start()
     released: float | None = None
     release_call = 0.0
     for n in range(1, args.releases + 1):
@@ -326,6 +346,7 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
         api.release(NS, f"v{n}", "bench")
         if released is None:
             released, release_call = time.monotonic(), time.monotonic() - started
+            release_sent = started
         time.sleep(0.3)
     seen: list[tuple[list[tuple[float, str]], list[float], list[float]]] = []
     for pipe in pipes:
@@ -333,6 +354,9 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
             raise RuntimeError("a watchers' process did not report")
         seen.extend(pipe.recv())
     cpu_used = [cpu_s(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+    sampler.join(15)
+    peak = max(backlog, key=lambda sample: sample[1], default=(0.0, 0))
+    drained = next((at for at, waiting in backlog if at > peak[0] and waiting <= 10), None)
     b_ran, b_waited = (after - before for after, before in zip(sched_s(b_pid), b_sched, strict=True))
     assert released is not None
     held_last = [first_at_least(got, args.releases) for got, _, _ in seen]
@@ -390,8 +414,16 @@ def failover(bench: LocalStack, args: argparse.Namespace) -> dict[str, Any]:
         "survivor_loop_ran_s": round(b_ran, 2), "survivor_loop_waited_s": round(b_waited, 2),
         "bench_cpu_s": round(cpu_used[1], 2), "clients_cpu_s": round(sum(cpu_used[2:]), 2),
         "release_call_ms": round(release_call * 1000, 1),
+        # from sending the first release (its call included), the stricter reading of the same figure
+        "release_sent_p99_ms": round(percentile([ms + (released - release_sent) * 1000 for ms in after_release],
+                                                0.99), 1),
+        # connections waiting for the survivor to accept them: the most seen, and when it was back to <= 10
+        "accept_queue_max": peak[1], "accept_queue_drained_s": round(drained, 2) if drained is not None else None,
         "release_after_kill_p50_ms": round(percentile(after_release, 0.5), 1),
         "release_after_kill_p99_ms": round(percentile(after_release, 0.99), 1),
+        # the reports come SDK processes first: the same figure per kind of watcher
+        "sdk_release_p99_ms": round(percentile(after_release[:sdk_count], 0.99), 1),
+        "plain_release_p99_ms": round(percentile(after_release[sdk_count:], 0.99), 1),
         "notified_p50_ms": round(percentile(notified, 0.5), 1) if notified else None,
         "notified_p99_ms": round(percentile(notified, 0.99), 1) if notified else None,
         "fetch_p50_ms": round(percentile(fetch, 0.5), 1) if fetch else None,

@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
                        default=_env("YKAFKA_CC_NOTIFY", "1") != "0",
                        help="PostgreSQL: do not LISTEN for other instances' releases (scan only), "
                             "env YKAFKA_CC_NOTIFY=0")
+    serve.add_argument("--loop", choices=["asyncio", "uvloop"], default=_env("YKAFKA_CC_LOOP", "asyncio"),
+                       help="event loop; asyncio accepts a burst of new connections at once (a failover moves "
+                            "every client here), uvloop one per loop turn, env YKAFKA_CC_LOOP")
 
     token = sub.add_parser("token", help="Open API tokens").add_subparsers(dest="action", required=True)
     create = token.add_parser("create", help="create an Open API token and print it")
@@ -105,7 +108,10 @@ def _serve(args: argparse.Namespace) -> int:
             with contextlib.suppress(RuntimeError):  # no loop running: nothing is parked
                 asyncio.get_running_loop().call_soon_threadsafe(center.begin_shutdown)
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+    # asyncio by default: libuv (>= 1.45, under uvloop) accepts one connection per loop turn, so after a failover
+    # the survivor left ~700 of 1,000 moving clients in its accept queue for ~2 s while it served the others;
+    # asyncio accepts up to the backlog per turn (docs/benchmarks.md, bench/controlplane_failover.py)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False, loop=args.loop,
                             backlog=8192, timeout_keep_alive=75, timeout_graceful_shutdown=1,
                             h11_max_incomplete_event_size=256 * 1024)  # long polls list many namespaces
     log.info("configcenter.serving", host=args.host, port=args.port, db=center.store.engine.url.render_as_string())
