@@ -3,7 +3,8 @@
 ``produce``: 100 messages acknowledged, ``READY``; after ``GO`` on stdin (the broker is gone) produce
 forever, printing ``A <i>`` once ``produce`` returned for message i, and ``SPILLING`` once the cluster is
 marked down and everything earlier is on disk. The parent SIGKILLs it mid-spill.
-``recover``: open the same spill dir, wait until it replayed, print ``REPLAYED <n>``.
+``recover``: open the same spill dir, wait until it replayed, print ``REPLAYED <n>``. Logs go to stdout in
+``recover`` (the parent waits for ``spill.replay_start``), to stderr in ``produce``.
 With ``producer`` it goes through ``ykafka.Producer`` + ``failover.attach`` instead of a bare engine.
 """
 
@@ -15,12 +16,17 @@ from pathlib import Path
 
 from tests.dr_fixtures import make_engine
 from ykafka.dr.engine import RouteSpec
+from ykafka.logs import configure
 
 KEYS = 8
 
 
 def main() -> int:
     bootstrap, spill, topic, mode = sys.argv[1:5]
+    if mode == "produce":
+        # the engine's threads log while the main thread prints its A lines: on one stream a log line's two writes
+        # (text, newline) can take an A line in between ("...reason='cluster down'A 540"), and the parent misses it
+        configure("info")
     via_producer = len(sys.argv) > 5 and sys.argv[5] == "producer"
     producer = None
     if via_producer:  # the drop-in Producer with the engine attached (spill dir from ykafka.cache.dir)
