@@ -250,10 +250,14 @@ def sched_s(pid: int) -> tuple[float, float]:
 def accept_queue(port: int) -> int | None:
     """Connections waiting in the kernel for the listener on ``port`` to accept them (/proc/net/tcp)."""
     local = f":{port:04X}"
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[1].endswith(local) and fields[3] == "0A":  # LISTEN: rx_queue is the accept backlog
-            return int(fields[4].split(":")[1], 16)
+    with open("/proc/net/tcp") as table:  # listeners come first: stop there, not at every socket of the machine
+        next(table)
+        for line in table:
+            fields = line.split()
+            if fields[3] != "0A":
+                return None
+            if fields[1].endswith(local):  # LISTEN: rx_queue is the accept backlog
+                return int(fields[4].split(":")[1], 16)
     return None
 
 
