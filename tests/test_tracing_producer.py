@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from confluent_kafka import TopicPartition
 
 from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
@@ -125,3 +127,34 @@ def test_full_rate_on_the_direct_path_traces_every_send_shape(obs_broker) -> Non
     assert sorted(e["msg_id"] for e in acked) == sorted(f"{topic}/{p}/{o}" for p, o in delivered)
     assert sorted(e["msg_id"] for e in steps if e["kind"] == "produced") == sorted(e["msg_id"] for e in acked)
     assert [e["key"] for e in acked].count("k") == 10 and [e["key"] for e in acked].count(None) == 50
+
+
+def _record(into: list[bytes], err, msg) -> None:
+    into.append(msg.value())
+
+
+def test_full_rate_threads_with_their_own_callbacks_each_get_only_their_reports(obs_broker) -> None:
+    """Two threads send to one traced topic, each with its own delivery callback (the direct path's one-step
+    send caches the last callback's fused twin): every report reaches the callback of the thread that sent it."""
+    import threading
+
+    topic = unique("full-threads")
+    got: dict[str, list[bytes]] = {"a": [], "b": []}
+    callbacks = {name: functools.partial(_record, got[name]) for name in got}
+    with Producer({"bootstrap.servers": obs_broker.bootstrap, "trace.enabled": True, "trace.sample.rate": 1.0,
+                   "ykafka.metrics.enabled": False}) as producer:
+        producer.produce(topic, b"warm-up")
+        producer.flush(30)
+
+        def send(name: str) -> None:
+            for i in range(3000):
+                producer.produce(topic, f"{name}-{i}".encode(), on_delivery=callbacks[name])
+
+        threads = [threading.Thread(target=send, args=(name,)) for name in got]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert producer.flush(30) == 0
+    for name, values in got.items():
+        assert sorted(values) == sorted(f"{name}-{i}".encode() for i in range(3000)), name

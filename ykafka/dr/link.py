@@ -115,22 +115,24 @@ class DirectSender:
     message) and, having no key, no order promise across an outage.
     """
 
-    __slots__ = ("link", "client", "order", "last_cb", "last_shared", "_shared")
+    __slots__ = ("link", "client", "order", "last", "_shared")
 
     def __init__(self, link: ClusterLink, client: RawProducer) -> None:
         self.link = link
         self.client = client
         self.order = link._order
         self._shared: dict[Any, Callable[..., None]] = {}
-        self.last_cb: DeliveryCallback | None = None
-        self.last_shared: Callable[..., None] = self.shared(None)
+        # (user callback, its shared callback) of the last send without a key: ONE attribute, read once per
+        # send, so threads sending with different callbacks never pair one's callback with the other's report
+        self.last: tuple[DeliveryCallback | None, Callable[..., None]] = (None, bind_report((self, None, -1)))
+        self.shared(None)
 
     def keyed(self, user_callback: DeliveryCallback | None) -> Callable[..., None]:
         return bind_report((self, user_callback, next(self.order)))
 
     def shared(self, user_callback: DeliveryCallback | None) -> Callable[..., None]:
-        """The callback for a send without a key; the last one is also kept in ``last_cb`` / ``last_shared``
-        for the caller's inline check."""
+        """The callback for a send without a key; the pair is also kept in ``last`` for the caller's inline
+        check (``user, shared = direct.last``)."""
         try:
             found = self._shared.get(user_callback)
         except TypeError:  # an unhashable callable: its own callback object
@@ -143,7 +145,7 @@ class DirectSender:
             found = twin(self.failed) if twin is not None else bind_report((self, user_callback, -1))
             if len(self._shared) < 256:  # a new lambda per send would grow it without bound
                 self._shared[user_callback] = found
-        self.last_cb, self.last_shared = user_callback, found
+        self.last = (user_callback, found)
         return found
 
     def failed(self, user_callback: DeliveryCallback | None, order: int, err: RawKafkaError, m: Message) -> None:

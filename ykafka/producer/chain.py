@@ -120,24 +120,28 @@ def _traced_all(p: ProducerBase, st: _TopicState, nxt: Send) -> Send:
 def _traced_direct(p: ProducerBase, st: _TopicState, direct_step: Send) -> Send:
     """Trace at 100 % on the disaster-recovery engine's direct path, one frame for the common send (no key, no
     partition, the same delivery callback as the last such send): straight to the client with that callback's
-    traced twin fused with the engine's report (:meth:`DirectSender.shared`). Any other send takes the two
-    steps it composes (:func:`_traced_all`, :func:`_direct`), which give the same callback."""
+    traced twin fused with the engine's report (:meth:`DirectSender.shared`, what :func:`_direct` gives it).
+    Other sends take the steps it composes (:func:`_traced_all`, :func:`_direct`)."""
     generic = _traced_all(p, st, direct_step)
     direct = st.direct
     assert direct is not None
     produce = st.client.rd.produce
-    last_cb: Any = _UNSET  # the last user callback of a send without key or partition
-    last_fused: Any = None  # its traced, engine-fused delivery callback
+    # (user callback, its traced and engine-fused callback) of the last send without key or partition: one
+    # cell read once per send, so threads sending with different callbacks never see a mixed pair
+    last: tuple[Any, Any] = (_UNSET, None)
 
     def send(topic: str, value: Any, key: Any, partition: int, on_delivery: Any, callback: Any, timestamp: int,
              headers: Any) -> None:
-        nonlocal last_cb, last_fused
-        if on_delivery is last_cb and key is None and partition < 0:
-            return produce(topic, value, None, -1, last_fused, None, timestamp, headers)
-        generic(topic, value, key, partition, on_delivery, callback, timestamp, headers)
-        if key is None and partition < 0 and on_delivery is st.traced_for and st.traced is not None:
-            last_cb, last_fused = _UNSET, direct.shared(st.traced)  # what _direct gave the client for this send
-            last_cb = on_delivery
+        nonlocal last
+        if key is not None or partition >= 0:
+            return generic(topic, value, key, partition, on_delivery, callback, timestamp, headers)
+        user, fused = last
+        if on_delivery is user:
+            return produce(topic, value, None, -1, fused, None, timestamp, headers)
+        traced, headers = p._traced(st, None, on_delivery, headers)  # for this callback, whatever others do
+        direct_step(topic, value, None, -1, traced, callback, timestamp, headers)
+        if traced is not None and traced is not on_delivery:  # wrapped (the tracer is open)
+            last = (on_delivery, direct.shared(traced))
     return send
 
 
@@ -209,9 +213,8 @@ def _direct(p: ProducerBase, st: _TopicState, engine: Send) -> Send:
             on_delivery = default
         if key is not None:  # its produce order rides along: a key's re-routed messages stay in order
             on_delivery = bind_report((direct, on_delivery, _next(direct.order)))
-        elif on_delivery is direct.last_cb:
-            on_delivery = direct.last_shared
         else:
-            on_delivery = direct.shared(on_delivery)
+            user, shared = direct.last  # one read: a consistent pair whatever other threads send
+            on_delivery = shared if on_delivery is user else direct.shared(on_delivery)
         produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
     return send
