@@ -4,6 +4,8 @@ three-node cluster, each checked by what a client sees."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -98,11 +100,27 @@ def test_a_controller_port_given_to_another_service_is_refused_before_anything_s
 
 
 
+def test_free_ports_handed_to_a_live_process_are_not_handed_to_another() -> None:
+    """CI: a Kafka node of one xdist worker found its port taken by another process's broker, handed the same free
+    port while neither listened yet (a JVM binds seconds after its port is chosen)."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys\nfrom ykafka.devstack import free_port\n"
+                              "print(' '.join(str(free_port()) for _ in range(1500)), flush=True)\nsys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        theirs = set(map(int, child.stdout.readline().split()))
+        ours = {free_port() for _ in range(1500)}
+        assert len(theirs) == 1500 and len(ours) == 1500 and not theirs & ours
+    finally:
+        child.communicate("", timeout=30)
+    assert child.returncode == 0
+
+
 def test_free_ports_of_one_process_are_never_handed_out_twice(tmp_path: Path) -> None:
     """CI once gave a stack's metaserver and another cluster's controller the same port: nothing listened on either
     yet, so the bind check alone passed both."""
-    ports = [free_port() for _ in range(2000)]
-    assert len(set(ports)) == 2000
+    ports = [free_port() for _ in range(500)]
+    assert len(set(ports)) == 500
     cfg = ephemeral_config(tmp_path, broker="kafka", brokers=3)
     every = [svc.port for svc in services(cfg)] + [p for spec in cfg.clusters.values() for p in spec.quorum_ports]
     assert len(every) == len(set(every)) and not set(every) & set(ports)

@@ -9,6 +9,7 @@ import os
 import secrets
 import signal
 import socket
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,53 @@ FREE_PORTS = range(20000, 29000)
 # Ports this process handed out already: nothing listens on them until their service starts, so without the record
 # one stack's metaserver and another cluster's controller could be given the same port (seen in CI).
 _HANDED_OUT: set[int] = set()
+#: ...and claims other processes see (xdist workers, benchmark subprocesses, a second ``ykafka dev up``): a file per
+#: port holding the claimer's pid, good while that process lives and for CLAIM_TTL_S (a JVM broker took 10 s and
+#: more from its port being handed out to binding it, and CI saw another process's broker bind it first)
+CLAIM_TTL_S = 300.0
+
+
+def _claims_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"ykafka-ports-{os.getuid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _claim(port: int) -> bool:
+    """Claim ``port`` for this process across processes; False when a live process claimed it recently."""
+    folder = _claims_dir()
+    path = folder / str(port)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileNotFoundError:
+            folder.mkdir(parents=True, exist_ok=True)
+            continue
+        except FileExistsError:
+            try:
+                pid = int(path.read_text() or 0)
+                fresh = time.time() - path.stat().st_mtime < CLAIM_TTL_S
+            except (OSError, ValueError):
+                return False  # being written, or just reclaimed by another process
+            if pid == os.getpid() or (fresh and pid and _alive(pid)):
+                return False
+            with contextlib.suppress(OSError):
+                path.unlink()  # a dead or old claim: take it over
+            continue
+        except OSError:
+            return True  # no claims folder to be had (read-only temp): this process's own record still holds
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        return True
+    return False
 
 
 def _ephemeral_low() -> int:
@@ -45,7 +93,8 @@ def _ephemeral_low() -> int:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, chosen at random outside the ephemeral range where it can be."""
+    """A port nothing listens on now and no live process of ours was handed recently, chosen at random outside
+    the ephemeral range where it can be."""
     candidates = range(FREE_PORTS.start, min(FREE_PORTS.stop, _ephemeral_low()))
     for _ in range(200 if len(candidates) > 1000 else 0):
         port = secrets.choice(candidates)
@@ -56,6 +105,8 @@ def free_port(host: str = "127.0.0.1") -> int:
                 sock.bind((host, port))
             except OSError:
                 continue
+        if not _claim(port):
+            continue
         _HANDED_OUT.add(port)
         return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
