@@ -109,8 +109,9 @@ def _stamped(p: ProducerBase, st: _TopicState, nxt: Send) -> Send:
 def _traced_all(p: ProducerBase, st: _TopicState, nxt: Send) -> Send:
     def send(topic: str, value: Any, key: Any, partition: int, on_delivery: Any, callback: Any, timestamp: int,
              headers: Any) -> None:
-        if on_delivery is st.traced_for:  # the same callback as the last send: its traced twin
-            on_delivery = st.traced
+        user, twin = st.traced_pair
+        if on_delivery is user:  # the same callback as the last send: its traced twin
+            on_delivery = twin
         else:
             on_delivery, headers = p._traced(st, key, on_delivery, headers)
         nxt(topic, value, key, partition, on_delivery, callback, timestamp, headers)

@@ -186,7 +186,7 @@ class Producer(ClientSwaps, TopicResolver):
             return tracer.wrap_delivery(on_delivery or self._default_dr, st.topic, key, msg_id, st.cluster), headers
         if st.trace >= 1.0:  # identified by its coordinates once acked: no header, one shared callback
             wrapped = tracer.wrap_delivery(on_delivery or self._default_dr, st.topic, key, "", st.cluster)
-            st.traced_for, st.traced = on_delivery, wrapped  # the next send with this callback skips all this
+            st.traced_pair = (on_delivery, wrapped)  # the next send with this callback skips all this
             return wrapped, headers
         mid = new_message_id()
         headers = _with_header(headers, TRACE_ID, mid)

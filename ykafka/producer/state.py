@@ -74,7 +74,7 @@ class _TopicState:
     """Everything a send to one topic needs, resolved once per config version."""
 
     __slots__ = ("topic", "client", "send", "send_reserved", "steps", "cluster", "effective", "picker",
-                 "throttle", "held", "expires", "trace", "direct", "traced_for", "traced")
+                 "throttle", "held", "expires", "trace", "direct", "traced_pair")
 
     def __init__(self, topic: str, client: _Client, cluster: str, effective: dict[str, Any],
                  picker: Picker | None, throttle: Throttle | None, held: bool, expires: float,
@@ -93,8 +93,9 @@ class _TopicState:
         self.expires = expires
         self.trace = trace  # sampling rate of message trace (0.0: off)
         self.direct = direct  # the disaster-recovery engine's healthy-cluster path (None: engine off)
-        self.traced_for: Any = _NOTHING  # rate 1.0: the last user callback and its traced wrapper
-        self.traced: DeliveryCallback | None = None
+        # rate 1.0: (the last user callback, its traced wrapper), one attribute so that a send reads the pair in one
+        # step (threads sending with different callbacks never see one's callback with the other's wrapper)
+        self.traced_pair: tuple[Any, DeliveryCallback | None] = (_NOTHING, None)
 
 
 def _freeze(props: Mapping[str, Any]) -> tuple[Any, ...]:
