@@ -46,16 +46,6 @@ def _claims_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"ykafka-ports-{os.getuid()}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _claim(port: int) -> bool:
     """Claim ``port`` for this process across processes; False when a live process claimed it recently."""
     folder = _claims_dir()
@@ -72,7 +62,7 @@ def _claim(port: int) -> bool:
                 fresh = time.time() - path.stat().st_mtime < CLAIM_TTL_S
             except (OSError, ValueError):
                 return False  # being written, or just reclaimed by another process
-            if pid == os.getpid() or (fresh and pid and _alive(pid)):
+            if pid == os.getpid() or (fresh and pid and pid_alive(pid)):
                 return False
             with contextlib.suppress(OSError):
                 path.unlink()  # a dead or old claim: take it over
