@@ -7,12 +7,15 @@ Starts its own Tansu broker on a free port (stopped by pid at the end), unless `
   each run (ramp-up and tail excluded); ``ratio_to_ideal`` divides it by ``workers / 5 ms``, capped at
   ``16 / 5 ms`` for ``partition`` ordering (one message of a partition at a time).
 * Overhead: a no-op handler through ``Consumer.run`` (default ordering ``partition``, 4 workers) against
-  the peer, a raw confluent-kafka ``consume(500)`` loop calling the same no-op, over the same messages.
+  the peer, a raw confluent-kafka ``consume(500)`` loop calling the same no-op, over the same messages, with
+  the fetch setting ``Consumer.run`` applies (``fetch.queue.backoff.ms=20``: ``noop_ratio``) and with
+  librdkafka's defaults (``raw_default_noop_msgs_s``, ``noop_ratio_vs_default``): on Apache Kafka a raw loop
+  at the default 1 s back-off stalls each time its prefetch queue passes ``queued.min.messages``.
 
     python bench/consumer_scaling.py [--bootstrap HOST:PORT] [--seconds 2.5] [--noop-messages 400000] [--quick]
 
 Last line: RESULT {"runs": [{"workers", "ordering", "msgs_s", "ratio_to_ideal"}, ...],
-"raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio"}
+"raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio", "raw_default_noop_msgs_s", "noop_ratio_vs_default"}
 """
 
 from __future__ import annotations
@@ -108,8 +111,13 @@ def scaling_run(bootstrap: str, topic: str, workers: int, ordering: str, seconds
             "ratio_to_ideal": round(rate / ideal, 3), "handled": len(stamps)}
 
 
-def raw_noop(bootstrap: str, topic: str, count: int) -> float:
-    consumer = RawConsumer({k: v for k, v in consumer_conf(bootstrap).items() if not k.startswith("ykafka.")})
+#: what ``Consumer.run`` sets unless the application does (ykafka/consumer/engine.py): the peer gets it too
+RUN_FETCH = {"fetch.queue.backoff.ms": 20}
+
+
+def raw_noop(bootstrap: str, topic: str, count: int, extra: dict[str, Any] | None = None) -> float:
+    conf = {k: v for k, v in consumer_conf(bootstrap).items() if not k.startswith("ykafka.")}
+    consumer = RawConsumer({**conf, **(extra or {})})
     consumer.subscribe([topic])
     noop = _noop
     got, start = 0, 0.0
@@ -191,15 +199,18 @@ def main() -> None:
                 print(f"workers={workers:>2} ordering={ordering:<9} {run['msgs_s']:>9.1f} msg/s  "
                       f"ratio_to_ideal={run['ratio_to_ideal']:.3f}", flush=True)
 
-        raw, ours = [], []
+        raw, raw_default, ours = [], [], []
         for _ in range(args.noop_repeats):  # interleaved so machine load hits both alike
-            raw.append(raw_noop(bootstrap, noop_topic, args.noop_messages))
+            raw.append(raw_noop(bootstrap, noop_topic, args.noop_messages, RUN_FETCH))
+            raw_default.append(raw_noop(bootstrap, noop_topic, args.noop_messages))
             ours.append(ykafka_noop(bootstrap, noop_topic, args.noop_messages))
-            print(f"no-op: raw {raw[-1]:,.0f} msg/s, ykafka {ours[-1]:,.0f} msg/s", flush=True)
+            print(f"no-op: raw {raw[-1]:,.0f} msg/s (librdkafka defaults {raw_default[-1]:,.0f}), "
+                  f"ykafka {ours[-1]:,.0f} msg/s", flush=True)
         result = {
             "runs": [{k: r[k] for k in ("workers", "ordering", "msgs_s", "ratio_to_ideal")} for r in runs],
             "raw_noop_msgs_s": round(max(raw)), "ykafka_noop_msgs_s": round(max(ours)),
-            "noop_ratio": round(max(ours) / max(raw), 3),
+            "noop_ratio": round(max(ours) / max(raw), 3), "raw_default_noop_msgs_s": round(max(raw_default)),
+            "noop_ratio_vs_default": round(max(ours) / max(raw_default), 3),
         }
         print("RESULT " + json.dumps({**result, "broker": args.broker}), flush=True)
     finally:
