@@ -124,3 +124,51 @@ def test_free_ports_of_one_process_are_never_handed_out_twice(tmp_path: Path) ->
     cfg = ephemeral_config(tmp_path, broker="kafka", brokers=3)
     every = [svc.port for svc in services(cfg)] + [p for spec in cfg.clusters.values() for p in spec.quorum_ports]
     assert len(every) == len(set(every)) and not set(every) & set(ports)
+
+
+def test_a_clusters_id_is_written_once_when_its_nodes_are_prepared_at_the_same_time(tmp_path: Path) -> None:
+    """CI: the three nodes of k3, prepared in parallel, each wrote a cluster id of its own (exists, then write),
+    formatted three clusters and never formed a quorum (INCONSISTENT_CLUSTER_ID)."""
+    import threading
+
+    from ykafka.devstack_kafka import _create_once
+
+    path = tmp_path / "cluster.id"
+    start = threading.Barrier(16)
+    seen: list[str] = []
+
+    def prepare(n: int) -> None:
+        start.wait()
+        _create_once(path, f"id-{n}")
+        seen.append(path.read_text())
+
+    threads = [threading.Thread(target=prepare, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 16 and len(set(seen)) == 1 and seen[0].startswith("id-")
+    assert [p.name for p in tmp_path.iterdir()] == ["cluster.id"]  # no temporary file left
+
+
+def test_a_failed_up_stops_what_it_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI: k3's third node never answered and its two peers ran on, electing leaders, for the rest of the run. An
+    ``up`` that fails stops (by pid) the processes it started; here the second broker is made not to answer."""
+    from ykafka import devstack
+    from ykafka.devstack_procs import pid_alive
+
+    stack = Stack(ephemeral_config(tmp_path, broker="tansu"))
+    real = devstack.Stack._wait_healthy
+    pids: dict[str, int] = {}
+
+    def wait(self: devstack.Stack, svc: devstack.Service, pid: int) -> None:
+        pids[svc.name] = pid
+        if svc.name == "dc-b":
+            raise StackError("dc-b did not answer (injected)")
+        real(self, svc, pid)
+
+    monkeypatch.setattr(devstack.Stack, "_wait_healthy", wait)
+    with pytest.raises(StackError, match="injected"):
+        stack.up(["dc-a", "dc-b"], seed=False)
+    assert set(pids) == {"dc-a", "dc-b"} and not any(pid_alive(pid) for pid in pids.values())
+    assert not any(stack.status()["running"].values())

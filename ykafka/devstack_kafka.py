@@ -19,6 +19,7 @@ import base64
 import os
 import shutil
 import subprocess
+import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -211,17 +212,32 @@ def _jvm(settings: KafkaSettings, home: Path) -> list[str]:
             *settings.jvm_args, "-cp", f"{require_kafka()}/*"]
 
 
+def _create_once(path: Path, text: str) -> None:
+    """Write ``path`` whole unless it exists, atomically: the nodes of a cluster are prepared in parallel, and two
+    nodes that each wrote a cluster id of their own formatted two clusters (INCONSISTENT_CLUSTER_ID, no quorum:
+    CI's three-node start hung until its 120 s timeout)."""
+    if path.exists():
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(text)
+    try:
+        os.link(tmp, path)  # fails if another thread or process created it first: theirs stands
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+
+
 def format_storage(cfg: StackConfig, spec: ClusterSpec, home: Path, indexes: list[int] | None = None) -> list[int]:
     """Write each node's server.properties and format the storage of those not formatted yet (in parallel, one
     JVM each), all with the cluster's id (created at the first format, kept in ``cluster.id``). Returns the
     indexes formatted now."""
     log4j = home / "data" / "kafka" / "log4j2.properties"
     log4j.parent.mkdir(parents=True, exist_ok=True)
-    log4j.write_text(LOG4J2)
+    _create_once(log4j, LOG4J2)
     id_file = cluster_dir(home, spec) / "cluster.id"
     id_file.parent.mkdir(parents=True, exist_ok=True)
-    if not id_file.exists():
-        id_file.write_text(new_cluster_id())
+    _create_once(id_file, new_cluster_id())
     cluster_id = id_file.read_text().strip()
     todo = []
     for index in range(spec.brokers) if indexes is None else indexes:
