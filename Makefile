@@ -94,7 +94,7 @@ lint: $(STAMP)
 # the in-process Spark tests (tests/test_pipeline*.py, not serial) run in a fresh process of their own: in an xdist
 # worker that earlier files had filled with leftover clients (1,000+ threads), a py4j foreachBatch callback hung
 # a failed test is run once more and the summary lists it as rerun (R): a test that fails twice fails the target
-RERUNS ?= --reruns 1 --reruns-delay 2
+RERUNS ?= --reruns 1 --reruns-delay 2 -rfER
 test: lint chromium postgres kafka oidc-provider
 	@rc=0; \
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(RERUNS) -m "not serial" $(if $(PYTEST_ARGS),,--ignore-glob='tests/test_pipeline*.py') $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
