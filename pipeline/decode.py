@@ -44,6 +44,13 @@ def decode(raw: Any, kind: str, keep_source: bool = False) -> Any:
     typed = exploded.select(*extra, *event_columns(kind))
     if kind != "trace":
         return typed
+    # an acked row written without its times: sent at its create timestamp, acked latency_ms later
+    # (events.derive_times)
+    timeless = F.col("ts").isNull() & (F.col("kind") == F.lit(events.TraceKind.ACKED.value)) & \
+        F.col("msg_ts").isNotNull()
+    typed = typed.withColumn("sent_ts", F.when(timeless, F.col("msg_ts")).otherwise(F.col("sent_ts"))).withColumn(
+        "ts", F.when(timeless, F.col("msg_ts") + F.floor(F.coalesce(F.col("latency_ms"), F.lit(0.0))))
+        .otherwise(F.col("ts")))
     # no msg_id: the message is identified by its coordinates (rate-1.0 acks of producers without ids)
     typed = typed.withColumn("msg_id", F.coalesce(F.col("msg_id"), F.when(
         F.col("partition").isNotNull() & F.col("offset").isNotNull(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from typing import Any
@@ -168,3 +169,38 @@ def test_full_queue_and_dead_cluster_drop_with_counts_never_block() -> None:
     acked(None, delivered)  # a callback built before the close: dropped and counted, the report still made
     assert sink.stats()["trace"]["dropped_full"] == 903 and sink.stats()["trace"]["queued"] == 0
     assert reports == [None, None]
+
+
+def test_keyless_twin_rows_decode_to_the_same_times_as_clock_rows() -> None:
+    """The fused keyless callback writes a create-time message's acked row without times (events.derive_times
+    fills them: sent at msg_ts, acked latency later), and a log-append-time message's row with the clock's
+    times, since the broker's append time is not when it was sent. Both decode to produced + acked."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+    sink = EventSink({"bootstrap.servers": dead, "log_level": 0}, interval_s=3600)
+    tracer = Tracer(sink, "c-5", cluster="dc-t")
+    reports: list[Any] = []
+    twin = tracer.wrap_delivery(lambda err, msg: reports.append(msg.offset()), "t", None, "").direct_twin(
+        lambda *args: reports.append(args))
+    sent = int(time.time() * 1000) - 40
+    before = int(time.time() * 1000)
+    twin(None, Message(topic="t", partition=1, offset=7, value=b"v", timestamp=(1, sent), latency=0.0255))
+    twin(None, Message(topic="t", partition=1, offset=8, value=b"v", timestamp=(2, 1_700_000_000_000), latency=0.01))
+    after = int(time.time() * 1000)
+    assert reports == [7, 8]
+    rows = list(tracer._channel.queue)  # type: ignore[union-attr]
+    batch = events.encode_rows("trace", rows, {"client_id": "c-5"})
+    _kind, decoded = events.decode(batch)
+    steps = {(int(e["msg_id"].rsplit("/", 1)[1]), e["kind"]): e for e in decoded}
+    assert sorted(steps) == [(7, "acked"), (7, "produced"), (8, "acked"), (8, "produced")]
+    wire = json.loads(batch)["r"]
+    assert wire[0][0] is None and type(wire[1][0]) is int  # no clock read for the create-time message
+    create = steps[7, "acked"]
+    assert (create["ts"], create["sent_ts"], create["latency_ms"], steps[7, "produced"]["ts"]) == (
+        sent + 25, sent, 25.5, sent)
+    assert (create["msg_id"], create["cluster"], create["client_id"], create["key"]) == ("t/1/7", "dc-t", "c-5", None)
+    append = steps[8, "acked"]
+    assert append["msg_ts"] == 1_700_000_000_000 and before <= append["ts"] <= after
+    assert steps[8, "produced"]["ts"] == append["sent_ts"] == append["ts"] - 10
+    sink.close(0.5)

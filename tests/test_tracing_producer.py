@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import json
+import math
+import time
 
 from confluent_kafka import TopicPartition
 
@@ -158,3 +161,53 @@ def test_full_rate_threads_with_their_own_callbacks_each_get_only_their_reports(
         assert producer.flush(30) == 0
     for name, values in got.items():
         assert sorted(values) == sorted(f"{name}-{i}".encode() for i in range(3000)), name
+
+
+def test_full_rate_keyless_rows_read_no_clock_and_readers_derive_their_times(obs_broker) -> None:
+    """At 100 % a send without key or timestamp is traced by the fused callback, whose acked row leaves its times
+    out (null ts on the wire): the send time is the message's create timestamp and the ack came ``latency_ms``
+    later (events.derive_times). A send with its own timestamp must not be traced that way: its produced step
+    is when it was sent, not the timestamp it carries."""
+    bs = obs_broker.bootstrap
+    topic, client_id = unique("keyless-times"), unique("producer")
+    old = 1_700_000_000_000  # 2023: a send's own timestamp, far from now
+    before = int(time.time() * 1000)
+    with Producer({"bootstrap.servers": bs, "ykafka.client.id": client_id, "trace.enabled": True,
+                   "trace.sample.rate": 1.0, "ykafka.metrics.enabled": False}) as producer:
+        for _ in range(20):
+            producer.produce(topic, b"v", on_delivery=lambda err, msg: None)
+        producer.produce(topic, b"old", timestamp=old, on_delivery=lambda err, msg: None)
+        assert producer.flush(30) == 0
+        assert "trace" in producer._states[topic].steps
+    after = int(time.time() * 1000)
+    raw = _raw_rows(bs, client_id, 21)
+    assert sum(1 for r in raw if r[0] is None) == 20  # the fused path's rows: no clock read
+    steps = read_events(bs, events.TRACE_TOPIC, 42, lambda e: e["topic"] == topic)
+    acked = {e["msg_id"]: e for e in steps if e["kind"] == "acked"}
+    produced = {e["msg_id"]: e for e in steps if e["kind"] == "produced"}
+    assert len(acked) == len(produced) == 21
+    for msg_id, ack in acked.items():
+        if ack["msg_ts"] == old:
+            assert before <= produced[msg_id]["ts"] <= ack["ts"] <= after  # sent now, whatever it carries
+            continue
+        assert produced[msg_id]["ts"] == ack["msg_ts"] == ack["sent_ts"]
+        assert ack["ts"] == ack["msg_ts"] + math.floor(ack["latency_ms"])
+        assert before <= produced[msg_id]["ts"] <= ack["ts"] <= after
+    assert sum(1 for ack in acked.values() if ack["msg_ts"] == old) == 1
+
+
+def _raw_rows(bootstrap: str, client_id: str, expected: int) -> list[list]:
+    """The trace rows one client wrote, as they are on the wire (before any reader fills them in)."""
+    c = consumer(bootstrap)
+    rows: list[list] = []
+    try:
+        meta = wait_until(lambda: c.list_topics(events.TRACE_TOPIC, timeout=5).topics.get(events.TRACE_TOPIC), 20)
+        c.assign([TopicPartition(events.TRACE_TOPIC, p, 0) for p in meta.partitions])
+        deadline = time.monotonic() + 20
+        while len(rows) < expected and time.monotonic() < deadline:
+            for msg in c.consume(1000, 0.5):
+                if msg.error() is None and msg.key() == client_id.encode():
+                    rows.extend(json.loads(msg.value())["r"])
+    finally:
+        c.close()
+    return rows

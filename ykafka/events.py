@@ -13,11 +13,15 @@ a batch is one C-level ``json.dumps`` call (about 1 µs per event) and the pipel
 with ``from_json`` (no Python per event). Rows may stop early: the fields they leave out come from the
 optional envelope object ``"c"`` (values constant for the batch, such as the emitting client's id, app
 and IP, sent once instead of in every row), else they are null.
+
+An ``acked`` trace row may leave ``ts`` null: it was written without a clock read, and its times follow
+from ``msg_ts`` (the send) and ``latency_ms`` (see :func:`derive_times`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
@@ -254,12 +258,22 @@ def decode(value: bytes | str) -> tuple[str, list[dict[str, Any]]]:
         event.update(constants)
         event.update((k, v) for k, v in zip(names, r, strict=False) if v is not None or k not in constants)
         if kind == "trace":
+            derive_times(event)
             if event.get("msg_id") is None and event.get("partition") is not None and event.get("offset") is not None:
                 event["msg_id"] = f"{event.get('topic')}/{event['partition']}/{event['offset']}"
             if event.get("sent_ts") is not None:
                 out.append(produced_from(event))
         out.append(event)
     return kind, out
+
+
+def derive_times(event: dict[str, Any]) -> None:
+    """Fill the times of an acked row written without them (``ts`` null): the rate-1.0 callback of a send
+    without key or timestamp reads no clock, since the message's create timestamp is its send time and the
+    acknowledgement came ``latency_ms`` later. pipeline/decode.py does the same in Spark."""
+    if event.get("ts") is None and event.get("kind") == TraceKind.ACKED and event.get("msg_ts") is not None:
+        event["sent_ts"] = event["msg_ts"]
+        event["ts"] = event["msg_ts"] + math.floor(event.get("latency_ms") or 0.0)
 
 
 #: Fields a derived ``produced`` step keeps from its acked / failed row.

@@ -222,7 +222,9 @@ class Tracer:
         path for sends without a key (:meth:`ykafka.dr.link.DirectSender.shared`): one frame that traces
         and reports a success itself (reading no key: there is none) and hands a failure to
         ``failed(trace, -1, err, msg)``, which re-routes it or reports it through ``trace`` in the end,
-        instead of the engine's report frame calling this one."""
+        instead of the engine's report frame calling this one. Sends given to the twin carry neither a key
+        nor their own timestamp, so their message timestamp is their send time and their row needs no clock
+        read (see :func:`ykafka.events.derive_times`)."""
         channel = self._channel
         if self._put is None or channel is None:
             return callback or _ignore
@@ -233,6 +235,8 @@ class Tracer:
         # the acked row's constant runs as one element each: kind, msg_id, topic (and a null key, the common
         # case: one element less to build and encode) / group .. cluster
         acked, acked_no_key = events.spread(("acked", None, topic)), events.spread(("acked", None, topic, None))
+        # a keyless send's acked row without its times (null ts and sent_ts): see direct_twin
+        acked_at_send = events.spread((None, "acked", None, topic, None))
         constant = events.spread((None, None, None, None, where))
 
         def plain(err: Any, msg: Any) -> None:  # one frame per message: Channel.put inlined
@@ -270,10 +274,17 @@ class Tracer:
                 if len(queue) >= channel.limit:
                     dropped["trace"] += 1
                 else:
-                    now = now_s() * 1000.0
-                    latency = (msg.latency() or 0.0) * 1000.0
-                    append((floor(now), acked_no_key, msg.partition(), msg.offset(), msg.timestamp()[1], latency,
-                            constant, floor(now - latency)))
+                    ts_type, msg_ts = msg.timestamp()
+                    if ts_type == 1:  # TIMESTAMP_CREATE_TIME: librdkafka's clock at produce(), as no send
+                        # given to the twin carries its own timestamp: readers take the send time from
+                        # msg_ts and the ack time from msg_ts + latency (events.derive_times): no clock read
+                        append((acked_at_send, msg.partition(), msg.offset(), msg_ts,
+                                (msg.latency() or 0.0) * 1000.0, constant))
+                    else:  # the topic stamps log-append time: the broker's, not the send's
+                        now = now_s() * 1000.0
+                        latency = (msg.latency() or 0.0) * 1000.0
+                        append((floor(now), acked_no_key, msg.partition(), msg.offset(), msg_ts, latency,
+                                constant, floor(now - latency)))
                 user(None, msg)
 
             return keyless

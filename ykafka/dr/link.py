@@ -111,8 +111,8 @@ class DirectSender:
     A failure is turned back into an :class:`Outgoing` from the delivery report itself (topic, value,
     key, timestamp, headers; partition -1, so only unpinned sends may use it) and handled exactly as the
     link's own reports are. Keyed sends carry their produce order, so a key's re-routed messages keep
-    their order; sends without a key share one callback object per user callback (no allocation per
-    message) and, having no key, no order promise across an outage.
+    their order; sends without a key (and without their own timestamp) share one callback object per user
+    callback (no allocation per message) and, having no key, no order promise across an outage.
     """
 
     __slots__ = ("link", "client", "order", "last", "_shared")

@@ -134,7 +134,7 @@ def _traced_direct(p: ProducerBase, st: _TopicState, direct_step: Send) -> Send:
     def send(topic: str, value: Any, key: Any, partition: int, on_delivery: Any, callback: Any, timestamp: int,
              headers: Any) -> None:
         nonlocal last
-        if key is not None or partition >= 0:
+        if key is not None or partition >= 0 or timestamp:
             return generic(topic, value, key, partition, on_delivery, callback, timestamp, headers)
         user, fused = last
         if on_delivery is user:
@@ -212,7 +212,9 @@ def _direct(p: ProducerBase, st: _TopicState, engine: Send) -> Send:
             return engine(topic, value, key, partition, on_delivery, callback, timestamp, headers)
         if on_delivery is None:
             on_delivery = default
-        if key is not None:  # its produce order rides along: a key's re-routed messages stay in order
+        if key is not None or timestamp:  # its produce order rides along: a key's re-routed messages stay in
+            # order; and a send with its own timestamp never gets a shared callback, whose trace twin takes
+            # the message timestamp for the send time
             on_delivery = bind_report((direct, on_delivery, _next(direct.order)))
         else:
             user, shared = direct.last  # one read: a consistent pair whatever other threads send

@@ -1,0 +1,28 @@
+"""pipeline/decode.py in Spark: a trace batch's rows become typed events the way ykafka.events.decode reads them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.decode import decode
+from ykafka import events
+
+
+def test_spark_decode_derives_the_times_of_rows_written_without_them(spark: Any) -> None:
+    """An acked row with a null ts (the fused keyless callback's) is sent at msg_ts and acked latency_ms later,
+    in Spark as in events.derive_times; a row with its times keeps them. Both imply their produced step."""
+    at_send = events.spread((None, "acked", None, "t", None))
+    constant = events.spread((None, None, None, None, "dc-t"))
+    rows = [(at_send, 1, 7, 1_750_000_000_000, 25.5, constant),
+            (1_750_000_001_000, "acked", None, "t", "k", 1, 8, 1_750_000_000_990, 10.25, None, None, None, None,
+             "dc-t", 1_750_000_000_990)]
+    value = events.encode_rows("trace", rows, {"client_id": "c-9"})
+    raw = spark.createDataFrame([(bytearray(value),)], "value binary")
+    typed = decode(raw, "trace").select("msg_id", "kind", "ts", "sent_ts", "client_id")
+    got = sorted(tuple(r) for r in typed.collect())
+    assert got == [("t/1/7", "acked", 1_750_000_000_025, 1_750_000_000_000, "c-9"),
+                   ("t/1/7", "produced", 1_750_000_000_000, None, "c-9"),
+                   ("t/1/8", "acked", 1_750_000_001_000, 1_750_000_000_990, "c-9"),
+                   ("t/1/8", "produced", 1_750_000_000_990, None, "c-9")]
+    _kind, python = events.decode(value)  # the Python reader agrees
+    assert sorted((e["msg_id"], e["kind"], e["ts"]) for e in python) == [g[:3] for g in got]
