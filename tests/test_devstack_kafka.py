@@ -3,6 +3,7 @@ three-node cluster, each checked by what a client sees."""
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -44,6 +45,21 @@ def _roundtrip(bootstrap: str, topic: str, count: int) -> list[bytes]:
     return got
 
 
+class _RdkafkaLog(logging.Handler):
+    """librdkafka's log lines of one client."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[str] = []
+        self.logger = logging.getLogger(f"tests.rdkafka.{uuid.uuid4().hex}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record.getMessage())
+
+
 def test_a_cluster_id_never_starts_with_a_dash() -> None:
     """The storage tool took ``--cluster-id -x...`` for a missing argument: a test run's cluster failed to format
     ("expected one argument"); one id in 64 starts with '-', so 2,000 draws would meet one about 31 times."""
@@ -54,6 +70,14 @@ def test_a_cluster_id_never_starts_with_a_dash() -> None:
 def test_one_node_keeps_what_it_acknowledged_across_a_sigkill(tmp_path: Path) -> None:
     cluster = Broker("solo", tmp_path, broker="kafka").start()
     try:
+        # a fresh cluster is warmed by `up`: the first idempotent producer gets its id at once, with no
+        # 'Coordinator load in progress' retry logged (the quickstart's first run printed three)
+        logged = _RdkafkaLog()
+        first = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "logger": logged.logger})
+        first.produce("first", b"x")
+        assert first.flush(30) == 0
+        first.poll(0.2)
+        assert [r for r in logged.records if "GETPID" in r or "load in progress" in r] == []
         sent = [str(i).encode() for i in range(50)]
         assert sorted(_roundtrip(cluster.bootstrap, "before", 50), key=int) == sent  # 3 partitions: auto-created
         cluster.kill()

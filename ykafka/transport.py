@@ -38,7 +38,7 @@ __all__ = [
     "MessageField", "NewTopic", "RawAdminClient", "RawConsumer", "RawKafkaError", "RawProducer",
     "SerializationContext", "TopicPartition", "ValueDeserializationError", "ValueSerializationError",
     "ProducerIdHastener", "close_producer", "from_kafka_error", "new_producer", "producers_built", "serde_builder",
-    "versions",
+    "versions", "warm_coordinators",
 ]
 
 #: (role, bootstrap.servers) -> librdkafka producer handles built in this process by :func:`new_producer`
@@ -242,3 +242,38 @@ def _drop_in(cls: type[errors.KafkaError]) -> type[errors.KafkaError]:
 _DROP_IN = {cls: _drop_in(cls) for cls in (errors.KafkaError, errors.BrokerAuthError, errors.BufferFullError,
                                             errors.UnknownTopicError, errors.MessageTooLargeError,
                                             errors.KafkaTimeoutError)}
+
+
+def warm_coordinators(conf: Mapping[str, Any], timeout_s: float = 60.0) -> bool:
+    """Wait until a freshly formatted Kafka cluster hands out producer ids and answers a group lookup.
+
+    Until then the first idempotent producer logs ``Coordinator load in progress`` retries (what a user saw on
+    the quickstart's first run after ``ykafka dev up``) and a consumer's first poll can raise
+    NOT_COORDINATOR. The probes log nowhere; True when both answered within ``timeout_s``."""
+    import json
+    import logging
+
+    quiet = logging.getLogger("ykafka.transport.warmup")
+    quiet.propagate = False
+    quiet.addHandler(logging.NullHandler())
+    state: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    producer = RawProducer({**conf, "enable.idempotence": True, "statistics.interval.ms": 100, "logger": quiet,
+                            "stats_cb": lambda raw: state.update(json.loads(raw).get("eos") or {})})
+    try:
+        while state.get("idemp_state") != "Assigned":
+            if time.monotonic() > deadline:
+                return False
+            producer.poll(0.05)
+    finally:
+        close_producer(producer)
+    admin_conf: dict[str, Any] = {**conf, "logger": quiet}
+    admin = RawAdminClient(admin_conf)
+    while True:
+        try:
+            admin.describe_consumer_groups(["ykafka-warmup"], request_timeout=5)["ykafka-warmup"].result()
+            return True
+        except KafkaException:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
