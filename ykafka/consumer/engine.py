@@ -20,10 +20,7 @@ import structlog
 from ykafka import catalog
 from ykafka.consumer import session as S
 from ykafka.consumer.live import LiveChanges
-from ykafka.consumer.observe import (
-    SAMPLED_TIMING_BELOW_S,
-    ConsumerObserver,
-)
+from ykafka.consumer.observe import ConsumerObserver
 from ykafka.consumer.offsets import PartitionTracker, Task
 from ykafka.consumer.ordering import FAST_HANDLER_S, Dispatcher, Ordering
 from ykafka.consumer.pool import AsyncPool, Pool, WorkerPool
@@ -397,13 +394,14 @@ class Engine(LiveChanges):
             raws = msgs if task.raws is None else task.raws  # retry copies: the fetched messages behind the views
             observer = self.observer
             timing = None if observer is None else observer.timing(
-                task.tracker.topic, self.group, task.raws is None and self.msg_cost < SAMPLED_TIMING_BELOW_S)
-            stride = timing.stride if timing is not None else len(msgs) or 1
+                task.tracker.topic, self.group, self.msg_cost if task.raws is None else None)
+            count = len(msgs)
+            stride = timing.stride if timing is not None else count or 1
             clock = time.perf_counter
             now = clock()
             spent = 0.0
             errors = 0
-            for first in range(0, len(msgs), stride):
+            for first in range(0, count, stride):
                 rest = first
                 if timing is not None:  # the timed (and maybe traced) message of this stride
                     msg, raw = msgs[first], raws[first]
@@ -424,23 +422,29 @@ class Engine(LiveChanges):
                         spent += now - began
                         timing.processed(raw, now - began)
                     rest = first + 1
-                routing = 0.0
-                for msg in msgs[rest:first + stride]:  # the rest of the stride: untimed
-                    try:
-                        result = call(msg)
-                        if awaits:
-                            await result
-                    except Exception as exc:
-                        errors += 1
-                        routed_at = clock()
-                        self._failed(task, msg, exc)
-                        routing += clock() - routed_at
-                if rest < first + stride and rest < len(msgs):
+                end = first + stride
+                if rest < end and rest < count:  # the rest of the stride: untimed, one bare call each
+                    untimed = iter(msgs if not rest and end >= count else msgs[rest:end])
+                    routing = 0.0
+                    while True:
+                        try:  # the loop resumes after a failed message (the iterator keeps its place)
+                            if awaits:
+                                for msg in untimed:
+                                    await call(msg)
+                            else:
+                                for msg in untimed:
+                                    call(msg)
+                            break
+                        except Exception as exc:
+                            errors += 1
+                            routed_at = clock()
+                            self._failed(task, msg, exc)
+                            routing += clock() - routed_at
                     ended = clock()
                     spent += ended - now - routing
                     now = ended
             if timing is not None:
-                timing.finish(len(msgs), spent, errors)
+                timing.finish(count, spent, errors)
         self._task_finished(task, spent)
 
     def _all_idle(self) -> bool:

@@ -45,6 +45,11 @@ CONSUME_ERRORS = str(MetricName.CONSUME_ERRORS)
 SAMPLED_TIMING_BELOW_S = 50e-6
 #: One message in this many is timed when sampling.
 TIMING_STRIDE = 16
+#: Handlers faster than this per message (a no-op, a counter) are timed one in ``SPARSE_TIMING_STRIDE``: one timed
+#: call in 16 (~0.65 µs) would still cost more than the 15 untimed ones; at such rates the sparser sample is still
+#: thousands of timings a second, more than an interval's reservoir keeps.
+SPARSE_TIMING_BELOW_S = 1e-6
+SPARSE_TIMING_STRIDE = 256
 
 
 class TopicWatch:
@@ -109,16 +114,20 @@ class ConsumerObserver:
             tracer = self._tracer = self.obs.tracer()
         return tracer
 
-    def timing(self, topic: str, group: str | None, fast: bool) -> TaskTiming | None:
+    def timing(self, topic: str, group: str | None, cost_s: float | None) -> TaskTiming | None:
         """How the handler calls of a task fetched from ``topic`` are timed: every message (traced when the
-        topic's rate asks for it), one in ``TIMING_STRIDE`` (``fast``: a handler cheaper than the timing, with
-        nothing traced), or not at all (None: no metrics, no trace)."""
+        topic's rate asks for it), one in ``TIMING_STRIDE`` (``cost_s``, the handler's seconds a message, under
+        ``SAMPLED_TIMING_BELOW_S``: a handler cheaper than the timing, with nothing traced) or in
+        ``SPARSE_TIMING_STRIDE`` (under ``SPARSE_TIMING_BELOW_S``), or not at all (None: no metrics, no trace).
+        ``cost_s`` None: time every message (retry copies)."""
         watch = self.watches.get(topic) or self.watch(topic)
         if watch.rate:
             return TaskTiming(self, watch.rate, watch.topic, group, 1)
         if self.metrics is None:
             return None
-        return TaskTiming(self, 0.0, watch.topic, group, TIMING_STRIDE if fast else 1)
+        stride = 1 if cost_s is None or cost_s >= SAMPLED_TIMING_BELOW_S else \
+            SPARSE_TIMING_STRIDE if cost_s < SPARSE_TIMING_BELOW_S else TIMING_STRIDE
+        return TaskTiming(self, 0.0, watch.topic, group, stride)
 
     # -- steps ------------------------------------------------------------------------------------------
 

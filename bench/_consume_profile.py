@@ -1,0 +1,162 @@
+"""Profile driver for ``Consumer.run``'s per-message dispatch (not a benchmark: no RESULT, not run by the suite).
+
+Consumes ``--messages`` already on a topic with a fresh group from the earliest offset, through ``Consumer.run``
+with a no-op handler (``ykafka``: bench/consumer_scaling.py's settings, ordering ``partition``, 4 workers,
+metrics on) or a raw confluent-kafka ``consume(500)`` loop calling the same no-op (``raw``, with the fetch
+setting ``Consumer.run`` applies). Meant to run under callgrind, whose instruction counts do not move with the
+other work on the machine; run it at two sizes and divide the difference by the size difference to get
+instructions per message, per thread::
+
+    python bench/_consume_profile.py --broker-only &          # prints 127.0.0.1:PORT, keeps a broker up
+    python bench/_consume_profile.py --bootstrap 127.0.0.1:PORT --fill 120000
+    for n in 20000 100000; do
+      valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=/tmp/cg.consume.$n.%p \\
+        python bench/_consume_profile.py --bootstrap 127.0.0.1:PORT --mode ykafka --messages $n
+    done
+    python bench/_consume_profile.py --per-message 20000 100000 /tmp/cg.consume.*
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TOPIC = "consume-profile"
+
+
+def per_message(small: int, large: int, paths: list[str]) -> None:
+    """Instructions per message of each thread: (total at ``large`` - total at ``small``) / (large - small).
+
+    Threads are matched by their number in the file name (``…-NN``) and labelled by the Python thread names
+    callgrind saw run in them where it can (else by number)."""
+    totals: dict[int, dict[int, int]] = defaultdict(dict)
+    for path in paths:
+        found = re.match(r".*\.(\d+)\.\d+-(\d+)$", path)
+        if not found:
+            continue
+        size, thread = int(found.group(1)), int(found.group(2))
+        text = Path(path).read_text(errors="replace")
+        total = re.search(r"^(?:totals|summary):\s+(\d+)", text, re.M)
+        totals[thread][size] = int(total.group(1)) if total else 0
+    overall = 0.0
+    for thread in sorted(totals):
+        both = totals[thread]
+        if small in both and large in both:
+            each = (both[large] - both[small]) / (large - small)
+            overall += each
+            print(f"thread {thread:>2}: {both[small]:>15,} -> {both[large]:>15,} Ir  {each:>9,.0f} per message")
+    print(f"all threads: {overall:,.0f} instructions per message")
+
+
+def fill(bootstrap: str, count: int) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(TOPIC, num_partitions=16, replication_factor=1)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
+    pad = b"x" * 92
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(TOPIC, key=str(i % 1000).encode(), value=pad + i.to_bytes(8, "big"))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120):
+        raise RuntimeError("could not fill the topic")
+
+
+def _noop(_msg: Any) -> None:
+    return None
+
+
+def consume_raw(bootstrap: str, count: int) -> None:
+    from confluent_kafka import Consumer as RawConsumer
+
+    from bench.consumer_scaling import RUN_FETCH, consumer_conf
+
+    conf = {k: v for k, v in consumer_conf(bootstrap).items() if not k.startswith("ykafka.")}
+    consumer = RawConsumer({**conf, **RUN_FETCH})
+    consumer.subscribe([TOPIC])
+    noop, got = _noop, 0
+    try:
+        while got < count:
+            for msg in consumer.consume(min(500, count - got), 1.0):
+                if msg.error() is None:
+                    noop(msg)
+                    got += 1
+    finally:
+        consumer.close()
+
+
+def consume_ykafka(bootstrap: str, count: int) -> None:
+    from bench.consumer_scaling import consumer_conf
+    from ykafka.consumer import Consumer
+
+    left = iter(range(count - 1, -1, -1))
+    done = threading.Event()
+
+    def handler(_msg: Any) -> None:
+        if not next(left, 0):
+            done.set()
+
+    consumer = Consumer(consumer_conf(bootstrap))
+    thread = threading.Thread(target=consumer.run, args=(handler, [TOPIC]), daemon=True)
+    thread.start()
+    if not done.wait(600):
+        raise RuntimeError("the consumer did not handle every message")
+    consumer.stop()
+    thread.join(120)
+    consumer.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=("raw", "ykafka"), default="ykafka")
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--fill", type=int, default=0, help="create the topic and put this many messages on it")
+    parser.add_argument("--broker-only", action="store_true", help="start a Tansu broker, print it, wait")
+    parser.add_argument("--per-message", nargs="+", metavar=("SMALL LARGE", "FILE"),
+                        help="two sizes, then callgrind files: instructions per message per thread")
+    args = parser.parse_args()
+    if args.per_message:
+        per_message(int(args.per_message[0]), int(args.per_message[1]), args.per_message[2:])
+        return
+    if args.broker_only:
+        from tests.support import Broker
+
+        broker = Broker("consume-profile", Path(tempfile.mkdtemp(prefix="ykafka-prof-"))).start()
+        print(broker.bootstrap, flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # kill PID stops the broker too
+        try:
+            while True:
+                time.sleep(3600)
+        finally:
+            broker.kill()
+    from ykafka.logs import configure
+
+    configure("warning")
+    if args.fill:
+        fill(args.bootstrap, args.fill)
+    elif args.mode == "raw":
+        consume_raw(args.bootstrap, args.messages)
+    else:
+        consume_ykafka(args.bootstrap, args.messages)
+
+
+if __name__ == "__main__":
+    main()
