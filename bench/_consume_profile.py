@@ -38,9 +38,11 @@ TOPIC = "consume-profile"
 def per_message(small: int, large: int, paths: list[str]) -> None:
     """Instructions per message of each thread: (total at ``large`` - total at ``small``) / (large - small).
 
-    Threads are matched by their number in the file name (``…-NN``) and labelled by the Python thread names
-    callgrind saw run in them where it can (else by number)."""
+    Threads are matched by their number in the file name (``…-NN``) and split into Python threads (the main
+    one and those started by ``threading``) and librdkafka's. A librdkafka broker thread's share depends on
+    how far it prefetched when the run ended, so the Python threads' sum is the figure to compare."""
     totals: dict[int, dict[int, int]] = defaultdict(dict)
+    python: set[int] = {1}
     for path in paths:
         found = re.match(r".*\.(\d+)\.\d+-(\d+)$", path)
         if not found:
@@ -49,14 +51,17 @@ def per_message(small: int, large: int, paths: list[str]) -> None:
         text = Path(path).read_text(errors="replace")
         total = re.search(r"^(?:totals|summary):\s+(\d+)", text, re.M)
         totals[thread][size] = int(total.group(1)) if total else 0
-    overall = 0.0
+        if "pythread_wrapper" in text:
+            python.add(thread)
+    overall = {True: 0.0, False: 0.0}
     for thread in sorted(totals):
         both = totals[thread]
         if small in both and large in both:
             each = (both[large] - both[small]) / (large - small)
-            overall += each
-            print(f"thread {thread:>2}: {both[small]:>15,} -> {both[large]:>15,} Ir  {each:>9,.0f} per message")
-    print(f"all threads: {overall:,.0f} instructions per message")
+            overall[thread in python] += each
+            kind = "python" if thread in python else "librdkafka"
+            print(f"thread {thread:>2} {kind:<10}: {both[small]:>14,} -> {both[large]:>14,} Ir {each:>7,.0f} a message")
+    print(f"Python threads: {overall[True]:,.0f} instructions per message; librdkafka's: {overall[False]:,.0f}")
 
 
 def fill(bootstrap: str, count: int) -> None:

@@ -8,14 +8,16 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
 
 from ykafka import headers as H
 from ykafka.consumer.dedupe import Dedupe, message_id
+from ykafka.consumer.engine import Engine
 from ykafka.consumer.offsets import PartitionTracker
 from ykafka.consumer.ordering import Dispatcher
 from ykafka.consumer.pool import WorkerPool
 from ykafka.consumer.retry import RetryPolicy, RetryRouter, dlq_topic, retry_topic
+from ykafka.consumer.session import ConsumerSession
 from ykafka.consumer.settings import ConsumerSettings
 from ykafka.errors import ConfigError
 from ykafka.throttle import TokenBucket
@@ -173,6 +175,32 @@ def test_none_ordering_chunks_a_run_so_every_worker_gets_work() -> None:
     assert dispatcher.chunk_size(5) == 1
     assert dispatcher.chunk_size(1_000_000) == 256
     pool.close()
+
+
+def test_a_fetched_batch_is_cut_into_runs_per_topic_and_partition_errors_dropped() -> None:
+    """The fetch loop's batch reaches the trackers as runs of consecutive messages of one partition: a partition
+    number shared by two topics in a row is two runs, an error message neither cuts a run nor is handled."""
+    pool = WorkerPool(lambda task: None, 1)
+    engine = Engine(ConsumerSession({}), "g", {}, ConsumerSettings(), None)
+    engine.pool = pool
+    engine.dispatcher = Dispatcher(pool, "partition")
+    engine.msg_cost = 1e-6  # a fast handler with nothing pending runs whole runs on the fetch thread
+    handled: list[tuple[str, int, int]] = []
+    engine._handler = lambda m: handled.append((m.topic(), m.partition(), m.offset()))
+    errors: list[Any] = []
+    engine._on_error = errors.append  # type: ignore[method-assign]
+    eof = Message(topic="a", partition=1, error=KafkaError(KafkaError._PARTITION_EOF))
+    batch = [msg(0, topic="a"), msg(1, topic="a"), msg(7, topic="b"), msg(0, partition=1, topic="a"),
+             msg(1, partition=1, topic="a"), eof, msg(2, partition=1, topic="a"), msg(2, topic="a"),
+             msg(8, topic="b")]
+    engine._dispatch(batch)
+    pool.close()
+    assert errors == [eof]
+    assert {tp: [(t.first, t.last, len(t.msgs)) for t in tracker.tasks] for tp, tracker in engine.trackers.items()} \
+        == {("a", 0): [(0, 1, 2), (2, 2, 1)], ("b", 0): [(7, 7, 1), (8, 8, 1)], ("a", 1): [(0, 2, 3)]}
+    assert handled == [(m.topic(), m.partition(), m.offset()) for m in batch if m.error() is None]
+    assert {tp: tracker.position() for tp, tracker in engine.trackers.items()} == {("a", 0): 3, ("b", 0): 9,
+                                                                                   ("a", 1): 3}
 
 
 # --- throttle -----------------------------------------------------------------------------------------

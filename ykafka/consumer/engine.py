@@ -13,6 +13,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from itertools import groupby
 from typing import Any
 
 import structlog
@@ -36,6 +37,10 @@ log = structlog.get_logger(__name__)
 Handler = Callable[[Message], Any]
 AsyncHandler = Callable[[Message], Coroutine[Any, Any, Any]]
 
+# a fetched message (never an error: those are dropped first) has its topic and partition
+_error: Callable[[Message], Any] = Message.error
+_partition: Callable[[Message], Any] = Message.partition
+_topic: Callable[[Message], Any] = Message.topic
 _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKError._UNKNOWN_PARTITION,
                    CKError._UNKNOWN_TOPIC)
 
@@ -254,25 +259,25 @@ class Engine(LiveChanges):
         # switches. When nothing else is pending (so order cannot be overtaken) it runs right here.
         self._inline = (self._run_task if self._async_handler is None and self.msg_cost < FAST_HANDLER_S
                         and self._all_idle() else None)
-        run: list[Any] = []
-        last_p = -1
-        last_t: Any = None
-        for m in msgs:
-            if m.error() is not None:
-                self._on_error(m)
-                continue
-            p = m.partition()
-            t = m.topic()
-            if p != last_p or t != last_t:
-                if run:
-                    self._dispatch_run(last_t, last_p, run, chunk)
-                run = [m]
-                last_p = p
-                last_t = t
-            else:
-                run.append(m)
-        if run:
-            self._dispatch_run(last_t, last_p, run, chunk)
+        if any(map(_error, msgs)):  # errors are reported and dropped; they never cut a partition's run
+            kept = []
+            for m in msgs:
+                if m.error() is not None:
+                    self._on_error(m)
+                else:
+                    kept.append(m)
+            msgs = kept
+        # Runs of consecutive messages of one partition, cut with C-level calls (groupby, map): a Python loop
+        # over the batch cost more than the handler loop itself.
+        for partition, same in groupby(msgs, _partition):
+            run = list(same)
+            topics = list(map(_topic, run))
+            topic = topics[0]
+            if topics.count(topic) == len(run):
+                self._dispatch_run(topic, partition, run, chunk)
+            else:  # one partition number of several topics in a row
+                for topic, part in groupby(run, _topic):
+                    self._dispatch_run(topic, partition, list(part), chunk)
 
     def _dispatch_run(self, topic: str, partition: int, run: list[Any], chunk: int) -> None:
         assert self.dispatcher is not None
@@ -448,7 +453,8 @@ class Engine(LiveChanges):
         self._task_finished(task, spent)
 
     def _all_idle(self) -> bool:
-        return all(tracker.idle() for tracker in self.trackers.values())
+        # a tracker without tasks is idle without a call (the common case)
+        return all(tracker.idle() for tracker in self.trackers.values() if tracker.tasks)
 
     def _wait_for_workers(self, pool: Pool, max_backlog: int, timeout: float) -> bool:
         """Runnable tasks pile up: block (the workers get the GIL) until half of them were taken.
@@ -491,13 +497,15 @@ class Engine(LiveChanges):
         """
         limit = self.settings.max_inflight_per_partition
         session = self.session
+        paused = session.pauses
         for tp, tracker in self.trackers.items():
-            tracker.position()
+            if tracker.tasks:  # position() of an empty window changes nothing
+                tracker.position()
             inflight = tracker.inflight
             if inflight >= limit:
                 if not session.paused_for(tp, S.BACKPRESSURE):
                     session.pause([tp], S.BACKPRESSURE)
-            elif inflight <= limit // 2 and session.paused_for(tp, S.BACKPRESSURE):
+            elif paused and inflight <= limit // 2 and session.paused_for(tp, S.BACKPRESSURE):
                 session.resume([tp], S.BACKPRESSURE)
 
     def _commit(self, trackers: Sequence[PartitionTracker], sync: bool) -> None:

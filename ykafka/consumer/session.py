@@ -277,6 +277,11 @@ class ConsumerSession:
     def paused_for(self, tp: TP, reason: str) -> bool:
         return reason in self._reasons.get(tp, ())
 
+    @property
+    def pauses(self) -> Mapping[TP, set[str]]:
+        """Paused partitions and why (read only; empty when everything fetches)."""
+        return self._reasons
+
     # -- rebalance callbacks ----------------------------------------------------------------------------
 
     def _on_assign(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
