@@ -93,8 +93,9 @@ lint: $(STAMP)
 # (both passes run; the target fails if either had a failure; exit code 5 means none selected)
 # the in-process Spark tests (tests/test_pipeline*.py, not serial) run in a fresh process of their own: in an xdist
 # worker that earlier files had filled with leftover clients (1,000+ threads), a py4j foreachBatch callback hung
-# a failed test is run once more and the summary lists it as rerun (R): a test that fails twice fails the target
-RERUNS ?= --reruns 1 --reruns-delay 2 -rfER
+# a failed test is run once more and the summary lists it as rerun (R) with its failed attempt's traceback (a
+# flake that passes on its rerun keeps its error text): a test that fails twice fails the target
+RERUNS ?= --reruns 1 --reruns-delay 2 -rfER --rerun-show-tracebacks
 test: lint chromium postgres kafka oidc-provider
 	@rc=0; \
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(RERUNS) -m "not serial" $(if $(PYTEST_ARGS),,--ignore-glob='tests/test_pipeline*.py') $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \

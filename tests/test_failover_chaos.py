@@ -34,11 +34,14 @@ def _values(records: list[Any]) -> list[int]:
     return [int(m.value() or b"0") for m in records]
 
 
-def _wait(predicate: Any, timeout: float, what: str) -> float:
+def _wait(predicate: Any, timeout: float, what: str, evidence: Callable[[], Any] | None = None) -> float:
+    """Seconds until ``predicate()`` holds; a timeout's error carries ``evidence()`` (the engine's status), so a CI
+    rerun's traceback (``--rerun-show-tracebacks``) keeps why."""
     start = time.monotonic()
     while not predicate():
         if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
+                                 + (f"; status: {evidence()}" if evidence is not None else ""))
         time.sleep(0.02)
     return time.monotonic() - start
 
@@ -84,15 +87,17 @@ def _break_under_load(dc_brokers: dict[str, Broker], tmp_path: Path, name: str, 
                          tmp_path / "dr", **DEFAULT_HEALTH)
     try:
         stream = Stream(engine, topic).start()
-        _wait(lambda: len(stream.acked) >= 300, 20, "300 acknowledged by the primary")
+        _wait(lambda: len(stream.acked) >= 300, 20, "300 acknowledged by the primary", engine.status)
         fail(a)
         broke_at = time.monotonic()
-        failover_s = _wait(lambda: engine.status()["routes"][topic]["active"] == "dc-b", 15, "the switch")
-        _wait(lambda: len(stream.acked) > 400, 15, "writes acknowledged by the standby")
+        failover_s = _wait(lambda: engine.status()["routes"][topic]["active"] == "dc-b", 15, "the switch",
+                           engine.status)
+        _wait(lambda: len(stream.acked) > 400, 15, "writes acknowledged by the standby", engine.status)
         heal(a)
-        failback_s = _wait(lambda: engine.status()["routes"][topic]["active"] == "dc-a", 15, "failback")
+        failback_s = _wait(lambda: engine.status()["routes"][topic]["active"] == "dc-a", 15, "failback",
+                           engine.status)
         sent_at_failback = len(stream.sent)
-        _wait(lambda: len(stream.sent) >= sent_at_failback + 300, 15, "writes after the failback")
+        _wait(lambda: len(stream.sent) >= sent_at_failback + 300, 15, "writes after the failback", engine.status)
         stream.stop()
         assert engine.wait_idle(90), engine.status()
         status = engine.status()
@@ -110,21 +115,26 @@ def test_primary_killed_under_load_fails_over_and_back(dc_brokers: dict[str, Bro
     (what dc-a's client held at the switch is re-routed to dc-b before any newer write of its key)."""
     run = _break_under_load(dc_brokers, tmp_path, "failover", Broker.kill, Broker.start)
     counts, outage, status = run.counts(), set(_values(run.on_b)), run.status
-    print(f"failover: {counts} failover_s={run.failover_s:.2f} failback_s={run.failback_s:.2f} "
-          f"on_standby={len(outage)} synced={len(run.synced)} sync={status['sync']}")
-    assert counts["lost"] == 0 and counts["duplicated"] == 0 and counts["unexpected"] == 0
-    assert not run.stream.errors
-    assert len(outage) > 100 and len(run.on_b) == len(outage)  # the standby took each outage message once
-    assert sorted(_values(run.synced)) == sorted(outage)  # ...and the failback copied every one back
+    # every assertion carries this line: a CI rerun's traceback keeps it (captured output is not kept)
+    said = (f"failover: {counts} failover_s={run.failover_s:.2f} failback_s={run.failback_s:.2f} "
+            f"on_standby={len(outage)} synced={len(run.synced)} sync={status['sync']}")
+    print(said)
+    assert counts["lost"] == 0 and counts["duplicated"] == 0 and counts["unexpected"] == 0, said
+    assert not run.stream.errors, (run.stream.errors[:5], said)
+    assert len(outage) > 100 and len(run.on_b) == len(outage), said  # the standby took each outage message once
+    assert sorted(_values(run.synced)) == sorted(outage), said  # ...and the failback copied every one back
     late = [i for i in run.stream.sent if i >= run.sent_at_failback + 200]  # well after the failback
-    assert late and all(i in set(_values(run.direct)) and i not in outage for i in late)
+    direct = set(_values(run.direct))
+    astray = [i for i in late if i not in direct or i in outage]
+    assert late and not astray, (len(late), astray[:5], said, status)
     # per-key order, strictly: what dc-a's client held at the switch was re-routed to dc-b ahead of every newer
     # write of its key, so no key is overtaken on dc-b, in what was synced back, or in dc-a's direct writes
-    assert not key_overtakes(run.on_b), key_overtakes(run.on_b)[:5]
-    assert not key_overtakes(run.synced) and in_key_order(run.direct)
-    assert status["sync"] and status["sync"][-1]["state"] == "done"
-    assert status["outages"] == []
-    assert run.failover_s < 10 and run.failback_s < 10
+    assert not key_overtakes(run.on_b), (key_overtakes(run.on_b)[:5], said)
+    assert not key_overtakes(run.synced) and in_key_order(run.direct), (key_overtakes(run.synced)[:5],
+                                                                         key_overtakes(run.direct)[:5], said)
+    assert status["sync"] and status["sync"][-1]["state"] == "done", (said, status)
+    assert status["outages"] == [], (said, status)
+    assert run.failover_s < 10 and run.failback_s < 10, said
 
 
 def test_manual_switch_moves_writes_and_syncs_back(dc_brokers: dict[str, Broker], tmp_path: Path) -> None:
