@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -198,6 +199,36 @@ def test_outage_progress_survives_a_restart(tmp_path: Path) -> None:
     assert loaded[0].group == "ykafka-failback.dc-a.orders"
     store.delete(outage)
     assert OutageStore(tmp_path).load_all() == []
+
+
+def test_an_outage_saved_by_two_threads_at_once_raises_nothing_and_stays_readable(tmp_path: Path) -> None:
+    """A send reopening an outage (a route decision made just before its primary came back) and the failback ending
+    it save the same file at once: each write must land whole, and neither raise (one shared temporary name made
+    the second rename fail with FileNotFoundError, out of the sender's produce())."""
+    store = OutageStore(tmp_path)
+    outage = Outage("dc-a", "dc-b", "orders", 1.0, {"0": 5})
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def save_often(ended: float | None) -> None:
+        copy = Outage("dc-a", "dc-b", "orders", 1.0, {"0": 5}, ended=ended)
+        start.wait()
+        for _ in range(300):
+            try:
+                store.save(copy)
+            except BaseException as exc:  # noqa: BLE001 - the failure under test, reported below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=save_often, args=(ended,)) for ended in (None, 2.0)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    loaded = store.load_all()
+    assert len(loaded) == 1 and loaded[0].ended in (None, 2.0) and loaded[0].start_offsets == outage.start_offsets
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dc-a__orders.json"]  # no temporary file left behind
 
 
 def test_connection_only_keeps_security_and_drops_producer_settings() -> None:

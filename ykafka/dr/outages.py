@@ -82,20 +82,25 @@ class Outages:
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
-            existing = self._open.get(key)
-            if existing is not None and existing.ended is None:
-                return
-            if existing is not None:  # a new outage before the last sync finished: keep its offsets
-                job = self._syncs.pop(key, None)
-                if job is not None:
-                    job.cancel()  # the next sync resumes from what this one committed
-                    self._cancelled[key] = job
-                existing.ended = None
-                self._store.save(existing)
-                return
-            outage = Outage(primary, standby, topic, time.time(), self._end_offsets(standby, topic))
-            self._store.save(outage)
-            self._open[key] = outage
+            # under the engine-wide lock too: end() (the failback) and _sync_done() change the same outage and its
+            # sync, and a send whose route was decided just before the primary came back reopens it meanwhile; the
+            # reopen must cancel any sync end() started, or that sync could finish without what this send writes
+            with self._lock:
+                existing = self._open.get(key)
+                if existing is not None and existing.ended is None:
+                    return
+                if existing is not None:  # a new outage before the last sync finished: keep its offsets
+                    job = self._syncs.pop(key, None)
+                    if job is not None:
+                        job.cancel()  # the next sync resumes from what this one committed
+                        self._cancelled[key] = job
+                    existing.ended = None
+                    self._store.save(existing)
+                    return
+            outage = Outage(primary, standby, topic, time.time(), self._end_offsets(standby, topic))  # network
+            with self._lock:
+                self._store.save(outage)
+                self._open[key] = outage
             log.warning("failover.begin", topic=topic, primary=primary, standby=standby,
                         start_offsets=outage.start_offsets)
 

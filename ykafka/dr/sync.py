@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import threading
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import structlog
 
 from ykafka import headers as H
+from ykafka.cachefiles import write_private
 from ykafka.transport import (
     KafkaException,
     Message,
@@ -70,10 +70,8 @@ class OutageStore:
         return self.directory / f"{safe}.json"
 
     def save(self, outage: Outage) -> None:
-        path = self._path(outage.primary, outage.topic)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(outage)))
-        os.replace(tmp, path)
+        # a temporary file per thread: a send reopening the outage and the failback ending it may save at once
+        write_private(self._path(outage.primary, outage.topic), json.dumps(asdict(outage)))
 
     def delete(self, outage: Outage) -> None:
         with contextlib.suppress(FileNotFoundError):
