@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import re
-import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -143,16 +141,10 @@ def main() -> None:
         per_message(int(args.per_message[0]), int(args.per_message[1]), args.per_message[2:])
         return
     if args.broker_only:
-        from tests.support import Broker
+        from bench._broker import hold_broker
 
-        broker = Broker("consume-profile", Path(tempfile.mkdtemp(prefix="ykafka-prof-"))).start()
-        print(broker.bootstrap, flush=True)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # kill PID stops the broker too
-        try:
-            while True:
-                time.sleep(3600)
-        finally:
-            broker.kill()
+        hold_broker("consume-profile")
+        return
     from ykafka.logs import configure
 
     configure("warning")

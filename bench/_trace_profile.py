@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,16 +48,11 @@ def main() -> None:
     if args.summarize:
         summarize(args.summarize)
         return
-    from tests.dr_fixtures import Broker
-
     if args.broker_only:
-        broker = Broker("trace-profile", Path(tempfile.mkdtemp(prefix="ykafka-prof-"))).start()
-        print(broker.bootstrap, flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        finally:
-            broker.kill()
+        from bench._broker import hold_broker
+
+        hold_broker("trace-profile")
+        return
     from confluent_kafka import Producer
 
     from bench._loop import produce_loop
