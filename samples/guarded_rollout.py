@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from typing import Any
 
 from ykafka import Producer
 from ykafka.admin import AdminClient, AdminError
@@ -54,7 +55,7 @@ def main() -> int:
             sent[0] += 1
             p.poll(0.02)
 
-    lingers: list[int] = []
+    lingers: list[Any] = []
     threads = [threading.Thread(target=produce, args=(p,), daemon=True) for p in producers]
     for t in threads:
         t.start()
@@ -87,11 +88,14 @@ def main() -> int:
         if plan["state"] != "done":
             print(f"plan ended {plan['state']}")
             return 1
+        def linger(p: Producer) -> Any:
+            # in_force is None between a change dropping the topic's cached settings and the next send
+            return (p.in_force(args.topic) or {}).get("producer.linger.ms")
+
         deadline = time.time() + 30
-        while time.time() < deadline and not all(p.in_force(args.topic)["producer.linger.ms"] == 20
-                                                  for p in producers):
+        while time.time() < deadline and not all(linger(p) == 20 for p in producers):
             time.sleep(0.2)
-        lingers = [p.in_force(args.topic)["producer.linger.ms"] for p in producers]
+        lingers = [linger(p) for p in producers]
         print(f"linger.ms in force: {lingers}")
     finally:
         stop.set()
