@@ -204,6 +204,8 @@ class Stack:
     def _warm(self, clusters: list[ClusterSpec]) -> None:
         """Wait until new Kafka clusters hand out producer ids and answer group lookups, so the first client
         after ``up`` meets no 'Coordinator load in progress' retries (about 0.8 s on a fresh node)."""
+        if not clusters:
+            return
         from ykafka.transport import warm_coordinators
 
         def warm(spec: ClusterSpec) -> None:
@@ -213,7 +215,7 @@ class Stack:
             log.info("stack.kafka.warmed" if ready else "stack.kafka.warm_timed_out", cluster=spec.name,
                      seconds=round(time.monotonic() - began, 2))
 
-        with ThreadPoolExecutor(max(1, len(clusters))) as pool:
+        with ThreadPoolExecutor(len(clusters)) as pool:
             list(pool.map(warm, clusters))
 
     def super_user(self, spec: ClusterSpec) -> dict[str, str]:

@@ -254,8 +254,9 @@ def warm_coordinators(conf: Mapping[str, Any], timeout_s: float = 60.0) -> bool:
     import logging
 
     quiet = logging.getLogger("ykafka.transport.warmup")
-    quiet.propagate = False
-    quiet.addHandler(logging.NullHandler())
+    if not quiet.handlers:
+        quiet.propagate = False
+        quiet.addHandler(logging.NullHandler())
     state: dict[str, Any] = {}
     deadline = time.monotonic() + timeout_s
     producer = RawProducer({**conf, "enable.idempotence": True, "statistics.interval.ms": 100, "logger": quiet,

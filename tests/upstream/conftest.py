@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.upstream.cluster_fixture import YkafkaFixture
+from ykafka.transport import warm_coordinators
 
 DATA = Path(__file__).parent / "integration" / "schema_registry" / "data"
 ASYNC_TEST_BOUND_S = 120  # an upstream async test that takes longer has hung
@@ -33,31 +33,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return True
 
 
-def warm_group_coordinator(bootstrap: str, timeout_s: float = 60.0) -> None:
-    """Wait until a group's coordinator answers: a fresh Kafka creates ``__consumer_offsets`` on the first group
-    lookup, and until its partitions have leaders a plain consumer's poll raises NOT_COORDINATOR (upstream's own
-    fixture starts its cluster long before the first test)."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            admin.describe_consumer_groups(["ykafka-upstream-warmup"], request_timeout=5)[
-                "ykafka-upstream-warmup"].result()
-            return
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def kafka_cluster(kafka_brokers: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[YkafkaFixture]:
     """Apache Kafka, as upstream's own fixture runs: their consumers keep librdkafka's default session timeout,
     and on Tansu each group join waits it out (about 23 s a test)."""
-    warm_group_coordinator(kafka_brokers["dc-a"])
+    # a fresh cluster answers group lookups only once __consumer_offsets has leaders (NOT_COORDINATOR before)
+    assert warm_coordinators({"bootstrap.servers": kafka_brokers["dc-a"]}), "dc-a never answered a group lookup"
     cluster = YkafkaFixture(kafka_brokers["dc-a"], tmp_path_factory.mktemp("upstream-cache"))
     try:
         yield cluster
