@@ -2,7 +2,7 @@
 a metadata request, the CPU seconds it spent getting there (the honest figure on a shared, loaded machine), and
 its resident memory once it answers.
 
-Apache Kafka (``ykafka.devstack_kafka``): a fresh one-node cluster (storage format + start), the same node started
+Apache Kafka (``ykafka.devstack.kafka``): a fresh one-node cluster (storage format + start), the same node started
 again on its logs, and (not with ``--quick``) a fresh three-node cluster; Tansu: one memory broker. Every process
 is started and stopped by pid through ``tests.support.Broker`` (what ``ykafka dev up`` runs).
 

@@ -37,13 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import requests  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from metaserver import db  # noqa: E402
 from metaserver.app import create_app  # noqa: E402
 from metaserver.console import users  # noqa: E402
 from metaserver.console.models import requests as console_requests  # noqa: E402
-from metaserver.models import alerts, audit, client_state, clusters  # noqa: E402
-from metaserver.routes_admin import insert_app  # noqa: E402
+from metaserver.routes.admin import insert_app
 from metaserver.settings import Settings  # noqa: E402
+from metaserver.storage import db
+from metaserver.storage.models import alerts, audit, client_state, clusters
 from tests.support import local_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.admin.topics import create_topic  # noqa: E402

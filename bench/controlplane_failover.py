@@ -65,7 +65,7 @@ import requests  # noqa: E402
 
 from bench.config_propagation import Load, percentile, read_all  # noqa: E402
 from bench.configcenter_longpoll import raise_fd_limit  # noqa: E402
-from metaserver.apollo import ApolloOpenApi  # noqa: E402
+from metaserver.domain.apollo import ApolloOpenApi  # noqa: E402
 from tests.support import LocalStack, local_stack, rss_mb  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.admin.client import AdminClient  # noqa: E402

@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from metaserver.apollo import ApolloOpenApi  # noqa: E402
+from metaserver.domain.apollo import ApolloOpenApi  # noqa: E402
 from tests.support import local_stack  # noqa: E402
 from ykafka import Producer  # noqa: E402
 from ykafka.admin.client import AdminClient  # noqa: E402

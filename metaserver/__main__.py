@@ -23,7 +23,7 @@ def main() -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1", envvar=_env("host"), show_default=True)
 @click.option("--port", default=7070, type=int, envvar=_env("port"), show_default=True)
-@click.option("--db-url", default="sqlite:///metaserver.db", envvar=_env("db_url"), show_default=True,
+@click.option("--db-url", default="sqlite:///metaserver.storage.db", envvar=_env("db_url"), show_default=True,
               help="sqlite:///path.db or postgresql+psycopg://user@host/db")
 @click.option("--configcenter-url", envvar=_env("configcenter_url"),
               help="config service URL handed to clients (several instances: comma-separated, clients fail over)")
@@ -87,7 +87,7 @@ def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
                         **options)
     configure_logging(settings.log_level)
     # Migrate once before workers fork, then hand the resolved settings to them through the environment.
-    from . import db
+    from .storage import db
 
     engine = db.make_engine(settings.db_url)
     db.migrate(engine)

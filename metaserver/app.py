@@ -19,36 +19,50 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from . import (
-    credentials,
-    db,
-    routes_admin,
-    routes_config,
-    routes_messages,
-    routes_notify,
-    routes_observe,
-    routes_offsets,
-    routes_placements,
-    routes_sdk,
-)
-from .apollo import ApolloError, ApolloOpenApi
-from .auth import AuthFailed, RateLimited
-from .authswitch import AuthSwitch
-from .configwrites import ConfigBusy
 from .console import install as install_console
 from .console.sso import OidcClient
 from .console.sso import enabled as sso_enabled
-from .hotconfig import ConfigRejected
-from .httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
-from .reach import RouteBook
-from .reconciler import Reconciler
+from .domain import credentials
+from .domain.apollo import ApolloError, ApolloOpenApi
+from .domain.auth import AuthFailed, RateLimited
+from .domain.authswitch import AuthSwitch
+from .domain.configwrites import ConfigBusy
+from .domain.hotconfig import ConfigRejected
+from .domain.reach import RouteBook
+from .domain.tokens import TokenCodec, load_or_create_key
+from .kafka.reconciler import Reconciler
 from .rollouts import console_views as _rollout_pages  # noqa: F401 - registers its pages on the console router
 from .rollouts import guards
 from .rollouts import routes as rollout_routes
 from .rollouts.driver import Driver as RolloutDriver
+from .routes import (
+    admin as routes_admin,
+)
+from .routes import (
+    config as routes_config,
+)
+from .routes import (
+    messages as routes_messages,
+)
+from .routes import (
+    notify as routes_notify,
+)
+from .routes import (
+    observe as routes_observe,
+)
+from .routes import (
+    offsets as routes_offsets,
+)
+from .routes import (
+    placements as routes_placements,
+)
+from .routes import (
+    sdk as routes_sdk,
+)
+from .routes.httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
 from .services import Services
 from .settings import Settings
-from .tokens import TokenCodec, load_or_create_key
+from .storage import db
 
 log = structlog.get_logger("metaserver")
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ykafka import acl as acl_patterns
 
-from . import kafka_acls
+from .kafka import acls as kafka_acls
 from .rollouts.targets import Targets
 
 ClusterStatus = Literal["active", "draining", "down"]
@@ -31,7 +31,7 @@ def _name(value: str) -> str:
 
 
 class Want(Strict):
-    """A cluster a route value in force names, and the namespace it is in (see metaserver/reach.py)."""
+    """A cluster a route value in force names, and the namespace it is in (see metaserver/domain/reach.py)."""
 
     namespace: str = Field(min_length=1, max_length=255)
     cluster: str = Field(min_length=1, max_length=255)

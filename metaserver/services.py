@@ -7,20 +7,30 @@ cache of the config center, the rest is connection plumbing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cryptography.fernet import Fernet
 from fastapi import Request
 from sqlalchemy import Engine
 
-from .apollo import ApolloOpenApi
-from .authswitch import AuthSwitch
-from .reach import RouteBook
+from .domain.apollo import ApolloOpenApi
+from .domain.authswitch import AuthSwitch
+from .domain.reach import RouteBook
+from .domain.tokens import TokenCodec
 from .settings import Settings
-from .tokens import TokenCodec
 
-if TYPE_CHECKING:
-    from .reconciler import Reconciler
+
+class Reconciling(Protocol):
+    """What the routes and the grant path ask of the reconciler (metaserver/kafka/reconciler.py), which needs
+    these services to run: a protocol here, so the two modules do not import each other."""
+
+    def kick(self) -> None: ...
+
+    def kick_and_wait(self, timeout_s: float) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 @dataclass
@@ -32,8 +42,8 @@ class Services:
     apollo: ApolloOpenApi | None
     routes: RouteBook
     issuer: str  # the deployment's id, derived from the shared token key: the same on every peer
-    box: Fernet  # seals the apps' Kafka passwords (metaserver/credentials.py)
-    reconciler: Reconciler = None  # type: ignore[assignment]  # set right after construction (it needs us)
+    box: Fernet  # seals the apps' Kafka passwords (metaserver/domain/credentials.py)
+    reconciler: Reconciling = None  # type: ignore[assignment]  # set right after construction (it needs us)
 
 
 def services(request: Request) -> Services:

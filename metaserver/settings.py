@@ -30,7 +30,7 @@ def parse_admin_tokens(text: str) -> dict[str, str]:
 
 @dataclass
 class Settings:
-    db_url: str = "sqlite:///metaserver.db"
+    db_url: str = "sqlite:///metaserver.storage.db"
     host: str = "127.0.0.1"
     port: int = 7070
     workers: int = 1

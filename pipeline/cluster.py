@@ -20,7 +20,7 @@ from typing import Any
 import requests
 import structlog
 
-from ykafka.devstack_procs import free_port
+from ykafka.devstack.procs import free_port
 
 log = structlog.get_logger("ykafka.pipeline.cluster")
 

@@ -23,9 +23,10 @@ from typing import Any
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import Producer as RawProducer
 
-from ykafka import Producer, kafka_security
+from ykafka import Producer
 from ykafka.admin import AdminClient
 from ykafka.admin.topics import create_topic
+from ykafka.devstack import security as kafka_security
 from ykafka.logs import configure
 from ykafka.oneline import run
 

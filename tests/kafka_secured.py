@@ -1,8 +1,8 @@
 """A secured one-node Apache Kafka for the broker-security tests: SASL_SSL (or SASL_PLAINTEXT) with
 SCRAM-SHA-512, ``StandardAuthorizer``, no access without an ACL, the MetaServer's admin as the one super
-user (its credential written at storage format time), certificates from ``ykafka.kafka_security``.
+user (its credential written at storage format time), certificates from ``ykafka.devstack.security``.
 
-Started and stopped by pid; the jars are those ``make kafka`` resolved (``ykafka.devstack_kafka``).
+Started and stopped by pid; the jars are those ``make kafka`` resolved (``ykafka.devstack.kafka``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ykafka import devstack_kafka, kafka_security
 from ykafka.devstack import free_port
+from ykafka.devstack import kafka as devstack_kafka
+from ykafka.devstack import security as kafka_security
 
 ADMIN_USER = kafka_security.ADMIN_USER
 

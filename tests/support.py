@@ -7,7 +7,7 @@
   ``ykafka.devstack`` too, so its brokers are exactly the ``dev up`` ones.
 
 Broker kinds (``broker=``, everywhere a cluster is made): ``"kafka"`` is Apache Kafka in KRaft mode
-(``ykafka.devstack_kafka``; ``brokers`` nodes, each broker + controller, logs on disk: a SIGKILL keeps what was
+(``ykafka.devstack.kafka``; ``brokers`` nodes, each broker + controller, logs on disk: a SIGKILL keeps what was
 acknowledged; 3 nodes: RF 3, ``min.insync.replicas=2``); ``"tansu"`` is Tansu, ``storage="memory"`` (one broker
 that forgets on restart) or ``"durable"`` (N brokers on the S3 engine over a local moto S3 server).
 The session fixtures of ``tests/conftest.py`` (``kafka_brokers``, ``kafka_stack``, ``kafka_cluster3``) are built
@@ -214,7 +214,7 @@ class ConfigService(Proc):
     def publish(self, namespace: str, items: dict[str, str], token: str | None = None) -> None:
         """Items set and released in ``namespace`` of the ykafka app, through the Open API (``token``: another
         Open API token than this instance's own)."""
-        from metaserver.apollo import ApolloOpenApi
+        from metaserver.domain.apollo import ApolloOpenApi
 
         api = ApolloOpenApi(self.url, token or self.token)
         api.ensure_app()
@@ -496,7 +496,7 @@ class LocalStack:
 
     def publish_raw(self, namespace: str, items: dict[str, str], delete: list[str] | None = None) -> None:
         """Straight into the config center (bypasses MetaServer validation, as a hand edit in Apollo)."""
-        from metaserver.apollo import ApolloOpenApi
+        from metaserver.domain.apollo import ApolloOpenApi
 
         api = ApolloOpenApi(self.configcenter, self.openapi_token)
         api.ensure_app()

@@ -1029,11 +1029,11 @@ def test_the_topics_page_lists_a_hundred_topics_a_page_with_their_clients_counte
 
     from fastapi.testclient import TestClient
 
-    from metaserver import db
     from metaserver.app import create_app
     from metaserver.console import users
-    from metaserver.models import client_state
     from metaserver.settings import Settings
+    from metaserver.storage import db
+    from metaserver.storage.models import client_state
 
     app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'ms.db'}", admin_tokens={"t": "token-1"}))
     now = time.time()
@@ -1070,11 +1070,11 @@ def test_a_topics_page_escapes_what_clients_report_lists_at_most_fifty_of_them_a
 
     from fastapi.testclient import TestClient
 
-    from metaserver import db
     from metaserver.app import create_app
     from metaserver.console import users
-    from metaserver.models import client_state
     from metaserver.settings import Settings
+    from metaserver.storage import db
+    from metaserver.storage.models import client_state
 
     app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'ms.db'}", admin_tokens={"t": "token-1"}))
     now = time.time()
@@ -1131,11 +1131,11 @@ def test_a_clients_page_shows_its_throughput_errors_and_latency_per_topic_from_t
 
     from fastapi.testclient import TestClient
 
-    from metaserver import db
     from metaserver.app import create_app
     from metaserver.console import users
-    from metaserver.models import client_state
     from metaserver.settings import Settings
+    from metaserver.storage import db
+    from metaserver.storage.models import client_state
     from tests.console_fixtures import write_aggregates
 
     store = tmp_path / "pipeline"

@@ -151,7 +151,7 @@ def test_the_admin_api_masks_secrets_and_refuses_a_bad_section_with_the_reason(
 
 
 def test_a_webhook_url_is_shown_without_anything_that_may_be_its_token() -> None:
-    from metaserver.notifications import mask_url
+    from metaserver.domain.notifications import mask_url
 
     cases = {
         "http://127.0.0.1:8080/oncall": "http://127.0.0.1:8080/oncall",  # a word: the kind of endpoint

@@ -19,7 +19,7 @@ def test_no_data_folder_on_a_services_import_path(tmp_path: Path) -> None:
     for svc in python:
         interpreter = svc.argv[:svc.argv.index("-m")]
         # the MetaServer migrates its database at start (alembic) before it serves: probe after the same step
-        probe = subprocess.run([*interpreter, "-c", "import sys; from metaserver import db; "
+        probe = subprocess.run([*interpreter, "-c", "import sys; from metaserver.storage import db; "
                                 "db.migrate(db.make_engine('sqlite:///probe.db')); import pipeline.aggregates as a; "
                                 "print(a.read_aggregates.__module__, repr(sys.path[0]))"],
                                cwd=tmp_path, capture_output=True, text=True, timeout=60)

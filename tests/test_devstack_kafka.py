@@ -1,4 +1,4 @@
-"""Apache Kafka in the local stack (``ykafka.devstack_kafka``): the pinned release, one KRaft node and the
+"""Apache Kafka in the local stack (``ykafka.devstack.kafka``): the pinned release, one KRaft node and the
 three-node cluster, each checked by what a client sees."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.helpers import wait_until
 from tests.support import ROOT, Broker
 from ykafka.devstack import Stack, StackError, ephemeral_config, free_port, services
-from ykafka.devstack_kafka import KAFKA_VERSION, new_cluster_id, server_properties
+from ykafka.devstack.kafka import KAFKA_VERSION, new_cluster_id, server_properties
 
 
 def test_the_pom_pins_the_release_the_launcher_runs() -> None:
@@ -155,7 +155,7 @@ def test_a_clusters_id_is_written_once_when_its_nodes_are_prepared_at_the_same_t
     formatted three clusters and never formed a quorum (INCONSISTENT_CLUSTER_ID)."""
     import threading
 
-    from ykafka.devstack_kafka import _create_once
+    from ykafka.devstack.kafka import _create_once
 
     path = tmp_path / "cluster.id"
     start = threading.Barrier(16)
@@ -179,7 +179,7 @@ def test_a_failed_up_stops_what_it_started(tmp_path: Path, monkeypatch: pytest.M
     """CI: k3's third node never answered and its two peers ran on, electing leaders, for the rest of the run. An
     ``up`` that fails stops (by pid) the processes it started; here the second broker is made not to answer."""
     from ykafka import devstack
-    from ykafka.devstack_procs import pid_alive
+    from ykafka.devstack.procs import pid_alive
 
     stack = Stack(ephemeral_config(tmp_path, broker="tansu"))
     real = devstack.Stack._wait_healthy

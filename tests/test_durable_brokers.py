@@ -21,7 +21,7 @@ from tests.helpers import create_topic, unique, wait_until
 from tests.support import Broker
 from tests.test_spill_chaos import Stream
 from ykafka.devstack import Stack, ephemeral_config
-from ykafka.devstack_procs import pid_alive
+from ykafka.devstack.procs import pid_alive
 from ykafka.dr.engine import RouteSpec
 
 pytest.importorskip("moto", reason="moto[server] (dev extra) is needed for the durable (S3) brokers")

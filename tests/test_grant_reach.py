@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from metaserver.apollo import ApolloOpenApi
+from metaserver.domain.apollo import ApolloOpenApi
 from tests.helpers import wait_until
 from tests.ms_fixtures import OPENAPI_TOKEN, MetaServer, new_app
 from tests.sdk_fixtures import read_topic

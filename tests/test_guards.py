@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from metaserver.hotconfig import validate
+from metaserver.domain.hotconfig import validate
 from metaserver.rollouts import guards
 from tests.helpers import create_topic, unique
 from tests.support import LocalStack

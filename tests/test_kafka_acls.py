@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from metaserver import kafka_acls
-from metaserver.kafka_acls import Binding
+from metaserver.kafka import acls as kafka_acls
+from metaserver.kafka.acls import Binding
 
 
 def test_each_operation_maps_to_its_kafka_bindings() -> None:

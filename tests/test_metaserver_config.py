@@ -199,7 +199,7 @@ def test_config_center_down_keeps_last_auth_switch(ms_factory: Any, tmp_path: An
 
 
 def test_openapi_adapter_reads_every_page_of_items(ms: MetaServer) -> None:
-    from metaserver.apollo import ApolloOpenApi
+    from metaserver.domain.apollo import ApolloOpenApi
 
     assert ms.configcenter_url is not None
     api = ApolloOpenApi(ms.configcenter_url, OPENAPI_TOKEN, app_id=ms.apollo_app_id)

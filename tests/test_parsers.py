@@ -15,10 +15,10 @@ from fastapi import HTTPException
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metaserver.auth import AuthFailed, _check_signature
 from metaserver.configcenter.configservice import BAD_NOTIFICATIONS, parse_notifications
 from metaserver.configcenter.errors import BadRequest
-from metaserver.routes_observe import MAX_SINCE, parse_since
+from metaserver.domain.auth import AuthFailed, _check_signature
+from metaserver.routes.observe import MAX_SINCE, parse_since
 from metaserver.settings import Settings
 from pipeline.store import parse_duration
 from ykafka import acl, catalog, signing

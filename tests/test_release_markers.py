@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from metaserver import db
-from metaserver.audit import record
 from metaserver.configcenter.readmodel import INSTANCE_LABEL
+from metaserver.domain.audit import record
 from metaserver.rollouts import markers
+from metaserver.storage import db
 
 CLIENT = {"client_id": "pay-1", "ip": "10.0.0.1", "cluster": "dc-a", "group": None, "topics": ["orders", "no way!"],
           "config_release_keys": {"ykafka.topic.refunds": "k1", "application": "k2"}}

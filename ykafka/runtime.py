@@ -66,7 +66,7 @@ def _error_text(error: Mapping[str, Any]) -> str:
 
 
 ROUTE_KEYS = ("route.cluster", "route.standby")
-PLACEMENT = "placement:"  # a want's namespace naming a topic's placement (metaserver/reach.py)
+PLACEMENT = "placement:"  # a want's namespace naming a topic's placement (metaserver/domain/reach.py)
 #: how long a topic's placement (or its absence) is trusted; moving a placed topic is a route.cluster change
 PLACEMENT_TTL_S = 300.0
 _UNKNOWN = object()  # not in the placement cache (None is a cached "no placement")

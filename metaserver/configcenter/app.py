@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..httpguard import BodyLimit, SingleValuedQuery
+from ..routes.httpguard import BodyLimit, SingleValuedQuery
 from . import configservice, openapi
 from .center import RELEASE_SCAN_S, ConfigCenter
 from .errors import error_body, install_error_handlers

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, create_engine, delete, event, func, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..db import Schema, make_engine, migrate
+from ..storage.db import Schema, make_engine, migrate
 from . import models as m
 from .errors import BadRequest, NotFound
 from .notify import notify

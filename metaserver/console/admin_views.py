@@ -12,9 +12,12 @@ from sqlalchemy import select
 
 from ykafka import acl as acl_rules
 
-from .. import audit, configwrites, db, hotconfig, kafka_view, registry, routes_admin
-from ..hotconfig import ConfigRejected
-from ..models import apps
+from ..domain import audit, configwrites, hotconfig, registry
+from ..domain.hotconfig import ConfigRejected
+from ..kafka import view as kafka_view
+from ..routes import admin as routes_admin
+from ..storage import db
+from ..storage.models import apps
 from . import provision, users
 from .config_views import off_loop
 from .overview_views import writes_to

@@ -7,9 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException
 from pydantic import BaseModel, Field
 
-from .. import audit, db
-from ..routes_admin import operator
+from ..domain import audit
+from ..routes.admin import operator
 from ..services import Services, services
+from ..storage import db
 from . import users
 
 router = APIRouter(prefix="/v1/admin/users", tags=["admin"], dependencies=[Depends(operator)])

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import db, kafka_admin, registry
+from ..domain import registry
+from ..kafka import admin as kafka_admin
+from ..storage import db
 
 
 def connection(svc: Any, cluster: str | None) -> tuple[str, dict[str, Any]]:

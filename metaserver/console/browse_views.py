@@ -1,5 +1,5 @@
 """Browsing a topic's messages in the console: a partition from an offset or a time, or a key in a time window
-(``metaserver.browse``, bounded). Seeing values is a right (``--console-values-role``, operators by default:
+(``metaserver.kafka.browse``, bounded). Seeing values is a right (``--console-values-role``, operators by default:
 viewers see offsets, times, keys, headers and sizes only); the topic's masking rules apply to what is shown and
 exported; exporting the selection as JSON lines is a right of its own (``--console-export-role``). Every
 browse and export is audited."""
@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from ykafka import acl as acl_patterns
 from ykafka.timestamps import parse_ms
 
-from .. import browse
+from ..kafka import browse
 from .brokers import connection
 from .views import Denied, _audit, _page, _query, _signed_in, _svc, router
 

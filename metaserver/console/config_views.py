@@ -15,11 +15,12 @@ from starlette.concurrency import run_in_threadpool
 from ykafka import catalog
 from ykafka.catalog import Scope
 
-from .. import audit, configwrites, db, hotconfig
-from ..apollo import ApolloError
-from ..hotconfig import ConfigRejected
+from ..domain import audit, configwrites, hotconfig
+from ..domain.apollo import ApolloError
+from ..domain.hotconfig import ConfigRejected
 from ..rollouts import targeting
 from ..services import Services
+from ..storage import db
 from . import loop, queries, users
 from .views import _api, _form, _page, _session, _signed_in, _svc, log, required, router
 

@@ -16,7 +16,8 @@ from ykafka import headers as H
 from ykafka.catalog import Scope
 from ykafka.errors import InvalidConfigValue
 
-from .. import audit, db
+from ..domain import audit
+from ..storage import db
 from .brokers import connection
 from .views import _audit, _form, _page, _query, _signed_in, _svc, router
 

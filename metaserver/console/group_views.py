@@ -20,11 +20,13 @@ from starlette.concurrency import run_in_threadpool
 
 from ykafka.catalog import Scope
 
-from .. import configwrites, db, hotconfig, pipeline_module
-from ..apollo import ApolloError
-from ..hotconfig import ConfigRejected
-from ..models import client_state as cs
-from ..routes_observe import parse_since
+from .. import pipeline_module
+from ..domain import configwrites, hotconfig
+from ..domain.apollo import ApolloError
+from ..domain.hotconfig import ConfigRejected
+from ..routes.observe import parse_since
+from ..storage import db
+from ..storage.models import client_state as cs
 from . import queries
 from .brokers import connection
 from .pipeline_reads import StoreUnavailable, pipeline_store, read_store

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Boolean, Column, Float, Index, Integer, String, Table
 
-from ..models import metadata
+from ..storage.models import metadata
 
 ROLES = ("viewer", "operator", "admin")
 

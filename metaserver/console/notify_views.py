@@ -11,7 +11,7 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from .. import notifications
+from ..domain import notifications
 from . import doc_pages, users
 from .views import _form, _page, _signed_in, _svc, router
 

@@ -12,13 +12,14 @@ from sqlalchemy import func, select
 
 from ykafka.catalog import Scope, ScopeKind
 
-from .. import audit, clients, db, hotconfig, registry
-from ..apollo import ApolloError
-from ..hotconfig import ConfigRejected
-from ..models import alerts, apps
+from ..domain import audit, clients, hotconfig, registry
+from ..domain.apollo import ApolloError
+from ..domain.hotconfig import ConfigRejected
 from ..rollouts import drift
-from ..routes_observe import parse_since
+from ..routes.observe import parse_since
 from ..services import Services
+from ..storage import db
+from ..storage.models import alerts, apps
 from . import queries
 from .config_views import readable_change
 from .pipeline_reads import StoreUnavailable, read_store, traffic_charts
@@ -69,7 +70,7 @@ def overview_data(request: Request) -> Response:
     sess = _session(request)
     if sess is None:
         return JSONResponse({"detail": "log in"}, status_code=401)
-    from ..routes_observe import parse_since
+    from ..routes.observe import parse_since
 
     try:
         rows = read_store(_svc(request), "aggregates:read_aggregates", parse_since("1h"),

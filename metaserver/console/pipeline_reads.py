@@ -32,7 +32,7 @@ def pipeline_store(svc: Services) -> Any:
 
     from fastapi import HTTPException
 
-    from .. import routes_observe
+    from ..routes import observe as routes_observe
 
     root = svc.settings.pipeline_store
     if root and "://" not in root and not os.path.isdir(os.path.expanduser(root)):
@@ -55,7 +55,7 @@ def read_store(svc: Services, reader: str, *args: Any, **kwargs: Any) -> list[di
     to be readable), through the observe API's checks; the store's location never reaches a page."""
     from fastapi import HTTPException
 
-    from .. import routes_observe
+    from ..routes import observe as routes_observe
 
     store = pipeline_store(svc)
     module, _, name = reader.partition(":")

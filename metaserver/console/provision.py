@@ -17,12 +17,14 @@ from sqlalchemy import Connection, func, select, update
 from ykafka import acl as acl_rules
 from ykafka.admin.topics import TopicAdminError, create_topic
 
-from .. import audit, configwrites, db, hotconfig, registry, routes_admin
-from ..apollo import ApolloError
-from ..hotconfig import ConfigRejected
-from ..models import apps
-from ..models import client_state as cs
+from ..domain import audit, configwrites, hotconfig, registry
+from ..domain.apollo import ApolloError
+from ..domain.hotconfig import ConfigRejected
+from ..routes import admin as routes_admin
 from ..services import Services
+from ..storage import db
+from ..storage.models import apps
+from ..storage.models import client_state as cs
 from . import queries
 from .brokers import connection
 from .models import requests as reqs

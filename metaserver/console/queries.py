@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, String, Text, and_, bindparam, cast, false, func, not_, or_, select, text
 
 from ..configcenter.readmodel import INSTANCE_LABEL
-from ..models import client_state as cs
+from ..storage.models import client_state as cs
 
 LIST_COLUMNS = (cs.c.app_id, cs.c.client_id, cs.c.ip, cs.c.hostname, cs.c.pid, cs.c.process_started, cs.c.role,
                 cs.c.cluster, cs.c.topics,

@@ -9,7 +9,7 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from .. import db
+from ..storage import db
 from . import provision, users
 from .admin_views import _app_page
 from .views import _form, _page, _signed_in, _svc, router

@@ -14,10 +14,10 @@ from starlette.concurrency import run_in_threadpool
 from ykafka import acl as acl_patterns
 from ykafka.timestamps import parse_ms
 
-from .. import offset_jobs
-from ..apollo import ApolloError
-from ..hotconfig import ConfigRejected
-from ..offsets import TARGETS, GroupOffsets, ResetRefused, ResetSpec
+from ..domain.apollo import ApolloError
+from ..domain.hotconfig import ConfigRejected
+from ..kafka import offset_jobs
+from ..kafka.offsets import TARGETS, GroupOffsets, ResetRefused, ResetSpec
 from .brokers import connection
 from .views import _form, _page, _query, _signed_in, _svc, router
 

@@ -23,10 +23,12 @@ from ykafka import acl as acl_rules
 from ykafka.admin.topics import TopicAdminError, describe_topic
 from ykafka.catalog import Scope
 
-from .. import db, hotconfig, pipeline_module, placements
-from ..apollo import ApolloError
-from ..hotconfig import ConfigRejected
-from ..routes_observe import parse_since
+from .. import pipeline_module
+from ..domain import hotconfig, placements
+from ..domain.apollo import ApolloError
+from ..domain.hotconfig import ConfigRejected
+from ..routes.observe import parse_since
+from ..storage import db
 from . import provision, queries
 from .brokers import connection
 from .group_views import STATUS_PILL, _history, _sampler
@@ -42,7 +44,7 @@ SEVERITY = ("OK", "WARN", "STALL", "ERR", "STOP")
 
 
 def _lags(svc: Any) -> tuple[dict[tuple[str, str], float], str | None]:
-    from ..routes_observe import parse_since
+    from ..routes.observe import parse_since
 
     try:
         rows = read_store(svc, "aggregates:read_aggregates", parse_since("15m"), names=["lag"],

@@ -17,7 +17,7 @@ from .views import _page, _query, _signed_in, _svc, router
 
 
 def _lookup(svc: Any, key: str, msg_id: str, topic: str, since: str) -> list[dict[str, Any]]:
-    from ..routes_observe import parse_since
+    from ..routes.observe import parse_since
 
     rows = read_store(svc, "trace_store:lookup", key or None, msg_id=msg_id or None, topic=topic or None,
                       since=parse_since(since), limit=2000)
@@ -46,7 +46,7 @@ def completeness(svc: Any, topic: str, since: str, bucket: str) -> list[dict[str
     consumer group, messages acknowledged to producers vs received by the group, the missing ones' keys."""
     import datetime as dt
 
-    from ..routes_observe import parse_since
+    from ..routes.observe import parse_since
 
     bucket_s = AUDIT_BUCKETS.get(bucket, 600)
     rows = read_store(svc, "audit:buckets", parse_since(since), dt.datetime.now(dt.UTC), bucket_s)

@@ -17,7 +17,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import Connection, Engine, delete, select, update
 
-from .. import db
+from ..storage import db
 from .models import ROLES, logins, sessions, users
 
 SESSION_TTL_S = 12 * 3600

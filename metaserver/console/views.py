@@ -19,10 +19,11 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 from starlette.concurrency import run_in_threadpool
 
-from .. import audit, db
-from ..apollo import ApolloOpenApi
-from ..hotconfig import ConfigRejected
+from ..domain import audit
+from ..domain.apollo import ApolloOpenApi
+from ..domain.hotconfig import ConfigRejected
 from ..services import Services
+from ..storage import db
 from . import sso, titles, users
 
 COOKIE = "ykafka_console"

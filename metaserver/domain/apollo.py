@@ -16,7 +16,7 @@ import structlog
 
 from ykafka.endpoints import Endpoints
 
-log = structlog.get_logger("metaserver.apollo")
+log = structlog.get_logger("metaserver.domain.apollo")
 
 
 class ApolloError(Exception):

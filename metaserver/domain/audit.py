@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from .models import audit
+from ..storage.models import audit
 
 
 def record(conn: Connection, operator: str, action: str, target: str, before: Any, after: Any) -> None:

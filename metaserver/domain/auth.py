@@ -18,14 +18,15 @@ from ykafka import signing
 from ykafka.catalog import NAMESPACE_PREFIX
 from ykafka.grants import grant_json
 
-from . import credentials, db, hotpath, placements, ratelimit, reach, registry
-from .models import apps, kafka_reconciles
-from .services import Services
+from ..services import Services
+from ..storage import db, hotpath
+from ..storage.models import apps, kafka_reconciles
+from . import credentials, placements, ratelimit, reach, registry
 from .tokens import TokenClaims
 
 Wants = list[tuple[str, str]]  # (namespace, cluster) pairs a client asks to have confirmed
 
-log = structlog.get_logger("metaserver.auth")
+log = structlog.get_logger("metaserver.domain.auth")
 
 #: how long a grant that issued an app's first principal on a cluster waits for the brokers to know it
 PROVISION_WAIT_S = 10.0
@@ -179,7 +180,7 @@ def with_credentials(svc: Services, app_id: str, reachable: Mapping[str, dict[st
 
 def build_grant(svc: Services, app: Mapping[str, Any], client_id: str, clusters: dict[str, dict[str, Any]],
                 now: float, wants: Wants) -> dict[str, Any]:
-    """The grant: only the clusters this app can reach, with credentials only for those (metaserver/reach.py)."""
+    """The grant: only the clusters this app can reach, with credentials only for those (metaserver/domain/reach.py)."""
     settings = svc.settings
     token, expires_at = svc.tokens.issue(app["app_id"], client_id, app["key_generation"], settings.token_ttl, now)
     acl = app["acl"] or {}

@@ -19,7 +19,7 @@ from ykafka import catalog
 from ykafka.endpoints import Endpoints
 from ykafka.errors import InvalidConfigValue
 
-log = structlog.get_logger("metaserver.authswitch")
+log = structlog.get_logger("metaserver.domain.authswitch")
 KEY = "auth.enabled"
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, select
 
-from . import db
-from .models import CLIENT_FIELDS, client_reports, client_state
-from .schemas import ClientReport
+from ..schemas import ClientReport
+from ..storage import db
+from ..storage.models import CLIENT_FIELDS, client_reports, client_state
 
 
 def _columns(report: ClientReport) -> dict[str, Any]:

@@ -23,14 +23,15 @@ from sqlalchemy import Engine, delete
 
 from ykafka.catalog import Scope
 
-from . import audit, db, hotconfig
+from ..rollouts import guardcheck
+from ..services import Services
+from ..storage import db
+from ..storage.models import config_locks
+from . import audit, hotconfig
 from .apollo import ApolloError, ApolloOpenApi
 from .hotconfig import ConfigRejected, PushFailed, PushPlan
-from .models import config_locks
-from .rollouts import guardcheck
-from .services import Services
 
-log = structlog.get_logger("metaserver.configwrites")
+log = structlog.get_logger("metaserver.domain.configwrites")
 
 #: how long a push waits for another push to the same namespace before answering "busy"
 LOCK_WAIT_S = 30.0

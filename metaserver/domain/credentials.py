@@ -3,7 +3,7 @@
 Passwords are random, stored encrypted (Fernet, key derived from the shared token key, so every peer
 decrypts and a database dump alone reveals none) and handed only to the app they belong to, only for the
 clusters its grant reaches. The broker side (SCRAM users and ACL bindings) is written by the reconciler
-(metaserver/reconciler.py) from these rows; this module only touches the table.
+(metaserver/kafka/reconciler.py) from these rows; this module only touches the table.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import Connection, delete, func, select, update
 
-from . import kafka_acls
-from .models import kafka_principals
+from ..kafka import acls as kafka_acls
+from ..storage.models import kafka_principals
 
 
 def box_for(token_key: bytes) -> Fernet:

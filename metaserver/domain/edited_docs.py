@@ -12,9 +12,10 @@ from typing import Any
 import structlog
 from sqlalchemy import Engine, Table, select
 
-from . import audit, db
+from ..storage import db
+from . import audit
 
-log = structlog.get_logger("metaserver.edited_docs")
+log = structlog.get_logger("metaserver.domain.edited_docs")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from ykafka.errors import InvalidConfigValue
 from . import clients
 from .apollo import ApolloError, ApolloOpenApi
 
-log = structlog.get_logger("metaserver.hotconfig")
+log = structlog.get_logger("metaserver.domain.hotconfig")
 _LABEL = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 

@@ -23,8 +23,9 @@ from urllib.parse import parse_qsl, urlsplit
 import yaml
 from sqlalchemy import Column, Engine, Float, Integer, String, Table, Text
 
-from . import edited_docs, pipeline_module
-from .models import metadata
+from .. import pipeline_module
+from ..storage.models import metadata
+from . import edited_docs
 
 #: imported with the MetaServer, not on a page's first request (the file's loader and the pipeline's own check)
 _alerts, _notify = pipeline_module("alerts"), pipeline_module("notify")

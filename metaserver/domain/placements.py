@@ -17,8 +17,8 @@ from sqlalchemy import Connection, Engine, delete, func, select
 
 from ykafka import acl as acl_patterns
 
-from . import db, hotpath
-from .models import clusters, topic_placements
+from ..storage import db, hotpath
+from ..storage.models import clusters, topic_placements
 
 #: most placements written by one bulk call (one transaction)
 MAX_BULK = 10_000
@@ -38,7 +38,7 @@ def lookup(conn: Connection, topic: str) -> str | None:
 
 def for_client(engine: Engine, app_id: str, topic: str) -> tuple[dict[str, list[str]], str | None]:
     """The app's ACL ({} when unknown or disabled) and the topic's placement: one statement on the pooled
-    driver connection (the SDK's lookup path; see metaserver/hotpath.py for why not Core)."""
+    driver connection (the SDK's lookup path; see metaserver/storage/hotpath.py for why not Core)."""
     raw = engine.raw_connection()
     try:
         found = hotpath.rows(raw.cursor(), engine.dialect.name, hotpath.PLACEMENT, {"app_id": app_id, "topic": topic})

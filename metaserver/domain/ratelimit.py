@@ -11,8 +11,8 @@ import random
 
 from sqlalchemy import Connection, Engine, and_, delete, or_, select
 
-from . import db
-from .models import auth_failures
+from ..storage import db
+from ..storage.models import auth_failures
 
 
 def _window(now: float, window_s: int) -> int:

@@ -35,7 +35,7 @@ from ykafka.catalog import NAMESPACE_PREFIX, Scope, ScopeKind
 from .apollo import ApolloError, ApolloOpenApi
 from .hotconfig import current
 
-log = structlog.get_logger("metaserver.reach")
+log = structlog.get_logger("metaserver.domain.reach")
 
 ROUTE_KEYS = ("route.cluster", "route.standby")
 PLACEMENT = "placement:"  # a want's "namespace" naming a topic's placement instead of a config namespace
@@ -180,7 +180,7 @@ def grant_clusters(book: RouteBook, acl: Mapping[str, Iterable[str]], default: s
                    placed: Callable[[str], str | None] = lambda _topic: None) -> dict[str, dict[str, Any]]:
     """The part of the registry a grant carries (all of it while the routes cannot be known).
 
-    A want ``("placement:<topic>", cluster)`` is confirmed by the topic's placement (metaserver/placements.py)
+    A want ``("placement:<topic>", cluster)`` is confirmed by the topic's placement (metaserver/domain/placements.py)
     when the app's ACL covers the topic."""
     routes = book.routes()
     if routes is None:

@@ -1,5 +1,5 @@
 """The cluster registry: rows ↔ the JSON the grant and the admin API carry (no credentials: each app gets its
-own, metaserver/credentials.py)."""
+own, metaserver/domain/credentials.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, select
 
-from .models import clusters
+from ..storage.models import clusters
 
 
 def security_json(protocol: str | None, mechanism: str | None, ca_pem: str | None) -> dict[str, Any] | None:

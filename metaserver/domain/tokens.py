@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
 
-from . import db
-from .models import server_keys
+from ..storage import db
+from ..storage.models import server_keys
 
 TOKEN_KEY_NAME = "token-hmac-v1"
 

@@ -5,7 +5,7 @@ group, and READ, WRITE, DESCRIBE and CREATE on the group's retry and dead-letter
 ``<group>.``); transactional producers → WRITE and DESCRIBE on transactional ids starting with the app id; every
 client → WRITE and DESCRIBE on the SDK's telemetry topics (``__ykafka_clients``, ``_metrics``, ``_trace``). A name
 is a LITERAL pattern, ``prefix*`` a PREFIXED one, ``*`` Kafka's literal wildcard. Pure data: the reconciler
-(metaserver/reconciler.py) compares these with ``describe_acls`` and repairs the difference.
+(metaserver/kafka/reconciler.py) compares these with ``describe_acls`` and repairs the difference.
 """
 
 from __future__ import annotations

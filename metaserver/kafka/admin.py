@@ -26,8 +26,8 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from .kafka_acls import Binding
-from .settings import Settings
+from ..settings import Settings
+from .acls import Binding
 
 TIMEOUT_S = 10.0
 SETTLE_S = 5.0

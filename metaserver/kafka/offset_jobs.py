@@ -1,4 +1,4 @@
-"""Running a consumer-group offset reset (:mod:`metaserver.offsets`) and recording each step in
+"""Running a consumer-group offset reset (:mod:`metaserver.kafka.offsets`) and recording each step in
 ``ms_offset_resets`` — the console's live panel and ``ykafka admin groups reset --wait`` read it from there.
 
 A group with members is reset only when every member is a live ykafka consumer: ``consumer.paused=true`` and
@@ -20,14 +20,23 @@ from sqlalchemy import select, update
 
 from ykafka.catalog import Scope
 
-from . import audit, clients, configwrites, db, hotconfig
-from .apollo import ApolloError
-from .hotconfig import ConfigRejected
-from .models import offset_resets
-from .offsets import GroupOffsets, ResetRefused, ResetSpec, apply_direct, audit_maps, foreign_members, plan
-from .services import Services
+from ..domain import audit, clients, configwrites, hotconfig
+from ..domain.apollo import ApolloError
+from ..domain.hotconfig import ConfigRejected
+from ..services import Services
+from ..storage import db
+from ..storage.models import offset_resets
+from .offsets import (
+    GroupOffsets,
+    ResetRefused,
+    ResetSpec,
+    apply_direct,
+    audit_maps,
+    foreign_members,
+    plan,
+)
 
-log = structlog.get_logger("metaserver.offsets")
+log = structlog.get_logger("metaserver.kafka.offsets")
 
 #: how long the consumers have to report paused-and-left (and the broker to list no member)
 WAIT_S = 60.0

@@ -6,7 +6,7 @@ partition's current and new offset and the lag after. Kafka accepts new offsets 
 members, so:
 
 * an empty group is reset at once (``AdminClient.alter_consumer_group_offsets``);
-* a group whose members are all live ykafka consumers is reset in steps (:mod:`metaserver.offset_jobs`): its
+* a group whose members are all live ykafka consumers is reset in steps (:mod:`metaserver.kafka.offset_jobs`): its
   consumers pause and leave through hot config (``consumer.paused`` / ``consumer.leave`` at ``group:<name>``),
   the reset waits until every one reports it and the broker lists no member, resets, then restores both keys;
 * any other active group is refused with the reason (its members would commit over the reset).

@@ -1,7 +1,7 @@
 """Keeps every secured cluster's SCRAM users and ACL bindings equal to the MetaServer's tables.
 
-Desired: for each live principal of an enabled app (metaserver/credentials.py) its SCRAM user and the
-bindings of the app's ACL (metaserver/kafka_acls.py). Actual: ``describe_user_scram_credentials`` and
+Desired: for each live principal of an enabled app (metaserver/domain/credentials.py) its SCRAM user and the
+bindings of the app's ACL (metaserver/kafka/acls.py). Actual: ``describe_user_scram_credentials`` and
 ``describe_acls``. The difference is repaired (missing users and bindings created; owned ones the tables
 no longer hold, including a hand-made ``User:*`` binding, deleted), every repair is audited, and the pass
 is recorded per cluster (``ms_kafka_reconciles``: when, whether it worked, the bindings in force).
@@ -20,13 +20,15 @@ from typing import Any
 import structlog
 from sqlalchemy import select
 
-from . import audit, credentials, db, kafka_acls, registry
-from .kafka_acls import Binding
-from .kafka_admin import SETTLE_S, ClusterAdmin
-from .models import apps, kafka_reconciles
-from .services import Services
+from ..domain import audit, credentials, registry
+from ..services import Services
+from ..storage import db
+from ..storage.models import apps, kafka_reconciles
+from . import acls as kafka_acls
+from .acls import Binding
+from .admin import SETTLE_S, ClusterAdmin
 
-log = structlog.get_logger("metaserver.reconciler")
+log = structlog.get_logger("metaserver.kafka.reconciler")
 
 OPERATOR = "reconciler"
 

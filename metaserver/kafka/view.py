@@ -8,9 +8,10 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from . import credentials, kafka_acls
-from .kafka_acls import Binding
-from .models import kafka_reconciles
+from ..domain import credentials
+from ..storage.models import kafka_reconciles
+from . import acls as kafka_acls
+from .acls import Binding
 
 
 def app_view(conn: Connection, app: dict[str, Any]) -> dict[str, Any]:

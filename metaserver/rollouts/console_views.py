@@ -13,11 +13,12 @@ from starlette.concurrency import run_in_threadpool
 
 from ykafka.catalog import GLOBAL, Scope, ScopeKind
 
-from .. import clients, db, hotconfig
 from ..console import doc_pages, users
 from ..console.config_views import _parse_changes
 from ..console.views import _form, _page, _session, _signed_in, _svc, router
-from ..hotconfig import ConfigRejected
+from ..domain import clients, hotconfig
+from ..domain.hotconfig import ConfigRejected
+from ..storage import db
 from . import guards, judge, markers, plans, targets
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, func, select
 
 from ..console.queries import online_after
-from ..models import client_state as cs
+from ..storage.models import client_state as cs
 
 
 def drift_count(conn: Connection, heartbeat_s: int) -> int:

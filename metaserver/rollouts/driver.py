@@ -16,8 +16,8 @@ import structlog
 from sqlalchemy import Engine, or_, update
 from sqlalchemy.exc import IntegrityError
 
-from .. import db
 from ..services import Services
+from ..storage import db
 from . import plans
 from .models import rollout_lease
 

@@ -11,10 +11,11 @@ from typing import Any
 from ykafka.admin.topics import TopicAdminError, partition_count
 from ykafka.catalog import Scope, ScopeKind
 
-from .. import db, placements, registry
-from ..hotconfig import PushPlan
-from ..reach import scope_of
+from ..domain import placements, registry
+from ..domain.hotconfig import PushPlan
+from ..domain.reach import scope_of
 from ..services import Services
+from ..storage import db
 from . import guards
 
 PARTITIONS_TIMEOUT_S = 5.0

@@ -26,8 +26,8 @@ from ykafka import catalog
 from ykafka.catalog import GLOBAL, Scope, ScopeKind
 from ykafka.errors import InvalidConfigValue
 
-from .. import edited_docs
-from ..hotconfig import ConfigRejected, PushPlan
+from ..domain import edited_docs
+from ..domain.hotconfig import ConfigRejected, PushPlan
 from .models import guard_rules
 
 log = structlog.get_logger("metaserver.guards")

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, select
 from ykafka.catalog import GLOBAL, Scope
 
 from ..console.loop import gray_match
-from ..models import audit
+from ..storage.models import audit
 
 #: audit actions that change what clients run, and the kind of marker each draws
 KINDS = {"config.set": "release", "config.gray": "gray", "config.rollback": "rollback",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import JSON, Column, Float, Index, Integer, String, Table, Text
 
-from ..models import metadata
+from ..storage.models import metadata
 
 #: the guard rules in force: one row (id 1) once an admin edited them; absent, the file under configs/ is read
 guard_rules = Table(

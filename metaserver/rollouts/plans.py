@@ -21,10 +21,11 @@ from sqlalchemy import Connection, select
 
 from ykafka.catalog import Scope
 
-from .. import audit, configwrites, db, hotconfig
-from ..apollo import ApolloError
-from ..hotconfig import ConfigRejected
+from ..domain import audit, configwrites, hotconfig
+from ..domain.apollo import ApolloError
+from ..domain.hotconfig import ConfigRejected
 from ..services import Services
+from ..storage import db
 from . import judge, targeting
 from . import targets as tg
 from .models import rollout_plans as rp
@@ -187,7 +188,7 @@ def _abandon(svc: Services, namespace: str, scope: str, who: str = "rollout-driv
 
 def _health(conn: Connection, svc: Services, scope: Scope, namespace: str) -> dict[str, dict[str, Any]]:
     """client_id -> (health, held release key, rejections of this namespace) of every live client in scope."""
-    from ..models import client_state as cs
+    from ..storage.models import client_state as cs
 
     clients = tg.in_scope(conn, svc.settings.renew_interval, scope, namespace)
     ids = [c["client_id"] for c in clients]

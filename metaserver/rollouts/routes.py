@@ -8,8 +8,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import Field
 
-from .. import hotconfig
-from ..routes_admin import operator
+from ..domain import hotconfig
+from ..routes.admin import operator
 from ..schemas import Strict
 from ..services import Services, services
 from . import guards, plans
@@ -60,7 +60,7 @@ def driver_state(request: Request, svc: Services = Depends(services)) -> dict[st
     """Which MetaServer drives the plans: the lease's holder and expiry, and this process's own driver id."""
     from sqlalchemy import select
 
-    from .. import db
+    from ..storage import db
     from .models import rollout_lease
 
     with db.read(svc.engine) as conn:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import db
-from ..hotconfig import ConfigRejected, PushPlan
+from ..domain.hotconfig import ConfigRejected, PushPlan
 from ..services import Services
+from ..storage import db
 from . import targets as tg
 
 

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, select
 from ykafka.catalog import KEYS, Scope
 
 from ..configcenter.readmodel import INSTANCE_LABEL
-from ..models import client_state as cs
+from ..storage.models import client_state as cs
 
 _NAME = re.compile(r"^[A-Za-z0-9._:*-]{1,255}$")
 BUCKETS = 1_000_000  # percentages to four decimals

@@ -18,11 +18,13 @@ from sqlalchemy import Connection, RowMapping, delete, select, update
 from ykafka import acl as acl_patterns
 from ykafka import signing
 
-from . import audit, clients, credentials, db, kafka_view, placements, ratelimit, reach, registry
-from .auth import AuthFailed, RateLimited
-from .models import apps, clusters
-from .schemas import Acl, AppCreate, AppUpdate, ClusterPut
-from .services import Services, services
+from ..domain import audit, clients, credentials, placements, ratelimit, reach, registry
+from ..domain.auth import AuthFailed, RateLimited
+from ..kafka import view as kafka_view
+from ..schemas import Acl, AppCreate, AppUpdate, ClusterPut
+from ..services import Services, services
+from ..storage import db
+from ..storage.models import apps, clusters
 
 
 def operator(request: Request, authorization: str | None = Header(default=None),

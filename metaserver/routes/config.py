@@ -6,12 +6,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException
 
-from . import configwrites, db, hotconfig, registry
-from .apollo import ApolloOpenApi
-from .rollouts import targeting
-from .routes_admin import operator
-from .schemas import ConfigPush, ScopeBody
-from .services import Services, services
+from ..domain import configwrites, hotconfig, registry
+from ..domain.apollo import ApolloOpenApi
+from ..rollouts import targeting
+from ..schemas import ConfigPush, ScopeBody
+from ..services import Services, services
+from ..storage import db
+from .admin import operator
 
 router = APIRouter(prefix="/v1/admin/config", tags=["admin"], dependencies=[Depends(operator)])
 

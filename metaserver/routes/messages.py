@@ -11,10 +11,12 @@ from starlette.concurrency import run_in_threadpool
 
 from ykafka import acl as acl_patterns
 
-from . import audit, browse, db
-from .console.browse_views import _read
-from .routes_admin import operator
-from .services import Services, services
+from ..console.browse_views import _read
+from ..domain import audit
+from ..kafka import browse
+from ..services import Services, services
+from ..storage import db
+from .admin import operator
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(operator)])
 

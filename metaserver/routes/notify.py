@@ -8,10 +8,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException
 from pydantic import Field
 
-from . import notifications
-from .routes_admin import operator
-from .schemas import Strict
-from .services import Services, services
+from ..domain import notifications
+from ..schemas import Strict
+from ..services import Services, services
+from .admin import operator
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(operator)])
 

@@ -23,11 +23,12 @@ import structlog
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from sqlalchemy import RowMapping, select
 
-from . import db, pipeline_module
-from .models import alerts
-from .routes_admin import operator
-from .schemas import AlertIn
-from .services import Services, services
+from .. import pipeline_module
+from ..schemas import AlertIn
+from ..services import Services, services
+from ..storage import db
+from ..storage.models import alerts
+from .admin import operator
 
 log = structlog.get_logger("metaserver.observe")
 

@@ -12,14 +12,14 @@ from starlette.concurrency import run_in_threadpool
 
 from ykafka import acl as acl_patterns
 
-from . import offset_jobs
-from .apollo import ApolloError
-from .console.brokers import connection
-from .hotconfig import ConfigRejected
-from .offsets import GroupOffsets, ResetRefused, ResetSpec
-from .routes_admin import operator
-from .schemas import Strict
-from .services import Services, services
+from ..console.brokers import connection
+from ..domain.apollo import ApolloError
+from ..domain.hotconfig import ConfigRejected
+from ..kafka import offset_jobs
+from ..kafka.offsets import GroupOffsets, ResetRefused, ResetSpec
+from ..schemas import Strict
+from ..services import Services, services
+from .admin import operator
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(operator)])
 

@@ -11,11 +11,12 @@ from starlette.concurrency import run_in_threadpool
 
 from ykafka import acl as acl_patterns
 
-from . import audit, auth, db, placements
-from .routes_admin import operator
-from .routes_sdk import source_ip
-from .schemas import Strict
-from .services import Services, services
+from ..domain import audit, auth, placements
+from ..schemas import Strict
+from ..services import Services, services
+from ..storage import db
+from .admin import operator
+from .sdk import source_ip
 
 admin = APIRouter(prefix="/v1/admin/placements", tags=["admin"], dependencies=[Depends(operator)])
 sdk = APIRouter(tags=["sdk"])

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from . import auth, clients
-from .schemas import ClientReport, Grant, GrantRequest, RenewRequest, Want
+from ..domain import auth, clients
+from ..schemas import ClientReport, Grant, GrantRequest, RenewRequest, Want
 
 router = APIRouter(tags=["sdk"])
 

@@ -22,7 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.dml import Insert
 
-ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
+ALEMBIC_INI = Path(__file__).resolve().parent.parent / "alembic.ini"
 _PG_MIGRATION_LOCK = 707_020_251
 
 

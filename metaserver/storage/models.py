@@ -63,7 +63,7 @@ clusters = Table(
 )
 
 #: one SCRAM principal per (app, cluster, generation); the password is encrypted with a key derived from the
-#: token key (metaserver/credentials.py). A rotation adds generation n+1 and retires n at ``retire_at``.
+#: token key (metaserver/domain/credentials.py). A rotation adds generation n+1 and retires n at ``retire_at``.
 kafka_principals = Table(
     "ms_kafka_principals", metadata,
     Column("app_id", String(128), primary_key=True),
@@ -210,7 +210,7 @@ config_locks = Table(
 
 offset_resets = Table(
     "ms_offset_resets", metadata,
-    # a consumer group's offset reset (metaserver/offset_jobs.py): its plan and each step as it happens, so any
+    # a consumer group's offset reset (metaserver/kafka/offset_jobs.py): its plan and each step as it happens, so any
     # MetaServer peer shows the live panel of a reset another peer runs
     Column("id", String(32), primary_key=True),
     Column("group_id", String(255), nullable=False),

@@ -4,7 +4,7 @@ Under the new consumer protocol (KIP-848, ``group.protocol=consumer``) the broke
 heartbeat interval and the assignor, and librdkafka refuses a consumer that sets them. So such a consumer builds
 its handle without those keys' values, and a value hot config sets for them is refused with that reason (reported
 once per release, like any rejected value); the MetaServer refuses it before it is written for a group whose
-members report this protocol (``metaserver/hotconfig.py``). A value the user sets in the local config is theirs:
+members report this protocol (``metaserver/domain/hotconfig.py``). A value the user sets in the local config is theirs:
 librdkafka refuses it with its own error, as confluent-kafka does.
 """
 

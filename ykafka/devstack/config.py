@@ -13,14 +13,43 @@ from typing import Any
 
 import yaml
 
-from ykafka.devstack_kafka import KafkaSettings, client_listener
-from ykafka.devstack_procs import StackError, free_port
+from ykafka.devstack.procs import StackError, free_port
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "dev.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "dev.yaml"
 
 STORAGES = ("memory", "durable")
-#: what runs a cluster's brokers: Apache Kafka (KRaft, ``ykafka.devstack_kafka``) or Tansu
+#: what runs a cluster's brokers: Apache Kafka (KRaft, ``ykafka.devstack.kafka``) or Tansu
 BROKER_KINDS = ("kafka", "tansu")
+
+
+#: the Kafka listener names every node has: the controllers' quorum and the one clients reach on the cluster's ports
+CONTROLLER = "CONTROLLER"
+CLIENT = "CLIENT"
+DEFAULT_HEAP = "512m"
+
+
+@dataclass
+class KafkaListener:
+    """A client listener beside the cluster's own: ``name`` in server.properties, its security ``protocol``
+    (``SASL_PLAINTEXT``...) and one port per node."""
+
+    name: str
+    protocol: str
+    ports: list[int]
+
+
+@dataclass
+class KafkaSettings:
+    """What a cluster's Kafka nodes run with beyond the launcher's defaults (the hook for security)."""
+
+    protocol: str = "PLAINTEXT"  # of the CLIENT listener on the cluster's ports (also the inter-broker one)
+    listeners: list[KafkaListener] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)  # merged last into server.properties
+    format_args: list[str] = field(default_factory=list)  # e.g. ["--add-scram", "SCRAM-SHA-256=[name=a,password=b]"]
+    jvm_args: list[str] = field(default_factory=list)  # e.g. ["-Djava.security.auth.login.config=/path/jaas.conf"]
+    env: dict[str, str] = field(default_factory=dict)
+    heap: str = DEFAULT_HEAP
+    bootstrap_listener: str = CLIENT  # the listener whose addresses the cluster's bootstrap servers name
 
 
 @dataclass
@@ -42,7 +71,7 @@ class ClusterSpec:
     controller_ports: list[int] = field(default_factory=list)  # Kafka's KRaft quorum; default port+100, +101, ...
     kafka: KafkaSettings = field(default_factory=KafkaSettings)  # listeners / security of Kafka nodes
     #: broker-side security of a Kafka cluster: none, sasl_plaintext or sasl_ssl (SCRAM-SHA-512, ACLs enforced,
-    #: the MetaServer's admin the super user; ``ykafka.kafka_security``)
+    #: the MetaServer's admin the super user; ``ykafka.devstack.security``)
     security: str = "none"
 
     @property
@@ -271,3 +300,13 @@ def ephemeral_config(home: Path, **overrides: Any) -> StackConfig:
     for name, value in overrides.items():
         setattr(cfg, name, value)
     return cfg
+
+
+def client_listener(spec: ClusterSpec) -> tuple[str, list[int]]:
+    """The listener the cluster's bootstrap servers name, and its ports."""
+    if spec.kafka.bootstrap_listener == CLIENT:
+        return CLIENT, spec.ports
+    for listener in spec.kafka.listeners:
+        if listener.name == spec.kafka.bootstrap_listener:
+            return listener.name, listener.ports
+    raise ValueError(f"cluster {spec.name}: no listener {spec.kafka.bootstrap_listener!r}")

@@ -4,7 +4,7 @@ The jars come from Maven Central through the repository's ``devstack/kafka/pom.x
 them once, checksums verified, into :func:`kafka_libs`, a cache outside the checkout). A cluster of ``n`` nodes
 runs every node in combined mode (broker and controller; a static quorum of all ``n`` on loopback); its storage
 (``log.dirs``, one folder per node under the stack's home) is formatted once with a cluster id kept beside it,
-so a restarted broker keeps what it acknowledged. :mod:`ykafka.devstack_services` builds the :class:`Service` of each
+so a restarted broker keeps what it acknowledged. :mod:`ykafka.devstack.services` builds the :class:`Service` of each
 node through :func:`kafka_services`; everything Kafka-specific lives here.
 
 Hook for listeners and security (``ClusterSpec.kafka``, a :class:`KafkaSettings`): extra listeners with their
@@ -23,17 +23,19 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
 
-from ykafka.devstack_procs import StackError, log_tail
-
-if TYPE_CHECKING:
-    from ykafka.devstack_config import ClusterSpec, StackConfig
-    from ykafka.devstack_services import Service
+from ykafka.devstack.config import (
+    CLIENT,
+    CONTROLLER,
+    ClusterSpec,
+    KafkaSettings,
+    StackConfig,
+    client_listener,
+)
+from ykafka.devstack.procs import Service, StackError, log_tail
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +43,6 @@ log = structlog.get_logger(__name__)
 KAFKA_VERSION = "4.1.1"
 #: the broker's heap: enough for the suite's and the demo's traffic, small enough for 2-node stacks on a 2-core,
 #: 24 GB machine (docs/deployment.md: start time and RSS measured at this figure)
-DEFAULT_HEAP = "512m"
 #: start-up over peak speed: a small heap needs no concurrent collector, and one JVM class-data archive
 #: (C1 only: a third less CPU to start, docs/deployment.md; ``KafkaSettings.jvm_args`` comes later and wins)
 JVM_ARGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-XX:+ExitOnOutOfMemoryError",
@@ -49,8 +50,6 @@ JVM_ARGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-XX:
 #: how long a node may take to answer: seconds when the machine is idle, much longer when a 2-core machine runs
 #: the suite and a node recovers its logs after a SIGKILL
 STARTUP_TIMEOUT_S = 120.0
-CONTROLLER = "CONTROLLER"
-CLIENT = "CLIENT"
 
 LOG4J2 = """\
 # the broker logs to stdout, which the stack sends to the node's log file (logs/<name>.log)
@@ -76,30 +75,6 @@ logger.logmanager.level = WARN
 
 class KafkaMissing(RuntimeError):
     """Java or the broker's jars are not there; the message says how to get them."""
-
-
-@dataclass
-class KafkaListener:
-    """A client listener beside the cluster's own: ``name`` in server.properties, its security ``protocol``
-    (``SASL_PLAINTEXT``...) and one port per node."""
-
-    name: str
-    protocol: str
-    ports: list[int]
-
-
-@dataclass
-class KafkaSettings:
-    """What a cluster's Kafka nodes run with beyond the launcher's defaults (the hook for security)."""
-
-    protocol: str = "PLAINTEXT"  # of the CLIENT listener on the cluster's ports (also the inter-broker one)
-    listeners: list[KafkaListener] = field(default_factory=list)
-    properties: dict[str, str] = field(default_factory=dict)  # merged last into server.properties
-    format_args: list[str] = field(default_factory=list)  # e.g. ["--add-scram", "SCRAM-SHA-256=[name=a,password=b]"]
-    jvm_args: list[str] = field(default_factory=list)  # e.g. ["-Djava.security.auth.login.config=/path/jaas.conf"]
-    env: dict[str, str] = field(default_factory=dict)
-    heap: str = DEFAULT_HEAP
-    bootstrap_listener: str = CLIENT  # the listener whose addresses the cluster's bootstrap servers name
 
 
 def kafka_libs() -> Path:
@@ -137,16 +112,6 @@ def new_cluster_id() -> str:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not text.startswith("-"):
             return text
-
-
-def client_listener(spec: ClusterSpec) -> tuple[str, list[int]]:
-    """The listener the cluster's bootstrap servers name, and its ports."""
-    if spec.kafka.bootstrap_listener == CLIENT:
-        return CLIENT, spec.ports
-    for listener in spec.kafka.listeners:
-        if listener.name == spec.kafka.bootstrap_listener:
-            return listener.name, listener.ports
-    raise ValueError(f"cluster {spec.name}: no listener {spec.kafka.bootstrap_listener!r}")
 
 
 def cluster_dir(home: Path, spec: ClusterSpec) -> Path:

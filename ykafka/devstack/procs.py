@@ -11,12 +11,9 @@ import signal
 import socket
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ykafka.devstack_services import Service
 
 
 class StackError(RuntimeError):
@@ -229,3 +226,25 @@ def log_tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+@dataclass
+class Service:
+    """One background process of the stack."""
+
+    name: str
+    argv: list[str]
+    port: int
+    health_url: str | None = None  # HTTP health check; else a TCP connect
+    env: dict[str, str] = field(default_factory=dict)  # added to the stack's environment
+    prepare: Callable[[], None] | None = None  # run before each start (a Kafka node formats its storage)
+    group: str | None = None  # services of one group start together, then are waited for (a KRaft quorum)
+    kind: str | None = None  # a broker's kind (kafka, tansu)
+    node_id: int | None = None  # a broker's node id
+    startup_timeout_s: float | None = None  # longer than the stack's own (a JVM recovering its logs under load)
+
+    def pid_file(self, home: Path) -> Path:
+        return home / "run" / f"{self.name}.pid"
+
+    def log_file(self, home: Path) -> Path:
+        return home / "logs" / f"{self.name}.log"

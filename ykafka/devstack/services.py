@@ -4,13 +4,11 @@ broker, S3 server, config service and MetaServer replica, in start order (:func:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ykafka.devstack_config import ClusterSpec, StackConfig
-from ykafka.devstack_kafka import kafka_services
-from ykafka.devstack_procs import StackError
+from ykafka.devstack.config import ClusterSpec, StackConfig
+from ykafka.devstack.kafka import kafka_services
+from ykafka.devstack.procs import Service, StackError
 from ykafka.servers import ServerPackage, install_hint, require_server_package
 
 
@@ -18,7 +16,7 @@ def secure(spec: ClusterSpec, home: Path) -> None:
     """Give a secured Kafka cluster's nodes their listener security, authorizer and super user (the CA and
     broker certificate under ``<home>/tls``, made at the first ``up``; the super user's password in
     ``<home>/secrets``, 0600)."""
-    from ykafka import kafka_security
+    from ykafka.devstack import security as kafka_security
 
     protocol = spec.security.upper()
     tls = kafka_security.make_tls(home / "tls") if protocol == "SASL_SSL" else None
@@ -35,28 +33,6 @@ def secure(spec: ClusterSpec, home: Path) -> None:
 def replica_name(service: str, index: int) -> str:
     """``configcenter``, ``configcenter-2``, ...: the first replica keeps the plain name (as brokers do)."""
     return service if index == 0 else f"{service}-{index + 1}"
-
-
-@dataclass
-class Service:
-    """One background process of the stack."""
-
-    name: str
-    argv: list[str]
-    port: int
-    health_url: str | None = None  # HTTP health check; else a TCP connect
-    env: dict[str, str] = field(default_factory=dict)  # added to the stack's environment
-    prepare: Callable[[], None] | None = None  # run before each start (a Kafka node formats its storage)
-    group: str | None = None  # services of one group start together, then are waited for (a KRaft quorum)
-    kind: str | None = None  # a broker's kind (kafka, tansu)
-    node_id: int | None = None  # a broker's node id
-    startup_timeout_s: float | None = None  # longer than the stack's own (a JVM recovering its logs under load)
-
-    def pid_file(self, home: Path) -> Path:
-        return home / "run" / f"{self.name}.pid"
-
-    def log_file(self, home: Path) -> Path:
-        return home / "logs" / f"{self.name}.log"
 
 
 def tansu_binary() -> str:
@@ -131,7 +107,7 @@ def services(cfg: StackConfig) -> list[Service]:
               # the console's masking rules for browsed messages: <home>/masks.yaml when it exists
               "YKAFKA_MS_CONSOLE_MASKS": str(home / "masks.yaml")}
     if secured:  # the MetaServer is the secured clusters' super user: it issues every app's principal and ACLs
-        from ykafka import kafka_security
+        from ykafka.devstack import security as kafka_security
 
         ms_env["YKAFKA_MS_KAFKA_ADMIN_USER"] = kafka_security.ADMIN_USER
         ms_env["YKAFKA_MS_KAFKA_ADMIN_PASSWORD"] = kafka_security.admin_password(home)
@@ -140,7 +116,7 @@ def services(cfg: StackConfig) -> list[Service]:
         out.append(Service(
             replica_name("metaserver", index),
             [*_python(), metaserver, "serve", "--host", cfg.host, "--port", str(port),
-             "--db-url", f"sqlite:///{home / 'data' / 'metaserver.db'}",
+             "--db-url", f"sqlite:///{home / 'data' / 'metaserver.storage.db'}",
              "--configcenter-url", ",".join(cfg.configcenter_urls),  # handed to clients: they fail over
              "--renew-interval", str(cfg.renew_interval),
              "--default-cluster", cfg.default_cluster,

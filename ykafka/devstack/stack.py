@@ -23,15 +23,8 @@ from typing import Any
 import requests
 import structlog
 
-from ykafka.devstack_config import (
-    BROKER_KINDS,
-    DEFAULT_CONFIG,
-    STORAGES,
-    ClusterSpec,
-    StackConfig,
-    ephemeral_config,
-)
-from ykafka.devstack_procs import (
+from ykafka.devstack.config import BROKER_KINDS, DEFAULT_CONFIG, STORAGES, ClusterSpec, StackConfig, ephemeral_config
+from ykafka.devstack.procs import (
     ServiceRecord,
     StackError,
     free_port,
@@ -46,7 +39,7 @@ from ykafka.devstack_procs import (
     write_private,
     write_record,
 )
-from ykafka.devstack_services import Service, replica_name, services
+from ykafka.devstack.services import Service, replica_name, services
 
 __all__ = ["BROKER_KINDS", "DEFAULT_CONFIG", "STORAGES", "ClusterSpec", "Service", "ServiceRecord", "Stack",
            "StackConfig", "StackError", "ephemeral_config", "free_port", "replica_name", "services",
@@ -194,7 +187,7 @@ class Stack:
 
     def _unformatted_kafka(self, names: list[str] | None) -> list[ClusterSpec]:
         """The Kafka clusters this call starts for the first time (their first node not formatted yet)."""
-        from ykafka.devstack_kafka import node_dir
+        from ykafka.devstack.kafka import node_dir
 
         wanted = {svc.name for svc in self.services(names)}
         return [spec for spec in self.cfg.clusters.values()
@@ -222,7 +215,7 @@ class Stack:
         """librdkafka settings of the cluster's super user (none for an open cluster)."""
         if spec.security == "none":
             return {}
-        from ykafka import kafka_security
+        from ykafka.devstack import security as kafka_security
 
         security = self.security(spec) or {}
         return kafka_security.client_properties(protocol=str(security["protocol"]), username=kafka_security.ADMIN_USER,
@@ -381,7 +374,7 @@ class Stack:
         """The registry's ``security`` of a cluster (its CA for SASL_SSL), None when it is open."""
         if spec.security == "none":
             return None
-        from ykafka import kafka_security
+        from ykafka.devstack import security as kafka_security
 
         ca = kafka_security.make_tls(self.home.resolve() / "tls").ca_pem() if spec.security == "sasl_ssl" else None
         return {"protocol": spec.security.upper(), "mechanism": kafka_security.MECHANISM, "ca_pem": ca}

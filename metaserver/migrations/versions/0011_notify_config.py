@@ -1,4 +1,4 @@
-"""Alert notification channels, routes and silences as edited in the console (metaserver/notifications.py).
+"""Alert notification channels, routes and silences as edited in the console (metaserver/domain/notifications.py).
 
 Revision ID: 0011
 Revises: 0010

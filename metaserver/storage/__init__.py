@@ -1,0 +1,3 @@
+"""The MetaServer's storage: its tables (SQLAlchemy Core), the engine and migrations, and the grant path's
+pre-written SQL.
+"""
