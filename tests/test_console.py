@@ -1010,7 +1010,7 @@ def test_every_page_in_the_navigation_answers_for_each_role_without_an_error(con
     for role in ("viewer", "operator", "admin"):
         page.context.clear_cookies()
         console.login(page, role)
-        links = page.locator("header nav a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+        links = page.locator("nav.side a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
         assert ("/console/users" in links) == (role == "admin"), (role, links)
         assert len(links) >= 12, links
         for href in links:
@@ -1020,6 +1020,41 @@ def test_every_page_in_the_navigation_answers_for_each_role_without_an_error(con
             text = page.locator("main").inner_text()
             assert "Traceback" not in text and "Internal Server Error" not in text, (role, href)
             assert str(console.stack.home) not in page.content(), (role, href)  # no server path shown
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_navigation_is_grouped_by_task_one_line_a_link_and_marks_the_page_you_are_on(
+        console: Console, browser: Any, width: int) -> None:
+    """The navigation an admin sees at 1,280 and 1,920 px: four task groups (observe, change, govern, alert) in
+    that order after Overview, every link on one line and inside the window, and exactly the page you are on
+    marked (class and aria-current), here on the groups page. The screenshots land in docs/img/."""
+    context = browser.new_context(viewport={"width": width, "height": 860})
+    page = context.new_page()
+    try:
+        console.login(page, "admin")
+        page.goto(console.url + "/console/groups")
+        groups = page.locator("nav.side .navgroup").evaluate_all(
+            "gs => gs.map(g => [g.querySelector('.navtitle')?.innerText || '',"
+            " [...g.querySelectorAll('a')].map(a => a.innerText)])")
+        assert groups == [
+            ["", ["Overview"]],
+            ["OBSERVE", ["Clients", "Topics", "Groups", "Trace", "DLQ"]],
+            ["CHANGE", ["Hot config", "Rollouts", "Guard rules"]],
+            ["GOVERN", ["Apps & ACLs", "Requests", "Clusters", "Users", "Audit log"]],
+            ["ALERT", ["Alerts", "Notifications"]]], groups
+        boxes = page.locator("nav.side a").evaluate_all(
+            "as => as.map(a => { const r = a.getBoundingClientRect(); return [a.innerText, r.height, r.right]; })")
+        line = page.locator("nav.side a").first.evaluate("a => parseFloat(getComputedStyle(a).lineHeight)")
+        for label, height, right in boxes:
+            assert height < 2 * line, (width, label, height)  # one line, never wrapped
+            assert right <= width, (width, label, right)
+        marked = page.locator("nav.side a[aria-current=page]").evaluate_all(
+            "as => as.map(a => [a.getAttribute('href'), a.className])")
+        assert marked == [["/console/groups", "on"]], marked
+        assert page.locator("main h1").bounding_box()["x"] > 160  # the page sits beside the navigation
+        console.shot(page, f"nav-{width}")
+    finally:
+        context.close()
 
 
 def test_the_topics_page_lists_a_hundred_topics_a_page_with_their_clients_counted_and_pages_on(tmp_path: Any) -> None:
