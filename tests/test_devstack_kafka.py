@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers import wait_until
 from tests.support import ROOT, Broker
-from ykafka.devstack import Stack, StackError, ephemeral_config, free_port, services
+from ykafka.devstack import Stack, StackConfig, StackError, ephemeral_config, free_port, services
 from ykafka.devstack.kafka import KAFKA_VERSION, new_cluster_id, server_properties
 
 
@@ -122,6 +122,52 @@ def test_a_controller_port_given_to_another_service_is_refused_before_anything_s
         Stack(cfg).up()
     assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob("*.pid"))
 
+
+
+def test_clusters_given_ports_100_apart_are_told_how_to_set_the_controller_port_and_the_flag_works(
+        tmp_path: Path) -> None:
+    """``--dc-a-port 41092 --dc-b-port 41192``: dc-a's controller would take 41192 (its port + 100). The refusal
+    names the flag that moves it, and with the flag the same ports pass the check (nothing started here)."""
+    from click.testing import CliRunner
+
+    from ykafka.cli import main
+
+    home = tmp_path / "home"
+    env = {"YKAFKA_DEV_BROKER": "kafka", "YKAFKA_DEV_HOME": str(home)}
+    refused = CliRunner().invoke(main, ["dev", "up", "--dc-a-port", "41092", "--dc-b-port", "41192"], env=env)
+    assert refused.exit_code != 0
+    assert "ports used twice: 41192 by dc-b, dc-a (controller)" in refused.output, refused.output
+    assert "--dc-a-controller-port PORT" in refused.output and "YKAFKA_DEV_DC_A_CONTROLLER_PORT" in refused.output
+    assert "--dc-a-controller-port" in CliRunner().invoke(main, ["dev", "up", "--help"]).output
+    cfg = StackConfig.load(None, env={**env}, home=home, **{"dc-a_port": 41092, "dc-b_port": 41192,
+                                                            "dc-a_controller_port": 41300})
+    assert cfg.clusters["dc-a"].quorum_ports == [41300 + i for i in range(cfg.clusters["dc-a"].brokers)]
+    Stack(cfg)._check_ports()
+
+
+def test_a_node_that_exits_at_start_is_reported_as_exited_with_its_logs_reason_at_once(tmp_path: Path) -> None:
+    """A Kafka node whose controller port another process holds exits within seconds: ``up`` says it exited and
+    why (the JVM's 'Address already in use'), instead of waiting out the start-up timeout."""
+    import socket
+    import time
+
+    cfg = ephemeral_config(tmp_path, broker="kafka")
+    cfg.startup_timeout_s = 300
+    held = socket.socket()
+    held.bind(("127.0.0.1", cfg.clusters["dc-a"].quorum_ports[0]))
+    held.listen()
+    stack = Stack(cfg)
+    began = time.monotonic()
+    try:
+        with pytest.raises(StackError) as failed:
+            stack.up(["dc-a"], seed=False)
+    finally:
+        held.close()
+        stack.down()
+    text = str(failed.value)
+    assert text.startswith("dc-a (pid ") and " exited with code " in text and "before answering on port" in text, text
+    assert "Address already in use" in text.splitlines()[0], text
+    assert time.monotonic() - began < cfg.startup_timeout_s / 2  # not the timeout's 'did not answer' path
 
 
 def test_free_ports_handed_to_a_live_process_are_not_handed_to_another() -> None:

@@ -56,6 +56,11 @@ _stack_options = [
     click.option("--home", default=None, help="pid files, logs and data (env YKAFKA_DEV_HOME, default .ykafka)"),
     click.option("--dc-a-port", type=int, default=None, help="port of cluster dc-a (env YKAFKA_DEV_DC_A_PORT)"),
     click.option("--dc-b-port", type=int, default=None, help="port of cluster dc-b (env YKAFKA_DEV_DC_B_PORT)"),
+    click.option("--dc-a-controller-port", type=int, default=None,
+                 help="KRaft controller port of dc-a's first Kafka node, the next nodes take the next ports (default: "
+                      "each node's port + 100; env YKAFKA_DEV_DC_A_CONTROLLER_PORT)"),
+    click.option("--dc-b-controller-port", type=int, default=None,
+                 help="the same for dc-b (env YKAFKA_DEV_DC_B_CONTROLLER_PORT)"),
     click.option("--configcenter-port", type=int, default=None, help="env YKAFKA_DEV_CONFIGCENTER_PORT"),
     click.option("--metaserver-port", type=int, default=None, help="env YKAFKA_DEV_METASERVER_PORT"),
 ]
@@ -70,6 +75,7 @@ def stack_options(func: Any) -> Any:
 def _build(kw: dict[str, Any]) -> Stack:
     return _stack(kw.pop("config"), kw.pop("home"), {
         "dc-a": kw.pop("dc_a_port"), "dc-b": kw.pop("dc_b_port"),
+        "dc-a_controller": kw.pop("dc_a_controller_port"), "dc-b_controller": kw.pop("dc_b_controller_port"),
         "configcenter": kw.pop("configcenter_port"), "metaserver": kw.pop("metaserver_port"),
     })
 

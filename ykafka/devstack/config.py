@@ -159,7 +159,8 @@ class StackConfig:
                                            else "memory")),
                               int(spec.get("brokers") or (2 if spec.get("storage") == "durable" else 1)),
                               broker=str(spec.get("broker", default_broker)),
-                              controller_ports=[int(p) for p in spec.get("controller_ports") or []],
+                              controller_ports=_controller_ports(
+                                  env.get(f"YKAFKA_DEV_{_envname(name)}_CONTROLLER_PORT"), spec),
                               security=str(env.get("YKAFKA_DEV_SECURITY") or spec.get("security")
                                            or raw.get("security") or "none").lower())
             for name, spec in (raw.get("clusters") or {}).items()
@@ -197,7 +198,10 @@ class StackConfig:
         for name, value in overrides.items():
             if value is None:
                 continue
-            if name.endswith("_port") and name[:-5] in cfg.clusters:
+            if name.endswith("_controller_port") and name[:-16] in cfg.clusters:
+                spec = cfg.clusters[name[:-16]]
+                spec.controller_ports = [int(value) + i for i in range(spec.brokers)]
+            elif name.endswith("_port") and name[:-5] in cfg.clusters:
                 cfg.clusters[name[:-5]].port = int(value)
             else:
                 setattr(cfg, name, value)
@@ -300,6 +304,15 @@ def ephemeral_config(home: Path, **overrides: Any) -> StackConfig:
     for name, value in overrides.items():
         setattr(cfg, name, value)
     return cfg
+
+
+def _controller_ports(first: str | None, spec: Mapping[str, Any]) -> list[int]:
+    """A cluster's KRaft controller ports: ``first`` (an env var or flag) and the next ones for its other nodes,
+    else configs/dev.yaml's ``controller_ports``, else none given (then each node's is its port + 100)."""
+    if first:
+        brokers = int(spec.get("brokers") or (2 if spec.get("storage") == "durable" else 1))
+        return [int(first) + i for i in range(brokers)]
+    return [int(p) for p in spec.get("controller_ports") or []]
 
 
 def client_listener(spec: ClusterSpec) -> tuple[str, list[int]]:

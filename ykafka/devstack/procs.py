@@ -221,6 +221,25 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return False
 
 
+#: what a process's log says when it gave up at start, most telling first (a JVM prints the bind error deep in a
+#: stack trace; Python servers end with the exception line)
+_REASONS = ("Address already in use", "BindException", "Permission denied", "OutOfMemoryError",
+            "Exception", "Error", "FATAL")
+
+
+def exit_reason(path: Path) -> str | None:
+    """The one log line that says why a process exited at start (``Address already in use`` ...), or None."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-400:]
+    except OSError:
+        return None
+    for needle in _REASONS:
+        for line in reversed(lines):
+            if needle in line:
+                return line.strip()[:300]
+    return None
+
+
 def log_tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

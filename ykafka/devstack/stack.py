@@ -27,6 +27,7 @@ from ykafka.devstack.config import BROKER_KINDS, DEFAULT_CONFIG, STORAGES, Clust
 from ykafka.devstack.procs import (
     ServiceRecord,
     StackError,
+    exit_reason,
     free_port,
     log_tail,
     pid_alive,
@@ -64,6 +65,7 @@ class Stack:
         self.cfg = cfg
         self.home = cfg.home.resolve()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._batch: list[tuple[Service, int]] = []  # the processes one _up_batch started or found, with pids
         self._recorded_replicas = 1  # what the running stack was started with (run/replicas.json)
         self._load_layout()
 
@@ -179,6 +181,7 @@ class Stack:
         for svc in todo:
             waiting.append((svc, self._spawn(svc)))
             spawned.append(svc.name)
+        self._batch = waiting  # a node waits on its peers' quorum: one that exits ends the wait of all
         for svc, pid in waiting:
             self._wait_healthy(svc, pid)
             started[svc.name] = pid
@@ -234,9 +237,18 @@ class Stack:
                     owners.setdefault(port, []).append(f"{spec.broker_name(index)} (controller)")
         clashes = {port: names for port, names in owners.items() if len(names) > 1}
         if clashes:
+            hint = " (configs/dev.yaml: ports, controller_ports)"
+            controllers = sorted({name.split(" ")[0] for names in clashes.values() for name in names
+                                  if name.endswith("(controller)")})
+            clusters = [spec.name for spec in self.cfg.clusters.values()
+                        if any(spec.broker_name(i) in controllers for i in range(spec.brokers))]
+            if clusters:
+                hint = ("; a Kafka node's controller port is its port + 100 unless set: give "
+                        + " and ".join(f"{name} its own with --{name}-controller-port PORT (env YKAFKA_DEV_"
+                                       f"{name.upper().replace('-', '_')}_CONTROLLER_PORT)" for name in clusters)
+                        + ", or controller_ports in configs/dev.yaml")
             raise StackError("ports used twice: " + "; ".join(f"{port} by {', '.join(names)}"
-                                                            for port, names in sorted(clashes.items()))
-                             + " (configs/dev.yaml: ports, controller_ports)")
+                                                            for port, names in sorted(clashes.items())) + hint)
 
     def _make_buckets(self) -> None:
         """One bucket per durable cluster (moto keeps them in memory: the S3 server lives as long as the stack)."""
@@ -257,17 +269,33 @@ class Stack:
         return proc.pid
 
     def _wait_healthy(self, svc: Service, pid: int) -> None:
+        """Until ``svc`` answers; a process of the batch that exits first (this one, or a quorum peer it waits
+        for) ends the wait at once, reported as exited with its log's reason, not as a timeout."""
         timeout = max(self.cfg.startup_timeout_s, svc.startup_timeout_s or 0)
         deadline = time.monotonic() + timeout
+        watched = [(svc, pid), *((s, p) for s, p in self._batch if s.name != svc.name)]
         while time.monotonic() < deadline:
             if _healthy(self.cfg, svc):
                 return
-            if not pid_alive(pid):
-                break
+            gone = next(((s, p) for s, p in watched if not pid_alive(p)), None)
+            if gone is not None:
+                raise self._exited(*gone)
             time.sleep(0.1)
         tail = log_tail(svc.log_file(self.home))
         raise StackError(f"{svc.name} (pid {pid}) did not answer on port {svc.port} within "
                          f"{timeout:g}s; log {svc.log_file(self.home)}:\n{tail}")
+
+    def _exited(self, svc: Service, pid: int) -> StackError:
+        proc = self._procs.get(svc.name)
+        code = None
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = proc.wait(timeout=2)  # reaped here; a JVM may still be ending its threads
+        log_path = svc.log_file(self.home)
+        reason = exit_reason(log_path)
+        return StackError(f"{svc.name} (pid {pid}) exited{f' with code {code}' if code is not None else ''} before "
+                          f"answering on port {svc.port}{f': {reason}' if reason else ''}; log {log_path}:\n"
+                          f"{log_tail(log_path)}")
 
     def down(self, names: list[str] | None = None, timeout: float = 10.0) -> dict[str, int]:
         """Stop exactly the processes this stack started, newest first, each checked against its record (so a
