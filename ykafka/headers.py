@@ -31,6 +31,9 @@ ORIGINAL_TIMESTAMP = "ykafka-original-timestamp"
 REPLAYED_FROM = "ykafka-replayed-from"
 #: Set by the failback sync on a record copied from the standby back to the primary: the standby's name.
 SYNCED_FROM = "ykafka-synced-from"
+#: Set by the DR engine on a record it writes to a standby during an outage: the writing engine's id (persisted in its
+#: spill directory). Each producer process syncs back exactly the records carrying its own id (``ykafka.dr.sync``).
+DR_WRITER = "ykafka-dr-writer"
 #: The failback sync's header name before ``SYNCED_FROM`` (read, never written).
 LEGACY_SYNCED_FROM = "ykafka.synced.from"
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from ykafka import headers as H
 from ykafka.dr.health import ClusterState, HealthMonitor, HealthPolicy
 from ykafka.dr.link import ClusterLink, DirectSender, Outgoing
 from ykafka.dr.mailbox import Mailbox, mark_internal
@@ -312,6 +313,8 @@ class DisasterRecovery:
                                        headers, on_delivery))
         spec, cluster = self._decide_for_write(topic)
         if spec.standby is not None:
+            if cluster != spec.primary:
+                msg = self._tagged(msg)
             # the route's other cluster may still hold older messages of this topic that will come back
             # (purged, failed) and be re-routed here: they go first, so a key is never overtaken
             other_name = spec.standby if cluster == spec.primary else spec.primary
@@ -323,6 +326,22 @@ class DisasterRecovery:
                 elif other.must_hand_over:
                     other.hand_over()
         self.link(cluster).send(msg, spill_wait, client if client_cluster == cluster else None)
+
+    def _tagged(self, msg: Outgoing) -> Outgoing:
+        """``msg`` carrying this engine's writer id (``ykafka-dr-writer``), as every write to a standby does: the
+        failback sync of this process copies back exactly those records (:mod:`ykafka.dr.sync`)."""
+        headers = msg.headers
+        if isinstance(headers, dict):
+            if H.DR_WRITER in headers:
+                return msg
+            tagged: Any = {**headers, H.DR_WRITER: self._outages.writer_header}
+        else:
+            pairs = list(headers or ())
+            if any(name == H.DR_WRITER for name, _value in pairs):
+                return msg
+            pairs.append((H.DR_WRITER, self._outages.writer_header))
+            tagged = pairs
+        return msg._replace(headers=tagged)
 
     def _reroute(self, failed_cluster: str, msg: Outgoing, err: RawKafkaError) -> None:
         """A message came back from ``failed_cluster`` undelivered: send it where the route now says,
@@ -336,6 +355,8 @@ class DisasterRecovery:
         link = self.link(cluster)
         try:
             if cluster != failed_cluster:
+                if cluster != spec.primary:
+                    msg = self._tagged(msg)
                 link.send(msg, spill_wait=False)  # the standby (it spills there if it must)
                 return
             if spec.spill and link.queue is not None:

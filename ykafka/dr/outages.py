@@ -45,6 +45,9 @@ class Outages:
         self._cancelled: dict[tuple[str, str], SyncJob] = {}  # a sync cut short by a new outage, still closing
         self._finished: list[dict[str, Any]] = []
         self._store = OutageStore(directory)
+        #: tags this engine's standby writes; its syncs copy back only those (:mod:`ykafka.dr.sync`)
+        self.writer = self._store.writer_id()
+        self.writer_header = self.writer.encode()
         for outage in self._store.load_all():
             self._open[(outage.primary, outage.topic)] = outage
 
@@ -97,7 +100,8 @@ class Outages:
                     existing.ended = None
                     self._store.save(existing)
                     return
-            outage = Outage(primary, standby, topic, time.time(), self._end_offsets(standby, topic))  # network
+            outage = Outage(primary, standby, topic, time.time(), self._end_offsets(standby, topic),  # network
+                            writer=self.writer)
             with self._lock:
                 self._store.save(outage)
                 self._open[key] = outage

@@ -3,6 +3,14 @@
 A :class:`SyncJob` consumes the standby from the offsets recorded before the first outage write (or from
 the sync group's committed offsets), produces to the primary, and commits on the standby only after the
 primary acknowledged. At-least-once; resumable from the committed group and an :class:`OutageStore` file.
+
+Several producer processes of one app fail over at different moments, each recording its own start offsets. A
+sync group shared by them let the assignor hand one process's partitions to another whose recorded start lay past
+the first one's writes: those were never copied (issue 38: 441 records of one run). So each engine has a writer id
+(persisted beside its outages), tags every record it writes to the standby with it (``ykafka-dr-writer``), and
+syncs back in a group of its own (``ykafka-failback.<primary>.<topic>.<writer>``, one member: every partition)
+exactly the records carrying its id, from the offsets it recorded itself: correct whatever the assignor does and
+whenever the other processes fail over or back, at the cost of each process reading the others' records too.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import json
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,9 +61,14 @@ class Outage:
     start_offsets: dict[str, int] | None = None  # partition -> standby offset before the first outage write
     ended: float | None = None
     synced: int = 0
+    #: the id the writing engine tagged its standby writes with (``ykafka-dr-writer``); None: an outage recorded
+    #: before writer ids existed, synced in the shared group without a filter, as then
+    writer: str | None = None
 
     @property
     def group(self) -> str:
+        if self.writer:
+            return f"ykafka-failback.{self.primary}.{self.topic}.{self.writer}"
         return f"ykafka-failback.{self.primary}.{self.topic}"
 
 
@@ -64,6 +78,20 @@ class OutageStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
+
+    def writer_id(self) -> str:
+        """This spill directory's writer id (created once): a restarted process on the same spill slot keeps it, so
+        it resumes its own sync group and still recognises the records it wrote to the standby."""
+        path = self.directory / "writer-id"
+        try:
+            found = path.read_text().strip()
+            if re.fullmatch(r"[0-9a-f]{16}", found):
+                return found
+        except FileNotFoundError:
+            pass
+        found = uuid.uuid4().hex[:16]
+        write_private(path, found)
+        return found
 
     def _path(self, primary: str, topic: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"{primary}__{topic}")
@@ -85,6 +113,11 @@ class OutageStore:
             except (OSError, ValueError, TypeError) as exc:
                 log.warning("failback.bad_progress_file", path=str(path), error=str(exc))
         return out
+
+
+def _writer_of(m: Message) -> bytes | None:
+    """The ``ykafka-dr-writer`` header of a consumed record (a consumed record's headers are a list of pairs)."""
+    return H.get(m.headers(), H.DR_WRITER)
 
 
 def connection_only(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,6 +148,7 @@ class SyncJob:
         self.progress_interval_s = progress_interval_s
         self.state = "starting"
         self.copied = 0
+        self.skipped = 0  # records of the standby written by other engines (or natively), read past
         self.left: int | None = None
         self.error: str | None = None
         self.started = time.monotonic()
@@ -179,6 +213,8 @@ class SyncJob:
         last_data = time.monotonic()
         last_log = last_lookup = time.monotonic()
         failures: list[str] = []
+        writer = o.writer.encode() if o.writer else None
+        ends: dict[int, int] | None = None
         try:
             while not self._stop.is_set():
                 msgs = consumer.consume(self.batch, 0.5)
@@ -188,20 +224,24 @@ class SyncJob:
                     if err is not None and err.code() != RawKafkaError._PARTITION_EOF:
                         log.warning("failback.consume_error", topic=o.topic, error=err.str())
                 if good:
-                    if primary_partitions is None:
-                        primary_partitions = self._partitions(producer, o.topic)
-                    self._forward(producer, good, primary_partitions, failures)
-                    if failures:
-                        raise RuntimeError(f"primary refused synced records: {failures[0]}")
+                    mine = good if writer is None else [m for m in good if _writer_of(m) == writer]
+                    if mine:
+                        if primary_partitions is None:
+                            primary_partitions = self._partitions(producer, o.topic)
+                        self._forward(producer, mine, primary_partitions, failures)
+                        if failures:
+                            raise RuntimeError(f"primary refused synced records: {failures[0]}")
                     offsets: dict[int, int] = {}
                     for m in good:
                         part, off = int(m.partition() or 0), int(m.offset() or 0)
                         offsets[part] = max(offsets.get(part, -1), off + 1)
                     consumer.commit(offsets=[TopicPartition(o.topic, p, off) for p, off in offsets.items()],
                                     asynchronous=False)
-                    self.copied += len(good)
-                    o.synced += len(good)
-                    last_data = time.monotonic()
+                    self.copied += len(mine)
+                    self.skipped += len(good) - len(mine)
+                    o.synced += len(mine)
+                    if mine or writer is None:
+                        last_data = time.monotonic()
                 if time.monotonic() - last_log >= self.progress_interval_s:
                     self._progress(consumer, assigned)
                     last_log = time.monotonic()
@@ -209,7 +249,15 @@ class SyncJob:
                     consumer.list_topics(o.topic, timeout=5)  # a metadata answer naming it starts the assignment
                     last_lookup = time.monotonic()
                 if assigned and time.monotonic() - last_data >= self.idle_s and self._standby_idle():
-                    self.left = self._lag(consumer, assigned)
+                    if writer is None:
+                        self.left = self._lag(consumer, assigned)
+                    else:
+                        # every record this engine wrote lies below the ends seen once its standby link held
+                        # nothing more (the outage ended first): records other processes still write to the
+                        # standby later do not keep this sync running
+                        if ends is None or set(ends) != {tp.partition for tp in assigned}:
+                            ends = self._ends(consumer, assigned)
+                        self.left = self._lag(consumer, assigned, ends)
                     if self.left == 0:
                         self.state = "done"
                         break
@@ -219,7 +267,7 @@ class SyncJob:
                 consumer.close()
         elapsed = max(1e-6, time.monotonic() - self.started)
         log.info("failback.sync_done", topic=o.topic, source=o.standby, target=o.primary, copied=self.copied,
-                 rate=round(self.copied / elapsed), state=self.state)
+                 skipped=self.skipped, group=o.group, rate=round(self.copied / elapsed), state=self.state)
 
     @staticmethod
     def _partitions(producer: RawProducer, topic: str) -> int:
@@ -258,7 +306,12 @@ class SyncJob:
         if pending[0] > 0 and not failures:
             failures.append(f"{pending[0]} records not acknowledged by {self.outage.primary} within 60s")
 
-    def _lag(self, consumer: RawConsumer, assigned: list[TopicPartition]) -> int:
+    @staticmethod
+    def _ends(consumer: RawConsumer, assigned: list[TopicPartition]) -> dict[int, int]:
+        return {tp.partition: consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=5,
+                                                             cached=False)[1] for tp in assigned}
+
+    def _lag(self, consumer: RawConsumer, assigned: list[TopicPartition], ends: dict[int, int] | None = None) -> int:
         # librdkafka knows no position before a partition's first message: one assigned at its end (a cancelled
         # sync of the same group copied it all) has none, so the offset it was assigned at stands in; counting
         # from 0 there kept such a sync "running" with everything left, for ever (seen 1 in 3 runs)
@@ -267,6 +320,8 @@ class SyncJob:
         for tp in consumer.position(assigned):
             low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=5,
                                                        cached=False)
+            if ends is not None:
+                high = min(high, ends.get(tp.partition, high))
             position = tp.offset if tp.offset >= 0 else start.get(tp.partition, -1)
             lag += max(0, high - (position if position >= 0 else low))
         return lag
@@ -281,7 +336,7 @@ class SyncJob:
     def status(self) -> dict[str, Any]:
         elapsed = max(1e-6, time.monotonic() - self.started)
         return {"topic": self.outage.topic, "from": self.outage.standby, "to": self.outage.primary,
-                "state": self.state, "copied": self.copied, "left": self.left,
+                "state": self.state, "copied": self.copied, "skipped": self.skipped, "left": self.left,
                 "rate": round(self.copied / elapsed), "error": self.error}
 
     @property
