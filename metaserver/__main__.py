@@ -56,6 +56,13 @@ def main() -> None:
               help="the pipeline's Parquet store (path or URI) served by /v1/admin/aggregates")
 @click.option("--kafka-admin-user", envvar=_env("kafka_admin_user"),
               help="the MetaServer's super user on secured clusters (password: YKAFKA_MS_KAFKA_ADMIN_PASSWORD)")
+@click.option("--client-retention-days", default=7.0, type=float, envvar=_env("client_retention_days"),
+              show_default=True, help="clients not seen for this long leave the inventory")
+@click.option("--client-history-days", default=7.0, type=float, envvar=_env("client_history_days"),
+              show_default=True, help="client history rows (one per changed report) kept this long")
+@click.option("--client-prune-interval", "client_prune_s", default=3600.0, type=float,
+              envvar=_env("client_prune_s"), show_default=True,
+              help="seconds between prunes of the client inventory (0: never)")
 @click.option("--acl-reconcile-interval", "acl_reconcile_s", default=60.0, type=float, envvar=_env("acl_reconcile_s"),
               show_default=True, help="seconds between ACL reconciles of secured clusters (0: after changes only)")
 @click.option("--credential-grace", "credential_grace_s", default=None, type=float,

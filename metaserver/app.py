@@ -8,9 +8,11 @@ reasons for bad input, 502 when the config center fails.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hashlib
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,11 +20,12 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from .console import install as install_console
 from .console.sso import OidcClient
 from .console.sso import enabled as sso_enabled
-from .domain import credentials
+from .domain import clients, credentials
 from .domain.apollo import ApolloError, ApolloOpenApi
 from .domain.auth import AuthFailed, RateLimited
 from .domain.authswitch import AuthSwitch
@@ -91,6 +94,24 @@ def build_services(settings: Settings) -> Services:
     return svc
 
 
+async def _prune_clients(svc: Services) -> None:
+    """The client inventory's retention, every ``client_prune_s`` (the first a minute after start): each
+    MetaServer runs it, the deletes are idempotent and batched (domain/clients.prune)."""
+    settings = svc.settings
+    delay = min(60.0, settings.client_prune_s)
+    while True:
+        await asyncio.sleep(delay)
+        delay = settings.client_prune_s
+        try:
+            removed = await run_in_threadpool(clients.prune, svc.engine, time.time(),
+                                              settings.client_retention_days * 86400,
+                                              settings.client_history_days * 86400)
+            if any(removed.values()):
+                log.info("clients.pruned", **removed)
+        except Exception:  # noqa: BLE001 - the database went away: the next round tries again
+            log.warning("clients.prune_failed", exc_info=True)
+
+
 def create_app(settings: Settings) -> FastAPI:
     svc = build_services(settings)
 
@@ -105,7 +126,10 @@ def create_app(settings: Settings) -> FastAPI:
         svc.reconciler.kick()  # a first pass at start-up repairs whatever drifted while no MetaServer ran
         driver = RolloutDriver(svc).start()  # drives rollout plans while this process holds the lease
         _app.state.rollout_driver = driver
+        pruner = asyncio.create_task(_prune_clients(svc)) if settings.client_prune_s > 0 else None
         yield
+        if pruner is not None:
+            pruner.cancel()
         driver.stop()
         svc.reconciler.stop()
         svc.engine.dispose()

@@ -73,6 +73,11 @@ class Settings:
     #: how long a rotated app credential keeps working, so every client renews onto the new one first
     #: (default: two renew intervals plus a minute)
     credential_grace_s: float | None = None
+    #: the client inventory's retention: clients not seen for this long leave the real-time view, history rows
+    #: (one per changed report) older than this are deleted; checked every ``client_prune_s`` (0: never)
+    client_retention_days: float = 7.0
+    client_history_days: float = 7.0
+    client_prune_s: float = 3600.0
     #: the console role that sees message values when browsing a topic (lower roles see metadata only)
     console_values_role: str = "operator"
     #: the console role that may export browsed messages as JSON lines

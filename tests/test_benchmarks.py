@@ -26,6 +26,7 @@ EXPECTED: dict[str, set[str]] = {
     "configcenter_namespaces": {"namespaces", "start_s", "rss_mb", "release_p50_ms", "release_p99_ms",
                                 "wrongly_answered", "errors"},
     "configcenter_longpoll": {"pollers", "p50_ms", "p99_ms", "answered", "errors"},
+    "control_plane_scale": {"sizes", "by_size", "targets", "met", "errors", "missed", "fd_limit"},
     "controlplane_failover": {"clients", "procs", "repark_p99_s", "all_reparked_s", "release_after_kill_p99_ms",
                               "notified_p99_ms", "fetch_p99_ms", "missed",
                               "applied_after_cc_kill_ms", "applied_after_ms_kill_ms", "lost", "survivor_rss_mb"},

@@ -1,6 +1,11 @@
-"""Client reports: the real-time view (one row per client, last seen) and the append-only history.
+"""Client reports: the real-time view (one row per client, last seen) and the history of what changed.
 
 A client is online while it has reported within three heartbeats (the heartbeat is the renew interval).
+
+The history gets a row when a client first reports and whenever its report differs from the one before, not
+at every heartbeat: 100,000 clients reporting every 30 s would otherwise add 288 million rows a day, all
+saying "still the same" (``last_seen`` in the real-time view already says that). :func:`prune` bounds both
+tables by age (bench/control_plane_scale.py measures their size after a simulated week).
 """
 
 from __future__ import annotations
@@ -8,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, select
+from sqlalchemy import Connection, Engine, Table, delete, select, tuple_
 
 from ..schemas import ClientReport
 from ..storage import db
@@ -26,16 +31,52 @@ def _columns(report: ClientReport) -> dict[str, Any]:
     }
 
 
-def store(engine: Engine, report: ClientReport) -> None:
-    now = time.time()
+_STATE_VALUES = tuple(client_state.c[name] for name in CLIENT_FIELDS)
+
+
+def store(engine: Engine, report: ClientReport, now: float | None = None) -> bool:
+    """Record a report in the real-time view; add it to the history only when it differs from the client's
+    previous report (or is its first). Returns whether a history row was written. ``now``: the report's time
+    (the simulated week of the benchmark moves it; servers leave it to the clock)."""
+    now = time.time() if now is None else now
     values = _columns(report)
     with db.write(engine) as conn:
+        before = conn.execute(select(*_STATE_VALUES).where(client_state.c.app_id == report.app_id,
+                                                           client_state.c.client_id == report.client_id)).first()
         db.upsert(conn, client_state,
                   {"app_id": report.app_id, "client_id": report.client_id, **values, "first_seen": now,
                    "last_seen": now},
                   ["app_id", "client_id"], update={**values, "last_seen": now})
-        conn.execute(client_reports.insert().values(at=now, app_id=report.app_id, client_id=report.client_id,
-                                                    **values))
+        changed = before is None or dict(zip(CLIENT_FIELDS, before, strict=True)) != values
+        if changed:
+            conn.execute(client_reports.insert().values(at=now, app_id=report.app_id, client_id=report.client_id,
+                                                        **values))
+    return changed
+
+
+#: rows one prune statement deletes at most: each transaction stays short, so reports are never held up long
+PRUNE_BATCH = 5000
+
+
+def prune(engine: Engine, now: float, state_retention_s: float, history_retention_s: float,
+          batch: int = PRUNE_BATCH) -> dict[str, int]:
+    """Delete clients not seen for ``state_retention_s`` and history rows older than ``history_retention_s``,
+    ``batch`` rows per transaction (index range scans on ``last_seen`` and ``at``). Idempotent: every
+    MetaServer may run it; returns the rows deleted per table."""
+    removed = {"clients": 0, "history": 0}
+    for name, table, column, cutoff in (
+            ("clients", client_state, client_state.c.last_seen, now - state_retention_s),
+            ("history", client_reports, client_reports.c.at, now - history_retention_s)):
+        key = tuple_(table.c.app_id, table.c.client_id) if table is client_state else table.c.id
+        keys = [table.c.app_id, table.c.client_id] if table is client_state else [table.c.id]
+        while True:
+            with db.write(engine) as conn:
+                doomed = select(*keys).where(column < cutoff).limit(batch)
+                count = conn.execute(delete(table).where(key.in_(doomed))).rowcount
+            removed[name] += count
+            if count < batch:
+                break
+    return removed
 
 
 def _json(row: Any, online_after: float | None) -> dict[str, Any]:

@@ -158,6 +158,8 @@ client_reports = Table(
     Index("ix_ms_client_reports_cluster", "cluster"),
     Index("ix_ms_client_reports_librdkafka", "librdkafka_version"),
     Index("ix_ms_client_reports_group", "group_id"),
+    Index("ix_ms_client_reports_at", "at"),  # the retention's delete (domain/clients.prune)
+    Index("ix_ms_client_reports_client", "app_id", "client_id", "id"),  # one client's newest history rows
 )
 
 audit = Table(
