@@ -63,6 +63,9 @@ def main() -> None:
 @click.option("--client-prune-interval", "client_prune_s", default=3600.0, type=float,
               envvar=_env("client_prune_s"), show_default=True,
               help="seconds between prunes of the client inventory (0: never)")
+@click.option("--kafka-system-users", envvar=_env("kafka_system_users"),
+              help="comma-separated SCRAM users of the clusters' own nodes that the reconciler keeps (every other "
+                   "user it did not issue is deleted as foreign)")
 @click.option("--acl-reconcile-interval", "acl_reconcile_s", default=60.0, type=float, envvar=_env("acl_reconcile_s"),
               show_default=True, help="seconds between ACL reconciles of secured clusters (0: after changes only)")
 @click.option("--credential-grace", "credential_grace_s", default=None, type=float,

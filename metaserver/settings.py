@@ -68,6 +68,9 @@ class Settings:
     #: give the password through YKAFKA_MS_KAFKA_ADMIN_PASSWORD, never on the command line
     kafka_admin_user: str | None = None
     kafka_admin_password: str | None = None
+    #: comma-separated SCRAM users of a secured cluster's own nodes (its inter-broker principal) the reconciler
+    #: keeps; every other user and binding it did not issue is deleted as foreign (alerted and audited)
+    kafka_system_users: str | None = None
     #: seconds between ACL reconciles of every secured cluster (also one after every change); 0: changes only
     acl_reconcile_s: float = 60.0
     #: how long a rotated app credential keeps working, so every client renews onto the new one first
@@ -102,6 +105,12 @@ class Settings:
     @property
     def credential_grace(self) -> float:
         return self.credential_grace_s if self.credential_grace_s is not None else 2 * self.renew_interval + 60
+
+    @property
+    def kafka_kept_users(self) -> frozenset[str]:
+        """SCRAM users the reconciler never deletes: the MetaServer's own and the nodes' (``kafka_system_users``)."""
+        kept = {u.strip() for u in (self.kafka_system_users or "").split(",") if u.strip()}
+        return frozenset(kept | ({self.kafka_admin_user} if self.kafka_admin_user else set()))
 
     @property
     def openapi_url(self) -> str | None:

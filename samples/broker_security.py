@@ -7,8 +7,10 @@ Against a dev stack whose cluster is secured (``YKAFKA_DEV_SECURITY=sasl_ssl yka
 
 It shows the app's own principal and its ACL bindings (desired against in force), has the platform create the
 topic (the console's topic requests do this; here with the local stack's super user from
-``.ykafka/secrets``), shows that a client knowing only the address is refused, then writes with a ykafka
-Producer and reads everything back with the app's own credentials.
+``.ykafka/secrets``), shows that a client knowing only the address is refused, that the KRaft controller
+listener (the client port + 100 on the local stack) drops an anonymous CreateAcls unanswered and refuses the
+app's own credentials, then writes with a ykafka Producer and reads everything back with the app's own
+credentials.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ykafka import Producer
 from ykafka.admin import AdminClient
 from ykafka.admin.topics import create_topic
 from ykafka.devstack import security as kafka_security
+from ykafka.devstack import wire
 from ykafka.logs import configure
 from ykafka.oneline import run
 
@@ -38,6 +41,19 @@ def refused(bootstrap: str, topic: str) -> str:
     stranger.produce(topic, b"let me in", on_delivery=lambda err, _msg: errors.append(err))
     stranger.flush(8)
     return errors[0].name() if errors and errors[0] is not None else "DELIVERED"
+
+
+def controller_refuses(host: str, port: int, app_user: str, app_password: str) -> str:
+    """What the controller listener answers an anonymous CreateAcls granting everyone every topic (before
+    issue 37 it was a PLAINTEXT listener whose anonymous user was a super user: it said yes), and what it
+    answers the app's own SCRAM credentials."""
+    with wire.Probe(host, port) as probe:
+        anonymous = probe.request("create_acls", principal="User:*", topic="*")
+    with wire.Probe(host, port) as probe:
+        app = probe.login("SCRAM-SHA-512", app_user, app_password)
+    shown = {wire.CLOSED: "connection closed", wire.NONE: "ACCEPTED",
+             wire.UNSUPPORTED_SASL_MECHANISM: "mechanism refused", wire.SASL_AUTHENTICATION_FAILED: "login refused"}
+    return f"anonymous CreateAcls: {shown.get(anonymous, anonymous)}; the app's credentials: {shown.get(app, app)}"
 
 
 def read_back(props: dict[str, Any], topic: str, expected: int) -> int:
@@ -58,6 +74,8 @@ def main() -> int:
     parser.add_argument("--topic", default=f"secured-{uuid.uuid4().hex[:6]}")
     parser.add_argument("--cluster", default="dc-a")
     parser.add_argument("--count", type=int, default=20)
+    parser.add_argument("--controller-port", type=int, default=None,
+                        help="the KRaft controller listener (default: the bootstrap port + 100, the local stack's)")
     parser.add_argument("--home", default=os.environ.get("YKAFKA_DEV_HOME", ".ykafka"), help="the dev stack's home")
     args = parser.parse_args()
     configure(os.environ.get("YKAFKA_LOG_LEVEL", "warning"))
@@ -73,6 +91,8 @@ def main() -> int:
         password=kafka_security.admin_password(Path(args.home).resolve()), ca_pem=security["ca_pem"])}
     create_topic(platform, args.topic, 1)
     print(f"a client with only the address: refused ({refused(spec['bootstrap_servers'], args.topic)})")
+    host, _, port = spec["bootstrap_servers"].split(",")[0].rpartition(":")
+    controller = args.controller_port or int(port) + 100
     delivered = 0
 
     def counted(err: Any, _msg: Any) -> None:
@@ -83,6 +103,8 @@ def main() -> int:
         app_id = producer.runtime.app_id
         own = producer.runtime.cluster(args.cluster).rdkafka()
         print(f"the app's own principal: User:{own['sasl.username']}")
+        print(f"the controller listener {host}:{controller}: "
+              f"{controller_refuses(host, controller, own['sasl.username'], own['sasl.password'])}")
         for i in range(args.count):
             producer.produce(args.topic, f"message {i}".encode(), on_delivery=counted)
         producer.flush(30)

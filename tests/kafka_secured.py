@@ -1,6 +1,7 @@
 """A secured one-node Apache Kafka for the broker-security tests: SASL_SSL (or SASL_PLAINTEXT) with
-SCRAM-SHA-512, ``StandardAuthorizer``, no access without an ACL, the MetaServer's admin as the one super
-user (its credential written at storage format time), certificates from ``ykafka.devstack.security``.
+SCRAM-SHA-512, ``StandardAuthorizer``, no access without an ACL, the MetaServer's admin as super user (its
+credential written at storage format time), the node's own inter-broker (SCRAM) and controller (SASL/PLAIN)
+principals, no anonymous super user anywhere, certificates from ``ykafka.devstack.security``.
 
 Started and stopped by pid; the jars are those ``make kafka`` resolved (``ykafka.devstack.kafka``).
 """
@@ -22,6 +23,7 @@ from ykafka.devstack import kafka as devstack_kafka
 from ykafka.devstack import security as kafka_security
 
 ADMIN_USER = kafka_security.ADMIN_USER
+BROKER_USER = kafka_security.BROKER_USER
 
 
 @dataclass
@@ -33,6 +35,8 @@ class SecuredKafka:
     admin_password: str
     reauth_ms: int
     proc: subprocess.Popen[bytes]
+    controller_port: int = 0
+    nodes: kafka_security.NodeSecrets | None = None
 
     def security(self) -> dict[str, Any]:
         """The registry entry's ``security`` (what ``PUT /v1/admin/clusters`` takes)."""
@@ -76,25 +80,27 @@ def start(home: Path, protocol: str = "SASL_SSL", reauth_ms: int = 5000) -> Secu
     home.mkdir(parents=True, exist_ok=True)
     port, controller = free_port(), free_port()
     password = secrets.token_urlsafe(18)
+    nodes = kafka_security.node_secrets(home, "secured")
     tls = kafka_security.make_tls(home / "tls")
     props = {
         "process.roles": "broker,controller", "node.id": "1", "controller.quorum.voters": f"1@127.0.0.1:{controller}",
         "listeners": f"CLIENT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
         "advertised.listeners": f"CLIENT://127.0.0.1:{port}",
-        "listener.security.protocol.map": f"CLIENT:{protocol},CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": f"CLIENT:{protocol},CONTROLLER:{kafka_security.CONTROLLER_PROTOCOL}",
         "inter.broker.listener.name": "CLIENT", "controller.listener.names": "CONTROLLER",
         "log.dirs": str(home / "logs"), "num.partitions": "1", "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": "4", "transaction.state.log.replication.factor": "1",
         "transaction.state.log.min.isr": "1", "transaction.state.log.num.partitions": "2",
         "group.initial.rebalance.delay.ms": "0", "num.network.threads": "2", "num.io.threads": "2",
         **kafka_security.broker_properties(listener="CLIENT", protocol=protocol, admin_user=ADMIN_USER,
-                                           admin_password=password, tls=tls, reauth_ms=reauth_ms),
+                                           nodes=nodes, tls=tls, reauth_ms=reauth_ms),
     }
     config = home / "server.properties"
+    config.touch(0o600)  # its JAAS lines hold the node's passwords
     config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     java = [devstack_kafka.java_binary(), "-Xmx384m", *devstack_kafka.JVM_ARGS, "-cp", _classpath()]
     formatted = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", "ykafkaSecurityTest0001",
-                                "-c", str(config), *kafka_security.format_scram_args(ADMIN_USER, password)],
+                                "-c", str(config), *kafka_security.format_scram_args(ADMIN_USER, password, nodes)],
                                capture_output=True, text=True, timeout=120)
     if formatted.returncode != 0:
         raise RuntimeError(f"kafka-storage format failed: {formatted.stderr[-2000:]}")
@@ -102,7 +108,7 @@ def start(home: Path, protocol: str = "SASL_SSL", reauth_ms: int = 5000) -> Secu
     proc = subprocess.Popen([*java, "kafka.Kafka", str(config)], stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     kafka = SecuredKafka(home, f"127.0.0.1:{port}", protocol, tls.ca_pem() if protocol == "SASL_SSL" else None,
-                         password, reauth_ms, proc)
+                         password, reauth_ms, proc, controller, nodes)
     deadline = time.monotonic() + 90
     while True:
         if proc.poll() is not None:

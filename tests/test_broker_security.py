@@ -49,6 +49,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_secured.Se
 @pytest.fixture(scope="module")
 def server(kafka: kafka_secured.SecuredKafka, ms_factory: Callable[..., MetaServer]) -> MetaServer:
     ms = ms_factory(env=kafka.metaserver_env(), kafka_admin_user=kafka_secured.ADMIN_USER,
+                    kafka_system_users=kafka_secured.BROKER_USER,
                     acl_reconcile_interval=RECONCILE_S)
     for name in ("dc-a", "dc-b"):
         ms.admin().set_cluster(name, kafka.bootstrap, dc=name[-1], security=kafka.security())

@@ -44,9 +44,10 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_secured.Se
 
 
 def _metaserver(ms_factory: Callable[..., MetaServer], kafka: kafka_secured.SecuredKafka, cluster: str,
-                **flags: Any) -> MetaServer:
+                db_url: str | None = None, apollo_app_id: str | None = None, **flags: Any) -> MetaServer:
     # revoked clients keep renewing from this host: their refusals must not rate-limit the admin calls after
-    ms = ms_factory(env=kafka.metaserver_env(), kafka_admin_user=kafka_secured.ADMIN_USER,
+    ms = ms_factory(db_url, apollo_app_id, env=kafka.metaserver_env(), kafka_admin_user=kafka_secured.ADMIN_USER,
+                    kafka_system_users=kafka_secured.BROKER_USER,
                     acl_reconcile_interval=2, credential_grace=GRACE_S, auth_fail_limit=100_000, **flags)
     ms.admin().set_cluster(cluster, kafka.bootstrap, dc="a", security=kafka.security())
     return ms
@@ -342,9 +343,13 @@ def test_rotated_while_producing_loses_and_duplicates_nothing_and_the_old_secret
 
 
 def test_with_the_metaserver_stopped_clients_run_from_cached_credentials_until_they_expire(
-        ms_factory: Callable[..., MetaServer], kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+        server: MetaServer, ms_factory: Callable[..., MetaServer], kafka: kafka_secured.SecuredKafka,
+        tmp_path: Path) -> None:
     ttl = 15
-    ms = _metaserver(ms_factory, kafka, "dc-m", token_ttl=ttl)
+    # a peer of the module's MetaServer (one database): a second MetaServer with tables of its own would delete
+    # the first one's principals from the brokers they share as foreign (docs/metaserver.md, threat model)
+    ms = _metaserver(ms_factory, kafka, "dc-m", token_ttl=ttl, db_url=server.db_url,
+                     apollo_app_id=server.apollo_app_id)
     app = new_app(ms, acl={"produce": ["ms.*"], "consume": [], "group": []}, default_cluster="dc-m")
     topic = f"ms.{uuid.uuid4().hex[:6]}"
     kafka.create_topics(topic)

@@ -38,13 +38,16 @@ def test_patterns_kafka_cannot_express_are_refused_with_the_reason() -> None:
         assert problem is not None and "Kafka ACLs match only a literal name, a prefix" in problem, bad
 
 
-def test_the_reconciler_owns_only_its_clusters_principals_and_the_everyone_principal() -> None:
+def test_the_reconciler_owns_every_principal_but_those_issued_for_a_sibling_registry_name() -> None:
     user = kafka_acls.username("orders.eu", "dc-a.east", 3)
     assert user == "app.orders.eu@dc-a.east.g3" and kafka_acls.user_cluster(user) == "dc-a.east"
-    assert kafka_acls.owned("User:" + user, "dc-a.east") and not kafka_acls.owned("User:" + user, "dc-a")
-    assert kafka_acls.owned("User:*", "dc-a")
-    for foreign in ("User:alice", "User:app.x", "User:app.x@dc-a.gx", "User:ykafka-admin"):
-        assert not kafka_acls.owned(foreign, "dc-a"), foreign
+    assert kafka_acls.owned("User:" + user, "dc-a.east", ["dc-a"])
+    assert not kafka_acls.owned("User:" + user, "dc-a", ["dc-a.east"])  # its sibling's reconciler keeps it
+    assert kafka_acls.owned("User:" + user, "dc-a", [])  # issued for a cluster elsewhere: foreign here
+    for foreign in ("User:*", "User:alice", "User:app.x", "User:app.x@dc-a.gx", "User:ANONYMOUS"):
+        assert kafka_acls.owned(foreign, "dc-a", ["dc-b"]), foreign
+        assert kafka_acls.foreign(foreign, ["dc-a", "dc-b"]), foreign
+    assert not kafka_acls.foreign("User:" + user, ["dc-a.east"])
 
 
 def test_bindings_round_trip_through_json() -> None:

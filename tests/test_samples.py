@@ -123,6 +123,30 @@ def test_every_sample_runs_in_the_suite() -> None:
     assert not missing, f"samples that no test runs: {missing}"
 
 
+def _no_anonymous_door(st: LocalStack) -> None:
+    """Every port each Kafka node process of the stack listens on (from /proc) drops an anonymous admin request
+    unanswered; each node's server.properties (its JAAS passwords) and the cluster's secrets are 0600."""
+    from tests.test_broker_attacks import ADMIN_REQUESTS, listening_ports
+    from ykafka.devstack import services as stack_services
+    from ykafka.devstack import wire
+
+    nodes = [svc for svc in stack_services.services(st.cfg) if svc.kind == "kafka"]
+    assert nodes
+    for svc in nodes:
+        pid = st.stack.pid(svc)
+        assert pid is not None, svc.name
+        ports = listening_ports(pid)
+        assert len(ports) == 2 and svc.port in ports, ports
+        for port in sorted(ports):
+            for name in ADMIN_REQUESTS:
+                with wire.Probe(st.cfg.host, port) as probe:
+                    assert probe.request(name) == wire.CLOSED, (svc.name, port, name)
+    for path in [*(st.home / "data" / "kafka").glob("*/node-*/server.properties"),
+                 *(st.home / "secrets").iterdir()]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert len(list((st.home / "secrets").glob("kafka-dc-a-*.password"))) == 2  # the cluster's own node secrets
+
+
 def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:
     """``ykafka dev up`` with ``security: sasl_ssl``: the super user's password and the broker key made 0600 under
     the stack's home and never handed to apps; the sample sees an address-only client refused and the demo app
@@ -137,6 +161,7 @@ def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600
         assert stat.S_IMODE((st.home / "tls" / "broker-key.pem").stat().st_mode) == 0o600
         assert secret.read_text() not in (st.home / "dev.env").read_text()
+        _no_anonymous_door(st)
         lines = _run_sample(st, tmp_path, "broker_security.py", "--topic", unique("secured"),
                             env={"YKAFKA_DEV_HOME": str(st.home)})
     finally:
@@ -144,7 +169,9 @@ def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:
     assert lines[0] == "dc-a: SASL_SSL SCRAM-SHA-512", lines
     assert lines[1].startswith("a client with only the address: refused (") and "DELIVERED" not in lines[1], lines
     assert lines[2] == f"the app's own principal: User:app.{st.app_id}@dc-a.g1", lines
-    forced = re.fullmatch(r"bindings in force: (\d+) of (\d+) desired, missing 0, extra 0", lines[3])
+    assert lines[3] == (f"the controller listener {st.cfg.host}:{spec.quorum_ports[0]}: anonymous CreateAcls: "
+                        "connection closed; the app's credentials: mechanism refused"), lines
+    forced = re.fullmatch(r"bindings in force: (\d+) of (\d+) desired, missing 0, extra 0", lines[4])
     assert forced is not None and forced[1] == forced[2] and int(forced[1]) >= 10, lines  # the demo app: '*'s
     assert lines[-1] == "20 sent, 20 read back with the app's own credentials: OK", lines
 

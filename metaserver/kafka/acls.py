@@ -69,13 +69,23 @@ def user_cluster(user: str) -> str | None:
     return cluster if sep and generation.isdigit() else None
 
 
-def owned(principal_name: str, cluster: str) -> bool:
+def owned(principal_name: str, cluster: str, siblings: Iterable[str] = ()) -> bool:
     """Whether the reconciler of ``cluster`` owns bindings of this principal (deletes them when not desired):
-    the principals it issued for that cluster (two registry names may share one Kafka cluster) and Kafka's
-    every-user principal."""
-    if principal_name == EVERYONE:
+    every principal on a managed cluster, whoever made it (a user or binding the MetaServer did not issue is
+    foreign and goes), except those it issued for ``siblings``, other registry names of the same Kafka
+    cluster, whose own reconcilers keep them."""
+    if not principal_name.startswith("User:"):
         return True
-    return principal_name.startswith(PRINCIPAL_PREFIX) and user_cluster(principal_name[len("User:"):]) == cluster
+    issued_for = user_cluster(principal_name[len("User:"):])
+    return issued_for is None or issued_for == cluster or issued_for not in set(siblings)
+
+
+def foreign(principal_name: str, registered: Iterable[str]) -> bool:
+    """Whether the MetaServer never issued this principal for any ``registered`` cluster (a hand-made user,
+    ``User:*``, ``User:ANONYMOUS``): found on a managed cluster, it is deleted and alerted."""
+    name = principal_name[len("User:"):] if principal_name.startswith("User:") else principal_name
+    issued_for = user_cluster(name)
+    return issued_for is None or issued_for not in set(registered)
 
 
 def resource_pattern(pattern: str) -> tuple[str, str]:

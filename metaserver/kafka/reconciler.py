@@ -2,9 +2,12 @@
 
 Desired: for each live principal of an enabled app (metaserver/domain/credentials.py) its SCRAM user and the
 bindings of the app's ACL (metaserver/kafka/acls.py). Actual: ``describe_user_scram_credentials`` and
-``describe_acls``. The difference is repaired (missing users and bindings created; owned ones the tables
-no longer hold, including a hand-made ``User:*`` binding, deleted), every repair is audited, and the pass
-is recorded per cluster (``ms_kafka_reconciles``: when, whether it worked, the bindings in force).
+``describe_acls``. The difference is repaired (missing users and bindings created; every user and binding the
+tables do not hold deleted, whoever made it: a hand-made user, ``User:*`` or ``User:ANONYMOUS`` binding is
+foreign, and besides the audit it raises an ERR alert ``kafka.foreign_access``), every repair is audited,
+and the pass is recorded per cluster (``ms_kafka_reconciles``: when, whether it worked, the bindings in force).
+Kept: the MetaServer's own super user and the nodes' (``--kafka-system-users``), and what was issued for
+another registry name of the same brokers (its own reconciler's).
 A pass runs after every change that affects it (``kick``) and every ``--acl-reconcile-interval`` seconds;
 each peer runs its own, and passes are idempotent.
 """
@@ -23,7 +26,7 @@ from sqlalchemy import select
 from ..domain import audit, credentials, registry
 from ..services import Services
 from ..storage import db
-from ..storage.models import apps, kafka_reconciles
+from ..storage.models import alerts, apps, kafka_reconciles
 from . import acls as kafka_acls
 from .acls import Binding
 from .admin import SETTLE_S, ClusterAdmin
@@ -44,6 +47,7 @@ class Outcome:
     deleted: list[Binding] = field(default_factory=list)
     users_created: list[str] = field(default_factory=list)
     users_deleted: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)  # deleted users and bindings the MetaServer never issued
     in_force: set[Binding] = field(default_factory=set)
 
     @property
@@ -73,9 +77,22 @@ def desired(svc: Services, cluster: str, now: float) -> tuple[dict[str, str], se
     return users, bindings, fresh
 
 
-def reconcile_cluster(svc: Services, name: str, spec: dict[str, Any]) -> Outcome:
-    """One pass over one secured cluster; never raises (a failure is the outcome's error)."""
+def siblings(clusters: dict[str, dict[str, Any]], name: str) -> frozenset[str]:
+    """Registry names (``name`` included) whose bootstrap servers name the same brokers as ``name``'s."""
+    def servers(spec: dict[str, Any]) -> frozenset[str]:
+        return frozenset(s.strip() for s in str(spec.get("bootstrap_servers") or "").split(",") if s.strip())
+
+    mine = servers(clusters[name])
+    return frozenset(n for n, spec in clusters.items() if servers(spec) & mine) | {name}
+
+
+def reconcile_cluster(svc: Services, name: str, spec: dict[str, Any],
+                      same_brokers: frozenset[str] = frozenset(), registered: frozenset[str] = frozenset()) -> Outcome:
+    """One pass over one secured cluster; never raises (a failure is the outcome's error). ``same_brokers``:
+    the registry names sharing its brokers; ``registered``: every registry name (what "issued" means)."""
     out = Outcome(name)
+    others = same_brokers - {name}
+    kept = svc.settings.kafka_kept_users
     now = time.time()
     try:
         users, want, fresh = desired(svc, name, now)
@@ -86,11 +103,15 @@ def reconcile_cluster(svc: Services, name: str, spec: dict[str, Any]) -> Outcome
         out.users_created = sorted(u for u in send if u not in have_users)
         have = admin.bindings()
         out.created = sorted(want - have)
-        out.deleted = sorted(b for b in have - want if kafka_acls.owned(b.principal, name))
+        out.deleted = sorted(b for b in have - want if kafka_acls.owned(b.principal, name, others))
         admin.create(out.created)
         admin.delete(out.deleted)
-        out.users_deleted = sorted(u for u in have_users if kafka_acls.user_cluster(u) == name and u not in users)
+        out.users_deleted = sorted(u for u in have_users if u not in users and u not in kept
+                                   and kafka_acls.owned(kafka_acls.principal(u), name, others))
         admin.delete_users(out.users_deleted)
+        issued = registered | {name}
+        out.foreign = sorted({*(u for u in out.users_deleted if kafka_acls.foreign(u, issued)),
+                              *(_show(b) for b in out.deleted if kafka_acls.foreign(b.principal, issued))})
         out.in_force = (have | set(out.created)) - set(out.deleted)
         if (out.created or send) and not admin.settle(out.created, send):
             log.warning("brokers not yet answering with the new users and bindings", cluster=name,
@@ -118,11 +139,29 @@ def _record(svc: Services, out: Outcome, now: float) -> None:
         if out.repairs:
             audit.record(conn, OPERATOR, "kafka.reconcile", f"cluster:{out.cluster}",
                          {"missing": [_show(b) for b in out.created], "extra": [_show(b) for b in out.deleted],
-                          "users_missing": out.users_created, "users_extra": out.users_deleted},
+                          "users_missing": out.users_created, "users_extra": out.users_deleted,
+                          "foreign": out.foreign},
                          {"created": len(out.created) + len(out.users_created),
                           "deleted": len(out.deleted) + len(out.users_deleted)})
             log.info("reconciled", cluster=out.cluster, created=len(out.created), deleted=len(out.deleted),
                      users_created=len(out.users_created), users_deleted=len(out.users_deleted))
+        if out.foreign:
+            _alert_foreign(conn, out, now)
+
+
+def _alert_foreign(conn: Any, out: Outcome, now: float) -> None:
+    """An ERR alert (``GET /v1/admin/alerts``, the console's alert list) for users and bindings someone made on
+    a managed cluster behind the MetaServer's back: one row per cluster, re-fired at each such find."""
+    ts = int(now * 1000)
+    judged = {"rule": "kafka.foreign_access", "level": "ERR", "status": "firing", "topic": None, "group_id": None,
+              "partition": None, "client_id": None, "ts": ts, "reported_by": OPERATOR,
+              "reason": f"{len(out.foreign)} user(s) or ACL binding(s) the MetaServer did not issue were on "
+                        f"cluster {out.cluster}; deleted",
+              "evidence": {"cluster": out.cluster, "deleted": out.foreign}}
+    db.upsert(conn, alerts, {"id": f"kafka-foreign-{out.cluster}"[:64], **judged, "first_seen": now,
+                             "last_seen": now, "posts": 1}, ["id"],
+              update={**judged, "last_seen": now, "posts": alerts.c.posts + 1})
+    log.error("foreign users or bindings deleted", cluster=out.cluster, foreign=out.foreign)
 
 
 def _show(b: Binding) -> str:
@@ -136,7 +175,9 @@ def reconcile(svc: Services, only: Iterable[str] | None = None) -> dict[str, Out
         credentials.purge_retired(conn, now)
         clusters = registry.all_clusters(conn)
     wanted = set(only) if only is not None else None
-    return {name: reconcile_cluster(svc, name, spec) for name, spec in clusters.items()
+    registered = frozenset(clusters)
+    return {name: reconcile_cluster(svc, name, spec, siblings(clusters, name), registered)
+            for name, spec in clusters.items()
             if credentials.secured(spec) and (wanted is None or name in wanted)}
 
 

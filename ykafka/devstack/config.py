@@ -43,6 +43,7 @@ class KafkaSettings:
     """What a cluster's Kafka nodes run with beyond the launcher's defaults (the hook for security)."""
 
     protocol: str = "PLAINTEXT"  # of the CLIENT listener on the cluster's ports (also the inter-broker one)
+    controller_protocol: str = "PLAINTEXT"  # of the KRaft CONTROLLER listener (SASL_PLAINTEXT when secured)
     listeners: list[KafkaListener] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)  # merged last into server.properties
     format_args: list[str] = field(default_factory=list)  # e.g. ["--add-scram", "SCRAM-SHA-256=[name=a,password=b]"]

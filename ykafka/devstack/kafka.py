@@ -139,7 +139,7 @@ def server_properties(cfg: StackConfig, spec: ClusterSpec, index: int, home: Pat
                                f"{CONTROLLER}://{host}:{spec.quorum_ports[index]}"]),
         "advertised.listeners": ",".join(f"{name}://{host}:{port}" for name, _, port in listeners),
         "listener.security.protocol.map": ",".join([*(f"{name}:{proto}" for name, proto, _ in listeners),
-                                                    f"{CONTROLLER}:PLAINTEXT"]),
+                                                    f"{CONTROLLER}:{settings.controller_protocol}"]),
         "controller.listener.names": CONTROLLER,
         "inter.broker.listener.name": CLIENT,
         "log.dirs": str(node_dir(home, spec, index) / "logs"),
@@ -167,8 +167,12 @@ def server_properties(cfg: StackConfig, spec: ClusterSpec, index: int, home: Pat
 
 
 def _write_properties(path: Path, props: dict[str, str]) -> None:
+    """Write ``path`` 0600 from its first byte: a secured node's JAAS lines hold its passwords."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file made 0644 by an older stack gets tightened too
+    with os.fdopen(fd, "w") as out:
+        out.write("".join(f"{key}={value}\n" for key, value in props.items()))
 
 
 def _jvm(settings: KafkaSettings, home: Path) -> list[str]:

@@ -18,24 +18,54 @@ from pathlib import Path
 
 MECHANISM = "SCRAM-SHA-512"
 PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
-#: the MetaServer's principal on the local stack's secured clusters (their one super user)
+#: the MetaServer's principal on the local stack's secured clusters (the one super user apps' grants never carry)
 ADMIN_USER = "ykafka-admin"
+#: the nodes' own principal on the inter-broker (client) listener: SCRAM, a super user, never handed out
+BROKER_USER = "ykafka-broker"
+#: the nodes' principal on the KRaft controller listener: SASL/PLAIN (KRaft cannot serve SCRAM there: the
+#: credentials live in the metadata the controller itself serves), the only user that listener accepts
+CONTROLLER_USER = "ykafka-controller"
+#: the controller listener's one mechanism
+CONTROLLER_MECHANISM = "PLAIN"
 #: ``connections.max.reauth.ms`` of the local stack: a connection authenticated with a credential deleted since
 #: is refused at its next re-authentication, within this (docs/metaserver.md, "Revocation")
 REAUTH_MS = 30_000
 
 
-def admin_password(home: Path) -> str:
-    """The local stack's super-user password: made at the first ``ykafka dev up``, kept 0600 under ``home``."""
-    path = home / "secrets" / "kafka-admin.password"
+def _secret(path: Path) -> str:
+    """The secret kept in ``path`` (0600, its folder 0700), made at first use."""
     if path.exists():
         return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    password = secrets.token_urlsafe(24)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    secret = secrets.token_urlsafe(24)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another node of the cluster made it first: theirs stands
+        return path.read_text().strip()
     with os.fdopen(fd, "w") as out:
-        out.write(password)
-    return password
+        out.write(secret)
+    return secret
+
+
+def admin_password(home: Path) -> str:
+    """The local stack's super-user password: made at the first ``ykafka dev up``, kept 0600 under ``home``."""
+    return _secret(home / "secrets" / "kafka-admin.password")
+
+
+@dataclass(frozen=True)
+class NodeSecrets:
+    """One secured cluster's own node credentials: the inter-broker SCRAM user's and the controller listener's
+    PLAIN password. Per cluster, so one cluster's files never open another's controller."""
+
+    broker_password: str
+    controller_password: str
+
+
+def node_secrets(home: Path, cluster: str) -> NodeSecrets:
+    """``cluster``'s node passwords, made at its first ``up``, kept 0600 under ``<home>/secrets``."""
+    folder = home / "secrets"
+    return NodeSecrets(_secret(folder / f"kafka-{cluster}-broker.password"),
+                       _secret(folder / f"kafka-{cluster}-controller.password"))
 
 
 @dataclass(frozen=True)
@@ -96,32 +126,46 @@ def make_tls(folder: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"), 
     return files
 
 
-def broker_properties(*, listener: str, protocol: str, admin_user: str, admin_password: str,
-                      tls: TlsFiles | None, reauth_ms: int) -> dict[str, str]:
+def _jaas_value(text: str) -> str:
+    if any(ch in text for ch in '"\\;\n'):
+        raise ValueError("a JAAS value holds no quote, backslash, semicolon or newline")
+    return text
+
+
+def broker_properties(*, listener: str, protocol: str, admin_user: str, nodes: NodeSecrets,
+                      tls: TlsFiles | None, reauth_ms: int, controller_listener: str = "CONTROLLER") -> dict[str, str]:
     """``server.properties`` entries that secure a KRaft node whose client (and inter-broker) listener
     ``listener`` speaks ``protocol``: SCRAM-SHA-512, ``StandardAuthorizer``, nobody allowed what no ACL grants.
 
-    The node talks to its peers over that listener as the super user, whose credential
-    :func:`format_scram_args` writes at storage format time. The controller listener stays plaintext on
-    loopback: KRaft cannot use SCRAM there (the credentials live in the metadata the controller serves), and its
-    only principal, ``User:ANONYMOUS``, is a super user so brokers can register with their controller; that
-    listener answers only controller APIs and only on loopback (docs/metaserver.md, threat model).
+    Every listener authenticates (docs/metaserver.md, "Threat model"). The node talks to its peers over
+    ``listener`` as :data:`BROKER_USER` (SCRAM, written at storage format time by :func:`format_scram_args`);
+    the KRaft controller listener speaks SASL_PLAINTEXT with PLAIN and accepts only :data:`CONTROLLER_USER`
+    (its JAAS line is the one user list: an app's SCRAM credential, or none, is refused there). The super users
+    are ``admin_user`` (the MetaServer) and these two node principals; never ``User:ANONYMOUS``.
     ``connections.max.reauth.ms`` bounds how long a connection authenticated before a credential was deleted
-    keeps working.
+    keeps working. The JAAS lines hold passwords: the launcher writes ``server.properties`` 0600.
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
     if protocol == "SASL_SSL" and tls is None:
         raise ValueError("SASL_SSL needs the broker's certificate (make_tls)")
-    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{admin_user}" '
-            f'password="{admin_password}";')
+    broker_pw, controller_pw = _jaas_value(nodes.broker_password), _jaas_value(nodes.controller_password)
+    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{BROKER_USER}" '
+            f'password="{broker_pw}";')
+    controller_jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                       f'username="{CONTROLLER_USER}" password="{controller_pw}" '
+                       f'user_{CONTROLLER_USER}="{controller_pw}";')
+    ctl = controller_listener.lower()
     props = {
         "sasl.enabled.mechanisms": MECHANISM,
         "sasl.mechanism.inter.broker.protocol": MECHANISM,
         f"listener.name.{listener.lower()}.scram-sha-512.sasl.jaas.config": jaas,
+        "sasl.mechanism.controller.protocol": CONTROLLER_MECHANISM,
+        f"listener.name.{ctl}.sasl.enabled.mechanisms": CONTROLLER_MECHANISM,
+        f"listener.name.{ctl}.plain.sasl.jaas.config": controller_jaas,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found": "false",
-        "super.users": f"User:{admin_user};User:ANONYMOUS",
+        "super.users": f"User:{admin_user};User:{BROKER_USER};User:{CONTROLLER_USER}",
         "connections.max.reauth.ms": str(reauth_ms),
     }
     if tls is not None and protocol == "SASL_SSL":
@@ -141,10 +185,15 @@ def broker_properties(*, listener: str, protocol: str, admin_user: str, admin_pa
     return props
 
 
-def format_scram_args(admin_user: str, admin_password: str) -> list[str]:
-    """``kafka-storage format`` arguments that create the super user's SCRAM credential with the metadata log,
-    so the broker can authenticate its own inter-broker connection before any admin call exists."""
-    return ["--add-scram", f"{MECHANISM}=[name={admin_user},password={admin_password}]"]
+#: the security protocol of the controller listener on a secured cluster
+CONTROLLER_PROTOCOL = "SASL_PLAINTEXT"
+
+
+def format_scram_args(admin_user: str, admin_password: str, nodes: NodeSecrets) -> list[str]:
+    """``kafka-storage format`` arguments that create the super user's and the nodes' SCRAM credentials with
+    the metadata log, so a node can authenticate its own inter-broker connection before any admin call exists."""
+    return ["--add-scram", f"{MECHANISM}=[name={admin_user},password={admin_password}]",
+            "--add-scram", f"{MECHANISM}=[name={BROKER_USER},password={nodes.broker_password}]"]
 
 
 def client_properties(*, protocol: str, username: str, password: str, ca_pem: str | None) -> dict[str, str]:

@@ -14,18 +14,20 @@ from ykafka.servers import ServerPackage, install_hint, require_server_package
 
 def secure(spec: ClusterSpec, home: Path) -> None:
     """Give a secured Kafka cluster's nodes their listener security, authorizer and super user (the CA and
-    broker certificate under ``<home>/tls``, made at the first ``up``; the super user's password in
-    ``<home>/secrets``, 0600)."""
+    broker certificate under ``<home>/tls``, made at the first ``up``; the super user's password and the
+    cluster's own inter-broker and controller passwords in ``<home>/secrets``, 0600)."""
     from ykafka.devstack import security as kafka_security
 
     protocol = spec.security.upper()
     tls = kafka_security.make_tls(home / "tls") if protocol == "SASL_SSL" else None
     password = kafka_security.admin_password(home)
+    nodes = kafka_security.node_secrets(home, spec.name)
     spec.kafka.protocol = protocol
+    spec.kafka.controller_protocol = kafka_security.CONTROLLER_PROTOCOL
     spec.kafka.properties.update(kafka_security.broker_properties(
-        listener="CLIENT", protocol=protocol, admin_user=kafka_security.ADMIN_USER, admin_password=password, tls=tls,
+        listener="CLIENT", protocol=protocol, admin_user=kafka_security.ADMIN_USER, nodes=nodes, tls=tls,
         reauth_ms=kafka_security.REAUTH_MS))
-    scram = kafka_security.format_scram_args(kafka_security.ADMIN_USER, password)
+    scram = kafka_security.format_scram_args(kafka_security.ADMIN_USER, password, nodes)
     if scram[0] not in spec.kafka.format_args:
         spec.kafka.format_args.extend(scram)
 
@@ -111,6 +113,8 @@ def services(cfg: StackConfig) -> list[Service]:
 
         ms_env["YKAFKA_MS_KAFKA_ADMIN_USER"] = kafka_security.ADMIN_USER
         ms_env["YKAFKA_MS_KAFKA_ADMIN_PASSWORD"] = kafka_security.admin_password(home)
+        # the nodes' own SCRAM user: the reconciler keeps it (every other user it did not issue goes)
+        ms_env["YKAFKA_MS_KAFKA_SYSTEM_USERS"] = kafka_security.BROKER_USER
     for index, port in enumerate(cfg.metaserver_ports):
         url = cfg.metaserver_urls[index]
         out.append(Service(

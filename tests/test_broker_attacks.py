@@ -1,0 +1,196 @@
+"""An outside attacker against a secured Apache Kafka and its MetaServer (issue 37), one test per hole.
+
+The attacker knows the broker's address (every port its process listens on, read from ``/proc`` as ``ss``
+would) and, at most, one app's granted credentials. The requests go out on a raw socket
+(``ykafka.devstack.wire``): no client library retries or hides what a listener answered. Before issue 37 the
+KRaft controller listener was PLAINTEXT with ``User:ANONYMOUS`` a super user, and an anonymous raw client there
+created a SCRAM user and an ACL of its own; the reconciler then kept that user forever.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError as RawKafkaError
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from tests import kafka_secured
+from tests.helpers import wait_until
+from tests.ms_fixtures import MetaServer, new_app
+from tests.test_broker_security import consume_raw, grant_of, produce_raw
+from ykafka.devstack import wire
+
+RECONCILE_S = 2.0
+ADMIN_REQUESTS = ("describe_acls", "create_acls", "alter_scram", "delete_topics")
+LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
+
+
+def listening_ports(pid: int) -> set[int]:
+    """Every TCP port process ``pid`` listens on: the LISTEN sockets of ``/proc/<pid>/net/tcp{,6}`` whose inode
+    is one of the process's open file descriptors (the namespace's table lists other processes' too)."""
+    inodes: set[str] = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = fd.readlink().name
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == LISTEN and cols[9] in inodes:
+                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_secured.SecuredKafka]:
+    # SASL_PLAINTEXT: with no TLS in the way, the raw socket shows that authentication alone keeps the door
+    broker = kafka_secured.start(tmp_path_factory.mktemp("kafka-attacks"), "SASL_PLAINTEXT")
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def server(kafka: kafka_secured.SecuredKafka, ms_factory: Callable[..., MetaServer]) -> MetaServer:
+    ms = ms_factory(env=kafka.metaserver_env(), kafka_admin_user=kafka_secured.ADMIN_USER,
+                    kafka_system_users=kafka_secured.BROKER_USER, acl_reconcile_interval=RECONCILE_S)
+    ms.admin().set_cluster("dc-a", kafka.bootstrap, dc="a", security=kafka.security())
+    return ms
+
+
+@pytest.fixture(scope="module")
+def ports(kafka: kafka_secured.SecuredKafka) -> list[int]:
+    found = listening_ports(kafka.proc.pid)
+    client = int(kafka.bootstrap.rsplit(":", 1)[1])
+    assert client in found and len(found) == 2, found  # the client listener and the KRaft controller listener
+    return sorted(found)
+
+
+def _intruders(kafka: kafka_secured.SecuredKafka) -> tuple[set[str], list[Any]]:
+    """(SCRAM users, ACL bindings) of the attacker's making that exist on the cluster now."""
+    admin = kafka.admin()
+    users = set(admin.describe_user_scram_credentials().result(15))
+    from confluent_kafka.admin import AclBindingFilter
+
+    every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
+                             AclOperation.ANY, AclPermissionType.ANY)
+    bindings = [b for b in admin.describe_acls(every).result(15) if "intruder" in b.principal]
+    return {u for u in users if "intruder" in u}, bindings
+
+
+def _anonymous_data(port: int, topic: str) -> tuple[list[Any], tuple[int, Any]]:
+    plain = {"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0}
+    return produce_raw(plain, topic, count=2, timeout=6), consume_raw(plain, topic, "anon", timeout=6)
+
+
+def test_no_port_of_the_broker_process_serves_an_anonymous_client(
+        kafka: kafka_secured.SecuredKafka, ports: list[int]) -> None:
+    topic = f"victim.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    assert all(err is None for err in produce_raw(kafka.client(), topic, 3))
+    answers = {}
+    for port in ports:
+        for name in ADMIN_REQUESTS:
+            with wire.Probe("127.0.0.1", port) as probe:
+                args = {"topic": topic} if name == "delete_topics" else {}
+                answers[(port, name)] = probe.request(name, **args)
+    # a SASL listener drops a connection whose first request is not the SASL handshake: nothing answered
+    assert answers == {key: wire.CLOSED for key in answers}, answers
+    with ThreadPoolExecutor(len(ports)) as pool:
+        data = list(pool.map(lambda port: _anonymous_data(port, topic), ports))
+    for port, (sent, (read, error)) in zip(ports, data, strict=True):
+        assert len(sent) == 2 and all(err is not None for err in sent), (port, sent)
+        assert read == 0, (port, read, error)  # a dropped connection is all it ever gets
+    users, bindings = _intruders(kafka)
+    assert users == set() and bindings == []
+    assert topic in kafka.admin().list_topics(timeout=10).topics  # not deleted
+    assert consume_raw(kafka.client(), topic, f"check-{uuid.uuid4().hex[:4]}", timeout=10)[0] == 3  # only ours
+
+
+def test_an_apps_credentials_open_no_admin_request_and_no_other_topic_on_any_port(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, ports: list[int], tmp_path: Path) -> None:
+    app = new_app(server, acl={"produce": ["at.*"], "consume": ["at.*"], "group": ["at-*"]}, default_cluster="dc-a")
+    other = f"victim.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics("at.own", other)
+    creds = grant_of(server, app, tmp_path).clusters["dc-a"].rdkafka()
+    user, password = creds["sasl.username"], creds["sasl.password"]
+    client_port = int(kafka.bootstrap.rsplit(":", 1)[1])
+    seen: dict[tuple[int, str], int] = {}
+    for port in ports:
+        for mechanism in ("SCRAM-SHA-512", "PLAIN"):
+            for name in ADMIN_REQUESTS:
+                with wire.Probe("127.0.0.1", port) as probe:
+                    code = probe.login(mechanism, user, password)
+                    seen[(port, f"{mechanism} login")] = code
+                    if code == wire.NONE:
+                        args = {"topic": other} if name == "delete_topics" else {}
+                        seen[(port, f"{mechanism} {name}")] = probe.request(name, **args)
+    controller = next(p for p in ports if p != client_port)
+    assert seen[(client_port, "SCRAM-SHA-512 login")] == wire.NONE  # the app's own door: open, and only that
+    assert {k[1]: v for k, v in seen.items() if k[0] == client_port and k[1].startswith("SCRAM-SHA-512 ")} == {
+        "SCRAM-SHA-512 login": wire.NONE,
+        "SCRAM-SHA-512 describe_acls": wire.CLUSTER_AUTHORIZATION_FAILED,
+        "SCRAM-SHA-512 create_acls": wire.CLUSTER_AUTHORIZATION_FAILED,
+        "SCRAM-SHA-512 alter_scram": wire.CLUSTER_AUTHORIZATION_FAILED,
+        "SCRAM-SHA-512 delete_topics": wire.TOPIC_AUTHORIZATION_FAILED}
+    assert seen[(client_port, "PLAIN login")] == wire.UNSUPPORTED_SASL_MECHANISM
+    # the controller listener takes PLAIN for its one node principal only: an app's SCRAM secret opens nothing
+    assert seen[(controller, "SCRAM-SHA-512 login")] == wire.UNSUPPORTED_SASL_MECHANISM
+    assert seen[(controller, "PLAIN login")] == wire.SASL_AUTHENTICATION_FAILED
+    assert not any(k[0] == controller and not k[1].endswith("login") for k in seen)
+    sent = produce_raw(creds, other, count=2)
+    assert [e.code() for e in sent] == [RawKafkaError.TOPIC_AUTHORIZATION_FAILED] * 2
+    read, error = consume_raw(creds, other, "at-g")
+    assert read == 0 and error is not None and error.code() == RawKafkaError.TOPIC_AUTHORIZATION_FAILED
+    at_controller = {**creds, "bootstrap.servers": f"127.0.0.1:{controller}", "log_level": 0}
+    assert all(err is not None for err in produce_raw(at_controller, other, count=1, timeout=6))
+    assert all(err is None for err in produce_raw(creds, "at.own", count=1))  # and its own topic still works
+    assert _intruders(kafka) == (set(), [])
+    assert other in kafka.admin().list_topics(timeout=10).topics
+
+
+def test_the_reconciler_deletes_users_and_bindings_it_did_not_issue_alerts_and_audits(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    app = new_app(server, acl={"produce": ["rk.*"], "consume": [], "group": []}, default_cluster="dc-a")
+    own = grant_of(server, app, tmp_path).clusters["dc-a"].rdkafka()["sasl.username"]
+    started = time.time()
+    admin = kafka.admin()  # someone holding the super user (or, before issue 37, anyone on the controller port)
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    for future in admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion("intruder", info, b"let-me-in")]).values():
+        future.result(15)
+    planted = [AclBinding(ResourceType.TOPIC, "*", ResourcePatternType.LITERAL, principal, "*", AclOperation.READ,
+                          AclPermissionType.ALLOW) for principal in ("User:intruder", "User:ANONYMOUS")]
+    for future in admin.create_acls(planted).values():
+        future.result(15)
+    assert _intruders(kafka)[0] == {"intruder"}
+    wait_until(lambda: _intruders(kafka) == (set(), []), RECONCILE_S * 3 + 10, message="foreign user deleted")
+    users = set(admin.describe_user_scram_credentials().result(15))
+    assert {own, kafka_secured.ADMIN_USER, kafka_secured.BROKER_USER} <= users  # ours and the system's stay
+    repairs = [row for row in server.admin().audit(action="kafka.reconcile") if row["at"] >= started]
+    foreign = {item for row in repairs for item in (row["before"] or {}).get("foreign", [])}
+    assert {"intruder", "User:intruder READ TOPIC:LITERAL:*", "User:ANONYMOUS READ TOPIC:LITERAL:*"} <= foreign
+    alert = next(a for a in server.admin().alerts(rule="kafka.foreign_access") if a["last_seen"] >= started)
+    assert alert["level"] == "ERR" and alert["status"] == "firing" and "intruder" in alert["evidence"]["deleted"]
+    assert alert["evidence"]["cluster"] == "dc-a"
