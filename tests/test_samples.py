@@ -127,10 +127,10 @@ def _no_anonymous_door(st: LocalStack) -> None:
     """Every port each Kafka node process of the stack listens on (from /proc) drops an anonymous admin request
     unanswered; each node's server.properties (its JAAS passwords) and the cluster's secrets are 0600."""
     from tests.test_broker_attacks import ADMIN_REQUESTS, listening_ports
-    from ykafka.devstack import services as stack_services
     from ykafka.devstack import wire
+    from ykafka.devstack.services import services
 
-    nodes = [svc for svc in stack_services.services(st.cfg) if svc.kind == "kafka"]
+    nodes = [svc for svc in services(st.cfg) if svc.kind == "kafka"]
     assert nodes
     for svc in nodes:
         pid = st.stack.pid(svc)
@@ -163,7 +163,7 @@ def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:
         assert secret.read_text() not in (st.home / "dev.env").read_text()
         _no_anonymous_door(st)
         lines = _run_sample(st, tmp_path, "broker_security.py", "--topic", unique("secured"),
-                            env={"YKAFKA_DEV_HOME": str(st.home)})
+                            "--controller-port", str(spec.quorum_ports[0]), env={"YKAFKA_DEV_HOME": str(st.home)})
     finally:
         st.down()
     assert lines[0] == "dc-a: SASL_SSL SCRAM-SHA-512", lines
