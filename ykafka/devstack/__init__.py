@@ -5,24 +5,5 @@ The SDK never imports this package. Its pieces: ``config`` (what runs where), ``
 (up / down / status). The names below are what ``ykafka dev``, the tests and the samples use.
 """
 
-from ykafka.devstack.stack import (
-    BROKER_KINDS,
-    DEFAULT_CONFIG,
-    STORAGES,
-    ClusterSpec,
-    Service,
-    ServiceRecord,
-    Stack,
-    StackConfig,
-    StackError,
-    ephemeral_config,
-    free_port,
-    replica_name,
-    services,
-    write_private,
-    write_record,
-)
-
-__all__ = ["BROKER_KINDS", "DEFAULT_CONFIG", "STORAGES", "ClusterSpec", "Service", "ServiceRecord", "Stack",
-           "StackConfig", "StackError", "ephemeral_config", "free_port", "replica_name", "services",
-           "write_private", "write_record"]
+from ykafka.devstack.stack import *  # noqa: F403  (stack.__all__: Stack, StackConfig, free_port, ...)
+from ykafka.devstack.stack import __all__ as __all__
