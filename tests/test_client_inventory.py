@@ -103,3 +103,27 @@ def test_metaserver_prunes_clients_past_retention(ms_factory: Callable[..., Meta
     assert [c["client_id"] for c in admin.clients(app=app.app_id)] == ["gone"]
     wait_until(lambda: admin.clients(app=app.app_id) == [] and admin.client_history(app=app.app_id) == [],
                timeout=15)
+
+
+def test_topic_lookups_use_the_gin_index_and_match_exactly(engine: sa.Engine) -> None:
+    from metaserver.console import queries
+
+    now = time.time()
+    clients.store(engine, _report("t-orders", topics=["orders", "refunds"]), now=now)
+    clients.store(engine, _report("t-orders2", topics=["orders2"]), now=now)
+    clients.store(engine, _report("t-like", topics=["ord_rs"]), now=now)  # '_' is not a wildcard here
+    with engine.connect() as conn:
+        rows, total = queries.client_list(conn, 30, {"topic": "orders"}, False, 50)
+        assert {r["client_id"] for r in rows} >= {"t-orders", "c-same"} and "t-orders2" not in {
+            r["client_id"] for r in rows}
+        assert total == len(rows)
+        assert [r["client_id"] for r in queries.topic_clients(conn, 30, "ord_rs", 50)[0]] == ["t-like"]
+        usage = {(t, role) for t, role, _g, _n in queries.topic_usage(conn, 30, ["orders2", "refunds"])}
+        assert usage == {("orders2", "producer"), ("refunds", "producer")}
+        assert "orders2" in queries.topic_names(conn, 30, "DERS2")  # any case
+        # the statement the topic filter compiles to is answered by ix_ms_client_state_topics (without it:
+        # a scan of every client's JSON, 190-290 ms at 100,000 clients)
+        stmt = sa.select(sa.func.count()).select_from(sa.table("ms_client_state")).where(
+            queries._topic_filter("orders"))
+        sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
+    assert "ix_ms_client_state_topics" in _plan(engine, sql)

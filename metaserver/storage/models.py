@@ -145,6 +145,7 @@ client_state = Table(
     Index("ix_ms_client_state_librdkafka", "librdkafka_version"),
     Index("ix_ms_client_state_group", "group_id"),
     Index("ix_ms_client_state_last_seen", "last_seen"),
+    # PostgreSQL also has ix_ms_client_state_topics, a GIN index on (topics::jsonb) (migration 0013)
 )
 
 client_reports = Table(
