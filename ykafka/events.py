@@ -201,6 +201,7 @@ class MetricName(StrEnum):
     PROCESS_LATENCY = "process.latency_ms"  # handler time
     CONSUME_MSGS = "consume.msgs"
     CONSUME_ERRORS = "consume.errors"  # handler failures + receive errors
+    CONSUME_REJOINS = "consume.rejoins"  # consumer clients the watchdog rebuilt (stalled group membership)
     LAG = "lag"  # per partition: end_offset - committed
 
 

@@ -28,8 +28,16 @@ from ykafka.consumer.pool import AsyncPool, Pool, WorkerPool
 from ykafka.consumer.retry import RetryRouter, Routed
 from ykafka.consumer.settings import ConsumerSettings
 from ykafka.errors import KafkaError
+from ykafka.events import MetricName
 from ykafka.throttle import TokenBucket
-from ykafka.transport import KafkaException, Message, TopicPartition, from_kafka_error, is_auth_error
+from ykafka.transport import (
+    KafkaException,
+    Message,
+    RawAdminClient,
+    TopicPartition,
+    from_kafka_error,
+    is_auth_error,
+)
 from ykafka.transport import RawKafkaError as CKError
 
 log = structlog.get_logger(__name__)
@@ -41,6 +49,10 @@ AsyncHandler = Callable[[Message], Coroutine[Any, Any, Any]]
 _error: Callable[[Message], Any] = Message.error
 _partition: Callable[[Message], Any] = Message.partition
 _topic: Callable[[Message], Any] = Message.topic
+#: added to a bounded close's wait (librdkafka's own leave-group and final commit)
+CLOSE_GRACE_S = 10.0
+_CONNECTION = ("bootstrap.servers", "metadata.broker.list", "security.protocol", "sasl.", "ssl.", "client.dns.lookup",
+               "broker.address.family", "client.rack")
 _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKError._UNKNOWN_PARTITION,
                    CKError._UNKNOWN_TOPIC)
 
@@ -86,6 +98,10 @@ class Engine(LiveChanges):
         self.on_fatal: Callable[[KafkaError], None] | None = None  # the owner reports it
         #: a broker refused the consumer's credentials or ACL (error, topic): the owner names app and cluster
         self.on_refused: Callable[[Any, str | None], None] | None = None
+        # the watchdog (:meth:`_watchdog`): when the fetch loop last saw progress, and how many rebuilds it made
+        self._progress_at = 0.0
+        self._processed_seen = 0
+        self.watchdog_rebuilds = 0
 
     # -- control ----------------------------------------------------------------------------------------
 
@@ -129,7 +145,9 @@ class Engine(LiveChanges):
             self._main_loop()
         finally:
             try:
-                self.session.close()  # revoke hook: drain in-flight, commit
+                # revoke hook: drain in-flight, commit; bounded, so a stop always ends (a handle whose group state
+                # broke was seen to block in close for 40 s and more)
+                self.session.close(self.settings.revoke_timeout_ms / 1000 + CLOSE_GRACE_S)
                 self._drain_all(self.settings.revoke_timeout_ms / 1000)
                 if self.router is not None:
                     self.router.flush()
@@ -204,6 +222,9 @@ class Engine(LiveChanges):
         assert pool is not None
         busy = False  # the last batch came back full
         bucket = self.bucket
+        watchdog_s = settings.watchdog_ms / 1000
+        self._progress_at = time.monotonic()
+        next_watch = self._progress_at + 1.0
         while not self._stop.is_set():
             max_backlog = 2 * pool.size + 2
             if self._pending or self._pending_switch is not None:  # a route switch waits in its own slot
@@ -217,6 +238,11 @@ class Engine(LiveChanges):
             if router is not None:
                 router.poll(0)
             now = time.monotonic()
+            if watchdog_s and now >= next_watch:
+                next_watch = now + 1.0
+                self._watchdog(now, watchdog_s)
+                if session.consumer is not consumer:
+                    continue  # rebuilt
             if self._holds:
                 self._release_holds()
             self._backpressure()
@@ -249,6 +275,66 @@ class Engine(LiveChanges):
             busy = len(msgs) >= wanted
             bucket.take(len(msgs))
             self._dispatch(msgs)
+
+    # -- watchdog ---------------------------------------------------------------------------------------
+
+    def _watchdog(self, now: float, bound_s: float) -> None:
+        """Rebuild a client that stalled: subscribed, and for ``bound_s`` either without an assignment the group
+        confirms (we are not a member of a STABLE group) or assigned but handling nothing while its partitions hold
+        records beyond the committed offsets. Issue 38: after a broker was frozen past the session timeout a
+        consumer logged ``partitions lost`` and was never assigned again (the group EMPTY, nothing handled); a
+        plain confluent-kafka consumer stalled the same way once. A fresh handle rejoins from the committed
+        offsets. One check per ``bound_s`` at most, whatever the verdict."""
+        session = self.session
+        if not session.subscribed or session.consumer is None or session.pauses or self.processed != \
+                self._processed_seen:
+            self._processed_seen = self.processed
+            self._progress_at = now
+            return
+        if now - self._progress_at < bound_s:
+            return
+        reason = self._stall_reason()
+        stalled_s = round(now - self._progress_at, 1)
+        self._progress_at = time.monotonic()
+        if reason is None:
+            return
+        log.warning("consumer.watchdog_rebuild", group=self.group, reason=reason, stalled_s=stalled_s,
+                    generation=session.generation, assigned=len(session.assigned))
+        self.watchdog_rebuilds += 1
+        metrics = self.observer.metrics if self.observer is not None else None
+        if metrics is not None:
+            metrics.count(str(MetricName.CONSUME_REJOINS), 1, None, self.group)
+        session.rebuild({}, close_timeout=min(self.settings.revoke_timeout_ms / 1000, 10.0) + CLOSE_GRACE_S)
+        self._progress_at = time.monotonic()
+
+    def _stall_reason(self) -> str | None:
+        """Why the client counts as stalled, or None (it is idle for a good reason, or the cluster cannot tell)."""
+        session = self.session
+        consumer = session.consumer
+        if consumer is None:
+            return None
+        try:
+            if not session.assigned:
+                conf = {k: v for k, v in session.client_config.items()
+                        if isinstance(k, str) and k.startswith(_CONNECTION)}
+                admin = RawAdminClient(conf)
+                found = admin.describe_consumer_groups([self.group], request_timeout=5)[self.group].result()
+                members = {m.member_id for m in found.members}
+                state = str(found.state.name)
+                if state == "STABLE" and consumer.memberid() in members:
+                    return None  # a member with nothing to do (more members than partitions)
+                return f"no assignment (group {state}, {len(members)} members, this one not among them)" \
+                    if consumer.memberid() not in members else f"no assignment (group {state})"
+            parts = [TopicPartition(t, p) for t, p in sorted(session.assigned)]
+            behind = 0
+            for tp in consumer.committed(parts, timeout=5):
+                low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=2,
+                                                           cached=False)
+                behind += max(0, high - max(tp.offset, low))
+            return f"no progress ({behind} records behind the committed offsets)" if behind else None
+        except Exception as exc:  # the cluster does not answer: a new client would not either
+            log.info("consumer.watchdog_unknown", group=self.group, error=str(exc))
+            return None
 
     # -- dispatch ---------------------------------------------------------------------------------------
 

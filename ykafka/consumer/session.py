@@ -9,6 +9,7 @@ the thread that polls the consumer.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -93,12 +94,25 @@ class ConsumerSession:
             return self.open()
         return self.consumer
 
-    def close(self) -> None:
-        """Close the handle: librdkafka revokes (our hooks commit) and leaves the group."""
+    def close(self, timeout: float | None = None) -> None:
+        """Close the handle: librdkafka revokes (our hooks commit) and leaves the group.
+
+        ``timeout``: give up waiting after that many seconds and abandon the handle (its close goes on in a
+        daemon thread). A handle whose group state broke (a broker frozen past the session timeout) was seen to
+        block in close for 40 s and more, so a SIGTERM never ended the process; the watchdog's rebuild and
+        ``Consumer.run``'s shutdown pass a bound."""
         consumer = self.consumer
         if consumer is not None:
             try:
-                consumer.close()  # the revoke callback runs in here and still sees the handle
+                if timeout is None:
+                    consumer.close()  # the revoke callback runs in here and still sees the handle
+                else:
+                    closer = threading.Thread(target=_close_quietly, args=(consumer,), daemon=True,
+                                              name="ykafka-consumer-close")
+                    closer.start()
+                    closer.join(timeout)
+                    if closer.is_alive():
+                        log.warning("consumer.close_abandoned", timeout_s=timeout, generation=self.generation)
             finally:
                 self.consumer = None
                 self._reasons.clear()
@@ -177,7 +191,13 @@ class ConsumerSession:
             self.consumer.set_sasl_credentials(username, password)
         log.info("consumer credentials replaced", username=username)
 
-    def rebuild(self, changes: Mapping[str, Any], removed: Sequence[str] = ()) -> bool:
+    @property
+    def subscribed(self) -> bool:
+        """A group subscription is in force (not a manual assignment, not left)."""
+        return bool(self._topics) and self._manual is None and not self.left
+
+    def rebuild(self, changes: Mapping[str, Any], removed: Sequence[str] = (),
+                close_timeout: float | None = None) -> bool:
         """Apply librdkafka settings that need a new handle; committed positions carry over.
 
         The new handle is built before the old one closes, so settings librdkafka refuses are rejected
@@ -196,7 +216,7 @@ class ConsumerSession:
                       error=str(exc))
             return False
         log.info("rebuilding consumer", changes=dict(changes), removed=list(removed))
-        self.close()  # revoke: the framework finishes and commits in-flight work of the old handle
+        self.close(close_timeout)  # revoke: the framework finishes and commits in-flight work of the old handle
         self.props = props
         self.client_config = dict(props)
         self.consumer = fresh
@@ -344,6 +364,13 @@ class ConsumerSession:
         callback = self._user.get(which)
         if callback is not None:
             callback(self.facade if self.facade is not None else self.consumer, partitions)
+
+
+def _close_quietly(consumer: RawConsumer) -> None:
+    try:
+        consumer.close()
+    except Exception as exc:  # a closed or broken handle: nothing left to release
+        log.warning("consumer.close_failed", error=str(exc))
 
 
 def _names(partitions: list[TopicPartition]) -> list[str]:

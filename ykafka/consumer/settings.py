@@ -31,6 +31,11 @@ class ConsumerSettings:
     poll_timeout_ms: int = option(
         "ykafka.consumer.poll.timeout.ms", _ints(1, 60_000), 100,
         "longest wait for a message per fetch-loop turn (also the housekeeping cadence)")
+    watchdog_ms: int = option(
+        "ykafka.consumer.watchdog.ms", _ints(0, 3_600_000), 60_000,
+        "a subscribed consumer with no assignment the group confirms, or assigned but fetching nothing while its "
+        "partitions have records beyond the committed offsets, this long: its client is rebuilt and rejoins "
+        "(0: off)")
     retry_topics: bool = option("ykafka.consumer.retry.topics", catalog.boolean, True,
                                 "framework mode: create and consume <group>.<topic>.retry.<n> and .dlq topics")
     ephemeral_group: bool = option(
