@@ -10,13 +10,14 @@ tables by age (bench/control_plane_scale.py measures their size after a simulate
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, delete, select, tuple_
 
 from ..schemas import ClientReport
-from ..storage import db
+from ..storage import db, hotpath
 from ..storage.models import CLIENT_FIELDS, client_reports, client_state
 
 
@@ -31,26 +32,34 @@ def _columns(report: ClientReport) -> dict[str, Any]:
     }
 
 
-_STATE_VALUES = tuple(client_state.c[name] for name in CLIENT_FIELDS)
-
-
 def store(engine: Engine, report: ClientReport, now: float | None = None) -> bool:
     """Record a report in the real-time view; add it to the history only when it differs from the client's
     previous report (or is its first). Returns whether a history row was written. ``now``: the report's time
-    (the simulated week of the benchmark moves it; servers leave it to the clock)."""
+    (the simulated week of the benchmark moves it; servers leave it to the clock).
+
+    Every client runs this at every heartbeat, so it is pre-written SQL on the pooled DBAPI connection
+    (storage/hotpath.py): built as Core statements, the 20-column upsert and insert cost ~5 ms of CPU per
+    report in SQLAlchemy's statement building and caching, which at 100,000 clients (3,333 reports/s) is
+    more cores than the database's own work."""
     now = time.time() if now is None else now
     values = _columns(report)
-    with db.write(engine) as conn:
-        before = conn.execute(select(*_STATE_VALUES).where(client_state.c.app_id == report.app_id,
-                                                           client_state.c.client_id == report.client_id)).first()
-        db.upsert(conn, client_state,
-                  {"app_id": report.app_id, "client_id": report.client_id, **values, "first_seen": now,
-                   "last_seen": now},
-                  ["app_id", "client_id"], update={**values, "last_seen": now})
-        changed = before is None or dict(zip(CLIENT_FIELDS, before, strict=True)) != values
+    params = {"app_id": report.app_id, "client_id": report.client_id, "now": now,
+              **{k: json.dumps(v) if k in hotpath.CLIENT_JSON else v for k, v in values.items()}}
+    dialect = engine.dialect.name
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        if dialect == "sqlite":
+            cur.execute("BEGIN IMMEDIATE")  # as db.write: the write lock up front (storage/db.py)
+        before = hotpath.rows(cur, dialect, hotpath.CLIENT_BEFORE, params)
+        hotpath.rows(cur, dialect, hotpath.CLIENT_UPSERT, params)
+        changed = not before or {k: hotpath.json_value(v) if k in hotpath.CLIENT_JSON else v
+                                 for k, v in zip(hotpath.CLIENT_COLUMNS, before[0], strict=True)} != values
         if changed:
-            conn.execute(client_reports.insert().values(at=now, app_id=report.app_id, client_id=report.client_id,
-                                                        **values))
+            hotpath.rows(cur, dialect, hotpath.CLIENT_HISTORY, params)
+        raw.commit()
+    finally:
+        raw.close()  # back to the pool (rolled back if anything is left open)
     return changed
 
 

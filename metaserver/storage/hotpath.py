@@ -28,6 +28,22 @@ PURGE_NONCES = "DELETE FROM ms_nonces WHERE expires_at < :now"
 PLACEMENT = ("SELECT a.acl, p.cluster FROM ms_apps a LEFT JOIN ms_topic_placements p ON p.topic = :topic "
              "WHERE a.app_id = :app_id AND a.enabled")
 
+# a client report (every client, every heartbeat): its previous content, the real-time row, a history row
+_CLIENT_COLS = ("ip", "hostname", "pid", "process_started", "language", "ykafka_version", "confluent_kafka_version",
+                "librdkafka_version", "role", "topics", "group_id", "cluster", "config_release_keys", "state",
+                "errors", "extra")
+#: the JSON columns: written as their JSON text, read back decoded (json_value)
+CLIENT_JSON = ("topics", "config_release_keys", "errors", "extra")
+CLIENT_COLUMNS = _CLIENT_COLS
+CLIENT_BEFORE = (f"SELECT {', '.join(_CLIENT_COLS)} FROM ms_client_state "
+                 "WHERE app_id = :app_id AND client_id = :client_id")
+CLIENT_UPSERT = (f"INSERT INTO ms_client_state (app_id, client_id, {', '.join(_CLIENT_COLS)}, first_seen, last_seen) "
+                 f"VALUES (:app_id, :client_id, {', '.join(':' + c for c in _CLIENT_COLS)}, :now, :now) "
+                 "ON CONFLICT (app_id, client_id) DO UPDATE SET "
+                 + ", ".join(f"{c} = excluded.{c}" for c in _CLIENT_COLS) + ", last_seen = excluded.last_seen")
+CLIENT_HISTORY = (f"INSERT INTO ms_client_reports (at, app_id, client_id, {', '.join(_CLIENT_COLS)}) "
+                  f"VALUES (:now, :app_id, :client_id, {', '.join(':' + c for c in _CLIENT_COLS)})")
+
 
 @lru_cache(maxsize=64)
 def _for(dialect: str, sql: str) -> str:
