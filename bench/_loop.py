@@ -16,19 +16,22 @@ Prepare = Callable[[Callable[[Any, Any], None]], tuple[Callable[[Any, Any], None
 
 
 def produce_loop(producer: Any, topic: str, messages: int, value: bytes, keys: int = 0,
-                 prepare: Prepare | None = None, positional: bool = False) -> float:
+                 prepare: Prepare | None = None, positional: bool = False,
+                 key_list: list[bytes | None] | None = None) -> float:
     """Messages per second for ``messages`` sends of ``value`` (``keys`` > 0: keyed ``i % keys``).
 
     ``positional``: call ``produce(topic, value, key, -1, cb, None, 0, headers)`` instead of the keyword
     form. confluent-kafka parses keywords in C more slowly than positions, while a Python wrapper takes
-    either at the same cost, so the keyword loop flatters a wrapper and the positional one does not."""
+    either at the same cost, so the keyword loop flatters a wrapper and the positional one does not.
+    ``key_list``: the keys, built by the caller (outside what bench/callgrind_budget.py counts)."""
     delivered = [0]
 
     def on_delivery(err: Any, msg: Any) -> None:
         if err is None:
             delivered[0] += 1
 
-    key_list = [str(i).encode() for i in range(keys)] if keys else [None]
+    if key_list is None:
+        key_list = [str(i).encode() for i in range(keys)] if keys else [None]
     produce, poll = producer.produce, producer.poll
     start = time.perf_counter()
     for i in range(messages):

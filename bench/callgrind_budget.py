@@ -1,0 +1,417 @@
+"""Instructions per message of every call form, ykafka and raw confluent-kafka side by side, against budgets.
+
+Wall-clock ratios on a shared 2-core machine move by ±10-20 % (docs/benchmarks.md); callgrind's instruction
+counts do not move with the load. Three processes run under ``valgrind --tool=callgrind --separate-threads=yes
+--instr-atstart=no`` (raw, ykafka, ykafka ``Consumer.run``), instrumenting only each form's measured span
+(callgrind's client requests, reached through a small C helper built with the system compiler): start-up, imports
+and warm-ups run uninstrumented and count nowhere, so one span per form suffices.
+
+* A form measured on one thread (every producer form, both raw consumer loops, ``Consumer.poll``): counters
+  zeroed and instrumentation on after its warm-up, that thread's counters dumped (``DUMP_STATS_AT``) and
+  instrumentation off after its messages. The thread's instructions include serving the delivery reports
+  (``poll`` / ``flush`` run the callbacks on it); librdkafka's own threads work outside the GIL.
+* ``Consumer.run`` dispatches across threads (its fetch thread, the worker pool): instrumentation on after the
+  warm-up, the process ends (``os._exit``) right after the span, and the figure is every Python thread's total
+  from the per-thread files callgrind writes at exit (librdkafka's threads, which never run Python, left out;
+  ykafka's background threads in; they tick by wall time, ~50x longer under valgrind, so they add a little
+  noise: a few hundred instructions a message).
+
+Forms (the Producer's and Consumer's defaults: disaster recovery, metrics on; local mode):
+
+* producer ``keyword`` ``produce(topic, value, key=None, on_delivery=cb)``, ``positional``
+  ``produce(topic, value, None, -1, cb, None, 0, None)``, ``keyed1k`` / ``keyed100k`` (keyword, keys ``i % K``),
+  each followed by ``poll(0)``, ``flush`` at the end (bench/_loop.py's loop): the producing thread's
+  instructions (librdkafka's own threads work outside the GIL);
+* consumer ``run`` (``Consumer.run`` with a no-op handler vs a raw ``consume(500)`` loop with the fetch setting
+  ``Consumer.run`` applies) and ``poll`` (a ``Consumer.poll()`` loop vs raw ``poll()``): every Python thread's
+  instructions (the run's dispatch crosses threads), librdkafka's threads left out.
+
+Each figure is the form's instructions divided by its messages. ``--check`` compares the ykafka figures with
+``bench/callgrind_budget.json`` and lists the forms more than ``tolerance`` (5 %) over (``over_budget``);
+``--record`` writes the measured figures as the new budgets. tests/test_callgrind_budget.py runs it.
+
+    python bench/callgrind_budget.py [--quick] [--broker tansu|kafka] [--check] [--record] [--forms keyword,run]
+
+Last line: RESULT {"forms": {form: {"ykafka": Ir/msg, "raw": Ir/msg, "ratio": raw/ykafka}}, "over_budget": [...],
+"broker": ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BUDGETS = ROOT / "bench" / "callgrind_budget.json"
+PRODUCER_FORMS = ("keyword", "positional", "keyed1k", "keyed100k")
+CONSUMER_FORMS = ("run", "poll")
+FORMS = PRODUCER_FORMS + CONSUMER_FORMS
+SPANS = 2  # measured spans per producer form
+WARM_PRODUCE = 1000  # sends before a producer form's span: the topic's state, connections, the first batches
+KEYS = {"keyed1k": 1000, "keyed100k": 100_000}
+#: what ``Consumer.run`` sets unless the application does (ykafka/consumer/engine.py): the raw peer gets it too
+RUN_FETCH = {"fetch.queue.backoff.ms": 20}
+RAW_PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_000_000,
+                "compression.type": "none", "partitioner": "murmur2_random"}
+#: the cluster health probe's metadata request times out under valgrind's ~50x slow-down, which would take the
+#: disaster-recovery engine off its healthy direct path (the path being measured): it is told to be patient
+UNDER_VALGRIND = {"health.down.failures": 1000, "health.down.after.ms": 3_600_000}
+HELPER_C = """
+#include <valgrind/callgrind.h>
+void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
+void cg_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); CALLGRIND_STOP_INSTRUMENTATION; }
+"""
+
+
+# --- in the process under callgrind ---------------------------------------------------------------------------
+
+class Counters:
+    """The client requests, through the helper library (no-ops without one: a plain run)."""
+
+    def __init__(self, lib: str | None) -> None:
+        import ctypes
+
+        self._lib = ctypes.CDLL(lib) if lib else None
+
+    def zero(self) -> None:
+        """Zero this thread's counters and instrument from here (every thread)."""
+        if self._lib is not None:
+            self._lib.cg_start()
+
+    def dump(self, name: str, messages: int) -> None:
+        """Dump this thread's counters as ``name:messages`` and stop instrumenting."""
+        if self._lib is not None:
+            self._lib.cg_dump(f"{name}:{messages}".encode())
+
+    def exit(self, name: str, messages: int) -> None:
+        """End a span measured on every thread: say how many messages it held (the driver reads it from
+        stdout) and exit at once, so the per-thread totals callgrind writes at exit are the span's (stopping
+        the instrumentation instead drops the other threads' counts)."""
+        print(f"MEASURED {name} {messages}", flush=True)
+        if self._lib is not None:
+            os._exit(0)
+
+
+def _noop(_msg: Any) -> None:
+    return None
+
+
+def produce_form(make: Callable[[], Any], form: str, side: str, messages: int, cg: Counters) -> None:
+    from bench._loop import produce_loop
+
+    producer = make()
+    topic = f"cg-budget-{form}-{side}-{uuid.uuid4().hex[:6]}"
+    keys = KEYS.get(form, 0)
+    value = b"x" * 100
+    key_list: list[bytes | None] = [str(i).encode() for i in range(keys)] if keys else [None]
+    produce_loop(producer, topic, WARM_PRODUCE, value, key_list=key_list, positional=form == "positional")
+    for span in range(SPANS):  # the least of them: a span can only gain from thread switches, never lose
+        cg.zero()
+        produce_loop(producer, topic, messages, value, key_list=key_list, positional=form == "positional")
+        cg.dump(f"{form}/{side}#{span}", messages)
+    if hasattr(producer, "close"):
+        producer.close()
+
+
+def consumer_conf(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "group.id": f"cg-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+
+
+def consume_raw(bootstrap: str, topic: str, form: str, warm: int, messages: int, cg: Counters) -> None:
+    from confluent_kafka import Consumer as RawConsumer
+
+    consumer = RawConsumer({**consumer_conf(bootstrap), **(RUN_FETCH if form == "run" else {})})
+    consumer.subscribe([topic])
+    noop, got, target, zeroed = _noop, 0, warm + messages, False
+    try:
+        if form == "run":
+            while got < target:
+                if got >= warm and not zeroed:
+                    cg.zero()
+                    zeroed, start = True, got
+                for msg in consumer.consume(500, 1.0):
+                    if msg.error() is None:
+                        noop(msg)
+                        got += 1
+        else:
+            poll = consumer.poll
+            while got < target:
+                if got == warm and not zeroed:
+                    cg.zero()
+                    zeroed, start = True, got
+                polled = poll(1.0)
+                if polled is not None and polled.error() is None:
+                    noop(polled)
+                    got += 1
+        cg.dump(f"{form}/raw", got - start)
+    finally:
+        consumer.close()
+
+
+def consume_ykafka(bootstrap: str, topic: str, form: str, warm: int, messages: int, cg: Counters) -> None:
+    from ykafka.consumer import Consumer
+
+    consumer = Consumer({**consumer_conf(bootstrap), "ykafka.cache.dir": tempfile.mkdtemp(prefix="ykafka-cg-"),
+                         "ykafka.consumer.retry.topics": False, "ykafka.consumer.revoke.timeout.ms": 2000})
+    try:
+        if form == "poll":
+            consumer.subscribe([topic])
+            poll, noop, got, target = consumer.poll, _noop, 0, warm + messages
+            while got < target:
+                if got == warm:
+                    cg.zero()
+                msg = poll(1.0)
+                if msg is not None and msg.error() is None:
+                    noop(msg)
+                    got += 1
+            cg.dump("poll/ykafka", messages)
+            return
+        # Consumer.run runs a handler faster than FAST_HANDLER_S on its fetch thread, measured by wall time:
+        # under valgrind's ~50x slow-down the no-op would look slow and go to the worker pool, so the threshold
+        # is scaled alike (the path a native run of this no-op takes)
+        from ykafka.consumer import engine as engine_module
+        from ykafka.consumer import ordering
+
+        ordering.FAST_HANDLER_S = engine_module.FAST_HANDLER_S = 50 * ordering.FAST_HANDLER_S
+        # Consumer.run calls the raw loop's very no-op; this thread reads engine.processed (counted per task)
+        thread = threading.Thread(target=consumer.run, args=(_noop, [topic]), daemon=True)
+        thread.start()
+        engine = consumer.engine
+        deadline = time.monotonic() + 600
+        while engine.processed < warm:
+            if time.monotonic() > deadline:
+                raise RuntimeError("Consumer.run handled too few messages")
+            time.sleep(0.02)
+        cg.zero()
+        start = engine.processed
+        while engine.processed < start + messages:
+            time.sleep(0.05)
+        cg.exit("run/ykafka", engine.processed - start)
+        consumer.stop()
+        thread.join(120)
+    finally:
+        consumer.close()
+
+
+def child(args: argparse.Namespace) -> None:
+    from confluent_kafka import Producer as RawProducer
+
+    from ykafka import Producer
+    from ykafka.logs import configure
+
+    configure("warning")
+    cg = Counters(args.helper)
+    side = args.side
+    for form in args.forms:
+        print(f"{time.process_time():.1f}s CPU: {form}/{side}", flush=True)
+        if form in PRODUCER_FORMS and side == "raw":
+            produce_form(lambda: RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER}), form, side,
+                         args.messages, cg)
+        elif form in PRODUCER_FORMS:
+            produce_form(lambda: Producer({"bootstrap.servers": args.bootstrap, **UNDER_VALGRIND,
+                                           "ykafka.cache.dir": tempfile.mkdtemp(prefix="ykafka-cg-")}),
+                         form, side, args.messages, cg)
+        elif side == "raw":
+            consume_raw(args.bootstrap, args.topic, form, args.warm, args.consume_messages, cg)
+        else:
+            consume_ykafka(args.bootstrap, args.topic, form, args.warm, args.consume_messages, cg)
+
+
+# --- the driver -------------------------------------------------------------------------------------------------
+
+def build_helper(workdir: Path) -> str:
+    """The client-request helper as a shared library (needs a C compiler and valgrind's callgrind.h)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or not Path("/usr/include/valgrind/callgrind.h").exists():
+        raise SystemExit("callgrind_budget: needs a C compiler and valgrind's headers (/usr/include/valgrind)")
+    src, lib = workdir / "cg.c", workdir / "libcg.so"
+    src.write_text(HELPER_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
+    return str(lib)
+
+
+def fill(bootstrap: str, topic: str, count: int) -> None:
+    from confluent_kafka import Producer as RawProducer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)]).values():
+        future.result(30)
+    producer = RawProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
+    pad = b"x" * 92
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, key=str(i % 1000).encode(), value=pad + i.to_bytes(8, "big"))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120):
+        raise RuntimeError("could not fill the topic")
+
+
+def counted(outdir: Path) -> dict[str, tuple[int, int]]:
+    """(instructions, messages) of each form measured in ``outdir``'s process: a dumped span's thread, or, for a
+    span ended by exiting (``MEASURED`` in ``outdir/stdout``), every Python thread's total at exit. librdkafka's
+    threads never run Python: their work is outside the GIL and moves with how far they got when the span
+    ended, so it is left out."""
+    out: dict[str, tuple[int, int]] = {}
+    at_exit = 0
+    for path in outdir.glob("cg.*"):
+        text = path.read_text(errors="replace")
+        total = re.search(r"^(?:totals|summary):\s+(\d+)", text, re.M)
+        if total is None:
+            continue
+        trigger = re.search(r"^desc: Trigger: Client Request: (\S+):(\d+)$", text, re.M)
+        if trigger is not None:  # a producer form's spans are name#0, name#1: the least per message counts
+            name, span = trigger.group(1).split("#")[0], (int(total.group(1)), int(trigger.group(2)))
+            if name not in out or span[0] / span[1] < out[name][0] / out[name][1]:
+                out[name] = span
+        elif "_PyEval_EvalFrameDefault" in text:
+            at_exit += int(total.group(1))
+    measured = re.search(r"^MEASURED (\S+) (\d+)$", (outdir / "stdout").read_text(), re.M)
+    if measured is not None:
+        out[measured.group(1)] = (at_exit, int(measured.group(2)))
+    return out
+
+
+def measure(args: argparse.Namespace, helper: str, bootstrap: str, workdir: Path, side: str,
+            forms: list[str]) -> subprocess.Popen[bytes]:
+    """Start one process measuring ``forms`` on ``side`` under callgrind (its files in ``workdir/<side>``)."""
+    outdir = workdir / f"{side}-{forms[0]}"
+    outdir.mkdir()
+    cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--instr-atstart=no", "--dump-line=no",
+           f"--callgrind-out-file={outdir}/cg.%p", sys.executable, str(Path(__file__).resolve()), "--child",
+           "--side", side, "--helper", helper, "--bootstrap", bootstrap, "--forms", ",".join(forms),
+           "--messages", str(args.messages), "--consume-messages", str(args.consume_messages),
+           "--warm", str(args.warm), "--topic", args.topic]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(outdir / "stdout", "wb") as out, open(outdir / "stderr", "wb") as err:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err)
+
+
+def _wait(proc: subprocess.Popen[bytes], outdir: Path) -> None:
+    if proc.wait(timeout=900) != 0:
+        sys.stderr.write((outdir / "stdout").read_text()[-2000:] + (outdir / "stderr").read_text()[-4000:])
+        raise SystemExit(f"callgrind_budget: the measured run in {outdir.name} failed ({proc.returncode})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--forms", default=",".join(FORMS))
+    parser.add_argument("--messages", type=int, default=20_000, help="producer messages measured per form")
+    parser.add_argument("--consume-messages", type=int, default=20_000)
+    parser.add_argument("--warm", type=int, default=3000, help="consumed before the counters are zeroed")
+    parser.add_argument("--quick", action="store_true", help="3,000 messages a form (the suite's size)")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu")
+    parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
+    parser.add_argument("--check", action="store_true", help="compare with bench/callgrind_budget.json")
+    parser.add_argument("--record", action="store_true", help="write the figures as the new budgets")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--helper", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--topic", default=f"cg-budget-consume-{uuid.uuid4().hex[:8]}", help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=["raw", "ykafka"], default="ykafka", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.messages, args.consume_messages, args.warm = 3000, 3000, 1000
+    args.forms = [f for f in args.forms.split(",") if f]
+    unknown = set(args.forms) - set(FORMS)
+    if unknown:
+        parser.error(f"unknown forms {sorted(unknown)}; known: {', '.join(FORMS)}")
+    if args.child:
+        child(args)
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("callgrind_budget: valgrind is not installed")
+    from ykafka.logs import configure
+
+    configure("warning")
+    workdir = Path(tempfile.mkdtemp(prefix="ykafka-cg-budget-"))
+    broker = None
+    try:
+        helper = build_helper(workdir)
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            from tests.support import Broker
+
+            broker = Broker("cg-budget", workdir / "broker", broker=args.broker).start()
+            bootstrap = broker.bootstrap
+        if any(form in CONSUMER_FORMS for form in args.forms):
+            fill(bootstrap, args.topic, 2 * (args.warm + args.consume_messages) + 4000)
+        started = time.monotonic()
+        # three processes (raw; ykafka; ykafka's Consumer.run, which ends its process), two at a time
+        batches: list[tuple[str, list[str]]] = [("raw", args.forms)]
+        single = [f for f in args.forms if f != "run"]
+        if single:
+            batches.append(("ykafka", single))
+        if "run" in args.forms:
+            batches.append(("ykafka", ["run"]))
+        running: list[tuple[subprocess.Popen[bytes], Path]] = []
+        for side, forms_ in batches:
+            if len(running) == 2:
+                _wait(*running.pop(0))
+            running.append((measure(args, helper, bootstrap, workdir, side, forms_), workdir / f"{side}-{forms_[0]}"))
+        for proc, outdir in running:
+            _wait(proc, outdir)
+        measured: dict[str, tuple[int, int]] = {}
+        for outdir in workdir.iterdir():
+            if outdir.is_dir() and (outdir / "stdout").exists():
+                measured.update(counted(outdir))
+        missing = [f"{f}/{side}" for f in args.forms for side in ("raw", "ykafka") if f"{f}/{side}" not in measured]
+        if missing:
+            raise SystemExit(f"callgrind_budget: no counts for {missing} (does libpython keep its symbols?)")
+        forms: dict[str, dict[str, Any]] = {}
+        for form in args.forms:
+            (yk, yk_n), (raw, raw_n) = measured[f"{form}/ykafka"], measured[f"{form}/raw"]
+            forms[form] = {"ykafka": round(yk / yk_n), "raw": round(raw / raw_n),
+                           "ratio": round(raw / raw_n * yk_n / yk, 3)}
+        for form, fig in forms.items():
+            print(f"{form:<11} ykafka {fig['ykafka']:>8,.0f} Ir/msg   raw {fig['raw']:>8,.0f}   raw/ykafka "
+                  f"{fig['ratio']:.3f}", flush=True)
+        over: list[str] = []
+        if args.check or args.record:
+            budgets: dict[str, Any] = {"tolerance": 0.05, "forms": {}}
+            if BUDGETS.exists():
+                budgets = json.loads(BUDGETS.read_text())
+            if args.record:
+                for form, fig in forms.items():
+                    budgets["forms"][form] = {**budgets["forms"].get(form, {}),
+                                              "ykafka": fig["ykafka"], "raw": fig["raw"], "broker": args.broker,
+                                              "messages": args.messages if form in PRODUCER_FORMS
+                                              else args.consume_messages}
+                BUDGETS.write_text(json.dumps(budgets, indent=2, sort_keys=True) + "\n")
+            for form, fig in forms.items():
+                budget = budgets["forms"].get(form)
+                if budget is not None and budget.get("budgeted", True) \
+                        and fig["ykafka"] > budget["ykafka"] * (1 + budgets["tolerance"]):
+                    over.append(f"{form}: {fig['ykafka']:,.0f} Ir/msg > budget {budget['ykafka']:,.0f} "
+                                f"+{budgets['tolerance']:.0%}")
+        result = {"forms": forms, "over_budget": over, "broker": args.broker, "messages": args.messages,
+                  "consume_messages": args.consume_messages, "seconds": round(time.monotonic() - started, 1)}
+        print("RESULT " + json.dumps(result), flush=True)
+    finally:
+        if broker is not None:
+            broker.kill()
+        if not os.environ.get("YKAFKA_CG_KEEP"):
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"callgrind files kept in {workdir}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

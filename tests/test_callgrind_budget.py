@@ -1,0 +1,50 @@
+"""Instructions per message of every call form stay within their recorded budgets (bench/callgrind_budget.json).
+
+Wall-clock ratios cannot guard the hot paths on shared cores (±10-20 % between runs); callgrind's instruction
+counts do not move with the load, so a change that gives back a measured gain fails here: each form's ykafka
+figure may exceed its budget by at most the file's tolerance (5 %). The raw confluent-kafka figure of the same
+run is checked too (a broken raw loop would make every ratio meaningless). docs/benchmarks.md, *Call forms*.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUDGETS = json.loads((ROOT / "bench" / "callgrind_budget.json").read_text())
+
+pytestmark = pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("cc") is None,
+                                reason="needs valgrind and a C compiler (the callgrind client-request helper)")
+
+
+def test_budget_file_covers_every_call_form() -> None:
+    from bench.callgrind_budget import FORMS
+
+    assert BUDGETS["tolerance"] == 0.05
+    assert set(BUDGETS["forms"]) == set(FORMS)
+    for form, budget in BUDGETS["forms"].items():
+        assert budget["ykafka"] > 0 and budget["raw"] > 0, form
+    # every producer form and the Consumer.poll loop are checked (Consumer.run: see its "why")
+    assert [f for f, b in BUDGETS["forms"].items() if not b.get("budgeted", True)] == ["run"]
+
+
+def test_every_call_form_within_its_instruction_budget() -> None:
+    proc = subprocess.run([sys.executable, "bench/callgrind_budget.py", "--quick", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0, tail
+    last = [line for line in proc.stdout.splitlines() if line.strip()][-1]
+    assert last.startswith("RESULT "), tail
+    result = json.loads(last[len("RESULT "):])
+    assert set(result["forms"]) == set(BUDGETS["forms"]), last
+    for form, fig in result["forms"].items():
+        raw_budget = BUDGETS["forms"][form]["raw"]
+        # raw confluent-kafka is not ours to budget, but a figure far off means the loop measured something else
+        assert 0.8 * raw_budget < fig["raw"] < 1.25 * raw_budget, f"{form}: raw {fig['raw']} vs {raw_budget}"
+    assert result["over_budget"] == [], "\n".join(result["over_budget"])
