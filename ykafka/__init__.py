@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         BufferFullError,
         ClosedError,
         ConfigError,
+        ForkedClientError,
         InvalidConfigValue,
         KafkaError,
         KafkaTimeoutError,
@@ -39,7 +40,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _ERRORS = ("AclDenied", "AuthError", "BrokerAuthError", "BufferFullError", "ClosedError", "ConfigError",
-           "InvalidConfigValue", "KafkaError", "KafkaTimeoutError", "MessageTooLargeError", "MetaServerUnavailable",
+           "ForkedClientError", "InvalidConfigValue", "KafkaError", "KafkaTimeoutError", "MessageTooLargeError",
+           "MetaServerUnavailable",
            "SpillFullError", "ThrottledError", "UnknownClusterError", "UnknownConfigKey", "UnknownTopicError",
            "YKafkaError")
 _EXPORTS = {"Consumer": "ykafka.consumer", "Producer": "ykafka.producer",
@@ -48,7 +50,8 @@ _EXPORTS = {"Consumer": "ykafka.consumer", "Producer": "ykafka.producer",
 
 __all__ = [
     "AclDenied", "AuthError", "BrokerAuthError", "BufferFullError", "ClosedError", "ConfigError", "Consumer",
-    "DeserializingConsumer", "InvalidConfigValue", "KafkaError", "KafkaTimeoutError", "MessageTooLargeError",
+    "DeserializingConsumer", "ForkedClientError", "InvalidConfigValue", "KafkaError", "KafkaTimeoutError",
+    "MessageTooLargeError",
     "MetaServerUnavailable", "Producer", "SerializingProducer", "SpillFullError", "ThrottledError",
     "UnknownClusterError", "UnknownConfigKey", "UnknownTopicError", "YKafkaError", "__version__",
 ]

@@ -126,3 +126,10 @@ class KafkaTimeoutError(KafkaError):
 
 class ClosedError(YKafkaError, RuntimeError):
     """The client was closed and can no longer be used (a ``RuntimeError``, as confluent-kafka raises)."""
+
+
+class ForkedClientError(ClosedError):
+    """A client made before ``fork()`` was used in the child. librdkafka's handles and ykafka's threads do not
+    survive a fork: the fix is to create the client in the child (gunicorn ``post_fork`` or a lazy global,
+    Celery ``worker_process_init``, a ``multiprocessing`` initializer). A plain :class:`~ykafka.Producer` does
+    that by itself; a Consumer (group membership) and the asyncio clients (their event loop) cannot."""

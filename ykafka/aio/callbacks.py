@@ -17,6 +17,7 @@ import contextlib
 import contextvars
 import logging
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -33,10 +34,14 @@ class Lane:
     """Client calls made by one callback invocation, run by the thread that waits for the callback."""
 
     def __init__(self, owner: object) -> None:
-        self.owner = owner
+        self._owner = weakref.ref(owner)  # the client: the callback held by librdkafka must not keep it alive
         self._jobs: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
         self._cond = threading.Condition()
         self._open = True
+
+    @property
+    def owner(self) -> object:
+        return self._owner()
 
     def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any] | None:
         """Queue ``fn`` for the waiting thread; None once the callback has returned (the caller then takes
@@ -92,10 +97,19 @@ def on_loop(loop: asyncio.AbstractEventLoop, cb: Callable[..., Any], owner: obje
     while the calling thread runs the client calls it makes. ``first`` replaces the first argument (the
     rebalance callbacks get the asyncio consumer, not the sync one)."""
 
+    # weakly: librdkafka (whose handle the client's threads reach) holds this callback; it must not keep the
+    # asyncio client alive (ykafka/lifecycle.py)
+    owner_ref = weakref.ref(owner)
+    first_ref = None if first is None else weakref.ref(first)
+
     def call(*args: Any) -> Any:
-        if first is not None:
-            args = (first, *args[1:])
-        lane = Lane(owner)
+        client = owner_ref()
+        if client is None:  # collected: its shutdown is under way
+            return None
+        if first_ref is not None:
+            args = (first_ref(), *args[1:])
+        lane = Lane(client)
+        del client
 
         async def run() -> Any:
             _LANE.set(lane)  # this task's context only: the calls it (and tasks it starts) make use the lane

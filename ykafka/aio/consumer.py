@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from ykafka import lifecycle
 from ykafka.aio import callbacks
 from ykafka.consumer import Consumer
 from ykafka.errors import ClosedError
@@ -57,12 +58,24 @@ class AIOConsumer:
             if self._own_executor:
                 executor.shutdown(wait=False)
             raise
+        # dropped without close(): collected (its callbacks hold it weakly), its pool's threads end, and the sync
+        # consumer underneath is collected and reaped in turn (it leaves the group: ykafka/lifecycle.py)
+        lifecycle.opened(self)
+        self._finalizer = lifecycle.on_collect(self, "AIOConsumer", self._consumer.runtime.client_id,
+                                               functools.partial(executor.shutdown, wait=False)
+                                               if self._own_executor else _nothing)
 
     async def __aenter__(self) -> AIOConsumer:
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
+
+    def _after_fork(self) -> None:
+        """In a forked child (lifecycle's ``os.register_at_fork`` hook): its consumer and event loop are the
+        parent's; every call raises :class:`ForkedClientError` naming the fix, ``close()`` does nothing."""
+        self._finalizer.detach()
+        lifecycle.disable_in_child(self, type(self).__name__, (), ("_call",))
 
     @property
     def consumer(self) -> Consumer:
@@ -230,5 +243,10 @@ class AIOConsumer:
             await self._call(close)
         finally:
             self._closed = True
+            self._finalizer.detach()
             if self._own_executor:
                 await self._loop.run_in_executor(None, self.executor.shutdown, True)
+
+
+def _nothing() -> None:
+    """The shutdown of a collected AIOConsumer on a pool it does not own."""

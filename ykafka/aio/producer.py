@@ -20,11 +20,13 @@ import asyncio
 import concurrent.futures
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
+from ykafka import lifecycle
 from ykafka.aio import callbacks
 from ykafka.errors import BufferFullError, ClosedError
 from ykafka.producer import Producer
@@ -59,13 +61,18 @@ class AIOProducer:
         # error_cb, throttle_cb, stats_cb and logger run on the loop (confluent-kafka's wrap_common_callbacks)
         self._producer = Producer(callbacks.wrap_conf(self._loop, dict(producer_conf), self))
         self._port = async_port(self._producer)  # ready / reserve / produce_reserved: not the drop-in API
-        self._reports: list[tuple[asyncio.Future[Any], DeliveryCallback | None, Any, Any]] = []
-        self._reports_lock = threading.Lock()
-        self._wake_scheduled = False
+        self._sink = _Reports(self._loop, weakref.ref(self._producer))
         self._closed = False
         self._stop = threading.Event()
-        self._poller = threading.Thread(target=self._poll_loop, name="ykafka-aio-poll", daemon=True)
+        # the poller reaches the producers weakly; dropped without close(), this client is collected and
+        # _reap stops its threads (nothing flushed, as confluent-kafka's: ykafka/lifecycle.py)
+        self._poller = threading.Thread(target=_poll_loop, args=(weakref.ref(self._producer), self._stop),
+                                        name="ykafka-aio-poll", daemon=True)
         self._poller.start()
+        lifecycle.opened(self)
+        self._finalizer = lifecycle.on_collect(
+            self, "AIOProducer", self._producer.runtime.client_id,
+            functools.partial(_reap, self._stop, self._sender, self.executor if self._own_executor else None))
 
     # --- context manager ----------------------------------------------------------------------------
 
@@ -90,7 +97,7 @@ class AIOProducer:
         if self._closed:
             raise ClosedError("Producer has been closed")  # confluent-kafka's words
         fut: asyncio.Future[Any] = self._loop.create_future()
-        report = functools.partial(self._report, fut, on_delivery or callback)
+        report = functools.partial(self._sink.report, fut, on_delivery or callback)
         p = self._port
         try:
             if self._queued or not p.ready(topic):
@@ -137,58 +144,6 @@ class AIOProducer:
             await self._loop.run_in_executor(self._sender, send)
         finally:
             self._queued -= 1
-
-    def _report(self, fut: asyncio.Future[Any], user_cb: DeliveryCallback | None, err: Any, msg: Any) -> None:
-        """Delivery callback (any thread): queue the outcome; one loop wake-up serves the whole batch."""
-        with self._reports_lock:
-            self._reports.append((fut, user_cb, err, msg))
-            if self._wake_scheduled:
-                return
-            self._wake_scheduled = True
-        try:
-            self._loop.call_soon_threadsafe(self._resolve)
-        except RuntimeError:  # the loop is closed: nobody is left to await these futures
-            with self._reports_lock:
-                self._reports.clear()
-                self._wake_scheduled = False
-
-    def _resolve(self) -> None:
-        with self._reports_lock:
-            batch, self._reports = self._reports, []
-            self._wake_scheduled = False
-        for fut, user_cb, err, msg in batch:
-            if user_cb is not None:
-                try:
-                    user_cb(err, msg)
-                except Exception:  # a user callback's error must not strand the other futures
-                    log.exception("ykafka.aio.delivery_callback_failed")
-            if fut.done():
-                continue
-            if err is None:
-                fut.set_result(msg)
-            else:
-                fut.set_exception(self._error(err, msg))
-
-    def _error(self, err: Any, msg: Any) -> Exception:
-        """The typed error of a failed delivery; a broker's refusal names the app, the cluster and the topic."""
-        if not is_auth_error(err):
-            return from_kafka_error(err)
-        topic = msg.topic() if msg is not None else None
-        try:
-            cluster = self._producer.route(topic) if topic else None
-        except Exception:  # noqa: BLE001 - the message is what matters; the cluster is a courtesy
-            cluster = None
-        return from_kafka_error(err, app_id=self._producer.runtime.app_id, cluster=cluster, resource=topic)
-
-    def _poll_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._producer.poll(0.1)
-            except ClosedError:
-                return
-            except Exception:
-                log.exception("ykafka.aio.poll_failed")
-                self._stop.wait(0.1)
 
     # --- the rest of the producer API -----------------------------------------------------------------
 
@@ -238,6 +193,14 @@ class AIOProducer:
     def __len__(self) -> int:
         return 0 if self._closed else len(self._producer) + self._queued
 
+    def _after_fork(self) -> None:
+        """In a forked child (lifecycle's ``os.register_at_fork`` hook): its poller thread and event loop are the
+        parent's; every call raises :class:`ForkedClientError` naming the fix, ``close()`` does nothing."""
+        self._finalizer.detach()
+        lifecycle.disable_in_child(self, type(self).__name__, (), (
+            "produce", "flush", "poll", "purge", "list_topics", "init_transactions", "begin_transaction",
+            "send_offsets_to_transaction", "commit_transaction", "abort_transaction"))
+
     @property
     def producer(self) -> Producer:
         """The sync producer underneath (introspection: ``applied_config``, ``route``, ``clients``)."""
@@ -248,6 +211,7 @@ class AIOProducer:
         if self._closed:
             return 0
         self._closed = True
+        self._finalizer.detach()
         while self._queued:
             await asyncio.sleep(0.001)
         left = int(await self._call(self._producer.flush, timeout))
@@ -257,5 +221,88 @@ class AIOProducer:
         self._sender.shutdown(wait=True)
         if self._own_executor:
             self.executor.shutdown(wait=False)
-        self._resolve()
+        self._sink.resolve()
         return left
+
+
+class _Reports:
+    """Delivery outcomes on their way to the loop: what each message's callback references (not the AIOProducer).
+
+    A delivery callback may be kept past its message by the engine's threads (the direct path caches the last
+    one); it must not keep the AIOProducer, nor its sync producer, alive (ykafka/lifecycle.py)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, producer: weakref.ReferenceType[Producer]) -> None:
+        self._loop = loop
+        self._producer = producer
+        self._reports: list[tuple[asyncio.Future[Any], DeliveryCallback | None, Any, Any]] = []
+        self._lock = threading.Lock()
+        self._wake_scheduled = False
+
+    def report(self, fut: asyncio.Future[Any], user_cb: DeliveryCallback | None, err: Any, msg: Any) -> None:
+        """Delivery callback (any thread): queue the outcome; one loop wake-up serves the whole batch."""
+        with self._lock:
+            self._reports.append((fut, user_cb, err, msg))
+            if self._wake_scheduled:
+                return
+            self._wake_scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self.resolve)
+        except RuntimeError:  # the loop is closed: nobody is left to await these futures
+            with self._lock:
+                self._reports.clear()
+                self._wake_scheduled = False
+
+    def resolve(self) -> None:
+        with self._lock:
+            batch, self._reports = self._reports, []
+            self._wake_scheduled = False
+        for fut, user_cb, err, msg in batch:
+            if user_cb is not None:
+                try:
+                    user_cb(err, msg)
+                except Exception:  # a user callback's error must not strand the other futures
+                    log.exception("ykafka.aio.delivery_callback_failed")
+            if fut.done():
+                continue
+            if err is None:
+                fut.set_result(msg)
+            else:
+                fut.set_exception(self._error(err, msg))
+
+    def _error(self, err: Any, msg: Any) -> Exception:
+        """The typed error of a failed delivery; a broker's refusal names the app, the cluster and the topic."""
+        producer = self._producer()
+        if not is_auth_error(err) or producer is None:
+            return from_kafka_error(err)
+        topic = msg.topic() if msg is not None else None
+        try:
+            cluster = producer.route(topic) if topic else None
+        except Exception:  # noqa: BLE001 - the message is what matters; the cluster is a courtesy
+            cluster = None
+        return from_kafka_error(err, app_id=producer.runtime.app_id, cluster=cluster, resource=topic)
+
+
+def _poll_loop(ref: weakref.ReferenceType[Producer], stop: threading.Event) -> None:
+    """Serve delivery reports (the futures resolve on the loop) while the producer lives and is not closed."""
+    while not stop.is_set():
+        producer = ref()
+        if producer is None:
+            return
+        try:
+            producer.poll(0.1)
+        except ClosedError:
+            return
+        except Exception:
+            log.exception("ykafka.aio.poll_failed")
+            stop.wait(0.1)
+        del producer
+
+
+def _reap(stop: threading.Event, sender: concurrent.futures.ThreadPoolExecutor,
+          executor: concurrent.futures.Executor | None) -> None:
+    """An AIOProducer collected without close(): its threads end; its sync Producer, unreferenced, is collected
+    and reaped in turn (no flush: queued messages are dropped with a ResourceWarning)."""
+    stop.set()
+    sender.shutdown(wait=False)
+    if executor is not None:
+        executor.shutdown(wait=False)

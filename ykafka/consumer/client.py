@@ -12,6 +12,7 @@ applies hot-config changes (resolved for the group, and for the topic when it su
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from ykafka import catalog
+from ykafka import catalog, lifecycle
 from ykafka import config as config_mod
 from ykafka.consumer import session as S
 from ykafka.consumer.engine import Engine
@@ -31,6 +32,7 @@ from ykafka.consumer.retry import RetryRouter, shared_properties
 from ykafka.consumer.settings import ConsumerSettings
 from ykafka.consumer.shutdown import stop_on_signals
 from ykafka.errors import ClosedError, ConfigError, InvalidConfigValue, KafkaError
+from ykafka.lifecycle import fork_generation, on_collect, weak_method
 from ykafka.runtime import Runtime
 from ykafka.transport import Message, TopicPartition, from_kafka_error
 
@@ -68,16 +70,18 @@ class Consumer:
             self._session = S.ConsumerSession(self._props(self.cluster, self.effective), facade=self)
             self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None,
                                  self._observer)
-            self.engine.on_fatal = self._on_fatal
-            self.engine.on_refused = self._on_refused
+            # the runtime's and the engine's threads reach this consumer only weakly: one nobody references is
+            # collected, and its shutdown (on_collect below) runs without it (ykafka/lifecycle.py)
+            self.engine.on_fatal = weak_method(self._on_fatal)
+            self.engine.on_refused = weak_method(self._on_refused)
             # Values in force at start-up (local config or a namespace) apply from the first join on.
             self._session.operator_paused = bool(self.effective.get("consumer.paused"))
             self._session.left = bool(self.effective.get("consumer.leave"))
             self._lock = threading.Lock()
             self._stopped = threading.Event()
             self._stopped.set()
-            self.runtime.add_version_listener(self._on_version)
-            self.runtime.set_report_provider(self._report)
+            self.runtime.add_version_listener(weak_method(self._on_version))
+            self.runtime.set_report_provider(weak_method(self._report, {}))
         except BaseException:
             observer = self.__dict__.get("_observer")
             if observer is not None:
@@ -85,6 +89,13 @@ class Consumer:
             if self._own_runtime:
                 self.runtime.close()
             raise
+        self._born = fork_generation()
+        lifecycle.opened(self)
+        # dropped without close(): as confluent-kafka's (librdkafka's destroy), the handle is closed, which leaves
+        # the group (and commits, with auto commit); on the reaper thread, not the collecting one
+        self._finalizer = on_collect(self, "Consumer", self.runtime.client_id,
+                                     functools.partial(_reap, self._session, self._observer,
+                                                       self.runtime if self._own_runtime else None))
 
     # -- configuration ----------------------------------------------------------------------------------
 
@@ -394,6 +405,8 @@ class Consumer:
             self.engine.stop()
             self._stopped.wait()
         self._closed = True
+        self._finalizer.detach()
+        lifecycle.closed(self)
         try:
             self._session.close()
         finally:
@@ -402,6 +415,15 @@ class Consumer:
             finally:
                 if self._own_runtime:
                     self.runtime.close()
+
+    def _after_fork(self) -> None:
+        """In a child forked after this consumer was made (lifecycle's ``os.register_at_fork`` hook): its handle
+        and threads are the parent's, and so is its place in the group, so it cannot carry on here; every call
+        raises :class:`ForkedClientError` naming the fix (make the consumer in the child), ``close()`` does
+        nothing (the parent's member must not leave the group because a child exits)."""
+        self._finalizer.detach()
+        lifecycle.disable_in_child(self, type(self).__name__, ("_check_open", "run", "run_async", "stop", "unsubscribe",
+                                                               "unassign", "pause", "resume", "seek"))
 
     def __enter__(self) -> Consumer:
         return self
@@ -447,6 +469,18 @@ class Consumer:
         self._check_open()
         if self.engine.has_pending():
             self.engine.apply_pending()
+
+
+def _reap(session: S.ConsumerSession, observer: ConsumerObserver, runtime: Runtime | None) -> None:
+    """The shutdown of a Consumer collected without close() (on the reaper thread; never needs the Consumer)."""
+    try:
+        session.close()
+    finally:
+        try:
+            observer.close()
+        finally:
+            if runtime is not None:
+                runtime.close()
 
 
 def _timeout(timeout: float | None) -> dict[str, float]:

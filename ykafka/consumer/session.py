@@ -10,6 +10,7 @@ the thread that polls the consumer.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -43,7 +44,9 @@ class ConsumerSession:
     def __init__(self, props: Mapping[str, Any], facade: Any = None,
                  factory: Callable[[dict[str, Any]], RawConsumer] = RawConsumer) -> None:
         self.props: dict[str, Any] = dict(props)
-        self.facade = facade  # passed to user rebalance callbacks as their first argument
+        # passed to user rebalance callbacks as their first argument; weakly: the session outlives a collected
+        # Consumer for the time its shutdown takes (ykafka/lifecycle.py), and must not keep it alive
+        self._facade = None if facade is None else weakref.ref(facade)
         self.factory = factory
         self.consumer: RawConsumer | None = None
         self.generation = 0  # how many handles were built
@@ -93,6 +96,11 @@ class ConsumerSession:
                 raise ClosedError("the consumer has left its group (consumer.leave=true)")
             return self.open()
         return self.consumer
+
+    @property
+    def facade(self) -> Any:
+        """The ykafka Consumer this session belongs to (None once it is collected)."""
+        return None if self._facade is None else self._facade()
 
     def close(self, timeout: float | None = None) -> None:
         """Close the handle: librdkafka revokes (our hooks commit) and leaves the group.
@@ -363,7 +371,8 @@ class ConsumerSession:
     def _call_user(self, which: str, partitions: list[TopicPartition]) -> None:
         callback = self._user.get(which)
         if callback is not None:
-            callback(self.facade if self.facade is not None else self.consumer, partitions)
+            facade = self.facade
+            callback(facade if facade is not None else self.consumer, partitions)
 
 
 def _close_quietly(consumer: RawConsumer) -> None:

@@ -109,13 +109,27 @@ def _wire(producer: ProducerPort, opts: DrOptions) -> DisasterRecovery:
         specs[topic] = (version, spec)
         return spec
 
+    known: dict[str, dict[str, Any]] = {}
+
+    def client_settings(cluster: str) -> dict[str, Any]:
+        # through ``producer`` (a weakref.proxy from the Producer) on each call: the engine's threads must not keep
+        # the producer alive (a bound method would). Collected, it has no settings; until the reaper closes the
+        # engine its probes use the last ones (not an error that would mark the cluster down)
+        try:
+            known[cluster] = producer.client_settings(cluster)
+        except ReferenceError:
+            if cluster not in known:
+                raise
+        return known[cluster]
+
     engine = DisasterRecovery(
-        producer.client_settings, route, opts,
+        client_settings, route, opts,
         spill_after_ms=lambda cluster: int(rt.effective(cluster=cluster)["spill.after.ms"]),
         health_policy=lambda cluster: HealthPolicy.from_effective(rt.effective(cluster=cluster)))
 
     def rebuild(cluster: str) -> None:
-        producer.retire_clients(cluster, "cluster recovered: fresh client (idempotence state)")
+        with contextlib.suppress(ReferenceError):  # the producer was collected: the engine is being closed
+            producer.retire_clients(cluster, "cluster recovered: fresh client (idempotence state)")
 
     engine.on_link_available = rebuild
     rates: dict[str, tuple[int, float]] = {}
@@ -123,7 +137,10 @@ def _wire(producer: ProducerPort, opts: DrOptions) -> DisasterRecovery:
     def trace_step(kind: str, cluster: str, topic: str, key: Any, headers: Any, m: Message | None) -> None:
         """A spill step of a message the Producer traced: it carries a ykafka-trace id, a ykafka-id sampled
         by hash, or (rate 1.0) nothing, and is then found by its key and, once replayed, its coordinates."""
-        tracer = producer.tracer()
+        try:
+            tracer = producer.tracer()
+        except ReferenceError:  # the producer was collected: the engine is being closed
+            return
         if not tracer.active:
             return
         cached = rates.get(topic)

@@ -125,6 +125,10 @@ class SpillQueue:
                 tag_index=0, sqlite_synchronous=2 if fsync else 1)
             self._journal = _Journal(self.path / "journal", fsync, journal_segment_bytes)
             self._load()
+            # diskcache keeps one sqlite connection per thread; the opening thread's is closed now (it reopens on
+            # its next use): left open in a thread that outlives the queue (an application's main thread, the
+            # reaper of a collected producer) its descriptors outlived the queue too
+            self._cache.close()
         except BaseException:
             if hasattr(self, "_cache"):
                 self._cache.close()

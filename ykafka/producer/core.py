@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
-from ykafka import catalog
+from ykafka import catalog, lifecycle
 from ykafka.config import LocalConfig
 from ykafka.config import load as load_config
 from ykafka.dr import attach as dr_attach  # registers the ykafka.spill.* / ykafka.dr.* options
@@ -42,6 +44,7 @@ from ykafka.dr.port import DrEngine
 from ykafka.errors import BufferFullError, ClosedError, ConfigError
 from ykafka.headers import TRACE_ID
 from ykafka.hotconfig import ConfigChange
+from ykafka.lifecycle import fork_generation, on_collect, weak_method
 from ykafka.observability import Observability
 from ykafka.producer.resolve import TopicResolver
 from ykafka.producer.state import (
@@ -83,6 +86,7 @@ class Producer(ClientSwaps, TopicResolver):
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         merged = dict(config or {})
         merged.update(kwargs)
+        self._given = dict(merged)  # a forked child builds its own producer from it (_after_fork)
         self._conf: LocalConfig = load_config(merged, "producer")
         rd = self._conf.rdkafka
         self._user_error_cb: Callable[[Any], None] | None = rd.get("error_cb")
@@ -118,6 +122,7 @@ class Producer(ClientSwaps, TopicResolver):
         with contextlib.ExitStack() as exit_stack:
             self._runtime = Runtime(self._conf)
             exit_stack.callback(self._runtime.close)
+            self._born = fork_generation()
             self._runtime.start()
             local_route = self._conf.catalog_defaults.get("route.cluster")
             if local_route is not None and local_route not in self._runtime.clusters():
@@ -126,23 +131,34 @@ class Producer(ClientSwaps, TopicResolver):
             # a bad local setting raises here (KafkaException), as confluent-kafka's does, not at a first send
             cluster = self._runtime.default_cluster
             check_settings(self._settings(cluster, self._runtime.effective(cluster=cluster)))
-            self._runtime.add_version_listener(self._on_version)
-            self._runtime.set_report_provider(self._report)
-            self._runtime.hot.add_scoped_validator(self._check_partitions)
+            # the runtime's threads reach this producer only weakly: a producer nobody references is collected
+            # (ykafka/lifecycle.py); its shutdown (self._exit, on_collect below) never needs it
+            self._runtime.add_version_listener(weak_method(self._on_version))
+            self._runtime.set_report_provider(weak_method(self._report, {}))
+            self._runtime.hot.add_scoped_validator(weak_method(self._check_partitions))
             self._obs = Observability(self._runtime, "producer")  # trace events, statistics, client events
             exit_stack.callback(self._obs.close)
-            exit_stack.callback(self._close_clients)
+            dr_box: list[DrEngine] = []  # the engine, once attached (the client step closes after it)
+            exit_stack.callback(_close_clients, self._lock, self._clients, self._retiring, dr_box)
             if self._conf.get("ykafka.dr.enabled"):  # spill, replay, dual-DC failover (docs/architecture.md)
                 # the engine sees this producer through the ProducerPort, this producer the engine through its
                 # DrEngine surface (both in dr/port.py): a link went down / up or a route moved -> _dr_changed;
                 # callbacks from its threads wait for poll() -> _unbind_poll
-                self._dr = dr_attach.attach(self, on_change=self._dr_changed, on_mail=self._unbind_poll)
+                self._dr = dr_attach.attach(weakref.proxy(self), on_change=weak_method(self._dr_changed),
+                                            on_mail=weak_method(self._unbind_poll))
+                dr_box.append(self._dr)
                 exit_stack.callback(self._dr.close, 1.0)  # what is still spilled stays on disk for the next start
             if any(callable(rd.get(name)) for name in ("error_cb", "stats_cb", "throttle_cb")):
                 # confluent-kafka's producer is up (connecting, reporting errors and statistics) once created;
                 # an application that listens for those gets the default cluster's client now, not at a first send
                 self._default_client()
             self._exit = exit_stack.pop_all()
+        # dropped without close(): like confluent-kafka's, nothing is flushed; queued messages are dropped (a
+        # ResourceWarning counts them), journaled ones stay in the spill for the app's next producer
+        lifecycle.opened(self)
+        self._finalizer = on_collect(self, "Producer", self._runtime.client_id,
+                                     functools.partial(_reap, self._exit, self._clients, self._retiring, dr_box),
+                                     functools.partial(_unsent, self._clients, self._retiring, self._pending, dr_box))
 
     # --- the hot path ------------------------------------------------------------------------------
 
@@ -344,30 +360,53 @@ class Producer(ClientSwaps, TopicResolver):
         """Flush (bounded), stop background work, release the clients; returns messages left undelivered."""
         if self._closed:
             return 0
+        self._finalizer.detach()
+        lifecycle.closed(self)
+        left = 0
         with self._exit:  # the engine, the clients, observability, the runtime: each step runs
-            left = self.flush(timeout)
+            try:
+                left = self.flush(timeout)
+            finally:
+                self._mark_closed()
         if left:
             log.warning("ykafka.producer.closed_with_undelivered", messages=left)
         return left
 
-    def _close_clients(self) -> None:
+    def _mark_closed(self) -> None:
+        """No more sends; the clients themselves are closed by the close steps (after the engine)."""
         with self._lock:
             self._closed = True
             # the last report still names the topics it wrote to (the console's inventory of a short-lived job)
             self._closed_routes = self._routes()
             self._states.clear()
             self.__dict__.pop("poll", None)
-            clients = self._all_clients()
-            self._clients.clear()
-            self._retiring.clear()
             self._home.clear()
             self._held.clear()
-        with contextlib.ExitStack() as stack:
-            for client in clients:  # threads and broker connections go now, not at some later GC
-                stack.callback(self._close_client, client)
 
     def __enter__(self) -> Producer:
         return self
+
+    # --- fork (ykafka/lifecycle.py) ------------------------------------------------------------------
+
+    #: the calls that, in a forked child, first give the producer a life of its own there
+    _CHILD_CALLS = ("produce", "poll", "flush", "purge", "list_topics", "init_transactions", "begin_transaction",
+                    "send_offsets_to_transaction", "commit_transaction", "abort_transaction", "close")
+
+    def _after_fork(self) -> None:
+        """In a child forked after this producer was made (called by lifecycle's ``os.register_at_fork`` hook).
+
+        Its librdkafka handles and threads are the parent's and are gone here. A plain Producer holds nothing
+        a child needs from the parent (as confluent-kafka advises, clients are made after the fork), so the
+        first call in the child builds it afresh from the same config: new handles, threads and its own spill
+        slot (the parent's stays locked by the parent: the journal is never shared). Until then, and forever for
+        the parent's objects, nothing inherited is closed or destroyed. A subclass (its constructor takes its
+        own arguments) refuses instead, with :class:`ForkedClientError` naming the fix."""
+        self._finalizer.detach()
+        if type(self) is not Producer:
+            lifecycle.disable_in_child(self, type(self).__name__, self._CHILD_CALLS[:-1])
+            return
+        for name in self._CHILD_CALLS:
+            self.__dict__[name] = functools.partial(_reborn, weakref.ref(self), name)
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -493,6 +532,76 @@ class Producer(ClientSwaps, TopicResolver):
                           "health": self._health(), "drift": drift,
                           "drift_count": sum(len(d) for d in drift.values())},
             }
+
+
+def _reborn(ref: weakref.ReferenceType[Producer], name: str, *args: Any, **kwargs: Any) -> Any:
+    """A forked child's first call on a producer made in its parent: the producer is built again here, then the
+    call runs (Producer._after_fork)."""
+    producer = ref()
+    if producer is None:
+        raise ClosedError("Producer has been closed")
+    if name == "close":  # never used in this child: nothing of its own to close
+        for call in Producer._CHILD_CALLS:
+            producer.__dict__.pop(call, None)
+        producer.__dict__["_closed"] = True
+        return 0
+    lifecycle.keep_inherited(dict(producer.__dict__))  # the parent's handles: never destroyed here
+    given = producer._given
+    producer.__dict__.clear()
+    Producer.__init__(producer, given)
+    log.info("ykafka.producer.rebuilt_after_fork", pid=os.getpid(), client_id=producer.runtime.client_id)
+    return getattr(producer, name)(*args, **kwargs)
+
+
+def _close_clients(lock: threading.RLock, clients: dict[tuple[Any, ...], _Client], retiring: list[_Client],
+                   dr_box: list[DrEngine]) -> None:
+    """close()'s step releasing the producer's librdkafka clients (each one's threads and broker connections
+    go now, not at some later GC). A function of the producer's containers, not of the producer, so that the
+    shutdown of a collected producer (:func:`_reap`) can run the same close steps."""
+    with lock:
+        dropped = list(clients.values()) + list(retiring)
+        clients.clear()
+        retiring.clear()
+    dr = dr_box[0] if dr_box else None
+    with contextlib.ExitStack() as stack:
+        for client in dropped:
+            stack.callback(Producer._close_client, client, dr)
+
+
+def _reap(exit_stack: contextlib.ExitStack, clients: dict[tuple[Any, ...], _Client], retiring: list[_Client],
+          dr_box: list[DrEngine]) -> None:
+    """The shutdown of a producer collected without close() (ykafka/lifecycle.py, on the reaper thread): the
+    engine closes (journaled messages stay on disk), then the clients are dropped WITHOUT a flush or a delivery
+    callback, as confluent-kafka's are when collected (librdkafka destroys the handle, queued messages go), then
+    observability and the runtime stop."""
+    dr = dr_box[0] if dr_box else None
+    try:
+        if dr is not None:
+            dr.close(1.0)
+    finally:
+        dropped = list(clients.values()) + list(retiring)
+        clients.clear()
+        retiring.clear()
+        try:
+            _forget(dropped, dr)
+            dropped.clear()  # the handles' last references: librdkafka destroys them here
+        finally:
+            exit_stack.close()
+
+
+def _forget(clients: list[_Client], dr: DrEngine | None) -> None:
+    for client in clients:
+        if client.hastener is not None:
+            client.hastener.join()
+        if dr is not None:
+            dr.forget_client(client.rd)
+
+
+def _unsent(clients: dict[tuple[Any, ...], _Client], retiring: list[_Client], pending: deque[Any],
+            dr_box: list[DrEngine]) -> int:
+    """Messages a producer still held (its clients' queues, swap-held ones, the engine's not journaled)."""
+    held = sum(len(c.rd) for c in [*clients.values(), *retiring]) + len(pending)
+    return held + (dr_box[0].pending() if dr_box else 0)
 
 
 def _shown(value: Any) -> str | None:

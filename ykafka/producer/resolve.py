@@ -13,6 +13,7 @@ import structlog
 from ykafka import catalog
 from ykafka.catalog import Scope, ScopeKind
 from ykafka.errors import ConfigError
+from ykafka.lifecycle import weak_method
 from ykafka.partitioner import Picker, needs_python
 from ykafka.producer import chain
 from ykafka.producer.state import (
@@ -133,7 +134,8 @@ class TopicResolver(ProducerBase):
         props = self._settings(cluster, effective)
         error_cb = self._error_cbs.get(cluster)
         if error_cb is None:  # one object per cluster: it is part of the client's key
-            error_cb = self._error_cbs[cluster] = functools.partial(self._error_cb, cluster=cluster)
+            # weakly: the client's handle (which the DR engine's threads may reach) must not keep the producer alive
+            error_cb = self._error_cbs[cluster] = functools.partial(weak_method(self._error_cb), cluster=cluster)
         props["error_cb"] = error_cb
         self._obs.add_statistics(props)  # statistics -> __ykafka_metrics (beside the application's stats_cb)
         if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled

@@ -9,6 +9,7 @@ from typing import Any
 
 import structlog
 
+from ykafka.dr.port import DrEngine
 from ykafka.producer.state import (
     _RETIRED_GRACE_S,
     DeliveryCallback,
@@ -73,7 +74,7 @@ class ClientSwaps(ProducerBase):
                 self._release(None)
             self._rebind_poll()
         for client in drained:  # outside the lock: closing joins librdkafka's threads (milliseconds)
-            self._close_client(client)
+            self._close_client(client, self._dr)
             log.info("ykafka.producer.client_closed", cluster=client.cluster)
 
     def _release(self, old: _Client | None) -> None:
@@ -141,11 +142,12 @@ class ClientSwaps(ProducerBase):
             if id(client) not in used:
                 self._retire(client, reason="no topic uses it")
 
-    def _close_client(self, client: _Client) -> None:
+    @staticmethod
+    def _close_client(client: _Client, dr: DrEngine | None) -> None:
         """Release a drained client's librdkafka handle now (threads, connections, descriptors)."""
         client.rd.flush(0)
-        if self._dr is not None:
-            self._dr.forget_client(client.rd)  # the engine keeps no reference to it
+        if dr is not None:
+            dr.forget_client(client.rd)  # the engine keeps no reference to it
         if client.hastener is not None:
             client.hastener.join()
         close_producer(client.rd)
