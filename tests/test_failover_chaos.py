@@ -262,3 +262,40 @@ def test_a_failback_cut_short_by_a_new_outage_syncs_everything_after_the_next_on
     counts = tally(stream.sent, _values(on_a))
     assert counts["lost"] == 0 and counts["unexpected"] == 0, counts
     assert [s["state"] for s in syncs] == ["done"], syncs  # the cancelled one never finished: one sync copied all
+
+
+def test_engine_clients_keep_key_order_across_retries_on_fresh_partitions(dc_brokers: dict[str, Broker],
+                                                                          tmp_path: Path) -> None:
+    """Issue 38 (issue 31's rare direct-write inversion at failback): the engine's own clients were plain producers
+    unless the caller's settings made them idempotent (``make_engine``'s do not), and a plain producer pipelines:
+    a batch a just-restarted broker (or a partition whose leader is not ready yet) refuses with a retriable error is
+    stored after the next batch of its partition. At failback that was keys 5, 7, 1 with 11685-11699 behind
+    11701-11705 on dc-a. The same window opens on every fresh Kafka partition, so this streams keyed records at
+    once into newly created topics, through the engine, and checks each key's order strictly."""
+    a = dc_brokers["dc-a"]
+    topics = [unique("fresh") for _ in range(6)]
+    for topic in topics:
+        create_topic(a.bootstrap, topic, 6)
+    engine = make_engine({"dc-a": a.bootstrap}, RouteSpec("dc-a"), tmp_path / "dr")
+    sent = {topic: 0 for topic in topics}
+    try:
+        assert engine._direct_conf("dc-a")["enable.idempotence"] is True
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            for topic in topics:
+                for _ in range(20):
+                    i = sent[topic]
+                    engine.produce(topic, str(i).encode(), key=str(i % KEYS).encode())
+                    sent[topic] = i + 1
+            time.sleep(0.001)
+        assert engine.flush(60) == 0
+    finally:
+        engine.close()
+    found = {}
+    for topic in topics:
+        records = read_all(a.bootstrap, topic, expect=sent[topic])
+        counts = tally(range(sent[topic]), _values(records))
+        assert counts["lost"] == 0 and counts["unexpected"] == 0, counts
+        found[topic] = key_overtakes(records)
+    overtaken = {t: v[:3] for t, v in found.items() if v}
+    assert not overtaken, (sum(len(v) for v in found.values()), overtaken)
