@@ -425,6 +425,10 @@ class Consumer:
         lifecycle.disable_in_child(self, type(self).__name__, ("_check_open", "run", "run_async", "stop", "unsubscribe",
                                                                "unassign", "pause", "resume", "seek"))
 
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a {type(self).__name__} cannot be pickled or sent to another process (its librdkafka "
+                        "handles and threads belong to this one): create one in that process")
+
     def __enter__(self) -> Consumer:
         return self
 

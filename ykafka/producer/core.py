@@ -383,6 +383,10 @@ class Producer(ClientSwaps, TopicResolver):
             self._home.clear()
             self._held.clear()
 
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a {type(self).__name__} cannot be pickled or sent to another process (its librdkafka "
+                        "handles and threads belong to this one): create one in that process")
+
     def __enter__(self) -> Producer:
         return self
 
