@@ -53,7 +53,8 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
     acked: list[Any] = []
     request = next(_requests)
     for i in range(count):
-        producer.produce(TOPIC, f"{os.getpid()}:{request}:{i}".encode(), on_delivery=lambda err, _msg: acked.append(err))
+        producer.produce(TOPIC, f"{os.getpid()}:{request}:{i}".encode(),
+                         on_delivery=lambda err, _msg: acked.append(err))
     left = producer.flush(30)
     body = {"pid": os.getpid(), "sent": acked.count(None), "left": left, "client_id": producer.runtime.client_id}
     start_response("200 OK", [("Content-Type", "application/json")])
