@@ -310,37 +310,59 @@ class Consumer:
         return self._raw().assignment()
 
     def poll(self, timeout: float | None = None) -> Message | None:
-        self._maintain()
-        if self._session.left:
+        # The drop-in hot path. This class forwards unknown names to librdkafka (__getattr__), which makes every
+        # ``self.x`` here a generic, unspecialised lookup (~300 instructions each): each attribute is read once,
+        # the checks of _maintain / _raw / the bucket are inlined (bench/callgrind_budget.py, form ``poll``).
+        if self._closed:
+            raise ClosedError("Consumer closed")  # confluent-kafka's words
+        engine, session = self.engine, self._session
+        if engine._pending or engine._pending_switch is not None:
+            engine.apply_pending()
+        if session.left:
             time.sleep(min(timeout if timeout is not None and timeout >= 0 else 0.1, 0.1))
             return None
-        wait = self.engine.bucket.wait_time()
-        if wait:
-            time.sleep(min(wait, timeout) if timeout is not None and timeout >= 0 else wait)
-            if self.engine.bucket.wait_time():
-                return None
-        msg = self._raw().poll(-1 if timeout is None else timeout)
+        bucket = engine.bucket
+        if bucket._rate:  # consumer.rate.limit.msgs
+            wait = bucket.wait_time()
+            if wait:
+                time.sleep(min(wait, timeout) if timeout is not None and timeout >= 0 else wait)
+                if bucket.wait_time():
+                    return None
+        raw = session.consumer
+        if raw is None:
+            raw = session.require()
+        msg = raw.poll(-1 if timeout is None else timeout)
         if msg is not None and msg.error() is None:
-            self.engine.bucket.take(1)
-            topic = msg.topic()
-            watch = self._observer.watches.get(topic) or self._observer.watch(topic)
+            if bucket._rate:
+                bucket.take(1)
+            observer = self._observer
+            topic: Any = msg.topic()
+            watch = observer.watches.get(topic) or observer.watch(topic)
             if watch.rate:  # the topic is traced at all: this message if the producer sampled it
-                self._observer.consumed(msg, watch.rate)
+                observer.consumed(msg, watch.rate)
         return msg
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
-        self._maintain()
-        if self._session.left:
+        if self._closed:
+            raise ClosedError("Consumer closed")
+        engine, session = self.engine, self._session
+        if engine._pending or engine._pending_switch is not None:
+            engine.apply_pending()
+        if session.left:
             time.sleep(min(timeout if timeout is not None and timeout >= 0 else 0.1, 0.1))
             return []
-        allowed = self.engine.bucket.allowance(num_messages)
+        bucket = engine.bucket
+        allowed = bucket.allowance(num_messages)
         if allowed < 1:
-            time.sleep(min(self.engine.bucket.wait_time(), timeout if timeout is not None and timeout >= 0 else 1))
-            allowed = self.engine.bucket.allowance(num_messages)
+            time.sleep(min(bucket.wait_time(), timeout if timeout is not None and timeout >= 0 else 1))
+            allowed = bucket.allowance(num_messages)
             if allowed < 1:
                 return []
-        msgs = self._raw().consume(allowed, -1 if timeout is None else timeout)
-        self.engine.bucket.take(len(msgs))
+        raw = session.consumer
+        if raw is None:
+            raw = session.require()
+        msgs = raw.consume(allowed, -1 if timeout is None else timeout)
+        bucket.take(len(msgs))
         if msgs:
             self._observer.polled(msgs)
         return msgs
