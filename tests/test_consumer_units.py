@@ -341,3 +341,17 @@ def test_a_task_is_either_claimed_by_a_worker_or_given_up_by_a_revoke_never_both
         for thread in threads:
             thread.join()
         assert all(claimed[i] != tasks[i].skipped for i in range(len(tasks)))
+
+
+def test_drop_in_poll_and_consume_after_close_raise_closed_error(tmp_path: Any) -> None:
+    """poll / consume read one attribute that close() clears (the drop-in hot path): closed is still refused."""
+    from ykafka.consumer import Consumer
+    from ykafka.errors import ClosedError
+
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "closed-check",
+                         "ykafka.cache.dir": str(tmp_path)})
+    poll = consumer.poll  # bound before the close, as a loop holding it would
+    consumer.close()
+    for call in (poll, lambda: consumer.poll(0), lambda: consumer.consume(5, 0)):
+        with pytest.raises(ClosedError, match="Consumer closed"):
+            call()

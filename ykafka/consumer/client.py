@@ -57,6 +57,8 @@ class Consumer:
         self.runtime = runtime or Runtime(conf, group=self.group)
         self.runtime.start()
         self._closed = False
+        #: what the drop-in poll / consume read, in ONE attribute (None once closed): see poll
+        self._hot: tuple[Engine, S.ConsumerSession, ConsumerObserver] | None = None
         try:
             if self.group:
                 self.runtime.check_acl("group", self.group)
@@ -70,6 +72,7 @@ class Consumer:
             self._session = S.ConsumerSession(self._props(self.cluster, self.effective), facade=self)
             self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None,
                                  self._observer)
+            self._hot = (self.engine, self._session, self._observer)
             # the runtime's and the engine's threads reach this consumer only weakly: one nobody references is
             # collected, and its shutdown (on_collect below) runs without it (ykafka/lifecycle.py)
             self.engine.on_fatal = weak_method(self._on_fatal)
@@ -311,11 +314,13 @@ class Consumer:
 
     def poll(self, timeout: float | None = None) -> Message | None:
         # The drop-in hot path. This class forwards unknown names to librdkafka (__getattr__), which makes every
-        # ``self.x`` here a generic, unspecialised lookup (~300 instructions each): each attribute is read once,
-        # the checks of _maintain / _raw / the bucket are inlined (bench/callgrind_budget.py, form ``poll``).
-        if self._closed:
+        # ``self.x`` here a generic, unspecialised lookup (~220 instructions each): what it needs is one attribute
+        # (``_hot``, None once closed), the checks of _maintain / _raw / the bucket are inlined
+        # (bench/callgrind_budget.py, form ``poll``).
+        hot = self._hot
+        if hot is None:
             raise ClosedError("Consumer closed")  # confluent-kafka's words
-        engine, session = self.engine, self._session
+        engine, session, observer = hot
         if engine._pending or engine._pending_switch is not None:
             engine.apply_pending()
         if session.left:
@@ -335,7 +340,6 @@ class Consumer:
         if msg is not None and msg.error() is None:
             if bucket._rate:
                 bucket.take(1)
-            observer = self._observer
             topic: Any = msg.topic()
             watch = observer.watches.get(topic) or observer.watch(topic)
             if watch.rate:  # the topic is traced at all: this message if the producer sampled it
@@ -343,9 +347,10 @@ class Consumer:
         return msg
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
-        if self._closed:
+        hot = self._hot  # one attribute read, as in poll
+        if hot is None:
             raise ClosedError("Consumer closed")
-        engine, session = self.engine, self._session
+        engine, session, observer = hot
         if engine._pending or engine._pending_switch is not None:
             engine.apply_pending()
         if session.left:
@@ -364,7 +369,7 @@ class Consumer:
         msgs = raw.consume(allowed, -1 if timeout is None else timeout)
         bucket.take(len(msgs))
         if msgs:
-            self._observer.polled(msgs)
+            observer.polled(msgs)
         return msgs
 
     def commit(self, message: Message | None = None, offsets: list[TopicPartition] | None = None,
@@ -427,6 +432,7 @@ class Consumer:
             self.engine.stop()
             self._stopped.wait()
         self._closed = True
+        self._hot = None
         self._finalizer.detach()
         lifecycle.closed(self)
         try:
