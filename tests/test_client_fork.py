@@ -110,3 +110,43 @@ def test_gunicorn_preload_workers_send_through_the_module_level_producer(brokers
     started = time.monotonic()
     values = [r.value for r in read_topic(bootstrap, topic, 200)]
     assert len(values) == len(set(values)) == 200, time.monotonic() - started
+
+
+def test_fastapi_lifespan_clients_live_and_close_with_the_app(brokers: dict[str, str], tmp_path: Path) -> None:
+    """samples/fastapi_lifespan.py under uvicorn: its asyncio clients are made in the lifespan and closed when
+    SIGTERM shuts the server down, every message sent acknowledged and read back."""
+    bootstrap = brokers["dc-a"]
+    topic = unique("fastapi")
+    create_topic(bootstrap, topic, 1)
+    port = free_port()
+    env = {**os.environ, "SAMPLE_BOOTSTRAP": bootstrap, "SAMPLE_TOPIC": topic, "YKAFKA_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "samples.fastapi_lifespan:app", "--port", str(port),
+                               "--log-level", "warning"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        def up() -> bool:
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/stats", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(up, 60, message="uvicorn serving")
+        for _ in range(5):
+            reply = requests.post(f"http://127.0.0.1:{port}/send", params={"count": 20}, timeout=60)
+            assert reply.json() == {"sent": 20}, reply.text
+        assert requests.post(f"http://127.0.0.1:{port}/send", params={"count": 0}, timeout=10).status_code == 422
+        wait_until(lambda: requests.get(f"http://127.0.0.1:{port}/stats", timeout=5).json()["consumed"] >= 100, 30,
+                   message="100 read back")
+        assert requests.get(f"http://127.0.0.1:{port}/stats", timeout=5).json() == {"sent": 100, "consumed": 100}
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            output, _ = server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            output, _ = server.communicate()
+    # uvicorn shuts down gracefully, then re-raises the signal it caught (exit by SIGTERM, as a supervisor expects)
+    assert server.returncode in (0, -signal.SIGTERM), output[-3000:]
+    assert "closed: sent 100, consumed 100, undelivered 0" in output, output[-3000:]
+    assert len(read_topic(bootstrap, topic, 100)) == 100
