@@ -1,5 +1,6 @@
 """Clients and fork() (issue 40, item 2): what a client made before a fork does in the child, in the process
-models services run: ``multiprocessing`` (fork and forkserver) and a gunicorn prefork app with ``--preload``.
+models services run: ``multiprocessing`` (fork and forkserver), a gunicorn prefork app with ``--preload``, a Celery
+prefork worker; and asyncio clients in a FastAPI lifespan.
 
 A plain Producer made before the fork rebuilds itself in the child on first use (its own handles, threads and
 spill slot: the parent's slot stays the parent's); a Consumer raises ForkedClientError naming the fix and its
@@ -150,3 +151,37 @@ def test_fastapi_lifespan_clients_live_and_close_with_the_app(brokers: dict[str,
     assert server.returncode in (0, -signal.SIGTERM), output[-3000:]
     assert "closed: sent 100, consumed 100, undelivered 0" in output, output[-3000:]
     assert len(read_topic(bootstrap, topic, 100)) == 100
+
+
+def test_celery_prefork_tasks_send_through_the_module_level_producer(brokers: dict[str, str], tmp_path: Path) -> None:
+    """samples/celery_tasks.py under a real Celery prefork worker (2 pool processes, a directory as its broker):
+    the Producer made at import in Celery's main process rebuilds itself in each pool process."""
+    bootstrap = brokers["dc-a"]
+    topic = unique("celery")
+    create_topic(bootstrap, topic, 1)
+    env = {**os.environ, "SAMPLE_BOOTSTRAP": bootstrap, "SAMPLE_TOPIC": topic, "SAMPLE_CELERY_DIR": str(tmp_path),
+           "YKAFKA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "samples.celery_tasks", "worker",
+                               "--pool=prefork", "-c", "2", "--loglevel=warning", "--without-mingle",
+                               "--without-gossip"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        sent = subprocess.run([sys.executable, "-c", "from samples.celery_tasks import send\n"
+                               "for _ in range(6): send.delay(20)\n"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert sent.returncode == 0, sent.stderr[-3000:]
+        values = [r.value for r in read_topic(bootstrap, topic, 120, timeout=90)]
+    finally:
+        worker.send_signal(signal.SIGTERM)  # Celery's warm shutdown
+        try:
+            output, _ = worker.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            output, _ = worker.communicate()
+    assert worker.returncode == 0, output[-3000:]
+    assert len(values) == len(set(values)) == 120
+    done = [line.split("task sent ", 1)[1] for line in output.splitlines() if "task sent " in line]
+    assert len(done) == 6 and all(d.startswith("20 of 20 from pid ") for d in done), output[-3000:]
+    for line in done:  # each pool process's own producer (client id of its pid), not the main process's
+        pid, client_id = line.split("from pid ", 1)[1].split(" as ")
+        assert pid != str(worker.pid) and client_id.split("-")[-2] == pid, line
