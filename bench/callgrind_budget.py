@@ -217,13 +217,14 @@ def child(args: argparse.Namespace) -> None:
     configure("warning")
     cg = Counters(args.helper)
     side = args.side
+    extra = dict(json.loads(args.ykafka_conf)) if args.ykafka_conf else {}
     for form in args.forms:
         print(f"{time.process_time():.1f}s CPU: {form}/{side}", flush=True)
         if form in PRODUCER_FORMS and side == "raw":
             produce_form(lambda: RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER}), form, side,
                          args.messages, cg)
         elif form in PRODUCER_FORMS:
-            produce_form(lambda: Producer({"bootstrap.servers": args.bootstrap, **UNDER_VALGRIND,
+            produce_form(lambda: Producer({"bootstrap.servers": args.bootstrap, **UNDER_VALGRIND, **extra,
                                            "ykafka.cache.dir": tempfile.mkdtemp(prefix="ykafka-cg-")}),
                          form, side, args.messages, cg)
         elif side == "raw":
@@ -299,7 +300,8 @@ def measure(args: argparse.Namespace, helper: str, bootstrap: str, workdir: Path
            f"--callgrind-out-file={outdir}/cg.%p", sys.executable, str(Path(__file__).resolve()), "--child",
            "--side", side, "--helper", helper, "--bootstrap", bootstrap, "--forms", ",".join(forms),
            "--messages", str(args.messages), "--consume-messages", str(args.consume_messages),
-           "--warm", str(args.warm), "--topic", args.topic]
+           "--warm", str(args.warm), "--topic", args.topic, *(["--ykafka-conf", args.ykafka_conf]
+                                                               if args.ykafka_conf else [])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(outdir / "stdout", "wb") as out, open(outdir / "stderr", "wb") as err:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err)
@@ -325,6 +327,8 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--helper", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--topic", default=f"cg-budget-consume-{uuid.uuid4().hex[:8]}", help=argparse.SUPPRESS)
+    parser.add_argument("--ykafka-conf", default=None,
+                        help="JSON object of settings added to the measured ykafka Producer's (experiments)")
     parser.add_argument("--side", choices=["raw", "ykafka"], default="ykafka", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
