@@ -104,6 +104,10 @@ def _direct_report(sent: tuple[DirectSender, DeliveryCallback | None, int], err:
 bind_report = _direct_report.__get__  # C-level: a bound method is the cheapest per-message callable
 
 
+def _noop(err: Any, m: Any) -> None:
+    return None
+
+
 class DirectSender:
     """The healthy-cluster fast path of a :class:`ClusterLink`: the caller produces into its own client
     with :meth:`callback`'s result as the delivery callback, no :meth:`ClusterLink.send` per message.
@@ -115,20 +119,50 @@ class DirectSender:
     callback (no allocation per message) and, having no key, no order promise across an outage.
     """
 
-    __slots__ = ("link", "client", "order", "last", "_shared")
+    __slots__ = ("link", "client", "order", "last", "last_keyed", "_shared", "_binders")
 
     def __init__(self, link: ClusterLink, client: RawProducer) -> None:
         self.link = link
         self.client = client
         self.order = link._order
         self._shared: dict[Any, Callable[..., None]] = {}
+        self._binders: dict[Any, Callable[[int], Callable[..., None]]] = {}
+        #: (user callback, its binder) of the last keyed send: read once per send, as ``last``
+        self.last_keyed: tuple[DeliveryCallback | None, Callable[[int], Callable[..., None]]] = (None, lambda _o: _noop)
+        self.binder(None)
         # (user callback, its shared callback) of the last send without a key: ONE attribute, read once per
         # send, so threads sending with different callbacks never pair one's callback with the other's report
         self.last: tuple[DeliveryCallback | None, Callable[..., None]] = (None, bind_report((self, None, -1)))
         self.shared(None)
 
     def keyed(self, user_callback: DeliveryCallback | None) -> Callable[..., None]:
-        return bind_report((self, user_callback, next(self.order)))
+        return self.binder(user_callback)(next(self.order))
+
+    def binder(self, user_callback: DeliveryCallback | None) -> Callable[[int], Callable[..., None]]:
+        """What turns a keyed send's produce order into its delivery callback: ``binder(order)`` is a bound
+        method whose ``__self__`` is the order (one allocation per message, no tuple: the sender and the user
+        callback are the function's closure, made once per user callback). The pair is kept in ``last_keyed``
+        for the caller's inline check, as :meth:`shared` keeps ``last``."""
+        try:
+            found = self._binders.get(user_callback)
+        except TypeError:  # an unhashable callable: a binder of its own
+            found = None
+        if found is None:
+            failed = self.failed
+
+            def report(order: int, err: RawKafkaError | None, m: Message) -> None:
+                if err is None:
+                    if user_callback is not None:
+                        user_callback(None, m)
+                    return
+                failed(user_callback, order, err, m)
+
+            found = report.__get__
+            with contextlib.suppress(TypeError):
+                if len(self._binders) < 256:  # a new lambda per send would grow it without bound
+                    self._binders[user_callback] = found
+        self.last_keyed = (user_callback, found)
+        return found
 
     def shared(self, user_callback: DeliveryCallback | None) -> Callable[..., None]:
         """The callback for a send without a key; the pair is also kept in ``last`` for the caller's inline

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ykafka.dr.link import bind_report
 from ykafka.producer.state import (
     _PENDING_MAX,
     ProducerBase,
@@ -63,6 +62,8 @@ def build(p: ProducerBase, st: _TopicState) -> None:
     st.send = _outer(p, st, inner, steps, reserved=False)
     st.send_reserved = st.send if reserved is inner else _outer(p, st, reserved, [], reserved=True)
     st.steps = tuple(reversed(steps))
+    # the direct step alone: Producer.produce runs it inline (the same code as _direct's send, kept in step)
+    st.fast = (st.direct, st.client.rd.produce) if st.steps == ("dr-direct",) and st.direct is not None else None
 
 
 def _outer(p: ProducerBase, st: _TopicState, chain: Send, steps: list[str], reserved: bool) -> Send:
@@ -200,11 +201,13 @@ def _hooks(p: ProducerBase, client: _Client) -> Send:
 
 def _direct(p: ProducerBase, st: _TopicState, engine: Send) -> Send:
     """The disaster-recovery engine's healthy-cluster path: a failure comes back to the engine through the
-    delivery report (DirectSender); a pinned partition goes through the engine's send."""
+    delivery report (DirectSender); a pinned partition goes through the engine's send. When it is the whole
+    chain, ``Producer.produce`` runs the same code inline (``st.fast``): a change here goes there too."""
     direct = st.direct
     assert direct is not None
     produce = st.client.rd.produce
     default = p._default_dr
+    order = direct.order
 
     def send(topic: str, value: Any, key: Any, partition: int, on_delivery: Any, callback: Any, timestamp: int,
              headers: Any) -> None:
@@ -215,7 +218,10 @@ def _direct(p: ProducerBase, st: _TopicState, engine: Send) -> Send:
         if key is not None or timestamp:  # its produce order rides along: a key's re-routed messages stay in
             # order; and a send with its own timestamp never gets a shared callback, whose trace twin takes
             # the message timestamp for the send time
-            on_delivery = bind_report((direct, on_delivery, _next(direct.order)))
+            user, bind = direct.last_keyed  # one read: a consistent pair whatever other threads send
+            if on_delivery is not user:
+                bind = direct.binder(on_delivery)
+            on_delivery = bind(_next(order))
         else:
             user, shared = direct.last  # one read: a consistent pair whatever other threads send
             on_delivery = shared if on_delivery is user else direct.shared(on_delivery)

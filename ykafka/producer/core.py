@@ -176,8 +176,23 @@ class Producer(ClientSwaps, TopicResolver):
             on_delivery = callback
         if st is None:
             st = self._resolve_for_send(topic)
+        fast = st.fast
         try:
-            st.send(topic, value, key, partition, on_delivery, None, timestamp, headers)  # its chain (chain.py)
+            if fast is None or partition >= 0:
+                st.send(topic, value, key, partition, on_delivery, None, timestamp, headers)  # its chain (chain.py)
+            else:  # the chain is the disaster-recovery direct step alone: chain._direct's send, inline
+                direct, produce = fast
+                if on_delivery is None:
+                    on_delivery = self._default_dr
+                if key is not None or timestamp:  # its produce order rides along (see chain._direct)
+                    user, bind = direct.last_keyed
+                    if on_delivery is not user:
+                        bind = direct.binder(on_delivery)
+                    on_delivery = bind(next(direct.order))
+                else:
+                    user, shared = direct.last
+                    on_delivery = shared if on_delivery is user else direct.shared(on_delivery)
+                produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
         except BufferFullError:  # a hold's full queue: already the drop-in error
             raise
         except (BufferError, KafkaException) as exc:  # a broker's refusal names the app, cluster and topic
