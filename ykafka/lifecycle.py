@@ -23,7 +23,9 @@ hanging on a handle whose threads are gone.
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
 import os
 import queue
 import threading
@@ -134,18 +136,25 @@ def weak_method(method: Callable[..., Any], default: Any = None) -> Callable[...
 
 
 class _Reaper:
-    """One daemon thread running the shutdowns of collected clients, in the order they were collected."""
+    """One daemon thread running the shutdowns of collected clients, in the order they were collected.
+
+    ``put`` runs inside the garbage collector: no lock (a SimpleQueue is safe there), counters by ``next``."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[str, Callable[[], None]]] = queue.SimpleQueue()
-        self.pending = 0
-        self._lock = threading.Lock()
+        self._queued = itertools.count(1)
+        self._done = itertools.count(1)
+        self.last_queued = 0
+        self.last_done = 0
         self._thread = threading.Thread(target=self._run, name="ykafka-reaper", daemon=True)
         self._thread.start()
 
+    @property
+    def pending(self) -> int:
+        return max(0, self.last_queued - self.last_done)
+
     def put(self, name: str, shutdown: Callable[[], None]) -> None:
-        with self._lock:
-            self.pending += 1
+        self.last_queued = next(self._queued)
         self._queue.put((name, shutdown))
 
     def _run(self) -> None:
@@ -156,8 +165,7 @@ class _Reaper:
             except Exception:
                 log.exception("ykafka.client.reap_failed", client=name)
             finally:
-                with self._lock:
-                    self.pending -= 1
+                self.last_done = next(self._done)
                 del shutdown
 
 
@@ -165,13 +173,20 @@ _reaper: _Reaper | None = None
 _reaper_lock = threading.Lock()
 
 
-def reap(name: str, shutdown: Callable[[], None]) -> None:
-    """Run ``shutdown`` (a collected client's) on the reaper thread."""
+def _ensure_reaper() -> _Reaper:
+    """The reaper, started by the first client's construction (never inside the garbage collector)."""
     global _reaper
     with _reaper_lock:
         if _reaper is None:
             _reaper = _Reaper()
-        reaper = _reaper
+        return _reaper
+
+
+def reap(name: str, shutdown: Callable[[], None]) -> None:
+    """Run ``shutdown`` (a collected client's) on the reaper thread."""
+    reaper = _reaper
+    if reaper is None:  # not reached for a client made through on_collect
+        reaper = _ensure_reaper()
     reaper.put(name, shutdown)
 
 
@@ -224,6 +239,7 @@ def on_collect(client: object, kind: str, name: str, shutdown: Callable[[], None
 
     Not at interpreter exit (``atexit=False``): as with confluent-kafka, a client alive at exit is not closed for
     the application; daemon threads end with the process and the spill keeps what it journaled."""
+    _ensure_reaper()
     finalizer = weakref.finalize(client, _collected, kind, name, shutdown, unsent, _generation)
     finalizer.atexit = False
     return finalizer
@@ -231,15 +247,23 @@ def on_collect(client: object, kind: str, name: str, shutdown: Callable[[], None
 
 def _collected(kind: str, name: str, shutdown: Callable[[], None], unsent: Callable[[], int] | None,
                born: int) -> None:
+    """Runs inside the garbage collector, on whatever thread it ran: takes no lock (that thread may hold one),
+    logs nothing here (the logger's lock); the count and the warning only, the rest on the reaper thread."""
     if born != _generation:  # a copy of the parent's client in a forked child: its threads and handles are the
         return  # parent's; nothing here may stop or destroy them
+    count = 0
     if unsent is not None:
         try:
             count = unsent()
         except Exception:  # a half-built client: nothing to count
             count = 0
         warn_unsent(kind, name, count)
-    reap(name, shutdown)
+    reap(name, functools.partial(_shut_down, kind, name, count, shutdown))
+
+
+def _shut_down(kind: str, name: str, unsent: int, shutdown: Callable[[], None]) -> None:
+    log.info("ykafka.client.collected", client=name, kind=kind, unsent=unsent)
+    shutdown()
 
 
 def warn_unsent(kind: str, name: str, unsent: int) -> None:
@@ -247,4 +271,3 @@ def warn_unsent(kind: str, name: str, unsent: int) -> None:
     if unsent:
         warnings.warn(f"{kind} {name} was collected without close() while {unsent} message(s) were not delivered: "
                       "they are dropped (call flush() or close() before dropping it)", ResourceWarning, stacklevel=3)
-        log.warning("ykafka.client.collected_with_unsent", client=name, kind=kind, unsent=unsent)

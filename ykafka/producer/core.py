@@ -158,7 +158,7 @@ class Producer(ClientSwaps, TopicResolver):
         lifecycle.opened(self)
         self._finalizer = on_collect(self, "Producer", self._runtime.client_id,
                                      functools.partial(_reap, self._exit, self._clients, self._retiring, dr_box),
-                                     functools.partial(_unsent, self._clients, self._retiring, self._pending, dr_box))
+                                     functools.partial(_unsent, self._clients, self._retiring, self._pending))
 
     # --- the hot path ------------------------------------------------------------------------------
 
@@ -616,11 +616,10 @@ def _forget(clients: list[_Client], dr: DrEngine | None) -> None:
             dr.forget_client(client.rd)
 
 
-def _unsent(clients: dict[tuple[Any, ...], _Client], retiring: list[_Client], pending: deque[Any],
-            dr_box: list[DrEngine]) -> int:
-    """Messages a producer still held (its clients' queues, swap-held ones, the engine's not journaled)."""
-    held = sum(len(c.rd) for c in [*clients.values(), *retiring]) + len(pending)
-    return held + (dr_box[0].pending() if dr_box else 0)
+def _unsent(clients: dict[tuple[Any, ...], _Client], retiring: list[_Client], pending: deque[Any]) -> int:
+    """Messages a producer still held in its clients' queues and swap holds (counted inside the garbage collector:
+    no lock taken, so not the engine's own, whose count needs its locks)."""
+    return sum(len(c.rd) for c in [*clients.values(), *retiring]) + len(pending)
 
 
 def _shown(value: Any) -> str | None:
