@@ -13,13 +13,13 @@ KAFKA_LIBS ?= $(HOME)/.cache/ykafka/kafka-$(KAFKA_VERSION)/libs
 # the OpenID provider the console's single sign-on test runs (npm oidc-provider, pinned by tests/oidc/package-lock.json)
 OIDC_PROVIDER_DIR ?= $(HOME)/.cache/ykafka/oidc-provider
 
-.PHONY: help prereqs chromium postgres kafka oidc-provider venv install lint typecheck test test-fast demo dev dev-down dev-status bench dist clean
+.PHONY: help prereqs chromium postgres kafka oidc-provider venv install lint typecheck test test-fast demo dev dev-down dev-status bench soak dist clean
 
 help:
 	@echo "make demo      start the local stack and run the quickstart sample"
 	@echo "make test      install, lint (ruff + mypy) and run the whole test suite"
 	@echo "make dev       start the local stack (ykafka dev up);  make dev-down stops it"
-	@echo "make lint      ruff + mypy;  make bench  run every benchmark"
+	@echo "make lint      ruff + mypy;  make bench  run every benchmark;  make soak  seeded fault-injection soak"
 	@echo "make kafka     resolve Apache Kafka $(KAFKA_VERSION) from Maven Central into $(KAFKA_LIBS)"
 	@echo "make dist      build the wheels and sdists of ykafka and ykafka-server into dist/ and check them"
 
@@ -124,7 +124,13 @@ demo: $(STAMP) kafka
 	@echo "Try next: source .ykafka/dev.env && $(BIN)/python samples/hot_producer.py"
 
 bench: $(STAMP)
-	@set -e; for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b | tail -n 1; done
+	@set -e; for b in bench/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b | tail -n 1; done
+
+# the seeded fault-injection soak (docs/reliability.md): make soak SOAK_MINUTES=30 SOAK_SEED=2
+SOAK_MINUTES ?= 30
+SOAK_SEED ?= 1
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED)
 
 # the client and the server distributions (server/build_dist.py), checked as PyPI would
 dist: $(STAMP)

@@ -49,7 +49,7 @@ SERIAL_MODULES = frozenset({
     "test_pipeline_checkpoint", "test_pipeline_cluster", "test_producer_swap", "test_spill", "test_spill_chaos",
     "test_throttle", "test_kafka_durability", "test_kafka_console", "test_kafka_transactions",
     "test_tracing_spill", "test_consumer_backpressure", "test_metaserver_failover", "test_kafka_consumer_groups",
-    "test_rollouts", "test_rollout_failover", "test_broker_security_live", "test_producer_leaks",
+    "test_rollouts", "test_rollout_failover", "test_broker_security_live", "test_producer_leaks", "test_soak",
     "test_client_collect",
 })
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: callgrind_budget runs in tests/test_callgrind_budget.py (which checks its budgets), not twice
+#: callgrind_budget runs in tests/test_callgrind_budget.py (which checks its budgets), soak in tests/test_soak.py (which
+#: checks its invariants on the session's durable clusters), not twice
 BENCHES = sorted(p.stem for p in (ROOT / "bench").glob("*.py")
-                 if not p.name.startswith("_") and p.stem != "callgrind_budget")
+                 if not p.name.startswith("_") and p.stem not in ("callgrind_budget", "soak"))
 
 #: fields each benchmark's RESULT must carry (the figures docs/benchmarks.md quotes)
 EXPECTED: dict[str, set[str]] = {

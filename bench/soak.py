@@ -1,0 +1,328 @@
+"""A seeded fault-injection soak of the producer's DR engine and the consumer framework, with a strict read-back.
+
+Starts two durable Apache Kafka clusters (dc-a primary, dc-b standby; one KRaft node each, logs on disk), several
+producer processes of one app (``bench/_soak_producer.py``: a DR engine each, ``route.failover=auto``, default
+health settings) and a consumer group of framework consumers reading dc-a (``tests/consumer_child.py``), then
+injects a random schedule of faults drawn from ``--seed``, one at a time with a pause between:
+
+* ``kill``: dc-a SIGKILLed, restarted 3-8 s later (writes fail over to dc-b and back, the failback sync copies);
+* ``freeze``: dc-a SIGSTOPped 5-20 s (past the consumers' 6 s session timeout), then SIGCONT;
+* ``freeze-standby``: dc-b SIGSTOPped 5-15 s (a standby that hangs while a sync may read it);
+* ``consumer-kill``: one consumer SIGKILLed and a new one started.
+
+At the end the producers stop sending, wait until spills are replayed and failback syncs finished, and both
+clusters are read back plainly:
+
+* ``lost``: acknowledged records not on dc-a (directly or synced back from dc-b): must be 0;
+* ``callbacks_bad``: sends without exactly one delivery callback: must be 0;
+* ``not_on_primary``: records dc-b took that are not on dc-a: must be 0 (everything the standby took is back);
+* ``unhandled``: acknowledged records the consumer group never handled, and ``lag`` (dc-a's ends minus the group's
+  committed offsets) at the end: must be 0;
+* ``duplicates``: extra copies on dc-a (at-least-once: in flight at a break, or synced back in addition to a
+  direct copy), ``overtaken_direct`` / ``overtaken_standby`` / ``overtaken_all``: records stored behind a newer
+  write of their key, in dc-a's direct writes, on dc-b, and on dc-a as a whole (counted; synced records land behind
+  newer direct writes by design: writes come first);
+* per fault, ``recovery_s``: from the heal until every producer had a record acknowledged again, and
+  ``write_gap_s``: the longest any producer went without an acknowledgement from the fault to its recovery (the
+  failover's pause, a frozen cluster's detection);
+* ``threads`` / ``fds`` / ``rss_mb``: first and largest sample of each client process (bounded over the run).
+
+    python bench/soak.py --minutes 30 --seed 1 [--producers 2] [--consumers 2] [--rate 300]
+
+Not injected yet: control-plane kills and config pushes (this soak runs the engine without a MetaServer),
+network faults (latency, loss, partitions through a proxy), a full spill disk, a three-node cluster.
+
+Last line: RESULT {"lost": 0, ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer as RawConsumer  # noqa: E402
+from confluent_kafka import TopicPartition  # noqa: E402
+
+from tests.dr_fixtures import create_topic, key_overtakes, read_all  # noqa: E402
+from tests.support import Broker, brokers  # noqa: E402
+from ykafka import headers as H  # noqa: E402
+
+PARTITIONS = 6
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+
+
+def sample(pid: int) -> dict[str, float] | None:
+    """Threads, open fds and RSS (MB) of a live process, from /proc."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return {"threads": int(fields["Threads"]), "fds": fds, "rss_mb": round(int(fields["VmRSS"].split()[0]) / 1024, 1)}
+
+
+class Soak:
+    def __init__(self, a: Broker, b: Broker, work: Path, args: argparse.Namespace) -> None:
+        self.a, self.b, self.work, self.args = a, b, work, args
+        self.topic = f"soak-{args.seed}-{int(time.time())}"
+        self.group = f"soak-g-{args.seed}-{int(time.time())}"
+        for broker in (a, b):
+            create_topic(broker.bootstrap, self.topic, PARTITIONS)
+        self.producers: list[subprocess.Popen[str]] = []
+        self.consumers: list[subprocess.Popen[bytes]] = []
+        self.handled_files: list[Path] = []
+        self.samples: dict[str, list[dict[str, float]]] = {}
+        self.faults: list[dict[str, Any]] = []
+
+    def start_producer(self, index: int) -> None:
+        with (self.work / f"producer-{index}.log").open("w") as log:  # the child keeps its own descriptor
+            self.producers.append(subprocess.Popen(
+                [sys.executable, str(ROOT / "bench" / "_soak_producer.py"), self.a.bootstrap, self.b.bootstrap,
+                 str(self.work / f"spill-{index}"), self.topic, str(index + 1), str(self.args.rate),
+                 str(self.work / f"producer-{index}.txt")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT, env=ENV))
+
+    def start_consumer(self) -> None:
+        n = len(self.handled_files)
+        out = self.work / f"handled-{n}.txt"
+        self.handled_files.append(out)
+        with (self.work / f"consumer-{n}.log").open("w") as log:
+            self.consumers.append(subprocess.Popen(
+                [sys.executable, "-m", "tests.consumer_child", self.a.bootstrap, self.topic, self.group, str(out),
+                 str(self.work / f"ccache-{n}"), "0.0005", "2"],
+                cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=log))
+
+    def sample_all(self) -> None:
+        for kind, procs in (("producer", self.producers), ("consumer", self.consumers)):
+            for n, proc in enumerate(procs):
+                if proc.poll() is None:
+                    found = sample(proc.pid)
+                    if found is not None:
+                        self.samples.setdefault(f"{kind}-{n}", []).append(found)
+
+    def acks_after(self, t: float) -> bool:
+        """Every producer had a record acknowledged after wall time ``t``."""
+        for n in range(len(self.producers)):
+            path = self.work / f"producer-{n}.txt"
+            with path.open("rb") as f:
+                f.seek(max(0, path.stat().st_size - 4096))
+                tail = f.read().decode(errors="replace").splitlines()[1:]
+            if not any(len(p) == 3 and p[1] == "ok" and float(p[2]) > t for p in (line.split() for line in tail)):
+                return False
+        return True
+
+    def wait(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.sample_all()
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+
+    def recovery(self, healed: float, limit: float = 120.0) -> float | None:
+        start = time.monotonic()
+        while time.monotonic() - start < limit:
+            if self.acks_after(healed):
+                return round(time.time() - healed, 2)
+            self.sample_all()
+            time.sleep(0.2)
+        return None
+
+    def inject(self, rng: random.Random) -> None:
+        kind = rng.choice(["kill", "freeze", "freeze-standby", "consumer-kill"])
+        began = time.time()
+        fault: dict[str, Any] = {"fault": kind, "at_s": round(began - self.started, 1)}
+        if kind == "kill":
+            down = rng.uniform(3, 8)
+            self.a.kill()
+            self.wait(down)
+            self.a.start()
+            fault["down_s"] = round(down, 1)
+        elif kind in ("freeze", "freeze-standby"):
+            broker = self.a if kind == "freeze" else self.b
+            down = rng.uniform(5, 20 if kind == "freeze" else 15)
+            broker.freeze()
+            try:
+                self.wait(down)
+            finally:
+                broker.thaw()
+            fault["down_s"] = round(down, 1)
+        else:
+            victim = rng.randrange(len(self.consumers))
+            proc = self.consumers[victim]
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            self.start_consumer()
+            fault["killed"] = victim
+        healed = time.time()
+        fault["recovery_s"] = self.recovery(healed)
+        fault["_window"] = (began, healed + (fault["recovery_s"] or 0) + 5)
+        self.faults.append(fault)
+        print(json.dumps({k: v for k, v in fault.items() if not k.startswith("_")}), flush=True)
+
+    def run(self) -> dict[str, Any]:
+        args = self.args
+        rng = random.Random(args.seed)
+        for i in range(args.producers):
+            self.start_producer(i)
+        for _ in range(args.consumers):
+            self.start_consumer()
+        self.started = time.time()
+        end = time.monotonic() + args.minutes * 60
+        self.wait(min(10.0, args.minutes * 60 / 4))  # steady state first
+        while time.monotonic() < end - 5:
+            self.inject(rng)
+            self.wait(min(rng.uniform(5, 20), max(0.0, end - time.monotonic())))
+        return self.finish()
+
+    def finish(self) -> dict[str, Any]:
+        done: list[dict[str, Any]] = []
+        for proc in self.producers:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+        for proc in self.producers:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            done.append(json.loads(line[5:]) if line.startswith("DONE ") else {"error": line})
+            proc.wait(60)
+        sent: set[int] = set()
+        acked: set[int] = set()
+        callbacks: Counter[int] = Counter()
+        ack_times: list[list[float]] = []
+        for n in range(len(self.producers)):
+            times: list[float] = []
+            for line in (self.work / f"producer-{n}.txt").read_text().splitlines():
+                parts = line.split()
+                if parts[0] == "S":
+                    sent.add(int(parts[1]))
+                elif len(parts) == 3:
+                    callbacks[int(parts[0])] += 1
+                    if parts[1] == "ok":
+                        acked.add(int(parts[0]))
+                        times.append(float(parts[2]))
+            ack_times.append(sorted(times))
+        for fault in self.faults:  # the longest time any producer went without an acknowledgement around the fault
+            start, end = fault.pop("_window")
+            gaps = [0.0]
+            for times in ack_times:
+                inside = [t for t in times if start - 1 <= t <= end]
+                gaps.extend(b - a for a, b in zip(inside, inside[1:], strict=False))
+            fault["write_gap_s"] = round(max(gaps), 2)
+        on_a = read_all(self.a.bootstrap, self.topic, expect=len(acked), timeout_s=60)
+        on_b = read_all(self.b.bootstrap, self.topic, timeout_s=120)
+        values_a = Counter(int(m.value() or b"0") for m in on_a)
+        values_b = {int(m.value() or b"0") for m in on_b}
+        direct = [m for m in on_a if not H.synced_from(m.headers())]
+        ends = self.ends()
+        unhandled, lag = self.wait_consumed(acked, ends)
+        for proc in self.consumers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        consumer_exit = []
+        for proc in self.consumers:
+            try:
+                consumer_exit.append(proc.wait(60))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                consumer_exit.append("killed after 60 s")
+        bounds = {name: {"first": s[0], "max": {k: max(x[k] for x in s) for k in s[0]}}
+                  for name, s in self.samples.items() if s}
+        recoveries = [f["recovery_s"] for f in self.faults if f.get("recovery_s") is not None]
+        return {
+            "seed": self.args.seed, "minutes": self.args.minutes, "producers": self.args.producers,
+            "consumers": self.args.consumers, "faults": len(self.faults),
+            "fault_kinds": dict(Counter(f["fault"] for f in self.faults)),
+            "sent": len(sent), "acked": len(acked), "failed_callbacks": len(sent) - len(acked),
+            "callbacks_bad": sum(1 for v in sent if callbacks[v] != 1) + sum(1 for v in callbacks if v not in sent),
+            "lost": len(acked - set(values_a)), "on_standby": len(values_b),
+            "not_on_primary": len(values_b - set(values_a)), "synced": len(on_a) - len(direct),
+            "duplicates": sum(n - 1 for n in values_a.values() if n > 1),
+            "overtaken_direct": len(key_overtakes(direct)), "overtaken_standby": len(key_overtakes(on_b)),
+            "overtaken_all": len(key_overtakes(on_a)),
+            "unhandled": unhandled, "lag": lag, "consumer_exit": consumer_exit,
+            "write_gap_s_max": max((f["write_gap_s"] for f in self.faults), default=None),
+            "recovery_s_max": max(recoveries) if recoveries else None,
+            "recovery_s_median": sorted(recoveries)[len(recoveries) // 2] if recoveries else None,
+            "recovery_unknown": sum(1 for f in self.faults if f.get("recovery_s") is None),
+            "producers_idle": [d.get("idle") for d in done],
+            "syncs": [[{k: s.get(k) for k in ("state", "copied", "skipped", "left", "error")}
+                       for s in d.get("sync", [])] for d in done],
+            "clients": bounds, "fault_log": self.faults,
+        }
+
+    def ends(self) -> dict[int, int]:
+        probe = RawConsumer({"bootstrap.servers": self.a.bootstrap, "group.id": self.group})
+        try:
+            return {p: probe.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+                    for p in range(PARTITIONS)}
+        finally:
+            probe.close()
+
+    def wait_consumed(self, acked: set[int], ends: dict[int, int], timeout: float = 90) -> tuple[int, int]:
+        """(acknowledged records never handled, dc-a's ends minus the group's commits) once both are 0 or at the
+        timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            handled: set[int] = set()
+            for path in self.handled_files:
+                if path.exists():
+                    handled.update(int(line.split()[0]) for line in path.read_text().splitlines()
+                                   if line.count(" ") == 2)
+            probe = RawConsumer({"bootstrap.servers": self.a.bootstrap, "group.id": self.group})
+            try:
+                committed = probe.committed([TopicPartition(self.topic, p) for p in range(PARTITIONS)], timeout=10)
+            finally:
+                probe.close()
+            lag = sum(max(0, ends[tp.partition] - max(tp.offset, 0)) for tp in committed)
+            unhandled = len(acked - handled)
+            if (unhandled == 0 and lag == 0) or time.monotonic() > deadline:
+                return unhandled, lag
+            self.sample_all()
+            time.sleep(1.0)
+
+    def close(self) -> None:
+        for proc in [*self.producers, *self.consumers]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument("--rate", type=int, default=300, help="records a second per producer process")
+    parser.add_argument("--quick", action="store_true", help="one minute, seed 7 (what tests/test_soak.py runs)")
+    args = parser.parse_args()
+    if args.quick:
+        args.minutes, args.seed = 1.0, 7
+    work = Path(tempfile.mkdtemp(prefix="ykafka-soak-"))
+    with brokers(["dc-a", "dc-b"], work / "clusters", broker="kafka") as started:
+        soak = Soak(started["dc-a"], started["dc-b"], work, args)
+        try:
+            result = soak.run()
+        finally:
+            soak.close()
+    result["work"] = str(work)
+    print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

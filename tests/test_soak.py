@@ -1,0 +1,41 @@
+"""One minute of the seeded fault-injection soak (``bench/soak.py --quick``: seed 7) on the session's durable Kafka
+clusters: two producer processes of one app with DR engines, a consumer group of two, dc-b SIGSTOPped 14.5 s, dc-a
+SIGKILLed and restarted (writes fail over to dc-b and back, each producer syncs its own outage writes back). Every
+invariant is strict (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.soak import Soak
+from tests.support import Broker
+
+pytestmark = pytest.mark.broker("kafka")
+
+
+def test_one_minute_soak_holds_every_invariant(dc_brokers: dict[str, Broker], tmp_path: Path) -> None:
+    soak = Soak(dc_brokers["dc-a"], dc_brokers["dc-b"], tmp_path,
+                argparse.Namespace(minutes=1.0, seed=7, producers=2, consumers=2, rate=300))
+    try:
+        result = soak.run()
+    finally:
+        soak.close()
+    said = json.dumps({k: v for k, v in result.items() if k != "clients"})
+    print(said)
+    assert result["faults"] >= 2 and result["sent"] > 10_000, said
+    for key in ("lost", "callbacks_bad", "failed_callbacks", "not_on_primary", "unhandled", "lag",
+                "overtaken_direct", "overtaken_standby", "recovery_unknown"):
+        assert result[key] == 0, f"{key}={result[key]}: {said}"
+    assert result["on_standby"] > 0 and result["synced"] >= result["on_standby"], said  # a failover happened
+    assert result["consumer_exit"] == [0] * len(result["consumer_exit"]), said
+    assert all(result["producers_idle"]), said
+    # each producer process copied back exactly its own outage writes and read past the other's
+    copied = [sum(s["copied"] for s in syncs) for syncs in result["syncs"]]
+    assert sum(copied) == result["on_standby"] and all(copied), said
+    for name, bounds in result["clients"].items():  # bounded over the run
+        assert bounds["max"]["threads"] <= 40 and bounds["max"]["fds"] <= 64 and bounds["max"]["rss_mb"] <= 200, \
+            (name, bounds)
