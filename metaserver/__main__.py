@@ -8,6 +8,7 @@ from typing import Any
 import click
 import uvicorn
 
+from .httpproto import UpgradeIgnoringProtocol
 from .settings import ENV_PREFIX, Settings, parse_admin_tokens
 
 
@@ -63,6 +64,11 @@ def main() -> None:
 @click.option("--client-prune-interval", "client_prune_s", default=3600.0, type=float,
               envvar=_env("client_prune_s"), show_default=True,
               help="seconds between prunes of the client inventory (0: never)")
+@click.option("--sealing-key-file", envvar=_env("sealing_key_file"),
+              help="file (0600) holding the key that seals app passwords and signing keys outside the database "
+                   "(or the key itself in YKAFKA_MS_SEALING_KEY); unset: derived from the database, with a warning")
+@click.option("--sealing-key-previous-file", envvar=_env("sealing_key_previous_file"),
+              help="while rotating the sealing key: the previous key's file; every row is re-sealed at start")
 @click.option("--kafka-system-users", envvar=_env("kafka_system_users"),
               help="comma-separated SCRAM users of the clusters' own nodes that the reconciler keeps (every other "
                    "user it did not issue is deleted as foreign)")
@@ -91,8 +97,12 @@ def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
     """Serve the MetaServer API."""
     from .app import configure_logging
 
+    os.umask(0o077)  # the database (and its -wal, -shm) holds sealed secrets and audit: owner-only files
+
     settings = Settings(admin_tokens=parse_admin_tokens(",".join(admin_tokens)),
                         kafka_admin_password=os.environ.get(_env("kafka_admin_password")) or None,
+                        sealing_key=os.environ.get(_env("sealing_key")) or None,
+                        sealing_key_previous=os.environ.get(_env("sealing_key_previous")) or None,
                         console_oidc_client_secret=os.environ.get(_env("console_oidc_client_secret")) or None,
                         **options)
     configure_logging(settings.log_level)
@@ -105,7 +115,8 @@ def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
     os.environ.update(settings.to_env())
     uvicorn.run(f"{__package__}.app:create_app_from_env", factory=True, host=settings.host, port=settings.port,
                 workers=settings.workers if settings.workers > 1 else None, log_level="warning",
-                access_log=False, proxy_headers=True, forwarded_allow_ips="127.0.0.1")
+                access_log=False, proxy_headers=True, forwarded_allow_ips="127.0.0.1",
+                http=UpgradeIgnoringProtocol)  # answers Java's `Upgrade: h2c` requests (metaserver/httpproto.py)
 
 
 if __name__ == "__main__":

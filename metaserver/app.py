@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from .console import install as install_console
 from .console.sso import OidcClient
 from .console.sso import enabled as sso_enabled
-from .domain import clients, credentials
+from .domain import clients, sealing
 from .domain.apollo import ApolloError, ApolloOpenApi
 from .domain.auth import AuthFailed, RateLimited
 from .domain.authswitch import AuthSwitch
@@ -79,16 +79,19 @@ def build_services(settings: Settings) -> Services:
                                app_id=settings.apollo_app_id, cluster=settings.apollo_cluster,
                                operator=settings.apollo_operator)
     key = load_or_create_key(engine)
+    sealer = sealing.load(settings, key)  # the key outside the database (or the old derivation, warned)
+    sealing.reseal(engine, sealer, key)
     svc = Services(
         settings=settings,
         engine=engine,
-        tokens=TokenCodec(key),
+        tokens=TokenCodec(sealer.token_key),
         auth_switch=AuthSwitch(settings.configcenter_url, settings.apollo_app_id, settings.apollo_cluster,
                                ttl_s=settings.auth_switch_ttl_s),
         apollo=apollo,
         routes=RouteBook(apollo, max_age_s=settings.route_cache_s),
         issuer=hashlib.sha256(b"ykafka-issuer:" + key).hexdigest()[:16],
-        box=credentials.box_for(key),
+        box=sealer.box,
+        sealer=sealer,
     )
     svc.reconciler = Reconciler(svc, settings.acl_reconcile_s)
     return svc

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ykafka import acl as acl_patterns
 
@@ -110,9 +110,10 @@ class Acl(Strict):
 
     @field_validator("produce", "consume", "group")
     @classmethod
-    def _patterns(cls, values: list[str]) -> list[str]:
+    def _patterns(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        topics = info.field_name in ("produce", "consume")  # no topic pattern reaches into the retry namespace
         for index, value in enumerate(values):
-            problem = kafka_acls.pattern_problem(value)
+            problem = kafka_acls.topic_pattern_problem(value) if topics else kafka_acls.pattern_problem(value)
             if problem is not None:  # the reason, never the input back
                 raise ValueError(f"pattern {index + 1}: {problem}")
         return sorted(set(values))

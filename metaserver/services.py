@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from cryptography.fernet import Fernet
 from fastapi import Request
 from sqlalchemy import Engine
 
 from .domain.apollo import ApolloOpenApi
 from .domain.authswitch import AuthSwitch
 from .domain.reach import RouteBook
+from .domain.sealing import Box, Sealer
 from .domain.tokens import TokenCodec
 from .settings import Settings
 
@@ -42,7 +42,8 @@ class Services:
     apollo: ApolloOpenApi | None
     routes: RouteBook
     issuer: str  # the deployment's id, derived from the shared token key: the same on every peer
-    box: Fernet  # seals the apps' Kafka passwords (metaserver/domain/credentials.py)
+    box: Box  # seals the apps' Kafka passwords (metaserver/domain/credentials.py)
+    sealer: Sealer  # the sealing key outside the database, and the signing keys under it (domain/sealing.py)
     reconciler: Reconciling = None  # type: ignore[assignment]  # set right after construction (it needs us)
 
 

@@ -68,6 +68,12 @@ class Settings:
     #: give the password through YKAFKA_MS_KAFKA_ADMIN_PASSWORD, never on the command line
     kafka_admin_user: str | None = None
     kafka_admin_password: str | None = None
+    #: the key that seals app Kafka passwords and signing keys, kept outside the database (domain/sealing.py):
+    #: a file (0600) or YKAFKA_MS_SEALING_KEY; the previous one while rotating. Unset: derived from the database
+    sealing_key_file: str | None = None
+    sealing_key: str | None = None
+    sealing_key_previous_file: str | None = None
+    sealing_key_previous: str | None = None
     #: comma-separated SCRAM users of a secured cluster's own nodes (its inter-broker principal) the reconciler
     #: keeps; every other user and binding it did not issue is deleted as foreign (alerted and audited)
     kafka_system_users: str | None = None

@@ -99,9 +99,13 @@ def start(home: Path, protocol: str = "SASL_SSL", reauth_ms: int = 5000) -> Secu
     config.touch(0o600)  # its JAAS lines hold the node's passwords
     config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     java = [devstack_kafka.java_binary(), "-Xmx384m", *devstack_kafka.JVM_ARGS, "-cp", _classpath()]
-    formatted = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", "ykafkaSecurityTest0001",
-                                "-c", str(config), *kafka_security.format_scram_args(ADMIN_USER, password, nodes)],
-                               capture_output=True, text=True, timeout=120)
+    argfile = devstack_kafka.write_argfile(home / ".format.args", [  # the passwords: never on the command line
+        "kafka.tools.StorageTool", "format", "-t", "ykafkaSecurityTest0001", "-c", str(config),
+        *kafka_security.format_scram_args(ADMIN_USER, password, nodes)])
+    try:
+        formatted = subprocess.run([*java, argfile], capture_output=True, text=True, timeout=120)
+    finally:
+        (home / ".format.args").unlink(missing_ok=True)
     if formatted.returncode != 0:
         raise RuntimeError(f"kafka-storage format failed: {formatted.stderr[-2000:]}")
     log = (home / "kafka.log").open("ab")

@@ -9,6 +9,8 @@ created a SCRAM user and an ACL of its own; the reconciler then kept that user f
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from confluent_kafka import KafkaError as RawKafkaError
 from confluent_kafka.admin import (
     AclBinding,
@@ -29,10 +32,13 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from metaserver.domain import sealing
+from metaserver.domain.tokens import TOKEN_KEY_NAME, TokenCodec
 from tests import kafka_secured
 from tests.helpers import wait_until
-from tests.ms_fixtures import MetaServer, new_app
+from tests.ms_fixtures import App, MetaServer, new_app
 from tests.test_broker_security import consume_raw, grant_of, produce_raw
+from ykafka import signing
 from ykafka.devstack import wire
 
 RECONCILE_S = 2.0
@@ -72,9 +78,12 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_secured.Se
 
 
 @pytest.fixture(scope="module")
-def server(kafka: kafka_secured.SecuredKafka, ms_factory: Callable[..., MetaServer]) -> MetaServer:
-    ms = ms_factory(env=kafka.metaserver_env(), kafka_admin_user=kafka_secured.ADMIN_USER,
-                    kafka_system_users=kafka_secured.BROKER_USER, acl_reconcile_interval=RECONCILE_S)
+def server(kafka: kafka_secured.SecuredKafka, ms_factory: Callable[..., MetaServer],
+           tmp_path_factory: pytest.TempPathFactory) -> MetaServer:
+    key = sealing.new_key_file(tmp_path_factory.mktemp("sealing") / "secrets" / "sealing.key")  # 0600, outside the DB
+    ms = ms_factory(env={**kafka.metaserver_env(), "YKAFKA_MS_SEALING_KEY_FILE": str(key)},
+                    kafka_admin_user=kafka_secured.ADMIN_USER, kafka_system_users=kafka_secured.BROKER_USER,
+                    acl_reconcile_interval=RECONCILE_S)
     ms.admin().set_cluster("dc-a", kafka.bootstrap, dc="a", security=kafka.security())
     return ms
 
@@ -194,3 +203,76 @@ def test_the_reconciler_deletes_users_and_bindings_it_did_not_issue_alerts_and_a
     alert = next(a for a in server.admin().alerts(rule="kafka.foreign_access") if a["last_seen"] >= started)
     assert alert["level"] == "ERR" and alert["status"] == "firing" and "intruder" in alert["evidence"]["deleted"]
     assert alert["evidence"]["cluster"] == "dc-a"
+
+
+def test_a_group_pattern_opens_no_other_apps_topic_and_no_app_fences_anothers_transactions(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    """README's own ACL example (a group pattern) read and wrote another app's ``billing-invoices`` at the
+    broker before issue 37; app ``shop`` could take over ``shop-billing``'s transactional ids."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka import Producer as RawProducer
+
+    tag = uuid.uuid4().hex[:4]
+    shop = f"shop{tag}"
+    created = server.admin().create_app(shop, acl={"produce": [f"orders{tag}"], "consume": [f"orders{tag}"],
+                                                   "group": [f"billing{tag}-*"]}, default_cluster="dc-a")
+    mine = App(shop, created["secret"])
+    invoices = f"billing{tag}-invoices"  # another app's topic
+    kafka.create_topics(invoices, f"orders{tag}")
+    creds = grant_of(server, mine, tmp_path).clusters["dc-a"].rdkafka()
+    sent = produce_raw(creds, invoices, count=2)
+    assert [e.code() for e in sent] == [RawKafkaError.TOPIC_AUTHORIZATION_FAILED] * 2
+    read, error = consume_raw(creds, invoices, f"billing{tag}-eu")  # a group its pattern grants
+    assert read == 0 and error is not None and error.code() == RawKafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    def init(transactional_id: str) -> str:
+        producer = RawProducer({**creds, "transactional.id": transactional_id, "log_level": 0})
+        try:
+            producer.init_transactions(20)
+            return "ok"
+        except KafkaException as exc:
+            return exc.args[0].name()
+
+    assert init(f"{shop}-billing/tx-1") == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"  # app shop-billing's
+    assert init(f"{shop}-billing-tx-1") == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    assert init(f"{shop}/tx-1") == "ok"  # its own, under '<app id>/'
+
+
+def test_a_copy_of_the_database_alone_yields_no_password_no_signing_key_and_no_token(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    """Before issue 37 the sealing key was derived from a table of the same database (13 of 13 passwords
+    opened) and the stored signing keys signed a grant that returned the app's broker password."""
+    app = new_app(server, acl={"produce": ["db.*"], "consume": [], "group": []}, default_cluster="dc-a")
+    password = grant_of(server, app, tmp_path).clusters["dc-a"].rdkafka()["sasl.password"]
+    stolen = tmp_path / "stolen.db"
+    source = sqlite3.connect(server.db_url.removeprefix("sqlite:///"))
+    with sqlite3.connect(stolen) as copy:
+        source.backup(copy)  # a consistent copy of the whole database, -wal included
+    source.close()
+    assert password.encode() not in stolen.read_bytes()
+    with sqlite3.connect(stolen) as conn:
+        token_key = bytes(conn.execute("SELECT value FROM ms_server_keys WHERE name = ?",
+                                       (TOKEN_KEY_NAME,)).fetchone()[0])
+        sealed = [row[0] for row in conn.execute("SELECT password FROM ms_kafka_principals")]
+        stored_key = bytes(conn.execute("SELECT signing_key FROM ms_apps WHERE app_id = ?",
+                                        (app.app_id,)).fetchone()[0])
+    assert len(sealed) >= 1
+    opened = 0
+    for box in (sealing.legacy_box(token_key),):  # everything the database itself holds
+        for token in sealed:
+            try:
+                box.decrypt(token.encode())
+                opened += 1
+            except Exception:  # noqa: BLE001 - InvalidToken: sealed under the key outside the database
+                pass
+    assert opened == 0
+    body = json.dumps({"app_id": app.app_id, "client_id": "thief", "ip": "10.0.0.9"}).encode()
+    signed = requests.post(server.url + "/v1/auth/grant", data=body, timeout=10, headers={
+        **signing.signed_headers(app.app_id, stored_key, "POST", "/v1/auth/grant", body),
+        "Content-Type": "application/json"})
+    assert signed.status_code == 401 and password not in signed.text
+    token, _ = TokenCodec(token_key).issue(app.app_id, "thief", 1, 600)
+    renewed = requests.post(server.url + "/v1/auth/renew", data=b"{}", timeout=10, headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    assert renewed.status_code == 401 and password not in renewed.text
+    assert grant_of(server, app, tmp_path).clusters["dc-a"].rdkafka()["sasl.password"] == password  # the app: fine

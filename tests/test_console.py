@@ -354,20 +354,21 @@ def test_the_overview_fetches_only_its_own_vendored_assets_and_says_why_charts_a
 
 def test_dlq_replay_of_a_selection_with_progress_then_of_the_rest_republishes_each_once_and_pending_drops_to_zero(
         console: Console, page: Any) -> None:
-    """Dead letters written as the consumer framework writes them (``<group>.<topic>.dlq`` with its failure
+    """Dead letters written as the consumer framework writes them (``dlq_topic(group, topic)`` with its failure
     headers, straight to the broker); the page's replay re-publishes them to the topic."""
     from confluent_kafka import Producer as RawProducer
 
     from ykafka import headers as H
+    from ykafka.consumer.retry import dlq_topic
 
     st = console.stack
     bootstrap = st.clusters["dc-a"]
     group, topic = unique("dlq-group"), unique("dlq-orders")
     create_topic(bootstrap, topic, 1)
-    create_topic(bootstrap, f"{group}.{topic}.dlq", 1)
+    create_topic(bootstrap, dlq_topic(group, topic), 1)
     raw = RawProducer({"bootstrap.servers": bootstrap})
     for i in range(7):
-        raw.produce(f"{group}.{topic}.dlq", f"order-{i}".encode(), f"k{i}".encode(),
+        raw.produce(dlq_topic(group, topic), f"order-{i}".encode(), f"k{i}".encode(),
                     headers=[(H.ERROR, f"ValueError: bad order {i} <script>x</script>"), (H.ATTEMPT, "3"),
                              (H.ORIGINAL_TOPIC, topic), (H.ORIGINAL_PARTITION, "0"), (H.ORIGINAL_OFFSET, str(i)),
                              (H.MESSAGE_ID, f"id-{i}")])

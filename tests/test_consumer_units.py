@@ -224,14 +224,17 @@ def test_token_bucket_limits_and_unlimited() -> None:
 # --- retry naming and policy --------------------------------------------------------------------------
 
 def test_retry_topic_names_and_parsing() -> None:
-    assert retry_topic("g1", "orders", 2) == "g1.orders.retry.2"
-    assert dlq_topic("my group", "orders") == "my_group.orders.dlq"
+    assert retry_topic("g1", "orders", 2) == "__ykafka-retry.2.g1.orders.retry.2"
+    assert dlq_topic("my group", "orders") == "__ykafka-retry.8.my_group.orders.dlq"
     router = RetryRouter.__new__(RetryRouter)
     router.group = "g.1"
-    router._prefix = "g.1."
-    assert router.parse_retry_topic("g.1.orders.eu.retry.3") == ("orders.eu", 3)
-    assert router.parse_retry_topic("g.1.orders.dlq") is None
-    assert router.parse_retry_topic("other.orders.retry.1") is None
+    router._prefix = "__ykafka-retry.3.g.1."
+    assert router.parse_retry_topic("__ykafka-retry.3.g.1.orders.eu.retry.3") == ("orders.eu", 3)
+    assert router.parse_retry_topic("__ykafka-retry.3.g.1.orders.dlq") is None
+    assert router.parse_retry_topic("__ykafka-retry.5.other.orders.retry.1") is None
+    assert router.parse_retry_topic("g.1.orders.retry.1") is None  # the names before issue 37
+    # group "g" and group "g.1" never share a prefix (the length comes first)
+    assert not retry_topic("g.1", "orders", 1).startswith(retry_topic("g", "x", 1).rsplit("x.retry.1", 1)[0])
     policy = RetryPolicy((100, 500), 4, True)
     assert [policy.delay_ms(n) for n in (1, 2, 3, 4)] == [100, 500, 500, 500]
 

@@ -16,8 +16,8 @@ def test_each_operation_maps_to_its_kafka_bindings() -> None:
         ("TOPIC", "audit", "LITERAL", "WRITE"), ("TOPIC", "audit", "LITERAL", "DESCRIBE"),
         ("TOPIC", "*", "LITERAL", "READ"), ("TOPIC", "*", "LITERAL", "DESCRIBE"),
         ("GROUP", "billing", "LITERAL", "READ"),
-        *(("TOPIC", "billing.", "PREFIXED", op) for op in ("READ", "WRITE", "DESCRIBE", "CREATE")),
-        ("TRANSACTIONAL_ID", "orders", "PREFIXED", "WRITE"), ("TRANSACTIONAL_ID", "orders", "PREFIXED", "DESCRIBE"),
+        *(("TOPIC", "__ykafka-retry.7.billing.", "PREFIXED", op) for op in ("READ", "WRITE", "DESCRIBE", "CREATE")),
+        ("TRANSACTIONAL_ID", "orders/", "PREFIXED", "WRITE"), ("TRANSACTIONAL_ID", "orders/", "PREFIXED", "DESCRIBE"),
     }
     assert {b.principal for b in got} == {who} and {(b.permission, b.host) for b in got} == {("ALLOW", "*")}
     telemetry = {(b.name, b.operation) for b in got if b.name.startswith("__ykafka_")}

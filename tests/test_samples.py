@@ -145,6 +145,17 @@ def _no_anonymous_door(st: LocalStack) -> None:
                  *(st.home / "secrets").iterdir()]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert len(list((st.home / "secrets").glob("kafka-dc-a-*.password"))) == 2  # the cluster's own node secrets
+    assert stat.S_IMODE(st.home.stat().st_mode) == 0o700
+    assert not list(st.home.glob("data/kafka/*/node-*/.format.args"))  # the format's SCRAM arguments: gone
+    for path in (st.home / "data").glob("*.db*"):  # the MetaServer's and config service's databases, -wal, -shm
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    secrets = [p.read_text().strip() for p in (st.home / "secrets").iterdir()]
+    secrets += [st.cfg.admin_token, st.cfg.openapi_token]
+    running = [pid for svc in services(st.cfg) if (pid := st.stack.pid(svc)) is not None]
+    assert len(running) >= 3  # a Kafka node, the config service, the MetaServer
+    for pid in running:  # no secret on the command line of any process the stack runs (what `ps` shows)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        assert not [s for s in secrets if s and s in cmdline], pid
 
 
 def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:

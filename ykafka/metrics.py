@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 
 from ykafka import catalog, events
+from ykafka.acl import RETRY_NAMESPACE
 from ykafka.config import Option
 from ykafka.events import MetricName
 from ykafka.sink import EventSink
@@ -255,7 +256,7 @@ class Metrics:
                 metric = MetricName.SEND_ERRORS if kind == "producer" else MetricName.CONSUME_ERRORS
                 out.append(self._event(ts, metric, broker=name, count=int(errors), value=errors))
         for topic, tstats in (stats.get("topics") or {}).items():
-            if topic.startswith("__"):
+            if topic.startswith("__") and not topic.startswith(RETRY_NAMESPACE):  # internal, but not a group's retries
                 continue
             sent = received = 0
             for pid, part in (tstats.get("partitions") or {}).items():

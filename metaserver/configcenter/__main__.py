@@ -89,6 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from ykafka.logs import configure
 
+    from ..httpproto import UpgradeIgnoringProtocol
     from .app import create_app
     from .center import ConfigCenter
 
@@ -113,7 +114,8 @@ def _serve(args: argparse.Namespace) -> int:
     # asyncio accepts up to the backlog per turn (docs/benchmarks.md, bench/controlplane_failover.py)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False, loop=args.loop,
                             backlog=8192, timeout_keep_alive=75, timeout_graceful_shutdown=1,
-                            h11_max_incomplete_event_size=256 * 1024)  # long polls list many namespaces
+                            h11_max_incomplete_event_size=256 * 1024,  # long polls list many namespaces
+                            http=UpgradeIgnoringProtocol)  # answers Java's `Upgrade: h2c` requests
     log.info("configcenter.serving", host=args.host, port=args.port, db=center.store.engine.url.render_as_string())
     Server(config).run()
     return 0
@@ -125,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("error: --db (or YKAFKA_CC_DB) is required\n")
         return 2
     if args.command == "serve":
+        os.umask(0o077)  # its database (and -wal, -shm) holds tokens and access keys: owner-only files
         return _serve(args)
 
     from .store import Store

@@ -59,11 +59,12 @@ def app_list(request: Request) -> Response:
     return _apps_page(request, sess)
 
 
-def _patterns(text: str) -> tuple[list[str], list[str]]:
-    """Patterns from a comma / space separated field, and the problems found (``ykafka.acl`` rules)."""
+def _patterns(text: str, topics: bool = False) -> tuple[list[str], list[str]]:
+    """Patterns from a comma / space separated field, and the problems found (``ykafka.acl`` rules; a topic
+    pattern may not reach into the groups' retry namespace, as the admin API refuses)."""
     found = [p.strip() for p in text.replace(",", " ").split() if p.strip()]
-    problems = [f"pattern {i + 1}: {problem}" for i, p in enumerate(found)
-                if (problem := acl_rules.pattern_problem(p)) is not None]
+    rule = acl_rules.topic_pattern_problem if topics else acl_rules.pattern_problem
+    problems = [f"pattern {i + 1}: {problem}" for i, p in enumerate(found) if (problem := rule(p)) is not None]
     return sorted(set(found)), problems
 
 
@@ -82,7 +83,7 @@ async def app_create(request: Request) -> Response:
         problems.append(f"app id: {problem}")
     acl: dict[str, list[str]] = {}
     for op in acl_rules.OPERATIONS:
-        acl[op], bad = _patterns(form.get(op, ""))
+        acl[op], bad = _patterns(form.get(op, ""), topics=op != "group")
         problems += [f"{op} {b}" for b in bad]
     if problems:
         return _apps_page(request, sess, status_code=422, error="; ".join(problems))
@@ -90,7 +91,8 @@ async def app_create(request: Request) -> Response:
         with db.write(_svc(request).engine) as conn:
             created = routes_admin.insert_app(conn, f"console:{sess.username}", app_id,
                                               form.get("description", "").strip()[:2000],
-                                              form.get("default_cluster") or None, acl)
+                                              form.get("default_cluster") or None, acl,
+                                              sealer=_svc(request).sealer)
     except HTTPException as exc:
         return _apps_page(request, sess, status_code=exc.status_code, error=_admin_error(exc))
     routes_admin.issue_principals(_svc(request), app_id)
@@ -134,7 +136,7 @@ async def app_rotate(request: Request, app_id: str) -> Response:
     await _form(request, sess, "admin")
     try:
         with db.write(_svc(request).engine) as conn:
-            rotated = routes_admin.new_secret(conn, f"console:{sess.username}", app_id)
+            rotated = routes_admin.new_secret(conn, f"console:{sess.username}", app_id, sealer=_svc(request).sealer)
     except HTTPException as exc:
         return _page(request, "error.html", sess, status_code=exc.status_code, message=_admin_error(exc))
     return _app_page(request, sess, app_id, secret={"app_id": app_id, "secret": rotated["secret"],
@@ -150,7 +152,8 @@ async def app_acl(request: Request, app_id: str) -> Response:
     if op not in _OPS or action not in ("add", "remove"):
         return _app_page(request, sess, app_id, status_code=422, error="op: produce, consume or group; "
                                                                         "action: add or remove")
-    if action == "add" and (problem := acl_rules.pattern_problem(pattern)) is not None:
+    rule = acl_rules.pattern_problem if op == "group" else acl_rules.topic_pattern_problem
+    if action == "add" and (problem := rule(pattern)) is not None:
         return _app_page(request, sess, app_id, status_code=422, error=f"pattern: {problem}")
     svc = _svc(request)
     try:

@@ -1,4 +1,4 @@
-"""The DLQ page: a consumer group's dead letters for a topic (``<group>.<topic>.dlq``) with their failure
+"""The DLQ page: a consumer group's dead letters for a topic (``dlq_topic(group, topic)``) with their failure
 headers, and replay of all of them to the original topic (``ykafka.admin.dlq.replay``: progress is the
 committed position of ``ykafka-dlq-replay.<group>``, so "pending" is what no replay has re-published yet)."""
 

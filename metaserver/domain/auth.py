@@ -119,7 +119,8 @@ def _check_signature(svc: Services, app: Mapping[str, Any], headers: Mapping[str
     window = svc.settings.auth_window_s
     if abs(now - timestamp_s) > window:
         raise AuthFailed("stale timestamp")
-    if not signing.verify(bytes(app["signing_key"]), method, path, body, timestamp, nonce, signature):
+    key = svc.sealer.signing_key(bytes(app["signing_key"]))  # sealed outside the database (domain/sealing.py)
+    if key is None or not signing.verify(key, method, path, body, timestamp, nonce, signature):
         raise AuthFailed("bad signature")
     return nonce, timestamp_s + window
 

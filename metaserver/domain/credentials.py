@@ -1,30 +1,25 @@
 """Per-app Kafka principals: one SCRAM user per (app, cluster), issued, rotated and revoked by the MetaServer.
 
-Passwords are random, stored encrypted (Fernet, key derived from the shared token key, so every peer
-decrypts and a database dump alone reveals none) and handed only to the app they belong to, only for the
-clusters its grant reaches. The broker side (SCRAM users and ACL bindings) is written by the reconciler
-(metaserver/kafka/reconciler.py) from these rows; this module only touches the table.
+Passwords are random, stored sealed (Fernet) under the sealing key kept outside the database
+(metaserver/domain/sealing.py: a database copy alone opens none; every peer holds the same key), and handed
+only to the app they belong to, only for the clusters its grant reaches. The broker side (SCRAM users and ACL
+bindings) is written by the reconciler (metaserver/kafka/reconciler.py) from these rows; this module only
+touches the table.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import secrets
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import InvalidToken
 from sqlalchemy import Connection, delete, func, select, update
 
 from ..kafka import acls as kafka_acls
 from ..storage.models import kafka_principals
-
-
-def box_for(token_key: bytes) -> Fernet:
-    """The cipher of stored passwords, derived from the database's token key (the same on every peer)."""
-    return Fernet(base64.urlsafe_b64encode(hashlib.sha256(b"ykafka-kafka-credentials:" + token_key).digest()))
+from .sealing import Box
 
 
 def secured(spec: Mapping[str, Any]) -> bool:
@@ -32,7 +27,7 @@ def secured(spec: Mapping[str, Any]) -> bool:
     return bool(spec.get("security"))
 
 
-def ensure(conn: Connection, app_id: str, clusters: Iterable[str], box: Fernet, now: float | None = None) -> list[str]:
+def ensure(conn: Connection, app_id: str, clusters: Iterable[str], box: Box, now: float | None = None) -> list[str]:
     """Give ``app_id`` a principal on each of ``clusters`` lacking one; the clusters that got one."""
     now = time.time() if now is None else now
     have = set(conn.execute(select(kafka_principals.c.cluster).where(
@@ -46,7 +41,7 @@ def ensure(conn: Connection, app_id: str, clusters: Iterable[str], box: Fernet, 
     return made
 
 
-def _insert(conn: Connection, app_id: str, cluster: str, generation: int, box: Fernet, now: float) -> None:
+def _insert(conn: Connection, app_id: str, cluster: str, generation: int, box: Box, now: float) -> None:
     password = secrets.token_urlsafe(32)
     conn.execute(kafka_principals.insert().values(
         app_id=app_id, cluster=cluster, generation=generation,
@@ -54,7 +49,7 @@ def _insert(conn: Connection, app_id: str, cluster: str, generation: int, box: F
         password=box.encrypt(password.encode()).decode(), created_at=now))
 
 
-def rotate(conn: Connection, app_id: str, box: Fernet, grace_s: float, now: float | None = None) -> list[str]:
+def rotate(conn: Connection, app_id: str, box: Box, grace_s: float, now: float | None = None) -> list[str]:
     """New credentials on every cluster where the app has some; the old ones keep working ``grace_s`` more
     (clients pick the new ones up at their next renewal), then the reconciler deletes them."""
     now = time.time() if now is None else now
@@ -73,7 +68,7 @@ def revoke(conn: Connection, app_id: str) -> int:
     return conn.execute(delete(kafka_principals).where(kafka_principals.c.app_id == app_id)).rowcount or 0
 
 
-def for_grant(conn: Connection, app_id: str, box: Fernet) -> dict[str, tuple[str, str]]:
+def for_grant(conn: Connection, app_id: str, box: Box) -> dict[str, tuple[str, str]]:
     """``{cluster: (username, password)}`` of the app's current principals."""
     rows = conn.execute(select(kafka_principals.c.cluster, kafka_principals.c.username,
                                kafka_principals.c.password).where(

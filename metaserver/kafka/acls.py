@@ -1,11 +1,14 @@
 """The MetaServer's ACL table as Kafka ACL bindings: what the broker must allow each app principal.
 
-produce → WRITE and DESCRIBE on the topic; consume → READ and DESCRIBE on the topic; group → READ on the
-group, and READ, WRITE, DESCRIBE and CREATE on the group's retry and dead-letter topics (names starting with
-``<group>.``); transactional producers → WRITE and DESCRIBE on transactional ids starting with the app id; every
-client → WRITE and DESCRIBE on the SDK's telemetry topics (``__ykafka_clients``, ``_metrics``, ``_trace``). A name
-is a LITERAL pattern, ``prefix*`` a PREFIXED one, ``*`` Kafka's literal wildcard. Pure data: the reconciler
-(metaserver/kafka/reconciler.py) compares these with ``describe_acls`` and repairs the difference.
+The rights are ``ykafka.acl.permissions``, the same function the SDK's ACL check decides with (one decision,
+two enforcers): produce → WRITE and DESCRIBE on the topic; consume → READ and DESCRIBE on the topic; group →
+READ on the group, and, for a literal group name only, READ, WRITE, DESCRIBE and CREATE on its retry and
+dead-letter topics (``__ykafka-retry.<len>.<group>.``: a group pattern never widens topic rights);
+producers → WRITE and DESCRIBE on transactional ids starting ``<app id>/``; every client → WRITE and DESCRIBE
+on the SDK's telemetry topics (``__ykafka_clients``, ``_metrics``, ``_trace``). A name is a LITERAL pattern,
+``prefix*`` a PREFIXED one, ``*`` Kafka's literal wildcard. Pure data: the reconciler
+(metaserver/kafka/reconciler.py) compares these with ``describe_acls`` and repairs the difference (bindings
+of the older naming are no longer desired, so its first pass migrates them).
 """
 
 from __future__ import annotations
@@ -23,13 +26,6 @@ PRINCIPAL_PREFIX = "User:app."
 TELEMETRY_TOPICS = (CLIENTS_TOPIC, METRICS_TOPIC, TRACE_TOPIC)
 #: Kafka's "every user" principal: a hand-made binding for it opens the cluster, so the reconciler owns it too
 EVERYONE = "User:*"
-
-_OPERATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "produce": ("TOPIC", ("WRITE", "DESCRIBE")),
-    "consume": ("TOPIC", ("READ", "DESCRIBE")),
-    "group": ("GROUP", ("READ",)),
-}
-
 
 @dataclass(frozen=True, order=True)
 class Binding:
@@ -90,11 +86,7 @@ def foreign(principal_name: str, registered: Iterable[str]) -> bool:
 
 def resource_pattern(pattern: str) -> tuple[str, str]:
     """(name, pattern type) of an ACL pattern: ``*`` → Kafka's wildcard, ``p*`` → PREFIXED ``p``, else LITERAL."""
-    if pattern == "*":
-        return "*", "LITERAL"
-    if pattern.endswith("*"):
-        return pattern[:-1], "PREFIXED"
-    return pattern, "LITERAL"
+    return acl_patterns.resource_pattern(pattern)
 
 
 def pattern_problem(pattern: str) -> str | None:
@@ -108,20 +100,15 @@ def pattern_problem(pattern: str) -> str | None:
 
 
 def app_bindings(user: str, app_id: str, acl: Mapping[str, Iterable[str]]) -> set[Binding]:
-    """The bindings one app principal needs for ``acl``."""
+    """The bindings one app principal needs for ``acl``: ``ykafka.acl.permissions`` as ALLOW bindings."""
     who = principal(user)
-    out: set[Binding] = set()
-    for operation, (resource, kafka_ops) in _OPERATIONS.items():
-        for pattern in acl.get(operation, ()):
-            name, kind = resource_pattern(pattern)
-            out.update(Binding(who, resource, name, kind, op) for op in kafka_ops)
-    for pattern in acl.get("group", ()):  # a group's retry and dead-letter topics: <group>.<topic>.retry.N / .dlq
-        name, kind = resource_pattern(pattern)
-        if kind == "LITERAL" and name != "*":
-            name, kind = f"{name}.", "PREFIXED"
-        out.update(Binding(who, "TOPIC", name, kind, op) for op in ("READ", "WRITE", "DESCRIBE", "CREATE"))
-    if acl.get("produce"):  # a transactional producer's transactional.id starts with its app id
-        out.update(Binding(who, "TRANSACTIONAL_ID", app_id, "PREFIXED", op) for op in ("WRITE", "DESCRIBE"))
-    for topic in TELEMETRY_TOPICS:
-        out.update(Binding(who, "TOPIC", topic, "LITERAL", op) for op in ("WRITE", "DESCRIBE"))
-    return out
+    return {Binding(who, p.resource, p.name, p.pattern, p.operation)
+            for p in acl_patterns.permissions(acl, app_id, TELEMETRY_TOPICS)}
+
+
+def topic_pattern_problem(pattern: str) -> str | None:
+    """Why a produce or consume pattern may not be saved (``ykafka.acl.topic_pattern_problem``), or None."""
+    problem = acl_patterns.topic_pattern_problem(pattern)
+    if problem is None or not problem.startswith("reaches into"):
+        return pattern_problem(pattern)
+    return problem

@@ -20,6 +20,7 @@ from ykafka import signing
 
 from ..domain import audit, clients, credentials, placements, ratelimit, reach, registry
 from ..domain.auth import AuthFailed, RateLimited
+from ..domain.sealing import Sealer
 from ..kafka import view as kafka_view
 from ..schemas import Acl, AppCreate, AppUpdate, ClusterPut
 from ..services import Services, services
@@ -86,7 +87,7 @@ def get_app(app_id: str, svc: Services = Depends(services)) -> dict[str, Any]:
 
 
 def insert_app(conn: Connection, who: str, app_id: str, description: str = "", default_cluster: str | None = None,
-               acl: dict[str, list[str]] | None = None) -> dict[str, Any]:
+               acl: dict[str, list[str]] | None = None, *, sealer: Sealer) -> dict[str, Any]:
     """Create an app (audited in ``conn``'s transaction); the answer carries its secret, shown only this once.
     409 when it exists, 422 for an unknown default cluster."""
     secret = secrets.token_urlsafe(32)
@@ -95,7 +96,8 @@ def insert_app(conn: Connection, who: str, app_id: str, description: str = "", d
     if conn.execute(select(apps.c.app_id).where(apps.c.app_id == app_id)).first() is not None:
         raise HTTPException(status_code=409, detail=f"app {app_id!r} already exists")
     _check_cluster_exists(conn, default_cluster, "default_cluster")
-    conn.execute(apps.insert().values(app_id=app_id, signing_key=key, key_generation=1, description=description,
+    conn.execute(apps.insert().values(app_id=app_id, signing_key=sealer.seal_signing_key(key), key_generation=1,
+                                      description=description,
                                       default_cluster=default_cluster, enabled=True, acl=acl or Acl().model_dump(),
                                       created_at=now, updated_at=now))
     row = _get_app(conn, app_id)
@@ -130,7 +132,7 @@ def create_app_(body: AppCreate, who: str = Depends(operator), svc: Services = D
     reaches, it gets its own SCRAM principal and the ACL bindings of its ACL."""
     with db.write(svc.engine) as conn:
         made = insert_app(conn, who, body.app_id, body.description, body.default_cluster,
-                          (body.acl or Acl()).model_dump())
+                          (body.acl or Acl()).model_dump(), sealer=svc.sealer)
     issue_principals(svc, body.app_id)
     return made
 
@@ -164,7 +166,7 @@ def delete_app(app_id: str, who: str = Depends(operator), svc: Services = Depend
     svc.reconciler.kick()
 
 
-def new_secret(conn: Connection, who: str, app_id: str) -> dict[str, Any]:
+def new_secret(conn: Connection, who: str, app_id: str, *, sealer: Sealer) -> dict[str, Any]:
     """A new secret for an app (audited in ``conn``'s transaction), shown only in this answer. Its Kafka
     principals are left alone: clients holding the old secret can no longer renew, so the secret's holders
     change; rotate those with ``rotate-credentials``."""
@@ -172,7 +174,7 @@ def new_secret(conn: Connection, who: str, app_id: str) -> dict[str, Any]:
     key = signing.derive_key(app_id, secret)
     before = app_json(_get_app(conn, app_id))
     conn.execute(update(apps).where(apps.c.app_id == app_id).values(
-        signing_key=key, key_generation=apps.c.key_generation + 1, updated_at=time.time()))
+        signing_key=sealer.seal_signing_key(key), key_generation=apps.c.key_generation + 1, updated_at=time.time()))
     after = app_json(_get_app(conn, app_id))
     audit.record(conn, who, "app.rotate_secret", f"app:{app_id}",
                  {"key_generation": before["key_generation"]}, {"key_generation": after["key_generation"]})
@@ -183,7 +185,7 @@ def new_secret(conn: Connection, who: str, app_id: str) -> dict[str, Any]:
 def rotate_secret(app_id: str, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
     """A new secret (shown once); the old one stops signing at once and its tokens stop renewing."""
     with db.write(svc.engine) as conn:
-        return new_secret(conn, who, app_id)
+        return new_secret(conn, who, app_id, sealer=svc.sealer)
 
 
 @router.post("/apps/{app_id}/rotate-credentials")

@@ -1,7 +1,7 @@
 """``ykafka admin dlq replay GROUP TOPIC``: re-publish dead-lettered messages to their original topic.
 
-The DLQ (``<group>.<topic>.dlq``) is a topic, so nothing is ever removed from it; replay progress is the
-committed position of the consumer group ``ykafka-dlq-replay.<group>``, and a position only moves past a
+The DLQ (``__ykafka-retry.<len>.<group>.<topic>.dlq``) is a topic, so nothing is ever removed from it; replay
+progress is the committed position of the consumer group ``ykafka-dlq-replay.<group>``, and a position only moves past a
 message once its re-published copy is acknowledged by the broker. An interrupted replay resumes where it
 stopped and never skips a message (a message may be re-published twice if the replay dies between the
 acknowledgement and the commit). ``--since`` filters by the time a message was dead-lettered; older
@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ykafka import headers as H
 from ykafka.consumer.offsets import PartitionTracker
-from ykafka.consumer.retry import dlq_topic, shared_properties, topic_safe
+from ykafka.consumer.retry import dlq_topic, legacy_dlq_topic, shared_properties, topic_safe
 from ykafka.transport import KafkaException, RawConsumer, RawProducer, TopicPartition
 
 log = structlog.get_logger(__name__)
@@ -70,18 +70,20 @@ class ReplayResult:
 def replay(connection: Mapping[str, Any], group: str, topic: str, since_ms: int | None = None,
            limit: int | None = None, from_beginning: bool = False, idle_timeout: float = 3.0,
            progress: Callable[[int, int], None] | None = None, only: Collection[tuple[int, int]] | None = None,
-           skip: Collection[tuple[int, int]] = ()) -> ReplayResult:
-    """Re-publish ``<group>.<topic>.dlq`` to ``topic``; ``progress(done, total)`` is called as it goes.
+           skip: Collection[tuple[int, int]] = (), legacy: bool = False) -> ReplayResult:
+    """Re-publish the group's dead letters (``dlq_topic``) to ``topic``; ``progress(done, total)`` is called as
+    it goes.
 
     ``only``: re-publish just these (partition, offset) messages; the others are left, as ``since_ms`` leaves
     older ones (the committed position stays before the first one left). ``skip``: messages already
     re-published one by one: counted done without publishing them again, so the position can pass them.
+    ``legacy``: drain the group's dead-letter topic of the naming before issue 37 (``<group>.<topic>.dlq``).
     """
     if only is not None:
         only = set(only)
         limit = len(only) if limit is None else min(limit, len(only))
     skip = set(skip)
-    dlq = dlq_topic(group, topic)
+    dlq = legacy_dlq_topic(group, topic) if legacy else dlq_topic(group, topic)
     result = ReplayResult(dlq)
     conn = shared_properties(connection)
     consumer = RawConsumer({**conn, "group.id": replay_group(group), "enable.auto.commit": False,
@@ -214,7 +216,7 @@ def _connection(bootstrap: str | None, group: str, topic: str) -> dict[str, Any]
 
 @click.group("dlq")
 def dlq() -> None:
-    """Dead-letter topics of the consumer framework (<group>.<topic>.dlq)."""
+    """Dead-letter topics of the consumer framework (__ykafka-retry.<len>.<group>.<topic>.dlq)."""
 
 
 @dlq.command("replay")
@@ -226,19 +228,21 @@ def dlq() -> None:
               help="brokers (env YKAFKA_BOOTSTRAP); default: the cluster the runtime routes TOPIC to, using the "
                    "app identity in YKAFKA_APP_ID / YKAFKA_APP_SECRET / YKAFKA_METASERVER")
 @click.option("--from-beginning", is_flag=True, help="ignore earlier replay progress and start at the oldest message")
+@click.option("--legacy", is_flag=True, help="drain the dead-letter topic of the naming before ykafka 0.1 issue 37 "
+                                            "(<group>.<topic>.dlq) after an upgrade")
 @click.option("--idle-timeout", type=float, default=3.0, show_default=True,
               help="stop after this many seconds without a new dead-lettered message")
 def replay_cmd(group: str, topic: str, since: str | None, limit: int | None, bootstrap: str | None,
-               from_beginning: bool, idle_timeout: float) -> None:
+               from_beginning: bool, idle_timeout: float, legacy: bool) -> None:
     """Re-publish GROUP's dead-lettered messages of TOPIC to TOPIC, with their headers."""
     since_ms = parse_since(since) if since else None
     connection = _connection(bootstrap, group, topic)
     columns = (TextColumn("[bold]replaying {task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(dlq_topic(group, topic), total=None)
+        task = bar.add_task(legacy_dlq_topic(group, topic) if legacy else dlq_topic(group, topic), total=None)
         result = replay(connection, group, topic, since_ms=since_ms, limit=limit, from_beginning=from_beginning,
-                        idle_timeout=idle_timeout,
+                        idle_timeout=idle_timeout, legacy=legacy,
                         progress=lambda done, total: bar.update(task, completed=done, total=total))
     click.echo(f"re-published {result.replayed} message(s) from {result.dlq} to {topic}"
                + (f"; {result.failed} failed (kept for the next replay)" if result.failed else ""))

@@ -1,9 +1,11 @@
 """Redelivery of failed messages: retry topics with back-off, then a dead-letter topic.
 
-A handler failure copies the message to ``<group>.<topic>.retry.<n>`` (n = failures so far) with a
-not-before header; the framework consumes the retry topics itself and holds a copy back until it is due.
-After ``consumer.retry.max.attempts`` retries the copy goes to ``<group>.<topic>.dlq``. The source offset
-counts as done only once the broker has acknowledged the copy, so a failure is never lost.
+A handler failure copies the message to ``__ykafka-retry.<len>.<group>.<topic>.retry.<n>`` (n = failures so
+far) with a not-before header; the framework consumes the retry topics itself and holds a copy back until it is
+due. After ``consumer.retry.max.attempts`` retries the copy goes to ``__ykafka-retry.<len>.<group>.<topic>.dlq``.
+The names live in a namespace of their own (``ykafka.acl.retry_prefix``: the group's length, then the group), so
+the broker rights a group grant carries for them reach no other app's topic and no other group's retries. The
+source offset counts as done only once the broker has acknowledged the copy, so a failure is never lost.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from ykafka import acl as acl_patterns
 from ykafka import headers as H
 from ykafka.consumer.offsets import Ack, Task
 from ykafka.transport import KafkaException, Message, NewTopic, RawAdminClient, RawProducer
@@ -41,17 +44,29 @@ def topic_safe(name: str) -> str:
     return _TOPIC_CHARS.sub("_", name)
 
 
+def group_prefix(group: str) -> str:
+    """What every retry and dead-letter topic of ``group`` starts with (``ykafka.acl.retry_prefix``)."""
+    return acl_patterns.retry_prefix(topic_safe(group))
+
+
 def retry_topic(group: str, topic: str, attempt: int) -> str:
-    return f"{topic_safe(group)}.{topic}.retry.{attempt}"
+    return f"{group_prefix(group)}{topic}.retry.{attempt}"
 
 
 def dlq_topic(group: str, topic: str) -> str:
+    return f"{group_prefix(group)}{topic}.dlq"
+
+
+def legacy_dlq_topic(group: str, topic: str) -> str:
+    """The dead-letter topic's name before issue 37 (``<group>.<topic>.dlq``): what ``ykafka admin dlq replay
+    --legacy`` drains after an upgrade. Its broker bindings are gone on a secured cluster (they overlapped other
+    apps' topics), so that replay runs with the platform's credentials there."""
     return f"{topic_safe(group)}.{topic}.dlq"
 
 
 def parse_retry_topic(group: str, topic: str) -> tuple[str, int] | None:
     """``(original topic, attempt)`` when ``topic`` is one of ``group``'s retry topics, else None."""
-    prefix = topic_safe(group) + "."
+    prefix = group_prefix(group)
     if not topic.startswith(prefix):
         return None
     match = _RETRY_SUFFIX.search(topic)
@@ -92,7 +107,7 @@ class RetryRouter:
                  producer_factory: Callable[[dict[str, Any]], RawProducer] = RawProducer) -> None:
         self.group = group
         self.policy = policy
-        self._prefix = topic_safe(group) + "."
+        self._prefix = group_prefix(group)
         self._connection = dict(connection)
         self._producer = producer_factory({
             **self._connection,

@@ -37,7 +37,8 @@ class ConsumerSettings:
         "partitions have records beyond the committed offsets, this long: its client is rebuilt and rejoins "
         "(0: off)")
     retry_topics: bool = option("ykafka.consumer.retry.topics", catalog.boolean, True,
-                                "framework mode: create and consume <group>.<topic>.retry.<n> and .dlq topics")
+                                "framework mode: create and consume the group's retry and .dlq topics "
+                                "(__ykafka-retry.<len>.<group>.<topic>.retry.<n>)")
     ephemeral_group: bool = option(
         "ykafka.consumer.group.ephemeral", catalog.boolean, False,
         "the group is short-lived: the client's report says so, the pipeline deletes the group once its last "

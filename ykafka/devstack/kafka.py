@@ -181,6 +181,16 @@ def _jvm(settings: KafkaSettings, home: Path) -> list[str]:
             *settings.jvm_args, "-cp", f"{require_kafka()}/*"]
 
 
+def write_argfile(path: Path, args: list[str]) -> str:
+    """Write a JVM argument file (``java @file``: the main class and its arguments, one quoted per line) 0600 and
+    return the ``@path`` argument. Arguments that carry secrets (``--add-scram ...password=...``) go there, never on
+    the command line, where every local user's ``ps`` reads them."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("".join('"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"\n' for a in args))
+    return f"@{path}"
+
+
 def _create_once(path: Path, text: str) -> None:
     """Write ``path`` whole unless it exists, atomically: the nodes of a cluster are prepared in parallel, and two
     nodes that each wrote a cluster id of their own formatted two clusters (INCONSISTENT_CLUSTER_ID, no quorum:
@@ -217,12 +227,17 @@ def format_storage(cfg: StackConfig, spec: ClusterSpec, home: Path, indexes: lis
 
     def run(index: int) -> None:
         out = node_dir(home, spec, index) / "format.log"
-        argv = [*_jvm(spec.kafka, home), "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
-                "--config", str(node_dir(home, spec, index) / "server.properties"), "--ignore-formatted",
-                *spec.kafka.format_args]
-        with out.open("wb") as fh:
-            done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=120,
-                                  env={**os.environ, **spec.kafka.env})
+        args = node_dir(home, spec, index) / ".format.args"  # the SCRAM passwords: in a 0600 file, not in `ps`
+        argv = [*_jvm(spec.kafka, home), write_argfile(args, [
+            "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
+            "--config", str(node_dir(home, spec, index) / "server.properties"), "--ignore-formatted",
+            *spec.kafka.format_args])]
+        try:
+            with out.open("wb") as fh:
+                done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      timeout=120, env={**os.environ, **spec.kafka.env})
+        finally:
+            args.unlink(missing_ok=True)
         if done.returncode:
             raise StackError(f"formatting {spec.broker_name(index)}'s storage failed; {out}:\n{log_tail(out)}")
 

@@ -32,6 +32,25 @@ def secure(spec: ClusterSpec, home: Path) -> None:
         spec.kafka.format_args.extend(scram)
 
 
+def sealing_key_file(home: Path) -> Path:
+    """The MetaServer's sealing key under ``<home>/secrets`` (0600): a copy of ``metaserver.storage.db`` alone opens
+    none of the secrets sealed with it (metaserver/domain/sealing.py, same format: one Fernet key)."""
+    path = home / "secrets" / "metaserver-sealing.key"
+    if not path.exists():
+        import os
+
+        from cryptography.fernet import Fernet
+
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path
+        with os.fdopen(fd, "wb") as out:
+            out.write(Fernet.generate_key())
+    return path
+
+
 def replica_name(service: str, index: int) -> str:
     """``configcenter``, ``configcenter-2``, ...: the first replica keeps the plain name (as brokers do)."""
     return service if index == 0 else f"{service}-{index + 1}"
@@ -107,7 +126,9 @@ def services(cfg: StackConfig) -> list[Service]:
     secured = any(spec.security != "none" for spec in cfg.clusters.values())
     ms_env = {"YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": cfg.openapi_token, "YKAFKA_MS_ADMIN_TOKEN": cfg.admin_token,
               # the console's masking rules for browsed messages: <home>/masks.yaml when it exists
-              "YKAFKA_MS_CONSOLE_MASKS": str(home / "masks.yaml")}
+              "YKAFKA_MS_CONSOLE_MASKS": str(home / "masks.yaml"),
+              # the key sealing app passwords and signing keys, outside the database (made 0600 at the first up)
+              "YKAFKA_MS_SEALING_KEY_FILE": str(sealing_key_file(home))}
     if secured:  # the MetaServer is the secured clusters' super user: it issues every app's principal and ACLs
         from ykafka.devstack import security as kafka_security
 

@@ -128,8 +128,10 @@ class Stack:
 
     def up(self, names: list[str] | None = None, seed: bool = True) -> dict[str, int]:
         """Start what is not running, wait until each answers; idempotent."""
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.home.chmod(0o700)  # secrets/, dev.env and the databases live here: the stack's user only
         for sub in ("run", "logs", "data"):
-            (self.home / sub).mkdir(parents=True, exist_ok=True)
+            (self.home / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
         beyond = [name for service in ("configcenter", "metaserver")
                   for name in (replica_name(service, i) for i in range(self.cfg.replicas, self._recorded_replicas))
                   if (pid := read_pid(self.home / "run" / f"{name}.pid")) is not None and pid_alive(pid)]
