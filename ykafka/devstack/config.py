@@ -15,6 +15,10 @@ import yaml
 
 from ykafka.devstack.procs import StackError, free_port
 
+#: the open stack's well-known tokens; a stack with a secured cluster never runs with them (harden_credentials)
+DEFAULT_ADMIN_TOKEN = "dev-admin-token"
+DEFAULT_OPENAPI_TOKEN = "dev-openapi-token"
+
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "dev.yaml"
 
 STORAGES = ("memory", "durable")
@@ -105,9 +109,9 @@ class StackConfig:
     default_cluster: str = "dc-a"
     configcenter_port: int = 8080
     longpoll_timeout: float = 60.0
-    openapi_token: str = "dev-openapi-token"
+    openapi_token: str = DEFAULT_OPENAPI_TOKEN
     metaserver_port: int = 7070
-    admin_token: str = "dev-admin-token"
+    admin_token: str = DEFAULT_ADMIN_TOKEN
     renew_interval: int = 30
     app_id: str = "demo"
     acl: dict[str, list[str]] = field(
@@ -181,9 +185,9 @@ class StackConfig:
             default_cluster=raw.get("default_cluster", next(iter(clusters), "dc-a")),
             configcenter_port=int(env.get("YKAFKA_DEV_CONFIGCENTER_PORT", cc.get("port", 8080))),
             longpoll_timeout=float(env.get("YKAFKA_DEV_LONGPOLL_TIMEOUT", cc.get("longpoll_timeout", 60))),
-            openapi_token=env.get("YKAFKA_DEV_OPENAPI_TOKEN", cc.get("openapi_token", "dev-openapi-token")),
+            openapi_token=env.get("YKAFKA_DEV_OPENAPI_TOKEN", cc.get("openapi_token", DEFAULT_OPENAPI_TOKEN)),
             metaserver_port=int(env.get("YKAFKA_DEV_METASERVER_PORT", ms.get("port", 7070))),
-            admin_token=env.get("YKAFKA_DEV_ADMIN_TOKEN", ms.get("admin_token", "dev-admin-token")),
+            admin_token=env.get("YKAFKA_DEV_ADMIN_TOKEN", ms.get("admin_token", DEFAULT_ADMIN_TOKEN)),
             renew_interval=int(env.get("YKAFKA_DEV_RENEW_INTERVAL", ms.get("renew_interval", 30))),
             app_id=env.get("YKAFKA_DEV_APP_ID", demo.get("app_id", "demo")),
             acl=demo.get("acl") or {"produce": ["*"], "consume": ["*"], "group": ["*"]},
@@ -208,6 +212,23 @@ class StackConfig:
                 setattr(cfg, name, value)
         cfg.set_replicas(cfg.replicas)
         return cfg
+
+    def harden_credentials(self, home: Path) -> list[str]:
+        """On a stack with a secured cluster, replace the public default admin and Open API tokens with random
+        ones, made once and kept 0600 under ``<home>/secrets`` (a guessable token there once created an app
+        consuming ``*`` and turned ``auth.enabled`` off). Returns the names of the tokens made now."""
+        if all(spec.security == "none" for spec in self.clusters.values()):
+            return []
+        from ykafka.devstack.security import stack_secret
+
+        made = []
+        for attr, default, name in (("admin_token", DEFAULT_ADMIN_TOKEN, "metaserver-admin.token"),
+                                    ("openapi_token", DEFAULT_OPENAPI_TOKEN, "configcenter-openapi.token")):
+            if getattr(self, attr) == default:
+                if not (home / "secrets" / name).exists():
+                    made.append(attr)
+                setattr(self, attr, stack_secret(home, name))
+        return made
 
     def set_replicas(self, replicas: int) -> None:
         if not 1 <= replicas <= 9:

@@ -47,6 +47,11 @@ def _secret(path: Path) -> str:
     return secret
 
 
+def stack_secret(home: Path, name: str) -> str:
+    """A random secret of the stack kept in ``<home>/secrets/<name>`` (0600), made at first use."""
+    return _secret(home / "secrets" / name)
+
+
 def admin_password(home: Path) -> str:
     """The local stack's super-user password: made at the first ``ykafka dev up``, kept 0600 under ``home``."""
     return _secret(home / "secrets" / "kafka-admin.password")

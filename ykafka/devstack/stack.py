@@ -68,6 +68,7 @@ class Stack:
         self._batch: list[tuple[Service, int]] = []  # the processes one _up_batch started or found, with pids
         self._recorded_replicas = 1  # what the running stack was started with (run/replicas.json)
         self._load_layout()
+        self.cfg.harden_credentials(self.home)
 
     @property
     def _layout_file(self) -> Path:
@@ -128,6 +129,10 @@ class Stack:
 
     def up(self, names: list[str] | None = None, seed: bool = True) -> dict[str, int]:
         """Start what is not running, wait until each answers; idempotent."""
+        made = self.cfg.harden_credentials(self.home)  # a secured stack: random tokens, never the public defaults
+        if made:
+            log.warning("stack.credentials.generated", tokens=made, where=str(self.home / "secrets"),
+                        dev_env=str(self.env_file))
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.home.chmod(0o700)  # secrets/, dev.env and the databases live here: the stack's user only
         for sub in ("run", "logs", "data"):
