@@ -7,7 +7,7 @@ cache of the config center, the rest is connection plumbing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from fastapi import Request
 from sqlalchemy import Engine
@@ -25,6 +25,8 @@ class Reconciling(Protocol):
     these services to run: a protocol here, so the two modules do not import each other."""
 
     def kick(self) -> None: ...
+
+    def retire(self, name: str, spec: dict[str, Any]) -> None: ...
 
     def kick_and_wait(self, timeout_s: float) -> bool: ...
 

@@ -276,3 +276,64 @@ def test_a_copy_of_the_database_alone_yields_no_password_no_signing_key_and_no_t
         "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
     assert renewed.status_code == 401 and password not in renewed.text
     assert grant_of(server, app, tmp_path).clusters["dc-a"].rdkafka()["sasl.password"] == password  # the app: fine
+
+
+def _refused(creds: dict[str, Any], topic: str) -> bool:
+    sent = produce_raw({**creds, "log_level": 0}, topic, count=1, timeout=6)
+    return all(e is not None and e.code() in (RawKafkaError._AUTHENTICATION, RawKafkaError.SASL_AUTHENTICATION_FAILED,
+                                              RawKafkaError.TOPIC_AUTHORIZATION_FAILED, RawKafkaError._MSG_TIMED_OUT)
+               for e in sent)
+
+
+def test_disabling_an_app_retires_its_password_and_enabling_it_issues_a_new_one(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    """Before issue 37 an app enabled again got its old password back: whoever had kept it was back in."""
+    app = new_app(server, acl={"produce": ["rv2.*"], "consume": [], "group": []}, default_cluster="dc-a")
+    topic = f"rv2.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    old = grant_of(server, app, tmp_path).clusters["dc-a"].rdkafka()
+    assert all(e is None for e in produce_raw(old, topic, count=1))
+    disabled_at = time.monotonic()
+    server.admin().update_app(app.app_id, enabled=False)
+    wait_until(lambda: old["sasl.username"] not in set(kafka.admin().describe_user_scram_credentials().result(15)),
+               RECONCILE_S * 3 + 10, message="the disabled app's SCRAM user deleted")
+    gone_s = time.monotonic() - disabled_at
+    server.admin().update_app(app.app_id, enabled=True)
+    new = grant_of(server, app, tmp_path).clusters["dc-a"].rdkafka()
+    assert new["sasl.password"] != old["sasl.password"]
+    assert all(e is None for e in produce_raw(new, topic, count=1))
+    assert _refused(old, topic)  # the kept old password opens nothing
+    print(f"REVOKE-DISABLE user_gone_s={gone_s:.2f}")
+    assert gone_s <= RECONCILE_S * 3 + 10
+
+
+def test_deleting_a_cluster_from_the_registry_revokes_its_principals_on_the_brokers(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    """Before issue 37 a deleted cluster's principals kept producing: nothing ever removed them."""
+    name = f"dc-z{uuid.uuid4().hex[:4]}"
+    server.admin().set_cluster(name, kafka.bootstrap, dc="z", security=kafka.security())
+    app = new_app(server, acl={"produce": ["cz.*"], "consume": [], "group": []}, default_cluster=name)
+    topic = f"cz.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    creds = grant_of(server, app, tmp_path).clusters[name].rdkafka()
+    assert all(e is None for e in produce_raw(creds, topic, count=1))
+    started, deleted_at = time.time(), time.monotonic()
+    server.admin().delete_cluster(name)
+    wait_until(lambda: creds["sasl.username"] not in set(kafka.admin().describe_user_scram_credentials().result(15))
+               and not _acls_of(kafka, f"User:{creds['sasl.username']}"), RECONCILE_S * 3 + 10,
+               message="the deleted cluster's principal and bindings gone")
+    gone_s = time.monotonic() - deleted_at
+    assert _refused(creds, topic)
+    retired = [row for row in server.admin().audit(action="kafka.retire") if row["at"] >= started]
+    assert [row["target"] for row in retired] == [f"cluster:{name}"]
+    print(f"REVOKE-CLUSTER-DELETE gone_s={gone_s:.2f}")
+    assert gone_s <= RECONCILE_S * 3 + 10
+
+
+def _acls_of(kafka: kafka_secured.SecuredKafka, principal: str) -> list[Any]:
+    from confluent_kafka.admin import AclBindingFilter
+
+    found = kafka.admin().describe_acls(AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,  # type: ignore[arg-type]
+        AclPermissionType.ANY)).result(15)
+    return list(found)

@@ -68,6 +68,11 @@ def revoke(conn: Connection, app_id: str) -> int:
     return conn.execute(delete(kafka_principals).where(kafka_principals.c.app_id == app_id)).rowcount or 0
 
 
+def revoke_cluster(conn: Connection, cluster: str) -> int:
+    """Forget every principal on a cluster leaving the registry (the reconciler's ``retire`` deletes them)."""
+    return conn.execute(delete(kafka_principals).where(kafka_principals.c.cluster == cluster)).rowcount or 0
+
+
 def for_grant(conn: Connection, app_id: str, box: Box) -> dict[str, tuple[str, str]]:
     """``{cluster: (username, password)}`` of the app's current principals."""
     rows = conn.execute(select(kafka_principals.c.cluster, kafka_principals.c.username,

@@ -181,6 +181,43 @@ def reconcile(svc: Services, only: Iterable[str] | None = None) -> dict[str, Out
             if credentials.secured(spec) and (wanted is None or name in wanted)}
 
 
+def retire_cluster(svc: Services, name: str, spec: dict[str, Any]) -> Outcome:
+    """Delete every SCRAM user and binding the MetaServer issued for ``name`` (a cluster that left the registry);
+    never raises. Audited as ``kafka.retire``; a failure is the outcome's error (the caller retries)."""
+    out = Outcome(name)
+    now = time.time()
+    try:
+        admin = ClusterAdmin(spec, svc.settings)
+        out.deleted = sorted(b for b in admin.bindings()
+                             if kafka_acls.user_cluster(b.principal.removeprefix("User:")) == name)
+        admin.delete(out.deleted)
+        out.users_deleted = sorted(u for u in admin.scram_users() if kafka_acls.user_cluster(u) == name)
+        admin.delete_users(out.users_deleted)
+    except Exception as exc:  # noqa: BLE001 - retried at the next pass
+        out.ok, out.error = False, str(exc)[:500]
+    with db.write(svc.engine) as conn:
+        if out.ok:
+            audit.record(conn, OPERATOR, "kafka.retire", f"cluster:{name}", None,
+                         {"users_deleted": out.users_deleted, "bindings_deleted": [_show(b) for b in out.deleted]})
+        else:
+            ts = int(now * 1000)
+            judged = {"rule": "kafka.retire_pending", "level": "WARN", "status": "firing", "topic": None,
+                      "group_id": None, "partition": None, "client_id": None, "ts": ts, "reported_by": OPERATOR,
+                      "reason": f"cluster {name} left the registry but its brokers did not answer; its principals "
+                                "are deleted as soon as they do (retried every pass)",
+                      "evidence": {"cluster": name, "error": out.error}}
+            db.upsert(conn, alerts, {"id": f"kafka-retire-{name}"[:64], **judged, "first_seen": now,
+                                     "last_seen": now, "posts": 1}, ["id"],
+                      update={**judged, "last_seen": now, "posts": alerts.c.posts + 1})
+    if out.ok:
+        log.info("retired cluster's principals deleted", cluster=name, users=len(out.users_deleted),
+                 bindings=len(out.deleted))
+    else:
+        log.warning("cannot reach a deleted cluster to revoke its principals; retrying", cluster=name,
+                    error=out.error)
+    return out
+
+
 def last(svc: Services) -> dict[str, dict[str, Any]]:
     """Each cluster's last recorded pass."""
     with db.read(svc.engine) as conn:
@@ -197,6 +234,8 @@ class Reconciler:
         self._stop = threading.Event()
         self._done = threading.Condition()
         self._requested = 0  # kicks so far; a pass serves every kick made before it started
+        self._retiring: dict[str, dict[str, Any]] = {}  # clusters deleted from the registry, not yet cleaned
+        self._retire_lock = threading.Lock()
         self._served = 0
         self._thread: threading.Thread | None = None
 
@@ -214,6 +253,25 @@ class Reconciler:
     def kick(self) -> None:
         """Reconcile soon (after a change to apps, ACLs, principals or the registry)."""
         self._wake.set()
+
+    def retire(self, name: str, spec: dict[str, Any]) -> None:
+        """A secured cluster left the registry: delete its principals and bindings at the next pass, and at
+        every pass after until its brokers answer (kept in this process's memory: a restart forgets it, and
+        the reconciler of any registry name sharing those brokers deletes them as foreign anyway)."""
+        with self._retire_lock:
+            self._retiring[name] = dict(spec)
+        if self._thread is None:
+            self._retire_pass()
+        self._wake.set()
+
+    def _retire_pass(self) -> None:
+        with self._retire_lock:
+            pending = dict(self._retiring)
+        for name, spec in pending.items():
+            if retire_cluster(self.svc, name, spec).ok:
+                with self._retire_lock:
+                    if self._retiring.get(name) is spec or self._retiring.get(name) == spec:
+                        self._retiring.pop(name, None)
 
     def kick_and_wait(self, timeout_s: float) -> bool:
         """Reconcile now and wait for that pass (a new principal must exist before its grant is used)."""
@@ -235,6 +293,7 @@ class Reconciler:
             with self._done:
                 serving = self._requested
             try:
+                self._retire_pass()
                 reconcile(self.svc)
             except Exception as exc:  # noqa: BLE001 - the database may be briefly unavailable
                 log.warning("reconcile pass failed", error=str(exc)[:500])

@@ -150,6 +150,8 @@ def update_app(app_id: str, body: AppUpdate, who: str = Depends(operator),
         if changes.get("enabled") is None:
             changes.pop("enabled", None)
         conn.execute(update(apps).where(apps.c.app_id == app_id).values(**changes, updated_at=time.time()))
+        if changes.get("enabled") is False:  # its passwords are retired, not kept for a later enable to revive
+            credentials.revoke(conn, app_id)
         after = app_json(_get_app(conn, app_id))
         audit.record(conn, who, "app.update", f"app:{app_id}", before, after)
     issue_principals(svc, app_id)  # a disabled app's principals leave the brokers at this pass
@@ -295,7 +297,12 @@ def delete_cluster(name: str, who: str = Depends(operator), svc: Services = Depe
         if users:
             raise HTTPException(status_code=409, detail=f"cluster {name!r} is the standby of {sorted(users)}")
         conn.execute(delete(clusters).where(clusters.c.name == name))
-        audit.record(conn, who, "cluster.delete", f"cluster:{name}", registry.cluster_json(row), None)
+        revoked = credentials.revoke_cluster(conn, name)
+        audit.record(conn, who, "cluster.delete", f"cluster:{name}", registry.cluster_json(row),
+                     {"principals_revoked": revoked} if revoked else None)
+    spec = registry.cluster_json(row)
+    if credentials.secured(spec):  # its principals and bindings leave the brokers, retried until they answer
+        svc.reconciler.retire(name, spec)
 
 
 # --- clients and audit -----------------------------------------------------------------------
