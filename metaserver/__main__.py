@@ -64,6 +64,8 @@ def main() -> None:
 @click.option("--client-prune-interval", "client_prune_s", default=3600.0, type=float,
               envvar=_env("client_prune_s"), show_default=True,
               help="seconds between prunes of the client inventory (0: never)")
+@click.option("--forwarded-allow-ips", envvar=_env("forwarded_allow_ips"),
+              help="comma-separated reverse-proxy addresses whose X-Forwarded-For is trusted (default: none)")
 @click.option("--sealing-key-file", envvar=_env("sealing_key_file"),
               help="file (0600) holding the key that seals app passwords and signing keys outside the database "
                    "(or the key itself in YKAFKA_MS_SEALING_KEY); unset: derived from the database, with a warning")
@@ -115,7 +117,8 @@ def serve(admin_tokens: tuple[str, ...], **options: Any) -> None:
     os.environ.update(settings.to_env())
     uvicorn.run(f"{__package__}.app:create_app_from_env", factory=True, host=settings.host, port=settings.port,
                 workers=settings.workers if settings.workers > 1 else None, log_level="warning",
-                access_log=False, proxy_headers=True, forwarded_allow_ips="127.0.0.1",
+                access_log=False, proxy_headers=bool(settings.forwarded_allow_ips),
+                forwarded_allow_ips=settings.forwarded_allow_ips or "",
                 http=UpgradeIgnoringProtocol)  # answers Java's `Upgrade: h2c` requests (metaserver/httpproto.py)
 
 

@@ -68,6 +68,9 @@ class Settings:
     #: give the password through YKAFKA_MS_KAFKA_ADMIN_PASSWORD, never on the command line
     kafka_admin_user: str | None = None
     kafka_admin_password: str | None = None
+    #: comma-separated addresses of reverse proxies whose X-Forwarded-For is believed (the source address failures
+    #: are counted against); unset: none, every caller is its own peer address
+    forwarded_allow_ips: str | None = None
     #: the key that seals app Kafka passwords and signing keys, kept outside the database (domain/sealing.py):
     #: a file (0600) or YKAFKA_MS_SEALING_KEY; the previous one while rotating. Unset: derived from the database
     sealing_key_file: str | None = None

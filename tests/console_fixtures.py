@@ -130,7 +130,8 @@ def sso_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SsoConsole
     (tmp / "node_modules").symlink_to(OIDC_PROVIDER_DIR / "node_modules")
     shutil.copy(ROOT / "tests" / "oidc" / "provider.mjs", tmp / "provider.mjs")
     metaserver = Proc("metaserver", [sys.executable, "-m", "metaserver", "serve", "--port", "{port}",
-                                     "--db-url", f"sqlite:///{tmp / 'ms.db'}", "--admin-token", SSO_ADMIN_TOKEN],
+                                     "--db-url", f"sqlite:///{tmp / 'ms.db'}", "--admin-token", SSO_ADMIN_TOKEN,
+                                     "--forwarded-allow-ips", "127.0.0.1"],
                       tmp / "ms.log")
     redirect = metaserver.url + "/console/sso/callback"
     provider = Proc("oidc-provider", ["node", str(tmp / "provider.mjs"), "{port}"], tmp / "oidc.log",

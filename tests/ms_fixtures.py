@@ -8,7 +8,8 @@ their pid.
 - ``ms``: a MetaServer on that backend, wired to the config center with its own Apollo app id.
 - ``ms_factory``: extra MetaServers (e.g. two peers on one database, or one with a short token TTL).
 - ``SdkClient``: signs requests exactly like the SDK does (``ykafka.signing``), with its own fake source IP
-  (``X-Forwarded-For``, honoured from loopback) so failure counters of one test never limit another.
+  (``X-Forwarded-For``, honoured from loopback because the fixtures configure it as a proxy with
+  ``--forwarded-allow-ips``) so failure counters of one test never limit another.
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ def ms_factory(tmp_path_factory: pytest.TempPathFactory, ms_cc: ConfigService) -
         db_url = db_url or f"sqlite:///{tmp / f'ms-{uuid.uuid4().hex[:8]}.db'}"
         app_id = apollo_app_id or f"ykafka-t{uuid.uuid4().hex[:8]}"
         options = {"--renew-interval": "1", "--auth-fail-limit": "5", "--auth-switch-ttl": "0.3",
-                   "--log-level": "info"}
+                   "--log-level": "info", "--forwarded-allow-ips": "127.0.0.1"}  # the tests act as the proxy
         options.update({f"--{k.replace('_', '-')}": str(v) for k, v in flags.items()})
         args = [sys.executable, "-m", "metaserver", "serve", "--host", "127.0.0.1", "--port", "{port}",
                 "--db-url", db_url, "--admin-token", f"ops:{ADMIN_TOKEN}", "--apollo-app-id", app_id]

@@ -295,7 +295,7 @@ def test_disabling_an_app_retires_its_password_and_enabling_it_issues_a_new_one(
     assert all(e is None for e in produce_raw(old, topic, count=1))
     disabled_at = time.monotonic()
     server.admin().update_app(app.app_id, enabled=False)
-    wait_until(lambda: old["sasl.username"] not in set(kafka.admin().describe_user_scram_credentials().result(15)),
+    wait_until(lambda: old["sasl.username"] not in _scram_users(kafka),
                RECONCILE_S * 3 + 10, message="the disabled app's SCRAM user deleted")
     gone_s = time.monotonic() - disabled_at
     server.admin().update_app(app.app_id, enabled=True)
@@ -319,7 +319,7 @@ def test_deleting_a_cluster_from_the_registry_revokes_its_principals_on_the_brok
     assert all(e is None for e in produce_raw(creds, topic, count=1))
     started, deleted_at = time.time(), time.monotonic()
     server.admin().delete_cluster(name)
-    wait_until(lambda: creds["sasl.username"] not in set(kafka.admin().describe_user_scram_credentials().result(15))
+    wait_until(lambda: creds["sasl.username"] not in _scram_users(kafka)
                and not _acls_of(kafka, f"User:{creds['sasl.username']}"), RECONCILE_S * 3 + 10,
                message="the deleted cluster's principal and bindings gone")
     gone_s = time.monotonic() - deleted_at
@@ -333,7 +333,27 @@ def test_deleting_a_cluster_from_the_registry_revokes_its_principals_on_the_brok
 def _acls_of(kafka: kafka_secured.SecuredKafka, principal: str) -> list[Any]:
     from confluent_kafka.admin import AclBindingFilter
 
-    found = kafka.admin().describe_acls(AclBindingFilter(
+    admin = kafka.admin()  # held until the future resolves: a collected client destroys its handle
+    found = admin.describe_acls(AclBindingFilter(
         ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,  # type: ignore[arg-type]
         AclPermissionType.ANY)).result(15)
     return list(found)
+
+
+def test_a_local_caller_cannot_pick_the_source_its_failures_are_charged_to(
+        ms_factory: Callable[..., MetaServer]) -> None:
+    """Before issue 37 the MetaServer believed X-Forwarded-For from 127.0.0.1: a local caller spread its failed
+    authentications over invented addresses and was never limited. Now no proxy is trusted unless configured."""
+    bare = ms_factory(forwarded_allow_ips="", auth_fail_limit=5)
+    codes = []
+    for i in range(8):
+        answer = requests.post(bare.url + "/v1/auth/renew", data=b"{}", timeout=10, headers={
+            "Authorization": "Bearer v1.forged.token", "Content-Type": "application/json",
+            "X-Forwarded-For": f"198.51.100.{i + 1}"})
+        codes.append(answer.status_code)
+    assert codes[:5] == [401] * 5 and 429 in codes[5:], codes  # every failure charged to the caller itself
+
+
+def _scram_users(kafka: kafka_secured.SecuredKafka) -> set[str]:
+    admin = kafka.admin()  # held until the future resolves
+    return set(admin.describe_user_scram_credentials().result(15))

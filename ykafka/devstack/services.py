@@ -129,6 +129,8 @@ def services(cfg: StackConfig) -> list[Service]:
               "YKAFKA_MS_CONSOLE_MASKS": str(home / "masks.yaml"),
               # the key sealing app passwords and signing keys, outside the database (made 0600 at the first up)
               "YKAFKA_MS_SEALING_KEY_FILE": str(sealing_key_file(home))}
+    if not secured:  # the open stack trusts loopback's X-Forwarded-For (tools label their source); secured: none
+        ms_env["YKAFKA_MS_FORWARDED_ALLOW_IPS"] = "127.0.0.1"
     if secured:  # the MetaServer is the secured clusters' super user: it issues every app's principal and ACLs
         from ykafka.devstack import security as kafka_security
 
