@@ -150,8 +150,10 @@ def update_app(app_id: str, body: AppUpdate, who: str = Depends(operator),
         if changes.get("enabled") is None:
             changes.pop("enabled", None)
         conn.execute(update(apps).where(apps.c.app_id == app_id).values(**changes, updated_at=time.time()))
-        if changes.get("enabled") is False:  # its passwords are retired, not kept for a later enable to revive
-            credentials.revoke(conn, app_id)
+        if changes.get("enabled") is False and before["enabled"]:
+            # its passwords retire now, not kept for a later enable to revive: the next generation (new passwords,
+            # new usernames, so no broker ever confuses the two) is what an enable provisions
+            credentials.rotate(conn, app_id, svc.box, 0.0)
         after = app_json(_get_app(conn, app_id))
         audit.record(conn, who, "app.update", f"app:{app_id}", before, after)
     issue_principals(svc, app_id)  # a disabled app's principals leave the brokers at this pass
