@@ -260,9 +260,16 @@ def test_a_revoked_app_enabled_again_sends_again_without_a_restart_with_disaster
         server.admin().update_app(app.app_id, enabled=True)
         produce_at(producer, topic, ledger, 200, lambda: any(i >= enabled_from for i in ledger.acked), 30)
         # enabling issues new credentials (issue 37: the old ones stay retired); the Producer swaps onto them,
-        # and a refusal its retired handle still reports can re-mark the cluster refused for a moment: settle
-        settle_from = len(ledger.sent)
-        produce_at(producer, topic, ledger, 200, lambda: False, 2.0)
+        # and refusals its retired handle still reports re-mark the cluster refused until it is gone (a known
+        # imperfection, docs/metaserver.md "Revocation"): settle until no refusal for a whole second
+        settle_from, settle_started = len(ledger.sent), time.monotonic()
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 1.0:
+            assert time.monotonic() - settle_started < 30, "the refusal never settled after the new credentials"
+            produce_at(producer, topic, ledger, 200, lambda: False, 0.2)
+            if refused():
+                quiet_since = time.monotonic()
+        settled_s = time.monotonic() - settle_started
         steady_from = len(ledger.sent)
         produce_at(producer, topic, ledger, 200, lambda: False, 1.0)
         assert producer.flush(30) == 0
@@ -277,7 +284,7 @@ def test_a_revoked_app_enabled_again_sends_again_without_a_restart_with_disaster
     again = min(ledger.acked_at[i] for i in ledger.acked if i >= enabled_from) - ledger.sent[enabled_from]
     settling = sum(1 for i in range(settle_from, steady_from) if ledger.outcome.get(i) is not None)
     print(f"RE-ENABLED sent={len(ledger.sent)} acked={len(ledger.acked)} failed={len(failed)} "
-          f"first_acked_again_s={again:.3f} failed_while_settling={settling}")
+          f"first_acked_again_s={again:.3f} failed_while_settling={settling} settled_s={settled_s:.2f}")
     ids = read_ids(kafka, topic, len(ledger.acked))
     assert set(ids) >= ledger.acked and set(ids) <= set(ledger.sent)
 
