@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from metaserver.configcenter.configservice import BAD_NOTIFICATIONS, parse_notifications
 from metaserver.configcenter.errors import BadRequest
+from metaserver.domain import sealing
 from metaserver.domain.auth import AuthFailed, _check_signature
 from metaserver.routes.observe import MAX_SINCE, parse_since
 from metaserver.settings import Settings
@@ -95,7 +96,7 @@ def test_dlq_since_is_epoch_ms_or_a_click_error(text: str) -> None:
     assert isinstance(value, int)
 
 
-SVC = SimpleNamespace(settings=Settings())
+SVC = SimpleNamespace(settings=Settings(), sealer=sealing.load(Settings(), b"k" * 32))  # signing keys as stored
 APP = {"app_id": "orders", "signing_key": signing.derive_key("orders", "s3cret")}
 header_text = st.one_of(st.none(), st.text(max_size=64), st.from_regex(r"\A[0-9]{1,400}\Z"))
 
