@@ -40,6 +40,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from metaserver.app import create_app  # noqa: E402
 from metaserver.console import users  # noqa: E402
 from metaserver.console.models import requests as console_requests  # noqa: E402
+from metaserver.domain import sealing  # noqa: E402
 from metaserver.routes.admin import insert_app
 from metaserver.settings import Settings  # noqa: E402
 from metaserver.storage import db
@@ -74,7 +75,8 @@ def _seed(engine: Any, n_clients: int, n_topics: int, n_groups: int) -> None:
             conn.execute(client_state.insert(), rows[start:start + 1000])
         for a in range(50):
             insert_app(conn, "bench", f"app-{a:02d}",
-                       acl={"produce": [f"topic-{a:02d}*"], "consume": ["*"], "group": []})
+                       acl={"produce": [f"topic-{a:02d}*"], "consume": ["*"], "group": []},
+                       sealer=sealing.load(Settings(), b""))  # no sealing key: stored as the MetaServer reads it
         conn.execute(console_requests.insert(), [
             {"kind": "topic" if i % 4 else "group", "app_id": f"app-{i % 50:02d}", "name": f"req-{i:04d}",
              "partitions": 3, "retention_ms": 86_400_000, "expected_rate": float(i), "note": "",

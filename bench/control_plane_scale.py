@@ -225,7 +225,9 @@ def client_row(i: int, n_topics: int, n_groups: int) -> dict[str, Any]:
 def seed(stack: Stack, n: int) -> dict[str, Any]:
     """N clients in the inventory (each reported within the last 2 minutes), 50 apps, a console admin."""
     from metaserver.console import users
+    from metaserver.domain import sealing
     from metaserver.routes.admin import insert_app
+    from metaserver.settings import Settings
     from metaserver.storage import db
     from metaserver.storage.models import client_state
 
@@ -245,7 +247,8 @@ def seed(stack: Stack, n: int) -> dict[str, Any]:
         if batch:
             conn.execute(client_state.insert(), batch)
         for a in range(min(50, max(2, n // 100))):
-            insert_app(conn, "bench", f"app-{a:02d}", acl={"produce": ["*"], "consume": ["*"], "group": ["*"]})
+            insert_app(conn, "bench", f"app-{a:02d}", acl={"produce": ["*"], "consume": ["*"], "group": ["*"]},
+                       sealer=sealing.load(Settings(), b""))  # no sealing key: stored as the MetaServer reads it
     users.create(engine, "bench", "bench-password", "admin")
     engine.dispose()
     return {"topics": n_topics, "groups": n_groups, "seed_s": round(time.monotonic() - started, 1)}
