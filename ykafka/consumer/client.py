@@ -450,8 +450,9 @@ class Consumer:
         raises :class:`ForkedClientError` naming the fix (make the consumer in the child), ``close()`` does
         nothing (the parent's member must not leave the group because a child exits)."""
         self._finalizer.detach()
-        lifecycle.disable_in_child(self, type(self).__name__, ("_check_open", "run", "run_async", "stop", "unsubscribe",
-                                                               "unassign", "pause", "resume", "seek"))
+        lifecycle.disable_in_child(self, type(self).__name__, (
+            "_check_open", "poll", "consume", "commit", "subscribe", "assign", "run", "run_async", "stop",
+            "unsubscribe", "unassign", "pause", "resume", "seek", "committed", "position", "store_offsets"))
 
     def __reduce__(self) -> Any:
         raise TypeError(f"a {type(self).__name__} cannot be pickled or sent to another process (its librdkafka "
