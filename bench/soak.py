@@ -160,7 +160,8 @@ class Soak:
                 broker.thaw()
             fault["down_s"] = round(down, 1)
         else:
-            victim = rng.randrange(len(self.consumers))
+            live = [n for n, proc in enumerate(self.consumers) if proc.poll() is None] or [0]
+            victim = live[rng.randrange(len(live))]
             proc = self.consumers[victim]
             if proc.poll() is None:
                 proc.kill()

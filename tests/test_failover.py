@@ -236,3 +236,27 @@ def test_connection_only_keeps_security_and_drops_producer_settings() -> None:
             "acks": "all", "linger.ms": 5, "error_cb": print}
     assert connection_only(conf) == {"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL",
                                      "sasl.username": "u", "ssl.ca.location": "x"}
+
+
+def test_a_probe_client_that_keeps_failing_is_replaced() -> None:
+    """Issue 38's soak: one producer's probe client kept failing for minutes after its cluster was SIGKILLed and
+    restarted while another process's probe of the same cluster answered, so its writes never returned from the
+    standby. The real metadata probe (librdkafka admin client, nothing listening on the port) gets a new client
+    every PROBE_CLIENT_FAILURES consecutive failures."""
+    from ykafka.devstack.procs import free_port
+    from ykafka.dr.health import PROBE_CLIENT_FAILURES
+
+    health = ClusterHealth("dc-a", {"bootstrap.servers": f"127.0.0.1:{free_port()}"},
+                           HealthPolicy(down_failures=3, down_after_s=0, probe_interval_s=0.02, probe_timeout_s=0.05))
+    clients: list[int] = []
+    try:
+        deadline = time.monotonic() + 20
+        while health._probe_failures < 2 * PROBE_CLIENT_FAILURES + 1 and time.monotonic() < deadline:
+            admin = health._admin
+            if admin is not None and (not clients or clients[-1] != id(admin)):
+                clients.append(id(admin))
+            time.sleep(0.005)
+    finally:
+        health.close()
+    assert health.state is ClusterState.DOWN
+    assert len(clients) >= 3, clients  # the first client, and a new one after each run of failures

@@ -95,6 +95,7 @@ class ClusterHealth:
         self._conf_source = conf_source  # current settings (a grant renewal brings new credentials)
         self._admin_conf = probe_settings(rdkafka_config)
         self._admin: RawAdminClient | None = None
+        self._probe_failures = 0  # consecutive failed probes (the probe client is rebuilt every PROBE_CLIENT_FAILURES)
         self._probe = probe or self._metadata_probe
         self._thread = threading.Thread(target=self._run, name=f"ykafka-health-{cluster}", daemon=True)
         self._thread.start()
@@ -250,7 +251,15 @@ class ClusterHealth:
         except Exception as exc:
             self.last_probe_ms = (time.monotonic() - started) * 1000
             self.record_failure(f"probe: {str(exc)[:200]}")
+            self._probe_failures += 1
+            if self._probe_failures % PROBE_CLIENT_FAILURES == 0 and self._admin is not None:
+                # a fresh client gets fresh connections: in the soak (issue 38) one producer's probe client kept
+                # failing for 4 minutes after its cluster was SIGKILLed and restarted, while the other process's
+                # probe of the same cluster answered within a second, so its writes never came back from the standby
+                log.warning("cluster.probe_client_rebuilt", cluster=self.cluster, failures=self._probe_failures)
+                self._admin = None
             return False
+        self._probe_failures = 0
         self.last_probe_ms = (time.monotonic() - started) * 1000
         self.record_success(probe=True)
         return True
@@ -280,6 +289,9 @@ class ClusterHealth:
         self._thread.join(5)
         self._admin = None
 
+
+#: consecutive failed probes after which the probe's client is replaced by a new one
+PROBE_CLIENT_FAILURES = 10
 
 _NOT_FOR_ADMIN = frozenset({"error_cb", "on_delivery", "delivery.report.only.error", "stats_cb",
                             "enable.idempotence", "acks", "linger.ms", "batch.size", "compression.type",
