@@ -140,6 +140,7 @@ class Stack:
         sep = "&" if "?" in dsn else "?"
         self.urls = {k: f"{dsn}{sep}options=-csearch_path%3D{s}" for k, s in self.schemas.items()}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.ports: dict[str, int] = {}
         self.cc_ports = [free_port() for _ in range(3)]
         self.ms_ports = [free_port() for _ in range(3)]
         self.home = home
@@ -154,23 +155,33 @@ class Stack:
             self._start(f"ms{i}", [sys.executable, "-P", "-m", "metaserver", "serve", "--host", "127.0.0.1",
                                    "--port", str(port), "--db-url", self.urls["ms"], "--configcenter-url", cc_urls,
                                    "--auth-fail-limit", "1000000", "--log-level", "warning"], env, port)
+        try:
+            self._wait()
+        except BaseException:
+            self.stop()  # every server started so far, by pid, and the schemas
+            raise
 
     def _start(self, name: str, argv: list[str], env: dict[str, str], port: int) -> None:
+        """Start one server; :meth:`_wait` for all of them together (six one after another took minutes)."""
         with open(self.home / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                 start_new_session=True)
-        deadline = time.monotonic() + 90
-        while True:
-            if self.procs[name].poll() is not None:
-                raise RuntimeError(f"{name} exited: {(self.home / f'{name}.log').read_text()[-1500:]}")
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} did not answer /health")
-            time.sleep(0.2)
+        self.ports[name] = port
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + 180
+        for name, port in self.ports.items():
+            while True:
+                if self.procs[name].poll() is not None:
+                    raise RuntimeError(f"{name} exited: {(self.home / f'{name}.log').read_text()[-1500:]}")
+                try:
+                    if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} did not answer /health")
+                time.sleep(0.2)
 
     def pids(self, kind: str) -> list[int]:
         return [p.pid for n, p in self.procs.items() if n.startswith(kind) and p.poll() is None]
