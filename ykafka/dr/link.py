@@ -215,6 +215,7 @@ class ClusterLink:
         self._retired: list[RawProducer] = []
         self._foreign: set[RawProducer] = set()  # retired caller-owned clients: their owner's poll serves them
         self._rerouting = False  # a poll is re-routing a batch taken out of _undelivered
+        self._rerouting_left = 0  # of that batch, not yet spilled / sent to the standby / called back
         self.available = health.state is ClusterState.UP
         self._recovering = False
         self._down_since = 0.0
@@ -417,9 +418,12 @@ class ClusterLink:
             for _order, _msg, err in batch:
                 codes[err.name()] = codes.get(err.name(), 0) + 1
             log.info("cluster.rerouting", cluster=self.cluster, messages=len(batch), errors=codes)
+            self._rerouting_left = len(batch)
             for _order, msg, err in batch:
                 self._reroute(self.cluster, msg, err)  # spill, standby, or the caller's callback
+                self._rerouting_left -= 1
         finally:
+            self._rerouting_left = 0
             self._rerouting = False
 
     # --- state ------------------------------------------------------------------------------------
@@ -527,7 +531,10 @@ class ClusterLink:
             clients = ([self._client] if self._client is not None else []) + self._retired
             if external:
                 clients += self._external
-        return sum(len(c) for c in clients)
+            # given back and not re-routed yet: a flush (and close) that stopped waiting here would close the
+            # spill under a re-route still writing to it (SIGTERM while the link went down lost them all)
+            given_back = len(self._undelivered) + self._rerouting_left
+        return sum(len(c) for c in clients) + given_back
 
     def flush(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout
