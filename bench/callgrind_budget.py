@@ -70,6 +70,9 @@ RAW_PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batc
 #: the cluster health probe's metadata request times out under valgrind's ~50x slow-down, which would take the
 #: disaster-recovery engine off its healthy direct path (the path being measured): it is told to be patient
 UNDER_VALGRIND = {"health.down.failures": 1000, "health.down.after.ms": 3_600_000}
+#: both sides: under valgrind on loaded cores (load average 25 seen) librdkafka's 30 s request timeout expired
+#: with the broker's answer already there, unread, and the run failed
+PATIENT = {"request.timeout.ms": 300_000, "socket.timeout.ms": 300_000, "message.timeout.ms": 600_000}
 HELPER_C = """
 #include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
@@ -221,10 +224,10 @@ def child(args: argparse.Namespace) -> None:
     for form in args.forms:
         print(f"{time.process_time():.1f}s CPU: {form}/{side}", flush=True)
         if form in PRODUCER_FORMS and side == "raw":
-            produce_form(lambda: RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER}), form, side,
-                         args.messages, cg)
+            produce_form(lambda: RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER, **PATIENT}),
+                         form, side, args.messages, cg)
         elif form in PRODUCER_FORMS:
-            produce_form(lambda: Producer({"bootstrap.servers": args.bootstrap, **UNDER_VALGRIND, **extra,
+            produce_form(lambda: Producer({"bootstrap.servers": args.bootstrap, **UNDER_VALGRIND, **PATIENT, **extra,
                                            "ykafka.cache.dir": tempfile.mkdtemp(prefix="ykafka-cg-")}),
                          form, side, args.messages, cg)
         elif side == "raw":
