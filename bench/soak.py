@@ -273,7 +273,7 @@ class Soak:
         finally:
             probe.close()
 
-    def wait_consumed(self, acked: set[int], ends: dict[int, int], timeout: float = 90) -> tuple[int, int]:
+    def wait_consumed(self, acked: set[int], ends: dict[int, int], timeout: float = 300) -> tuple[int, int]:
         """(acknowledged records never handled, dc-a's ends minus the group's commits) once both are 0 or at the
         timeout."""
         deadline = time.monotonic() + timeout
