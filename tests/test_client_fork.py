@@ -26,6 +26,14 @@ from tests.sdk_fixtures import read_topic
 from tests.support import ROOT
 from ykafka.devstack.procs import free_port
 
+#: the process-model samples this module runs (tests/test_samples.py checks every sample is run by some test)
+PROCESS_SAMPLES = ("gunicorn_prefork.py", "fastapi_lifespan.py", "celery_tasks.py")
+
+
+def test_the_process_model_samples_are_these() -> None:
+    assert all((ROOT / "samples" / name).is_file() for name in PROCESS_SAMPLES)
+
+
 
 def _scenario(method: str, bootstrap: str, topic: str, cache: Path) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-W", "ignore", "-m", "tests.fork_child", method, bootstrap, topic,

@@ -446,9 +446,11 @@ class ClusterLink:
             held = 0
             for client in clients:
                 held += len(client)
+                # retired before the purge: another thread's poll of this client may serve the purged reports at
+                # once, and a purge report from a client not retired is the application's own (reported failed)
+                self._retired.append(client)
                 with contextlib.suppress(KafkaException):
                     client.purge(in_queue=True, in_flight=in_flight, blocking=False)
-                self._retired.append(client)
         log.warning("cluster.link_down", cluster=self.cluster, reason=reason, held=held)
         self.health.suspect(reason)  # probe now: the link comes back after the next successful probe
 
