@@ -145,16 +145,14 @@ class DisasterRecovery:
         conf = dict(self._rdkafka_config(cluster))
         conf.setdefault("reconnect.backoff.max.ms", 1000)
         conf.update(self.options.extra_client_conf)
-        # per-key order across a retry: a plain producer pipelines requests, and a batch refused with a retriable
+        # wanted, per-key order across a retry: a plain producer pipelines requests, and a batch refused with a
         # error (a broker just restarted, a partition's leader not ready yet) is sent again after the next batch
         # of its partition was stored: in issue 31's failback test keys 5, 7 and 1 had 11685-11699 stored after
         # 11701-11705 on the restarted primary (a plain producer on a fresh Kafka partition: 86 of 57,202 records
         # overtaken in one of three runs, 0 of 181,000 idempotent). The idempotent producer keeps order across its
         # retries; without it (acks other than all, or switched off) one request at a time does.
-        acks = str(conf.get("acks", conf.get("request.required.acks", "all"))).lower()
-        conf.setdefault("enable.idempotence", acks in ("all", "-1"))
-        if str(conf["enable.idempotence"]).lower() not in ("true", "1"):
-            conf.setdefault("max.in.flight.requests.per.connection", 1)
+        # (not yet: made idempotent here, the standby's client spilled everything while the primary was frozen,
+        # tests/test_failover_chaos.py::test_primary_frozen_under_load_fails_over_in_key_order)
         conf["message.timeout.ms"] = int(self._spill_after_ms(cluster))
         conf["error_cb"] = self.health.error_cb(cluster, conf.get("error_cb"))
         return conf
