@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.dr_fixtures import (
     DEFAULT_HEALTH,
     create_topic,
