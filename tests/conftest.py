@@ -42,7 +42,9 @@ pytest_plugins = ["tests.cc_fixtures", "tests.ms_fixtures", "tests.sdk_fixtures"
 #: modules whose outcome depends on timing under load (chaos, DR, swaps, pacing, the loop-lag bound, the Spark
 #: cluster, the pipeline driver killed and restarted): ``make test`` runs them alone after the rest has run on both
 #: cores (``-m serial``). The benchmarks' quick runs are not here: what they assert is counts (lost, duplicated,
-#: overtaken: 0) and fields, which load must not change; their figures are read from full runs on a quiet machine
+#: overtaken: 0) and fields, which load must not change; their figures are read from full runs on a quiet machine.
+#: Nor is test_client_collect: its children mostly wait on the broker and what it asserts (clients alive, threads
+#: and descriptors back, a peak far below the unfixed ~800+) held at a load average of 15-25 (peak 217 of 400)
 SERIAL_MODULES = frozenset({
     "test_aio", "test_consumer_kill", "test_consumer_rebalance", "test_dr_direct",
     "test_durable_brokers", "test_failover", "test_failover_admin", "test_failover_chaos", "test_failover_producer",
@@ -50,7 +52,6 @@ SERIAL_MODULES = frozenset({
     "test_throttle", "test_kafka_durability", "test_kafka_console", "test_kafka_transactions",
     "test_tracing_spill", "test_consumer_backpressure", "test_metaserver_failover", "test_kafka_consumer_groups",
     "test_rollouts", "test_rollout_failover", "test_broker_security_live", "test_producer_leaks", "test_soak",
-    "test_client_collect",
 })
 
 
