@@ -2,7 +2,7 @@
 
     python -m metaserver.configcenter serve --host 127.0.0.1 --port 8080 --db PATH.sqlite|URL
         [--longpoll-timeout 60] [--openapi-token TOKEN] [--log-level info] [--log-json]
-        [--scan-interval 0.5] [--no-notify]
+        [--scan-interval 0.5] [--no-notify] [--max-parked-polls N]
 
 --db is a SQLite file or a SQLAlchemy URL (``postgresql+psycopg://user@host/db``); several instances may
 share one database (releases reach the others by release-message scanning, woken by LISTEN/NOTIFY on
@@ -12,7 +12,7 @@ PostgreSQL). The schema is migrated to head at start (Alembic, version table ``c
 
 Every serve flag also reads an env var (YKAFKA_CC_HOST, YKAFKA_CC_PORT, YKAFKA_CC_DB,
 YKAFKA_CC_LONGPOLL_TIMEOUT, YKAFKA_CC_OPENAPI_TOKEN, YKAFKA_CC_LOG_LEVEL, YKAFKA_CC_SCAN_INTERVAL,
-YKAFKA_CC_NOTIFY=0); a flag wins over its env var.
+YKAFKA_CC_NOTIFY=0, YKAFKA_CC_MAX_PARKED_POLLS); a flag wins over its env var.
 """
 
 from __future__ import annotations
@@ -30,6 +30,17 @@ log = structlog.get_logger(__name__)
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
+
+
+def _count(value: str) -> int:
+    """A count of 0 or more (argparse type): a negative or non-numeric value is a usage error."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a whole number >= 0") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError("expected a whole number >= 0")
+    return number
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
                        default=_env("YKAFKA_CC_NOTIFY", "1") != "0",
                        help="PostgreSQL: do not LISTEN for other instances' releases (scan only), "
                             "env YKAFKA_CC_NOTIFY=0")
+    serve.add_argument("--max-parked-polls", type=_count, default=_env("YKAFKA_CC_MAX_PARKED_POLLS", "0"),
+                       help="long polls parked at most; more are answered 503 + Retry-After at once so the "
+                            "client polls another instance (0: from the open-file limit, about half of it), "
+                            "env YKAFKA_CC_MAX_PARKED_POLLS")
     serve.add_argument("--loop", choices=["asyncio", "uvloop"], default=_env("YKAFKA_CC_LOOP", "asyncio"),
                        help="event loop; asyncio accepts a burst of new connections at once (a failover moves "
                             "every client here), uvloop one per loop turn, env YKAFKA_CC_LOOP")
@@ -97,7 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     app = create_app(args.db, args.longpoll_timeout, args.openapi_token,
                      advertise_url=args.advertise_url or f"http://{host}:{args.port}",
-                     scan_interval=args.scan_interval, notify=args.notify)
+                     scan_interval=args.scan_interval, notify=args.notify, max_parked=args.max_parked_polls)
     center: ConfigCenter = app.state.center
 
     class Server(uvicorn.Server):

@@ -47,14 +47,15 @@ NO_TELEMETRY: dict[str, Any] = ({"telemetry": {"tracing": False, "metrics": Fals
 
 def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str | None = None,
                advertise_url: str | None = None, scan_interval: float = RELEASE_SCAN_S,
-               notify: bool = True) -> FastAPI:
+               notify: bool = True, max_parked: int = 0) -> FastAPI:
     """The config service over the database `db_path` (a SQLite file or a SQLAlchemy URL).
 
     `longpoll_timeout` is how long `/notifications/v2` holds a poll before answering 304;
-    `openapi_token`, when given, is seeded (idempotently) as an Open API token allowed on every app.
+    `openapi_token`, when given, is seeded (idempotently) as an Open API token allowed on every app;
+    `max_parked` caps the parked long polls (0: derived from the open-file limit, `default_max_parked`).
     """
     center = ConfigCenter(db_path, longpoll_timeout, advertise_url,  # advertise_url: listed by /services/*
-                          scan_interval=scan_interval, notify=notify)
+                          scan_interval=scan_interval, notify=notify, max_parked=max_parked)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -82,8 +83,10 @@ def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str 
 
     @app.get("/stats")
     async def stats() -> dict[str, int]:
-        """Operational counters (parked long polls, known namespaces); used by the benchmark."""
-        return {"longPolls": len(center.registry), "namespaces": len(center.model.namespaces),
+        """Operational counters (parked long polls, the cap and the polls refused at it, known namespaces);
+        used by the benchmark and by operators watching an instance fill up."""
+        return {"longPolls": len(center.registry), "maxLongPolls": center.max_parked,
+                "longPollsRefused": center.refused, "namespaces": len(center.model.namespaces),
                 "releaseScans": center.scans, "notifiesReceived": center.notifies_received}
 
     return app

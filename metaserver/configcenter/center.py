@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,7 @@ import structlog
 from starlette.concurrency import run_in_threadpool
 
 from .instances import InstanceRecorder
-from .longpoll import LongPollRegistry
+from .longpoll import LongPollRegistry, default_max_parked
 from .notify import ReleaseListener
 from .readmodel import ReadModel
 from .store import Change, Store
@@ -27,14 +28,20 @@ CREDENTIAL_REFRESH_S = 1.0
 HEARTBEAT_S = 2.0  # discovery: each process upserts its row this often ...
 INSTANCE_TTL_S = 6.0  # ... and is listed while its last heartbeat is younger than this (stopped: gone ≤ 6 s)
 RELEASE_SCAN_S = 0.5  # several instances on one database: another's release reaches our polls within this
+REFUSAL_LOG_S = 10.0  # refused long polls are logged as one line per this many seconds, not one per poll
 
 
 class ConfigCenter:
     """Owns the store, the read model and the long polls of one service process."""
 
     def __init__(self, db_path: str, longpoll_timeout: float = 60.0, advertise_url: str | None = None,
-                 scan_interval: float = RELEASE_SCAN_S, notify: bool = True) -> None:
+                 scan_interval: float = RELEASE_SCAN_S, notify: bool = True, max_parked: int = 0) -> None:
         self.store = Store(db_path)
+        # parked polls beyond this are refused (503) so the process never reaches its open-file limit
+        self.max_parked = max_parked if max_parked > 0 else default_max_parked()
+        self.refused = 0  # long polls refused since start because max_parked were parked
+        self._refused_logged = 0
+        self._refusal_logged_at = 0.0
         self.scan_interval = scan_interval
         self.notify = notify and self.store.dialect == "postgresql"
         self.scans = 0  # release-message scans run (each one query)
@@ -72,7 +79,18 @@ class ConfigCenter:
             self._heartbeat = asyncio.create_task(self._beat())
         self.instances.start()
         log.info("configcenter.started", db=self.store.engine.url.render_as_string(), namespaces=len(states),
-                 longpoll_timeout=self.longpoll_timeout)
+                 longpoll_timeout=self.longpoll_timeout, max_parked=self.max_parked)
+
+    def refuse_poll(self) -> None:
+        """Count a long poll refused at the cap; log the first at once, then one line per
+        :data:`REFUSAL_LOG_S` with the count since the last (a fleet re-polling must not flood the log)."""
+        self.refused += 1
+        now = time.monotonic()
+        if self._refused_logged == 0 or now - self._refusal_logged_at >= REFUSAL_LOG_S:
+            log.warning("configcenter.longpolls_refused", refused=self.refused - self._refused_logged,
+                        refused_total=self.refused, parked=len(self.registry), max_parked=self.max_parked)
+            self._refused_logged = self.refused
+            self._refusal_logged_at = now
 
     @property
     def notifies_received(self) -> int:

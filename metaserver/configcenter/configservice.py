@@ -169,9 +169,7 @@ async def poll_notifications(request: Request) -> Response:
     """NotificationControllerV2: answer at once if any namespace is newer than the client's id, else park."""
     center = _center(request)
     if center.closing:
-        return Response(json.dumps(error_body(503, "config service shutting down; poll another instance",
-                                              "com.ctrip.framework.apollo.common.exception.ServiceException")),
-                        status_code=503, media_type=JSON_UTF8, headers={"Connection": "close", "Retry-After": "1"})
+        return _poll_elsewhere("config service shutting down; poll another instance")
     model = center.model
     app_id = _required(request, "appId")
     cluster = _required(request, "cluster")
@@ -191,8 +189,11 @@ async def poll_notifications(request: Request) -> Response:
     center.instances.polled(app_id, cluster, data_center, client_ip(request, request.query_params.get("ip")),
                             wanted)
     restore = {ns: original for ns, (original, _) in wanted.items() if original != ns}
-    waiter = Waiter([k for keys in keys_by_ns.values() for k in keys], restore)
-    center.registry.register(waiter)  # register before checking: no release can slip between the two
+    # at the cap nothing is registered: news is still answered, a poll that would park is refused below
+    waiter = None
+    if len(center.registry) < center.max_parked:
+        waiter = Waiter([k for keys in keys_by_ns.values() for k in keys], restore)
+        center.registry.register(waiter)  # register before checking: no release can slip between the two
     try:
         news = []
         for ns, (original, client_id) in wanted.items():
@@ -202,6 +203,9 @@ async def poll_notifications(request: Request) -> Response:
                 news.append(notification(original, latest, {k: v for k, v in ids.items() if v >= 0}))
         if news:
             return Response(json.dumps(news), media_type=JSON_UTF8)
+        if waiter is None:
+            center.refuse_poll()
+            return _poll_elsewhere("too many long polls parked on this config service; poll another instance")
         handle = waiter.future.get_loop().call_later(center.longpoll_timeout, waiter.expire)
         watcher = asyncio.ensure_future(_until_disconnected(request, waiter))
         try:
@@ -214,7 +218,19 @@ async def poll_notifications(request: Request) -> Response:
             return Response(status_code=304, headers=closing)
         return Response(body, media_type=JSON_UTF8, headers=closing)
     finally:
-        center.registry.unregister(waiter)
+        if waiter is not None:
+            center.registry.unregister(waiter)
+
+
+def _poll_elsewhere(message: str) -> Response:
+    """503 + ``Retry-After``, connection closed: a poll this instance will not park (shutting down, or
+    ``max_parked`` parked). Not 304: ykafka's adapter and apollo-config-client re-poll a 304 at once (the
+    same instance, in a loop) and Apollo's Java client up to twice a second; a 5xx makes each of them move
+    to another instance or back off, and the client keeps its notification ids, so a release is not missed
+    (the next poll anywhere answers it at once). Closing the connection frees the descriptor the cap guards."""
+    body = error_body(503, message, "com.ctrip.framework.apollo.common.exception.ServiceException")
+    return Response(json.dumps(body), status_code=503, media_type=JSON_UTF8,
+                    headers={"Connection": "close", "Retry-After": "1"})
 
 
 async def _until_disconnected(request: Request, waiter: Waiter) -> None:

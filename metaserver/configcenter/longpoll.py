@@ -9,12 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 from collections import defaultdict
 from typing import Any
 
 import structlog
 
 log = structlog.get_logger(__name__)
+
+
+#: descriptors kept for everything but parked polls (the database pools, the LISTEN connection, log files,
+#: ordinary ``/configs`` and Open API requests, health checks), at most this many ...
+RESERVED_FDS = 1024
+
+
+def default_max_parked(nofile: int | None = None) -> int:
+    """How many long polls one process parks before refusing more: derived from the open-file limit.
+
+    Why: each parked poll holds a socket; a process at its limit fails every ``accept()`` (uvicorn logs EMFILE
+    per attempt) and answers nobody, its health and Open API included. A quarter of the limit (at most
+    :data:`RESERVED_FDS`) is kept for everything else, and half of the rest goes to polls, because a client
+    that holds a poll usually holds a second, idle keep-alive connection from its last ``/configs`` fetch
+    (the SDK's fetch session; Java's keep-alive cache), which the server keeps for its keep-alive timeout."""
+    if nofile is None:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if nofile == resource.RLIM_INFINITY:
+            nofile = 1 << 20
+    reserved = max(32, min(RESERVED_FDS, nofile // 4))
+    return max(1, (nofile - reserved) // 2)
 
 
 def notification(namespace: str, notification_id: int, details: dict[str, int]) -> dict[str, Any]:
