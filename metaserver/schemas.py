@@ -244,3 +244,12 @@ class AlertIn(Strict):
         if len(json.dumps(value, default=str)) > MAX_EVIDENCE_BYTES:
             raise ValueError(f"larger than {MAX_EVIDENCE_BYTES} bytes of JSON")
         return value
+
+
+class SecuritySwitches(Strict):
+    """``PUT /v1/admin/security``: the security switches (``ykafka.catalog.LOCKED``); an absent one is unchanged."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+
+    auth_enabled: bool | None = Field(default=None, alias="auth.enabled",
+                                      description="MetaServer enforcement of app secrets (false: unsigned grants)")

@@ -36,7 +36,7 @@ class Settings:
     workers: int = 1
     #: largest request body accepted (413 before parsing beyond it)
     max_body_bytes: int = 1024 * 1024
-    #: config service URL (Apollo ``/configs``, ``/notifications/v2``) handed to clients and read for auth.enabled
+    #: config service URL (Apollo ``/configs``, ``/notifications/v2``) handed to clients
     configcenter_url: str | None = None
     #: Apollo portal URL for the Open API; defaults to ``configcenter_url`` (the embedded service serves both)
     configcenter_openapi_url: str | None = None
@@ -57,7 +57,7 @@ class Settings:
     #: failed authentications per app and per source IP tolerated within ``auth_fail_window_s``
     auth_fail_limit: int = 20
     auth_fail_window_s: int = 60
-    #: how long a read of ``auth.enabled`` from the config center is trusted
+    #: how long a read of the security switches (``auth.enabled``) from the database is trusted
     auth_switch_ttl_s: float = 2.0
     #: how long the config center's route values (what a grant may reach) are trusted before a re-read
     route_cache_s: float = 30.0

@@ -60,9 +60,22 @@ def test_parse_rejects_with_reason(name: str, raw: str, reason: str) -> None:
 def test_unknown_key_and_scope_restrictions() -> None:
     with pytest.raises(UnknownConfigKey, match="not in the ykafka key catalog"):
         catalog.parse("producer.turbo", "1")
-    with pytest.raises(InvalidConfigValue, match="cannot be set at scope topic:orders"):
-        catalog.parse("auth.enabled", "false", Scope.parse("topic:orders"))
-    assert catalog.parse("auth.enabled", "false", catalog.GLOBAL) is False
+    with pytest.raises(InvalidConfigValue, match="cannot be set at scope cluster:dc-a"):
+        catalog.parse("topic.grade", "P0", Scope.parse("cluster:dc-a"))
+    assert catalog.parse("topic.grade", "P0", catalog.GLOBAL) == "P0"
+
+
+def test_a_security_switch_is_never_taken_from_a_config_namespace() -> None:
+    """Issue 37: ``auth.enabled`` from any namespace (the config service's Open API token could write one) is
+    refused by the catalog the SDK and the MetaServer both use; only a scope-less parse (the MetaServer's own
+    admin API, its database) gives a value."""
+    assert sorted(catalog.LOCKED) == ["auth.enabled"]
+    for scope in (catalog.GLOBAL, Scope.parse("topic:orders")):
+        with pytest.raises(InvalidConfigValue, match=r"security switch: changed only through the MetaServer's admin"):
+            catalog.parse("auth.enabled", "false", scope)
+    assert catalog.parse("auth.enabled", "false") is False
+    update = catalog.validate_layer({"auth.enabled": "false", "producer.acks": "1"}, None, catalog.GLOBAL)
+    assert update.values == {"producer.acks": "1"} and set(update.rejected) == {"auth.enabled"}
 
 
 def test_scope_parsing_and_namespaces() -> None:

@@ -22,7 +22,7 @@ NS = "ykafka.global"
 def guarded_app(cc: ConfigService, api: OpenApi) -> tuple[str, str]:
     """An app with a released namespace and an access key, once the server enforces the key."""
     app = api.new_app_id()
-    api.setup(app, NS, {"auth.enabled": "true"})
+    api.setup(app, NS, {"producer.acks": "all"})
     secret = cc.cli("accesskey", "add", "--app-id", app)
     assert len(secret) == 32
     deadline = time.monotonic() + 5
@@ -40,7 +40,7 @@ def test_signed_requests_pass_on_every_config_endpoint(cc: ConfigService, api: O
         assert resp.status_code == 200, path
     configs = requests.get(f"{cc.url}/configs/{app}/default/{NS}",
                            headers=build_headers(app, f"/configs/{app}/default/{NS}", secret), timeout=5)
-    assert configs.json()["configurations"] == {"auth.enabled": "true"}
+    assert configs.json()["configurations"] == {"producer.acks": "all"}
     query = urlencode({"appId": app, "cluster": "default",
                        "notifications": json.dumps([{"namespaceName": NS, "notificationId": -1}])}, quote_via=quote)
     path = "/notifications/v2?" + query

@@ -310,29 +310,67 @@ def test_clusters_crud_holds_no_shared_secret(registry: MetaServer, app: App) ->
     assert "secret-pw" not in str(admin.audit(target=f"cluster:{name}"))
 
 
-def _switch_changes(server: MetaServer) -> int:
-    return server.proc.log.read_text().count('"event": "auth switch changed"')
+def _unsigned_grant(registry: MetaServer, app: App) -> requests.Response:
+    """A grant request carrying no signature at all, as an outsider without the app's secret would send it."""
+    body = {"app_id": app.app_id, "client_id": "intruder", "ip": "127.0.0.1"}
+    return requests.post(registry.url + "/v1/auth/grant", json=body, timeout=10)
 
 
-def test_auth_switch_off_grants_without_signature_check(registry: MetaServer, app: App) -> None:
+def test_the_open_api_token_cannot_turn_auth_off(registry: MetaServer, app: App) -> None:
+    """Issue 37 (hole 6): with the config service's Open API token an attacker released ``auth.enabled=false`` into
+    ``ykafka.global``, after which an unsigned grant returned another app's broker password. Now the config service
+    refuses the key in any ykafka namespace (403 naming the rule, never the value), the MetaServer never reads it
+    from there, and only ``PUT /v1/admin/security`` (admin token, audited) turns it off."""
+    from tests.ms_fixtures import OPENAPI_TOKEN
+
     admin = registry.admin()
-    good = registry.sdk(app.app_id, app.secret)
-    wrong = registry.sdk(app.app_id, "wrong-secret")
-    assert good.grant().status_code == 200  # the server now re-reads the switch in the background
-    seen = _switch_changes(registry)
-    try:
+    assert registry.configcenter_url is not None
+    admin.push_config("global", {"trace.enabled": "false"})  # the namespace exists, as on any running stack
+    items = (f"{registry.configcenter_url}/openapi/v1/envs/DEV/apps/{registry.apollo_app_id}/clusters/default"
+             f"/namespaces/ykafka.global/items")
+    body = {"key": "auth.enabled", "value": "false", "dataChangeLastModifiedBy": "mallory",
+            "dataChangeCreatedBy": "mallory"}
+    token = {"Authorization": OPENAPI_TOKEN}
+    attempts = [requests.put(items + "/auth.enabled", params={"createIfNotExists": "true"}, json=body, headers=token,
+                             timeout=10),
+                requests.post(items, json=body, headers=token, timeout=10),
+                requests.put(items + "/AUTH.ENABLED", params={"createIfNotExists": "true"},
+                             json={**body, "key": "AUTH.ENABLED"}, headers=token, timeout=10)]
+    for refused in attempts:
+        assert refused.status_code == 403, refused.text
+        assert "auth.enabled is a security switch" in refused.json()["message"]
+        assert "false" not in refused.json()["message"] and "mallory" not in refused.text
+    released = requests.post(items.removesuffix("/items") + "/releases", headers=token, timeout=10,
+                             json={"releaseTitle": "off", "releaseComment": "", "releasedBy": "mallory"})
+    assert released.status_code == 200, released.text
+    served = requests.get(f"{registry.configcenter_url}/configs/{registry.apollo_app_id}/default/ykafka.global",
+                          timeout=10).json()["configurations"]
+    assert served == {"trace.enabled": "false"}
+    assert _unsigned_grant(registry, app).status_code == 401
+    assert registry.sdk(app.app_id, "wrong-secret").grant().json() == DENIED
+    with pytest.raises(AdminError) as via_hot_config:  # nor through the admin's hot-config push
         admin.push_config("global", {"auth.enabled": "false"})
-        wait_until(lambda: _switch_changes(registry) > seen, timeout=15)
-        granted = wrong.grant("unsigned")
+    assert via_hot_config.value.status == 422 and "security switch" in via_hot_config.value.errors["auth.enabled"]
+    bad = requests.put(registry.url + "/v1/admin/security", json={"auth.enabled": "nope-4711"},
+                       headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)
+    assert bad.status_code == 422 and "nope-4711" not in bad.text
+    assert admin.security() == {"auth.enabled": True}
+
+    # the admin API is the one way, and it is audited
+    try:
+        assert admin.set_security(auth_enabled=False) == {"auth.enabled": False}
+        granted = _unsigned_grant(registry, app)
         assert granted.status_code == 200, granted.text
         assert granted.json()["acl"] == {"produce": ["orders.*"], "consume": ["orders.*"], "group": ["billing-*"]}
         assert registry.sdk("no-such-app", "x").grant().status_code == 401  # still needs a known app
     finally:
-        admin.push_config("global", {"auth.enabled": "true"})
-    wait_until(lambda: _switch_changes(registry) > seen + 1, timeout=15)
-    assert (wrong.grant().status_code, good.grant().status_code) == (401, 200)
-    log = registry.proc.log.read_text()
-    assert "auth disabled: grant issued without checking the signature" in log
+        admin.set_security(auth_enabled=True)
+    assert (_unsigned_grant(registry, app).status_code, registry.sdk(app.app_id, app.secret).grant().status_code) \
+        == (401, 200)
+    trail = admin.audit(action="security.set", target="security", limit=2)
+    assert [(row["before"], row["after"]) for row in trail] == [
+        ({"auth.enabled": False}, {"auth.enabled": True}), ({"auth.enabled": True}, {"auth.enabled": False})]
+    assert "auth disabled: grant issued without checking the signature" in registry.proc.log.read_text()
 
 
 def test_short_token_ttl_expires(ms_factory: Any) -> None:

@@ -69,6 +69,15 @@ def test_apps_acl_clusters(cli: Callable[..., Any], server: MetaServer) -> None:
     assert {r["operator"] for r in audit} == {"cli-user"}
 
 
+def test_security_switch_set_and_shown(cli: Callable[..., Any]) -> None:
+    assert cli("security", "show").output == "auth.enabled = true\n"
+    assert cli("security", "set", "--auth-disabled").output == "auth.enabled = false\n"
+    assert cli("security", "set", "--auth-enabled").output == "auth.enabled = true\n"
+    trail = json.loads(cli("--json", "audit", "--action", "security.set").output)
+    assert [(r["operator"], r["after"]) for r in trail[:2]] == [("cli-user", {"auth.enabled": True}),
+                                                              ("cli-user", {"auth.enabled": False})]
+
+
 def test_config_set_diff_get_rollback(cli: Callable[..., Any], server: MetaServer) -> None:
     topic = f"orders-{uuid.uuid4().hex[:6]}"
     scope = f"topic:{topic}"

@@ -209,6 +209,9 @@ class Key:
     scopes: frozenset[ScopeKind] = ALL_SCOPES
     rdkafka: str | None = None  # the librdkafka property this key sets, if any
     rdkafka_aliases: tuple[str, ...] = ()  # older librdkafka names of that property, read from a local config
+    #: a security switch (its change weakens enforcement): never taken from a config namespace, changed only
+    #: through the MetaServer's admin API (``PUT /v1/admin/security``, audited) - issue 37
+    locked: bool = False
 
 
 _PRODUCER_SCOPES = frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})
@@ -281,7 +284,7 @@ _KEYS: list[Key] = [
     Key("topic.grade", choice("P0", "P1", "P2"), Apply.IN_PLACE, "P2", "grade-level defaults",
         frozenset({ScopeKind.GLOBAL, ScopeKind.TOPIC})),
     Key("auth.enabled", boolean, Apply.IN_PLACE, True, "MetaServer enforcement of app secrets",
-        frozenset({ScopeKind.GLOBAL})),
+        frozenset({ScopeKind.GLOBAL}), locked=True),
     # --- disaster recovery (spill / replay / dual-DC health) ---
     Key("spill.enabled", boolean, Apply.IN_PLACE, True,
         "spill undeliverable messages to the local disk queue (false: report them failed)", _PRODUCER_SCOPES),
@@ -305,6 +308,11 @@ _KEYS: list[Key] = [
 ]
 
 KEYS: dict[str, Key] = {key.name: key for key in _KEYS}
+
+#: The security switches: a config namespace never sets them (the config service refuses to store them in a
+#: ``ykafka.*`` namespace, the SDK and the MetaServer refuse them from one); only the MetaServer's admin API does.
+LOCKED: frozenset[str] = frozenset(key.name for key in _KEYS if key.locked)
+LOCKED_REASON = "a security switch: changed only through the MetaServer's admin API (PUT /v1/admin/security)"
 
 #: Keys the broker owns for a group on the new consumer protocol (KIP-848, ``group.protocol=consumer``): it sets
 #: the session timeout and heartbeat interval (``group.consumer.*`` broker settings) and runs the assignor, and
@@ -365,6 +373,8 @@ def by_apply(names: Iterable[str], prefix: str = "") -> dict[Apply, list[str]]:
 def parse(name: str, value: Any, scope: Scope | None = None) -> Any:
     """Validate one value; raise :class:`InvalidConfigValue` with the reason when it is not acceptable."""
     spec = key(name)
+    if scope is not None and spec.locked:  # a namespace's value of a security switch is never taken
+        raise InvalidConfigValue(name, value, LOCKED_REASON)
     if scope is not None and scope.kind not in spec.scopes:
         allowed = ", ".join(sorted(kind.value for kind in spec.scopes))
         raise InvalidConfigValue(name, value, f"cannot be set at scope {scope} (allowed: {allowed})")

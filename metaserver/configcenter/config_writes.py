@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from . import dto
+from . import dto, locked
 from . import models as m
 from .errors import BadRequest, NotFound
 from .readmodel import CLUSTER_DEFAULT, NAMESPACE_APPLICATION
@@ -196,6 +196,7 @@ class ConfigWrites(StoreBase):
                     item_type: int, operator: str) -> Change:
         def op(s: Session, _: Change) -> dict[str, Any]:
             ns = self.namespace(s, app_id, cluster, namespace)
+            locked.check(ns.namespace_name, (key,))
             if s.scalar(select(m.Item).where(m.Item.namespace_id == ns.id, m.Item.key == key)) is not None:
                 raise BadRequest("item already exists for itemKey:%s", key)
             line = (s.scalar(select(func.max(m.Item.line_num)).where(m.Item.namespace_id == ns.id)) or 0) + 1
@@ -211,6 +212,7 @@ class ConfigWrites(StoreBase):
                     item_type: int | None, operator: str, created_by: str, create_if_not_exists: bool) -> Change:
         def op(s: Session, _: Change) -> None:
             ns = self.namespace(s, app_id, cluster, namespace)
+            locked.check(ns.namespace_name, (key,))
             item = s.scalar(select(m.Item).where(m.Item.namespace_id == ns.id, m.Item.key == key))
             if item is None:
                 if not create_if_not_exists:

@@ -16,7 +16,7 @@ import structlog
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from . import dto
+from . import dto, locked
 from . import models as m
 from .errors import BadRequest, NotFound
 from .storage import BRANCH_ACTIVE, BRANCH_DELETED, BRANCH_MERGED, Change, StoreBase, unique_key
@@ -51,6 +51,7 @@ class ReleaseWrites(StoreBase):
     @staticmethod
     def _create_release(s: Session, ns: m.Namespace, name: str, comment: str, configurations: dict[str, str],
                         operator: str, branch_keys: Iterable[str] | None = None) -> m.Release:
+        locked.check(ns.namespace_name, configurations)  # every release, master or gray, passes here
         rel = m.Release(release_key=unique_key(), name=name, comment=comment or "", app_id=ns.app_id,
                         cluster_name=ns.cluster_name, namespace_name=ns.namespace_name,
                         configurations=json.dumps(configurations, ensure_ascii=False), is_abandoned=False,

@@ -1,9 +1,12 @@
-"""The ``auth.enabled`` hot switch, read from the config center's ``ykafka.global`` namespace.
+"""The security switches (``auth.enabled``), kept in the MetaServer's own database.
 
-The value is re-read every ``ttl_s`` seconds (default 2) by a daemon thread, so a grant never waits on
-the config center; the first read waits (bounded by the timeout) so a switch already off is honoured
-from the first request. When the config center cannot be reached the last value seen stays in force;
-before any value was ever seen the catalog default (true) holds.
+Issue 37: the switch used to be a hot-config key in the config center's ``ykafka.global`` namespace, so the config
+service's Open API token (a guessable default on the local stack) could release ``auth.enabled=false`` and then an
+unsigned grant returned any app's broker password. Now the value lives in ``ms_security_switches``, changed only
+through the admin API (``PUT /v1/admin/security``, audited in the same transaction), and the config center is never
+read for it (the config service refuses to store it in a ``ykafka.*`` namespace anyway). Every MetaServer sharing
+the database sees a change within ``ttl_s`` seconds (default 2): a request reads the cached value and at most one
+request per ``ttl_s`` re-reads the row, so a grant never waits on more than one primary-key read.
 """
 
 from __future__ import annotations
@@ -12,80 +15,67 @@ import threading
 import time
 from typing import Any
 
-import requests
 import structlog
+from sqlalchemy import Engine, select
 
 from ykafka import catalog
-from ykafka.endpoints import Endpoints
-from ykafka.errors import InvalidConfigValue
+
+from ..storage import db
+from ..storage.models import security_switches
+from . import audit
 
 log = structlog.get_logger("metaserver.domain.authswitch")
 KEY = "auth.enabled"
 
 
+def read_all(engine: Engine) -> dict[str, Any]:
+    """Every security switch's value (the catalog default where no row was ever written)."""
+    with db.read(engine) as conn:
+        rows = {row.name: row.value for row in conn.execute(select(security_switches))}
+    return {name: rows.get(name, catalog.KEYS[name].default) for name in sorted(catalog.LOCKED)}
+
+
+def write(engine: Engine, operator: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Set switches (already typed); the audit row commits with the change. Returns the switches after."""
+    before = read_all(engine)
+    with db.write(engine) as conn:
+        for name, value in values.items():
+            db.upsert(conn, security_switches, {"name": name, "value": value, "updated_by": operator[:255],
+                                                "updated_at": time.time()}, ["name"])
+        after = {**before, **values}
+        audit.record(conn, operator, "security.set", "security", before, after)
+    log.warning("security switches changed", operator=operator, before=before, after=after)
+    return after
+
+
 class AuthSwitch:
-    def __init__(self, configcenter_url: str | None, apollo_app_id: str, cluster: str = "default",
-                 ttl_s: float = 2.0, timeout_s: float = 1.0) -> None:
-        # one config service or several comma-separated (a read moves to the next on failure)
-        self._endpoints = Endpoints(configcenter_url) if configcenter_url else None
-        self._path = f"/configs/{apollo_app_id}/{cluster}/{catalog.GLOBAL.namespace()}"
+    """``auth.enabled`` as this MetaServer sees it: the database row, re-read at most every ``ttl_s`` seconds."""
+
+    def __init__(self, engine: Engine, ttl_s: float = 2.0) -> None:
+        self._engine = engine
         self._ttl = ttl_s
-        self._timeout = timeout_s
         self._value: bool = bool(catalog.KEYS[KEY].default)
+        self._read_at = float("-inf")
         self._lock = threading.Lock()
-        self._started = False
-        self._session = requests.Session()
 
     def enabled(self) -> bool:
-        if self._endpoints is not None and not self._started:
-            self._start()
-        return self._value
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._started:
-                return
-            self.refresh()
-            threading.Thread(target=self._poll, name="auth-switch", daemon=True).start()
-            self._started = True
-
-    def _poll(self) -> None:
-        while True:
-            time.sleep(self._ttl)
+        now = time.monotonic()
+        if now - self._read_at >= self._ttl and self._lock.acquire(blocking=False):
             try:
                 self.refresh()
-            except Exception as exc:  # noqa: BLE001 - the poller must survive anything
-                log.warning("auth switch refresh failed", error=str(exc))
+            finally:
+                self._lock.release()
+        return self._value
 
     def refresh(self) -> bool:
-        value = self._fetch()
-        if value is not None and value != self._value:
+        """Re-read the row now (after an admin change on this instance, or on the ttl)."""
+        try:
+            value = bool(read_all(self._engine)[KEY])
+        except Exception as exc:  # noqa: BLE001 - a database hiccup keeps the last value, it never opens the door
+            log.warning("security switches unreadable; keeping the last value", error=str(exc), enabled=self._value)
+            return self._value
+        self._read_at = time.monotonic()
+        if value != self._value:
             log.warning("auth switch changed", enabled=value)
             self._value = value
         return self._value
-
-    def _fetch(self) -> bool | None:
-        assert self._endpoints is not None
-        try:
-            response = self._endpoints.call(lambda url: self._session.get(url + self._path, timeout=self._timeout),
-                                            "auth switch")
-        except requests.RequestException as exc:
-            log.warning("config center unreachable; keeping last auth switch", error=str(exc), enabled=self._value)
-            return None
-        if response.status_code == 404:
-            return bool(catalog.KEYS[KEY].default)  # namespace never released: the default holds
-        if response.status_code != 200:
-            log.warning("config center answered an error; keeping last auth switch",
-                        status=response.status_code, enabled=self._value)
-            return None
-        try:
-            configurations: dict[str, Any] = response.json().get("configurations") or {}
-        except ValueError:
-            return None
-        if KEY not in configurations:
-            return bool(catalog.KEYS[KEY].default)
-        try:
-            return bool(catalog.parse(KEY, configurations[KEY], catalog.GLOBAL))
-        except InvalidConfigValue as exc:
-            log.warning("invalid auth switch in config center; keeping last", error=str(exc))
-            return None

@@ -18,11 +18,11 @@ from sqlalchemy import Connection, RowMapping, delete, select, update
 from ykafka import acl as acl_patterns
 from ykafka import signing
 
-from ..domain import audit, clients, credentials, placements, ratelimit, reach, registry
+from ..domain import audit, authswitch, clients, credentials, placements, ratelimit, reach, registry
 from ..domain.auth import AuthFailed, RateLimited
 from ..domain.sealing import Sealer
 from ..kafka import view as kafka_view
-from ..schemas import Acl, AppCreate, AppUpdate, ClusterPut
+from ..schemas import Acl, AppCreate, AppUpdate, ClusterPut, SecuritySwitches
 from ..services import Services, services
 from ..storage import db
 from ..storage.models import apps, clusters
@@ -239,6 +239,27 @@ def put_acl(app_id: str, body: Acl, who: str = Depends(operator), svc: Services 
         saved = dict(replace_acl(conn, who, app_id, body.model_dump()))
     issue_principals(svc, app_id)  # the new ACL may reach more clusters; bindings follow at this pass
     return saved
+
+
+# --- security switches -------------------------------------------------------------------------
+
+
+@router.get("/security")
+def get_security(svc: Services = Depends(services)) -> dict[str, Any]:
+    """The security switches in force (``auth.enabled``); they live in this database, never in a config namespace."""
+    return authswitch.read_all(svc.engine)
+
+
+@router.put("/security")
+def put_security(body: SecuritySwitches, who: str = Depends(operator),
+                 svc: Services = Depends(services)) -> dict[str, Any]:
+    """The only way to change a security switch (issue 37: the config service's Open API token once could): the
+    change and its audit row (``security.set``) commit together; every MetaServer on this database applies it
+    within ``--auth-switch-ttl`` seconds, this one at once."""
+    values = {name: value for name, value in body.model_dump(by_alias=True).items() if value is not None}
+    after = authswitch.write(svc.engine, who, values)
+    svc.auth_switch.refresh()
+    return after
 
 
 # --- clusters --------------------------------------------------------------------------------

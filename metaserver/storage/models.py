@@ -229,3 +229,14 @@ offset_resets = Table(
     Column("updated_at", Float, nullable=False),
     Index("ix_ms_offset_resets_group", "group_id"),
 )
+
+#: the security switches (``ykafka.catalog.LOCKED``, e.g. ``auth.enabled``): kept here, set only through the admin
+#: API (``PUT /v1/admin/security``, audited), never read from the config center whose Open API token could write
+#: them (issue 37); a missing row is the catalog default
+security_switches = Table(
+    "ms_security_switches", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", JSON, nullable=False),
+    Column("updated_by", String(255), nullable=False),
+    Column("updated_at", Float, nullable=False),
+)

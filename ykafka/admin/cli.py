@@ -79,6 +79,33 @@ def users_list(ctx: click.Context) -> None:
           lambda u: (u["username"], u["role"], u["enabled"]))
 
 
+# --- security switches ---------------------------------------------------------------------------
+
+
+@admin.group()
+def security() -> None:
+    """Security switches (auth.enabled): changed only here, audited; never through hot config."""
+
+
+def _show_switches(switches: Any) -> None:
+    for name, value in sorted(dict(switches).items()):
+        click.echo(f"{name} = {'true' if value else 'false'}")
+
+
+@security.command("show")
+@click.pass_context
+def security_show(ctx: click.Context) -> None:
+    _act(ctx, lambda c: c.security(), _show_switches)
+
+
+@security.command("set")
+@click.option("--auth-enabled/--auth-disabled", "auth_enabled", required=True,
+              help="check app signatures (--auth-disabled: grants without them; every such grant is logged)")
+@click.pass_context
+def security_set(ctx: click.Context, auth_enabled: bool) -> None:
+    _act(ctx, lambda c: c.set_security(auth_enabled=auth_enabled), _show_switches)
+
+
 # --- apps ----------------------------------------------------------------------------------------
 
 

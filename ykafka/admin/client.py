@@ -229,6 +229,16 @@ class AdminClient:
                   "since": since, "limit": limit}
         return list(self._call("GET", "/v1/admin/clients/history", params=params))
 
+    def security(self) -> dict[str, Any]:
+        """The MetaServer's security switches in force (``{"auth.enabled": true}``)."""
+        return dict(self._call("GET", "/v1/admin/security"))
+
+    def set_security(self, **switches: bool) -> dict[str, Any]:
+        """Change security switches, the only way there is (audited): ``set_security(auth_enabled=False)``. A config
+        namespace never sets them: the config service refuses to store them and the SDK refuses them from one."""
+        body = {name.replace("_", "."): value for name, value in switches.items()}
+        return dict(self._call("PUT", "/v1/admin/security", json=body))
+
     def audit(self, operator: str | None = None, action: str | None = None, target: str | None = None,
               since: float | None = None, limit: int = 100) -> list[dict[str, Any]]:
         params = {"operator": operator, "action": action, "target": target, "since": since, "limit": limit}
