@@ -113,7 +113,7 @@ def test_topic_lookups_use_the_gin_index_and_match_exactly(engine: sa.Engine) ->
     clients.store(engine, _report("t-orders2", topics=["orders2"]), now=now)
     clients.store(engine, _report("t-like", topics=["ord_rs"]), now=now)  # '_' is not a wildcard here
     with engine.connect() as conn:
-        rows, total = queries.client_list(conn, 30, {"topic": "orders"}, False, 50)
+        rows, total, _more, _next = queries.client_list(conn, 30, {"topic": "orders"}, False, 50)
         assert {r["client_id"] for r in rows} >= {"t-orders", "c-same"} and "t-orders2" not in {
             r["client_id"] for r in rows}
         assert total == len(rows)

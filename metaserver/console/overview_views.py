@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -91,10 +92,33 @@ def client_list(request: Request) -> Response:
     svc = _svc(request)
     f = _query(request, _CLIENT_FILTERS)
     online = request.query_params.get("online", "")
+    raw_after = request.query_params.get("after")
+    after = parse_cursor(raw_after) if raw_after else None
+    if raw_after and after is None:
+        return _page(request, "error.html", sess, status_code=400,
+                     message="This page link is not valid; start again from the first page.")
     with db.read(svc.engine) as conn:
-        rows, total = queries.client_list(conn, svc.settings.renew_interval, f, online == "1", PAGE_ROWS)
-    return _page(request, "clients.html", sess, rows=rows, procs=queries.by_process(rows), total=total, f=f,
-                 online=online)
+        rows, total, more, cursor = queries.client_list(conn, svc.settings.renew_interval, f, online == "1",
+                                                        PAGE_ROWS, after)
+    kept = {k: v for k, v in f.items() if v} | ({"online": online} if online else {})
+    next_url = (f"/console/clients?{urlencode({**kept, 'after': json.dumps(list(cursor))})}"
+                if cursor is not None else None)
+    first_url = f"/console/clients?{urlencode(kept)}" if after is not None else None
+    return _page(request, "clients.html", sess, rows=rows, procs=queries.by_process(rows), total=total,
+                 more=more, f=f, online=online, next_url=next_url, first_url=first_url, page_rows=PAGE_ROWS)
+
+
+def parse_cursor(raw: str) -> queries.Cursor | None:
+    """The clients page's ``after`` (a JSON ``[last_seen, app_id, client_id]`` the page itself wrote); None when
+    it is anything else, so a hand-edited link gets a clear 400 rather than a 500."""
+    try:
+        value = json.loads(raw[:1000])
+    except (ValueError, RecursionError):
+        return None
+    if (not isinstance(value, list) or len(value) != 3 or isinstance(value[0], bool)
+            or not isinstance(value[0], int | float) or not all(isinstance(v, str) for v in value[1:])):
+        return None
+    return float(value[0]), value[1], value[2]
 
 
 @router.get("/clients/{app_id}/{client_id}")

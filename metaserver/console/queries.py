@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from sqlalchemy import Connection, String, Text, and_, bindparam, cast, false, func, not_, or_, select, text
+from sqlalchemy import Connection, String, Text, and_, bindparam, cast, false, func, not_, or_, select, text, tuple_
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement
@@ -135,10 +135,29 @@ def online_after(heartbeat_s: int) -> float:
     return time.time() - 3 * heartbeat_s
 
 
+#: the clients page counts matching clients up to this many and says "more than" beyond: an exact count at
+#: 100,000 clients read the whole live inventory on every page (60-80 ms on PostgreSQL)
+COUNT_CAP = 10_000
+
+#: where a page of the clients list starts: after (last_seen, app_id, client_id) of the previous page's last row
+Cursor = tuple[float, str, str]
+
+
+def capped_count(conn: Connection, conds: list[Any], cap: int = COUNT_CAP) -> tuple[int, bool]:
+    """(how many rows match ``conds``, up to ``cap``; whether there are more): reads at most cap + 1 rows."""
+    inner = select(cs.c.app_id).where(*conds).limit(cap + 1).subquery()
+    n = int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+    return min(n, cap), n > cap
+
+
 def client_list(conn: Connection, heartbeat_s: int, f: dict[str, str], online_only: bool,
-                limit: int) -> tuple[list[dict[str, Any]], int]:
-    """(rows shown, total matching) for the clients page."""
-    after = online_after(heartbeat_s)
+                limit: int, after: Cursor | None = None) -> tuple[list[dict[str, Any]], int, bool, Cursor | None]:
+    """One page of the clients page, newest report first: (rows shown, matching clients counted up to
+    :data:`COUNT_CAP`, whether there are more than that, the cursor of the next page or None on the last).
+
+    Keyset paging on (last_seen, app_id, client_id), not OFFSET: a deep page costs what the first does (the
+    index on last_seen). A client that reports while someone pages moves to the first page."""
+    after_ts = online_after(heartbeat_s)
     conds: list[Any] = []
     for name, column in (("app", cs.c.app_id), ("cluster", cs.c.cluster), ("group", cs.c.group_id),
                          ("role", cs.c.role)):
@@ -152,18 +171,31 @@ def client_list(conn: Connection, heartbeat_s: int, f: dict[str, str], online_on
         conds.append(or_(cs.c.ykafka_version.like(_like(f["version"]), escape="\\"),
                          cs.c.librdkafka_version.like(_like(f["version"]), escape="\\")))
     if online_only:
-        conds.append(cs.c.last_seen >= after)
-    total = conn.execute(select(func.count()).select_from(cs).where(*conds)).scalar_one()
-    stmt = select(*LIST_COLUMNS).where(*conds).order_by(cs.c.last_seen.desc()).limit(limit)
+        conds.append(cs.c.last_seen >= after_ts)
+    total, more_than = capped_count(conn, conds)
+    page = list(conds)
+    if after is not None:
+        seen, app_id, client_id = after
+        # the plain bound on last_seen lets the database walk its index; the row comparison breaks ties
+        page += [cs.c.last_seen <= seen,
+                 or_(cs.c.last_seen < seen, tuple_(cs.c.app_id, cs.c.client_id) < tuple_(app_id, client_id))]
+    stmt = (select(*LIST_COLUMNS).where(*page)
+            .order_by(cs.c.last_seen.desc(), cs.c.app_id.desc(), cs.c.client_id.desc()).limit(limit + 1))
+    fetched = list(conn.execute(stmt).mappings())
+    cursor: Cursor | None = None
+    if len(fetched) > limit:
+        fetched = fetched[:limit]
+        last = fetched[-1]
+        cursor = (float(last["last_seen"]), str(last["app_id"]), str(last["client_id"]))
     rows = []
-    for row in conn.execute(stmt).mappings():
+    for row in fetched:
         item = dict(row)
         if f.get("topic") and f["topic"] not in (item["topics"] or []):
             continue
         item["group"] = item.pop("group_id")
-        item["online"] = item["last_seen"] >= after
+        item["online"] = item["last_seen"] >= after_ts
         rows.append(item)
-    return rows, int(total)
+    return rows, total, more_than, cursor
 
 
 def by_process(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

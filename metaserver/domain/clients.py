@@ -123,13 +123,18 @@ def _filters(table: Table, stmt: Any, app: str | None, cluster: str | None, libr
 
 def current(conn: Connection, heartbeat_s: int, app: str | None = None, cluster: str | None = None,
             librdkafka: str | None = None, group: str | None = None, online: bool | None = None,
-            limit: int = 1000) -> list[dict[str, Any]]:
+            limit: int = 1000, after: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+    """Clients in key order (app id, client id), at most ``limit``, from just after the key ``after``: a
+    caller pages through any inventory with the last row's key (the primary key's index; no OFFSET)."""
     online_after = time.time() - 3 * heartbeat_s
     stmt = _filters(client_state, select(client_state), app, cluster, librdkafka, group)
     if online is True:
         stmt = stmt.where(client_state.c.last_seen >= online_after)
     elif online is False:
         stmt = stmt.where(client_state.c.last_seen < online_after)
+    if after is not None:
+        stmt = stmt.where(client_state.c.app_id >= after[0],
+                          tuple_(client_state.c.app_id, client_state.c.client_id) > tuple_(*after))
     stmt = stmt.order_by(client_state.c.app_id, client_state.c.client_id).limit(limit)
     return [_json(row, online_after) for row in conn.execute(stmt).mappings()]
 
@@ -143,11 +148,14 @@ def one(conn: Connection, heartbeat_s: int, app_id: str, client_id: str) -> dict
 
 def history(conn: Connection, app: str | None = None, cluster: str | None = None, librdkafka: str | None = None,
             group: str | None = None, client_id: str | None = None, since: float | None = None,
-            limit: int = 1000) -> list[dict[str, Any]]:
+            limit: int = 1000, before: int | None = None) -> list[dict[str, Any]]:
+    """History rows newest first, at most ``limit``, with ids below ``before`` (the last row's id pages on)."""
     stmt = _filters(client_reports, select(client_reports), app, cluster, librdkafka, group)
     if client_id:
         stmt = stmt.where(client_reports.c.client_id == client_id)
     if since is not None:
         stmt = stmt.where(client_reports.c.at >= since)
+    if before is not None:
+        stmt = stmt.where(client_reports.c.id < before)
     stmt = stmt.order_by(client_reports.c.id.desc()).limit(limit)
     return [_json(row, None) for row in conn.execute(stmt).mappings()]

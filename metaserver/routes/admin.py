@@ -11,7 +11,7 @@ import secrets
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import Connection, RowMapping, delete, select, update
 
@@ -331,24 +331,51 @@ def delete_cluster(name: str, who: str = Depends(operator), svc: Services = Depe
 # --- clients and audit -----------------------------------------------------------------------
 
 
+def _next_link(request: Request, response: Response, rows: list[dict[str, Any]], limit: int,
+               cursor: dict[str, str]) -> None:
+    """A full page gets ``Link: <…>; rel="next"`` (RFC 8288) with the cursor of its last row: the body stays a
+    list (what ``ykafka admin`` and scripts read), and no request reads more than ``limit`` rows."""
+    if len(rows) == limit:
+        url = request.url.remove_query_params(list(cursor)).include_query_params(**cursor)
+        response.headers["Link"] = f'<{url.path}?{url.query}>; rel="next"'
+
+
 @router.get("/clients")
-def list_clients(app: str | None = None, cluster: str | None = None,
+def list_clients(request: Request, response: Response, app: str | None = None, cluster: str | None = None,
                  librdkafka: str | None = Query(default=None, description="exact version, or a prefix ending in *"),
                  group: str | None = None, online: bool | None = None, limit: int = Query(default=1000, ge=1, le=10000),
+                 after_app: str | None = Query(default=None, max_length=200,
+                                               description="page on: the app id of the last row seen"),
+                 after_client: str | None = Query(default=None, max_length=200,
+                                                  description="page on: the client id of the last row seen"),
                  svc: Services = Depends(services)) -> list[dict[str, Any]]:
-    """The real-time view: one row per client with last seen and whether it is online (3 heartbeats)."""
+    """The real-time view: one row per client with last seen and whether it is online (3 heartbeats), in key
+    order; a full page links the next one (``Link`` header, ``after_app`` + ``after_client``)."""
+    if (after_app is None) != (after_client is None):
+        raise HTTPException(status_code=400, detail="after_app and after_client go together")
+    after = (after_app, after_client) if after_app is not None and after_client is not None else None
     with db.read(svc.engine) as conn:
-        return clients.current(conn, svc.settings.renew_interval, app, cluster, librdkafka, group, online, limit)
+        rows = clients.current(conn, svc.settings.renew_interval, app, cluster, librdkafka, group, online, limit,
+                               after)
+    if rows:
+        _next_link(request, response, rows, limit, {"after_app": rows[-1]["app_id"],
+                                                    "after_client": rows[-1]["client_id"]})
+    return rows
 
 
 @router.get("/clients/history")
-def client_history(app: str | None = None, cluster: str | None = None, librdkafka: str | None = None,
-                   group: str | None = None, client_id: str | None = None, since: float | None = None,
-                   limit: int = Query(default=1000, ge=1, le=10000),
+def client_history(request: Request, response: Response, app: str | None = None, cluster: str | None = None,
+                   librdkafka: str | None = None, group: str | None = None, client_id: str | None = None,
+                   since: float | None = None, limit: int = Query(default=1000, ge=1, le=10000),
+                   before: int | None = Query(default=None, ge=1, description="page on: ids below this one"),
                    svc: Services = Depends(services)) -> list[dict[str, Any]]:
-    """Every report ever posted, newest first."""
+    """Reports that changed something (and the first of each client), newest first; a full page links the
+    next one (``Link`` header, ``before``)."""
     with db.read(svc.engine) as conn:
-        return clients.history(conn, app, cluster, librdkafka, group, client_id, since, limit)
+        rows = clients.history(conn, app, cluster, librdkafka, group, client_id, since, limit, before)
+    if rows:
+        _next_link(request, response, rows, limit, {"before": str(rows[-1]["id"])})
+    return rows
 
 
 @router.get("/audit")
