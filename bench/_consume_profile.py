@@ -65,26 +65,6 @@ def per_message(small: int, large: int, paths: list[str]) -> None:
         print(f"{kind} threads: {sums[small, kind]:,} -> {sums[large, kind]:,} Ir, {each:,.0f} instructions a message")
 
 
-def fill(bootstrap: str, count: int) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(TOPIC, num_partitions=16, replication_factor=1)]).values():
-        future.result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000})
-    pad = b"x" * 92
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(TOPIC, key=str(i % 1000).encode(), value=pad + i.to_bytes(8, "big"))
-                break
-            except BufferError:
-                producer.poll(0.05)
-    if producer.flush(120):
-        raise RuntimeError("could not fill the topic")
-
-
 def _noop(_msg: Any) -> None:
     return None
 
@@ -149,7 +129,9 @@ def main() -> None:
 
     configure("warning")
     if args.fill:
-        fill(args.bootstrap, args.fill)
+        from bench._broker import fill
+
+        fill(args.bootstrap, TOPIC, args.fill, partitions=16)
     elif args.mode == "raw":
         consume_raw(args.bootstrap, args.messages)
     else:
