@@ -118,12 +118,28 @@ class Soak:
         """Every producer had a record acknowledged after wall time ``t``."""
         for n in range(len(self.producers)):
             path = self.work / f"producer-{n}.txt"
+            if not path.exists():  # the process has not opened it yet (start-up under load)
+                return False
             with path.open("rb") as f:
                 f.seek(max(0, path.stat().st_size - 4096))
                 tail = f.read().decode(errors="replace").splitlines()[1:]
             if not any(len(p) == 3 and p[1] == "ok" and float(p[2]) > t for p in (line.split() for line in tail)):
                 return False
         return True
+
+    def running(self, limit: float = 180.0) -> None:
+        """Until every producer had a record acknowledged: the soak's minute counts from there. Under load a
+        producer process took over 10 s to start (imports, its DR engine), and the first fault came before it had
+        written anything (the soak measured no producer, then failed reading its absent output file)."""
+        start = time.monotonic()
+        while not self.acks_after(0.0):
+            for n, proc in enumerate(self.producers):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"producer {n} exited ({proc.returncode}): "
+                                       f"{(self.work / f'producer-{n}.log').read_text()[-2000:]}")
+            if time.monotonic() - start > limit:
+                raise RuntimeError(f"the producers had nothing acknowledged after {limit:.0f} s")
+            time.sleep(0.2)
 
     def wait(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -181,6 +197,7 @@ class Soak:
             self.start_producer(i)
         for _ in range(args.consumers):
             self.start_consumer()
+        self.running()
         self.started = time.time()
         end = time.monotonic() + args.minutes * 60
         self.wait(min(10.0, args.minutes * 60 / 4))  # steady state first
