@@ -259,32 +259,27 @@ def test_a_revoked_app_enabled_again_sends_again_without_a_restart_with_disaster
         enabled_from = len(ledger.sent)
         server.admin().update_app(app.app_id, enabled=True)
         produce_at(producer, topic, ledger, 200, lambda: any(i >= enabled_from for i in ledger.acked), 30)
-        # enabling issues new credentials (issue 37: the old ones stay retired); the Producer swaps onto them,
-        # and refusals its retired handle still reports re-mark the cluster refused until it is gone (a known
-        # imperfection, docs/metaserver.md "Revocation"): settle until no refusal for a whole second
-        settle_from, settle_started = len(ledger.sent), time.monotonic()
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < 1.0:
-            assert time.monotonic() - settle_started < 30, "the refusal never settled after the new credentials"
-            produce_at(producer, topic, ledger, 200, lambda: False, 0.2)
-            if refused():
-                quiet_since = time.monotonic()
-        settled_s = time.monotonic() - settle_started
+        # enabling issues new credentials (issue 37: the old ones stay retired) and the Producer swaps onto them.
+        # From the first send accepted again, every send is accepted: the retired handle of the old credentials
+        # keeps failing to re-authenticate until it is closed (~3 s after the swap: drained, then a 1 s grace),
+        # and those refusals are not the credentials in force, so they no longer re-mark the cluster refused (they
+        # did, failing ~30 sends at once each time: seen in CI as sends 1280-1309 unacknowledged)
         steady_from = len(ledger.sent)
-        produce_at(producer, topic, ledger, 200, lambda: False, 1.0)
+        produce_at(producer, topic, ledger, 200, lambda: False, 3.5)
         assert producer.flush(30) == 0
         status = dr.status()
     failed = [err for err in ledger.outcome.values() if err is not None]
     assert len(ledger.outcome) == len(ledger.sent) == len(ledger.acked) + len(failed)
     assert failed and all(_refused_report(err) for err in failed) and _callbacks_are_drop_in(ledger), \
         {repr(e)[:200] for e in failed}
+    steady_failed = sorted(i for i in range(steady_from, len(ledger.sent)) if ledger.outcome.get(i) is not None)
+    assert not steady_failed, f"{len(steady_failed)} refused after the first accepted again: {steady_failed[:40]}"
     assert set(range(steady_from, len(ledger.sent))) <= ledger.acked  # accepted again, all of them
     assert status["clusters"]["dc-a"]["refused"] is None and status["spill"]["dc-a"]["depth"] == 0
     assert status["links"]["dc-a"]["spilled"] == 0
     again = min(ledger.acked_at[i] for i in ledger.acked if i >= enabled_from) - ledger.sent[enabled_from]
-    settling = sum(1 for i in range(settle_from, steady_from) if ledger.outcome.get(i) is not None)
     print(f"RE-ENABLED sent={len(ledger.sent)} acked={len(ledger.acked)} failed={len(failed)} "
-          f"first_acked_again_s={again:.3f} failed_while_settling={settling} settled_s={settled_s:.2f}")
+          f"first_acked_again_s={again:.3f} steady={len(ledger.sent) - steady_from} steady_failed={len(steady_failed)}")
     ids = read_ids(kafka, topic, len(ledger.acked))
     assert set(ids) >= ledger.acked and set(ids) <= set(ledger.sent)
 

@@ -66,6 +66,7 @@ from ykafka.transport import (
     ProducerIdHastener,
     check_settings,
     from_kafka_error,
+    is_auth_error,
 )
 
 if TYPE_CHECKING:
@@ -115,7 +116,8 @@ class Producer(ClientSwaps, TopicResolver):
         self._stamp_ids = bool(self._conf.get("ykafka.message.id"))
         self._dr: DrEngine | None = None
         self._error_listeners: list[Callable[[Any, str | None], None]] = []
-        self._error_cbs: dict[str, Callable[[Any], None]] = {}  # per cluster: one object (clients are keyed by it)
+        # per cluster and credentials: one object (clients are keyed by it)
+        self._error_cbs: dict[tuple[str, Any], Callable[[Any], None]] = {}
         ProducerIdHastener.start_worker()  # here, not on the first send (see the class)
         # what is started here is stopped by close() in reverse order, every step even when one fails; a
         # failure while starting unwinds what was started before it
@@ -494,7 +496,14 @@ class Producer(ClientSwaps, TopicResolver):
         """How many times a client was retired for a rebuild or a route switch."""
         return self._swaps
 
-    def _error_cb(self, err: Any, cluster: str | None = None) -> None:
+    def _error_cb(self, err: Any, cluster: str | None = None, username: Any = None) -> None:
+        if cluster is not None and username is not None and is_auth_error(err) \
+                and self._username_in_force(cluster) not in (None, username):
+            # a retired handle (swapped out when the grant brought new credentials) reconnecting with the password
+            # the MetaServer retired until it is closed: not the credentials in force, so not the cluster refusing
+            # us; told on, it re-marked the cluster refused and failed every send for ~0.15 s each time (issue 37)
+            log.info("ykafka.producer.retired_credentials_refused", cluster=cluster, code=err.code())
+            return
         mapped = from_kafka_error(err, app_id=self._runtime.app_id, cluster=cluster)  # a refusal names the app
         log.warning("ykafka.producer.kafka_error", code=mapped.name, error=str(mapped), fatal=mapped.fatal)
         self._runtime.record_error({"type": "kafka", "code": mapped.name, "reason": str(mapped),
@@ -503,6 +512,13 @@ class Producer(ClientSwaps, TopicResolver):
             listener(err, cluster)
         if self._user_error_cb is not None:
             self._user_error_cb(err)
+
+    def _username_in_force(self, cluster: str) -> Any:
+        """The SASL user a new client of ``cluster`` gets now (the grant's current credentials)."""
+        try:
+            return self._runtime.rdkafka_config(cluster).get("sasl.username")
+        except Exception:  # the grant cannot say right now: count the refusal, as before
+            return None
 
     def _health(self) -> dict[str, Any]:
         """Cumulative sends, errors, throttled sends and the latest send p99 (a rollout's canary judgement)."""

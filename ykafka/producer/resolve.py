@@ -132,10 +132,14 @@ class TopicResolver(ProducerBase):
 
     def _client_props(self, cluster: str, effective: Mapping[str, Any]) -> dict[str, Any]:
         props = self._settings(cluster, effective)
-        error_cb = self._error_cbs.get(cluster)
-        if error_cb is None:  # one object per cluster: it is part of the client's key
-            # weakly: the client's handle (which the DR engine's threads may reach) must not keep the producer alive
-            error_cb = self._error_cbs[cluster] = functools.partial(weak_method(self._error_cb), cluster=cluster)
+        username = props.get("sasl.username")
+        error_cb = self._error_cbs.get((cluster, username))
+        if error_cb is None:  # one object per cluster and credentials: it is part of the client's key
+            # weakly: the client's handle (which the DR engine's threads may reach) must not keep the producer alive.
+            # The credentials ride along so a refusal of retired ones (a swapped-out handle still reconnecting
+            # with the password the grant replaced) is not taken for a refusal of those in force (issue 37).
+            error_cb = self._error_cbs[(cluster, username)] = functools.partial(
+                weak_method(self._error_cb), cluster=cluster, username=username)
         props["error_cb"] = error_cb
         self._obs.add_statistics(props)  # statistics -> __ykafka_metrics (beside the application's stats_cb)
         if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled

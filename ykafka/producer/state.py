@@ -194,7 +194,7 @@ class ProducerBase(Protocol):
     _dr: DrEngine | None
     _runtime: Runtime
     _obs: Observability
-    _error_cbs: dict[str, Callable[[Any], None]]
+    _error_cbs: dict[tuple[str, Any], Callable[[Any], None]]
 
     def _prepare(self, topic: str) -> _TopicState: ...
 
@@ -204,7 +204,7 @@ class ProducerBase(Protocol):
     def _traced(self, st: _TopicState, key: Any, on_delivery: DeliveryCallback | None,
                 headers: Any, msg_id: str | None = None) -> tuple[DeliveryCallback | None, Any]: ...
 
-    def _error_cb(self, err: Any, cluster: str | None = None) -> None: ...
+    def _error_cb(self, err: Any, cluster: str | None = None, username: Any = None) -> None: ...
 
     def _retire(self, client: _Client, reason: str) -> None: ...
 
