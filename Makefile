@@ -10,10 +10,13 @@ PYTEST_ARGS ?=
 # Apache Kafka's broker (devstack/kafka/pom.xml pins the release), resolved by Maven into a cache outside the checkout
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' devstack/kafka/pom.xml)
 KAFKA_LIBS ?= $(HOME)/.cache/ykafka/kafka-$(KAFKA_VERSION)/libs
+# Toxiproxy (Shopify's TCP fault proxy, a Go module) for the soak's network faults (bench/soak.py, tests/toxiproxy.py)
+TOXIPROXY_VERSION := v2.5.0
+TOXIPROXY ?= $(HOME)/.cache/ykafka/toxiproxy-$(TOXIPROXY_VERSION)/toxiproxy-server
 # the OpenID provider the console's single sign-on test runs (npm oidc-provider, pinned by tests/oidc/package-lock.json)
 OIDC_PROVIDER_DIR ?= $(HOME)/.cache/ykafka/oidc-provider
 
-.PHONY: help prereqs chromium postgres kafka oidc-provider venv install lint typecheck test test-fast demo dev dev-down dev-status bench soak dist clean
+.PHONY: help prereqs chromium postgres kafka toxiproxy oidc-provider venv install lint typecheck test test-fast demo dev dev-down dev-status bench soak dist clean
 
 help:
 	@echo "make demo      start the local stack and run the quickstart sample"
@@ -21,6 +24,7 @@ help:
 	@echo "make dev       start the local stack (ykafka dev up);  make dev-down stops it"
 	@echo "make lint      ruff + mypy;  make bench  run every benchmark;  make soak  seeded fault-injection soak"
 	@echo "make kafka     resolve Apache Kafka $(KAFKA_VERSION) from Maven Central into $(KAFKA_LIBS)"
+	@echo "make toxiproxy install Toxiproxy $(TOXIPROXY_VERSION) (go install) for the soak's network faults"
 	@echo "make dist      build the wheels and sdists of ykafka and ykafka-server into dist/ and check them"
 
 prereqs:
@@ -129,8 +133,17 @@ bench: $(STAMP)
 # the seeded fault-injection soak (docs/reliability.md): make soak SOAK_MINUTES=30 SOAK_SEED=2
 SOAK_MINUTES ?= 30
 SOAK_SEED ?= 1
-soak: $(STAMP)
+soak: $(STAMP) toxiproxy
 	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED)
+
+# built once into a cache outside the checkout; without Go it says how and the soak leaves the network faults out
+toxiproxy:
+	@[ -x $(TOXIPROXY) ] && exit 0; \
+	command -v go >/dev/null 2>&1 \
+	  || { echo "the soak's network faults need Toxiproxy: install Go (e.g. apt-get install golang) and run make toxiproxy"; exit 0; }; \
+	tmp=$$(mktemp -d); echo "installing Toxiproxy $(TOXIPROXY_VERSION) (go install) into $(TOXIPROXY)"; \
+	GOBIN=$$tmp go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION) \
+	  && mkdir -p $(dir $(TOXIPROXY)) && mv $$tmp/server $(TOXIPROXY); rm -rf $$tmp
 
 # the client and the server distributions (server/build_dist.py), checked as PyPI would
 dist: $(STAMP)

@@ -8,7 +8,17 @@ injects a random schedule of faults drawn from ``--seed``, one at a time with a 
 * ``kill``: dc-a SIGKILLed, restarted 3-8 s later (writes fail over to dc-b and back, the failback sync copies);
 * ``freeze``: dc-a SIGSTOPped 5-20 s (past the consumers' 6 s session timeout), then SIGCONT;
 * ``freeze-standby``: dc-b SIGSTOPped 5-15 s (a standby that hangs while a sync may read it);
-* ``consumer-kill``: one consumer SIGKILLed and a new one started.
+* ``consumer-kill``: one consumer SIGKILLed and a new one started;
+* network faults between every client and dc-a, through a Toxiproxy in front of it (dc-a advertises the proxy's
+  port on a listener of its own, so clients stay behind the proxy; the read-back uses dc-a's own port):
+  ``latency`` (100-400 ms each way, 10-30 s), ``partition`` (every connection cut and new ones refused, 3-10 s),
+  ``lossy`` (a third of the connections stall and are closed 2 s later, closes delayed 1 s, 10-25 s);
+* ``disk-full``: the producers' spill directories (one small tmpfs) filled to the last byte, dc-a SIGKILLed and
+  restarted 3-8 s later while it stays full, freed 5 s after the restart.
+
+``--faults`` picks the kinds (default: all that can run here). Without toxiproxy-server the network kinds are left
+out with one line saying how to install it (``make toxiproxy``); where mounting a tmpfs is refused (not root, or a
+container without the privilege) ``disk-full`` is left out with one line saying so.
 
 At the end the producers stop sending, wait until spills are replayed and failback syncs finished, and both
 clusters are read back plainly:
@@ -27,10 +37,13 @@ clusters are read back plainly:
   failover's pause, a frozen cluster's detection);
 * ``threads`` / ``fds`` / ``rss_mb``: first and largest sample of each client process (bounded over the run).
 
-    python bench/soak.py --minutes 30 --seed 1 [--producers 2] [--consumers 2] [--rate 300]
+    python bench/soak.py --minutes 30 --seed 1 [--producers 2] [--consumers 2] [--rate 300] [--faults kill,latency]
 
-Not injected yet: control-plane kills and config pushes (this soak runs the engine without a MetaServer),
-network faults (latency, loss, partitions through a proxy), a full spill disk, a three-node cluster.
+Each process's log is kept in the work directory (``producer-N.log``, ``consumer-N.log``, ``toxiproxy.log``); when
+records were left unhandled the soak prints the path and tail of each consumer's log.
+
+Not injected yet: control-plane kills and config pushes (this soak runs the engine without a MetaServer), a
+three-node cluster.
 
 Last line: RESULT {"lost": 0, ...}
 """
@@ -38,9 +51,11 @@ Last line: RESULT {"lost": 0, ...}
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,12 +70,18 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Consumer as RawConsumer  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from tests import toxiproxy  # noqa: E402
 from tests.dr_fixtures import create_topic, key_overtakes, read_all  # noqa: E402
 from tests.support import Broker, brokers  # noqa: E402
 from ykafka import headers as H  # noqa: E402
 
 PARTITIONS = 6
+BASIC = ["kill", "freeze", "freeze-standby", "consumer-kill"]  # what tests/test_soak.py draws from (seed 7)
+NETWORK = ["latency", "partition", "lossy"]
+DISK = ["disk-full"]
+SPILL_DISK_MB = 32
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
 
 
@@ -76,8 +97,15 @@ def sample(pid: int) -> dict[str, float] | None:
 
 
 class Soak:
-    def __init__(self, a: Broker, b: Broker, work: Path, args: argparse.Namespace) -> None:
+    """``net``: the Toxiproxy in front of dc-a (its proxy is named ``dc-a``) and ``a_clients`` the bootstrap clients
+    use for dc-a (the proxy's port); ``spill_disk``: the tmpfs the producers spill to (the ``disk-full`` fault)."""
+
+    def __init__(self, a: Broker, b: Broker, work: Path, args: argparse.Namespace,
+                 net: toxiproxy.Toxiproxy | None = None, a_clients: str | None = None,
+                 spill_disk: Path | None = None) -> None:
         self.a, self.b, self.work, self.args = a, b, work, args
+        self.net, self.a_clients, self.spill_disk = net, a_clients or a.bootstrap, spill_disk
+        self.kinds: list[str] = list(getattr(args, "faults", None) or BASIC)
         self.topic = f"soak-{args.seed}-{int(time.time())}"
         self.group = f"soak-g-{args.seed}-{int(time.time())}"
         for broker in (a, b):
@@ -91,9 +119,9 @@ class Soak:
     def start_producer(self, index: int) -> None:
         with (self.work / f"producer-{index}.log").open("w") as log:  # the child keeps its own descriptor
             self.producers.append(subprocess.Popen(
-                [sys.executable, str(ROOT / "bench" / "_soak_producer.py"), self.a.bootstrap, self.b.bootstrap,
-                 str(self.work / f"spill-{index}"), self.topic, str(index + 1), str(self.args.rate),
-                 str(self.work / f"producer-{index}.txt")],
+                [sys.executable, str(ROOT / "bench" / "_soak_producer.py"), self.a_clients, self.b.bootstrap,
+                 str((self.spill_disk or self.work) / f"spill-{index}"), self.topic, str(index + 1),
+                 str(self.args.rate), str(self.work / f"producer-{index}.txt")],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT, env=ENV))
 
     def start_consumer(self) -> None:
@@ -102,9 +130,9 @@ class Soak:
         self.handled_files.append(out)
         with (self.work / f"consumer-{n}.log").open("w") as log:
             self.consumers.append(subprocess.Popen(
-                [sys.executable, "-m", "tests.consumer_child", self.a.bootstrap, self.topic, self.group, str(out),
+                [sys.executable, "-m", "tests.consumer_child", self.a_clients, self.topic, self.group, str(out),
                  str(self.work / f"ccache-{n}"), "0.0005", "2"],
-                cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=log))
+                cwd=ROOT, env={**ENV, "YKAFKA_CHILD_LOG": "info"}, stdout=log, stderr=subprocess.STDOUT))
 
     def sample_all(self) -> None:
         for kind, procs in (("producer", self.producers), ("consumer", self.consumers)):
@@ -157,10 +185,14 @@ class Soak:
         return None
 
     def inject(self, rng: random.Random) -> None:
-        kind = rng.choice(["kill", "freeze", "freeze-standby", "consumer-kill"])
+        kind = rng.choice(self.kinds)
         began = time.time()
         fault: dict[str, Any] = {"fault": kind, "at_s": round(began - self.started, 1)}
-        if kind == "kill":
+        if kind in NETWORK:
+            fault.update(self.network_fault(kind, rng))
+        elif kind == "disk-full":
+            fault.update(self.disk_full(rng))
+        elif kind == "kill":
             down = rng.uniform(3, 8)
             self.a.kill()
             self.wait(down)
@@ -189,6 +221,58 @@ class Soak:
         fault["_window"] = (began, healed + (fault["recovery_s"] or 0) + 5)
         self.faults.append(fault)
         print(json.dumps({k: v for k, v in fault.items() if not k.startswith("_")}), flush=True)
+
+    def network_fault(self, kind: str, rng: random.Random) -> dict[str, Any]:
+        """One network fault between every client and dc-a, healed before returning."""
+        net = self.net
+        assert net is not None, "network faults need the proxy"
+        if kind == "partition":
+            down = rng.uniform(3, 10)
+            net.enable("dc-a", False)
+            try:
+                self.wait(down)
+            finally:
+                net.enable("dc-a", True)
+            return {"down_s": round(down, 1)}
+        down = rng.uniform(10, 30) if kind == "latency" else rng.uniform(10, 25)
+        try:
+            if kind == "latency":
+                ms = rng.randint(100, 400)
+                for stream in ("upstream", "downstream"):
+                    net.toxic("dc-a", "latency", {"latency": ms, "jitter": ms // 4}, stream)
+                said: dict[str, Any] = {"latency_ms": ms}
+            else:  # lossy: a third of the connections stall, closed 2 s later; every close delayed 1 s
+                net.toxic("dc-a", "timeout", {"timeout": 2000}, "downstream", toxicity=0.33)
+                net.toxic("dc-a", "slow_close", {"delay": 1000}, "upstream")
+                said = {}
+            self.wait(down)
+        finally:
+            net.clear("dc-a")
+        return {"down_s": round(down, 1), **said}
+
+    def disk_full(self, rng: random.Random) -> dict[str, Any]:
+        """Fill the spill disk to its last byte, SIGKILL dc-a while it is full (failover, the outage journal),
+        restart it 3-8 s later, free the disk 5 s after that."""
+        assert self.spill_disk is not None, "disk-full needs the spill tmpfs"
+        ballast = self.spill_disk / "ballast"
+        chunk = b"\0" * (1 << 16)
+        with ballast.open("wb") as f:
+            try:
+                while True:
+                    f.write(chunk)
+                    f.flush()
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+        down = rng.uniform(3, 8)
+        try:
+            self.a.kill()
+            self.wait(down)
+            self.a.start()
+            self.wait(5)
+        finally:
+            ballast.unlink()
+        return {"down_s": round(down, 1)}
 
     def run(self) -> dict[str, Any]:
         args = self.args
@@ -247,6 +331,8 @@ class Soak:
         direct = [m for m in on_a if not H.synced_from(m.headers())]
         ends = self.ends()
         unhandled, lag = self.wait_consumed(acked, ends)
+        if unhandled:
+            self.show_consumer_logs()
         for proc in self.consumers:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -261,7 +347,7 @@ class Soak:
                   for name, s in self.samples.items() if s}
         recoveries = [f["recovery_s"] for f in self.faults if f.get("recovery_s") is not None]
         return {
-            "seed": self.args.seed, "minutes": self.args.minutes, "producers": self.args.producers,
+            "seed": self.args.seed, "minutes": self.args.minutes, "kinds": self.kinds, "producers": self.args.producers,
             "consumers": self.args.consumers, "faults": len(self.faults),
             "fault_kinds": dict(Counter(f["fault"] for f in self.faults)),
             "sent": len(sent), "acked": len(acked), "failed_callbacks": len(sent) - len(acked),
@@ -281,6 +367,27 @@ class Soak:
                        for s in d.get("sync", [])] for d in done],
             "clients": bounds, "fault_log": self.faults,
         }
+
+    def show_consumer_logs(self, lines: int = 15) -> None:
+        """Records were left unhandled: name every consumer's log, print the tail of each live one's (stderr), and
+        when each consumer last handled a record."""
+        for n, proc in enumerate(self.consumers):
+            log = self.work / f"consumer-{n}.log"
+            handled = self.handled_files[n]
+            last = handled.stat().st_mtime if handled.exists() else None
+            print(f"consumer {n} ({'live' if proc.poll() is None else f'exit {proc.returncode}'}; last handled "
+                  f"{'never' if last is None else f'{time.time() - last:.0f} s ago'}): {log}", file=sys.stderr)
+            if proc.poll() is None and log.exists():
+                said = [line for line in log.read_text(errors="replace").splitlines() if not line.startswith("%")]
+                for line in said[-lines:]:
+                    print(f"  {line[:400]}", file=sys.stderr)
+        try:  # the group as the coordinator sees it
+            found = AdminClient({"bootstrap.servers": self.a.bootstrap}).describe_consumer_groups(
+                [self.group], request_timeout=10)[self.group].result()
+            print(f"group {self.group}: {found.state.name}, members "
+                  f"{[(m.client_id, len(m.assignment.topic_partitions)) for m in found.members]}", file=sys.stderr)
+        except Exception as exc:
+            print(f"group {self.group}: not described ({exc})", file=sys.stderr)
 
     def ends(self) -> dict[int, int]:
         probe = RawConsumer({"bootstrap.servers": self.a.bootstrap, "group.id": self.group})
@@ -319,6 +426,16 @@ class Soak:
                 proc.wait(10)
 
 
+def spill_tmpfs(path: Path) -> str | None:
+    """Mount a small tmpfs at ``path`` for the spill directories; None, or why not (not root, no privilege)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return "mounting a tmpfs needs root"
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SPILL_DISK_MB}m", "ykafka-soak-spill", str(path)],
+                          capture_output=True, text=True)
+    return None if done.returncode == 0 else (done.stderr.strip() or f"mount exited {done.returncode}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=1.0)
@@ -326,17 +443,56 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--rate", type=int, default=300, help="records a second per producer process")
+    parser.add_argument("--faults", default=",".join(BASIC + NETWORK + DISK),
+                        help="fault kinds to draw from, comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="one minute, seed 7 (what tests/test_soak.py runs)")
     args = parser.parse_args()
     if args.quick:
-        args.minutes, args.seed = 1.0, 7
+        args.minutes, args.seed, args.faults = 1.0, 7, ",".join(BASIC)
+    kinds = [k.strip() for k in args.faults.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(BASIC + NETWORK + DISK))
+    if unknown:
+        parser.error(f"unknown fault kinds {unknown}: choose from {BASIC + NETWORK + DISK}")
     work = Path(tempfile.mkdtemp(prefix="ykafka-soak-"))
-    with brokers(["dc-a", "dc-b"], work / "clusters", broker="kafka") as started:
-        soak = Soak(started["dc-a"], started["dc-b"], work, args)
-        try:
-            result = soak.run()
-        finally:
-            soak.close()
+    print(f"work dir (clusters, producer-N.log, consumer-N.log, handled-N.txt): {work}", file=sys.stderr, flush=True)
+    binary = toxiproxy.binary() if set(kinds) & set(NETWORK) else None
+    if set(kinds) & set(NETWORK) and binary is None:
+        print(f"network faults skipped: {toxiproxy.HINT}", file=sys.stderr, flush=True)
+        kinds = [k for k in kinds if k not in NETWORK]
+    spill_disk: Path | None = None
+    if "disk-full" in kinds:
+        refused = spill_tmpfs(work / "spill-disk")
+        if refused is None:
+            spill_disk = work / "spill-disk"
+        else:
+            print(f"disk-full skipped: a tmpfs for the spill directory was refused ({refused})", file=sys.stderr,
+                  flush=True)
+            kinds.remove("disk-full")
+    args.faults = kinds
+    ports: dict[str, int] = {}
+
+    def proxied(stack: Any) -> None:
+        ports["inner"], ports["outer"] = toxiproxy.proxied_listener(stack.cfg.clusters["dc-a"])
+
+    net: toxiproxy.Toxiproxy | None = None
+    try:
+        with brokers(["dc-a", "dc-b"], work / "clusters", broker="kafka",
+                     prepare=proxied if binary is not None else None) as started:
+            a_clients = None
+            if binary is not None:
+                net = toxiproxy.Toxiproxy(binary, work / "toxiproxy.log")
+                net.proxy("dc-a", ports["outer"], f"127.0.0.1:{ports['inner']}")
+                a_clients = f"127.0.0.1:{ports['outer']}"
+            soak = Soak(started["dc-a"], started["dc-b"], work, args, net, a_clients, spill_disk)
+            try:
+                result = soak.run()
+            finally:
+                soak.close()
+    finally:
+        if net is not None:
+            net.close()
+        if spill_disk is not None:
+            subprocess.run(["umount", str(spill_disk)], check=False)
     result["work"] = str(work)
     print("RESULT " + json.dumps(result), flush=True)
     return 0

@@ -2,6 +2,10 @@
 
 Usage: python -m tests.consumer_child BOOTSTRAP TOPIC GROUP OUT_FILE CACHE_DIR [DELAY_S] [WORKERS]
 
+``YKAFKA_CHILD_LOG=info`` (or another level) renders the framework's structlog output to stderr (the soak keeps it
+in a file per consumer); unset, nothing is configured (a caller reading stderr through a pipe it never drains must
+not fill it).
+
 Each handled message appends ``<value> <partition> <offset>`` to OUT_FILE with one ``write`` on an
 O_APPEND descriptor, so the record survives SIGKILL of this process. Exits 0 after a graceful stop.
 """
@@ -15,12 +19,15 @@ import time
 from confluent_kafka import Message
 
 from ykafka.consumer import Consumer
+from ykafka.logs import configure
 
 
 def main(argv: list[str]) -> int:
     bootstrap, topic, group, out_file, cache_dir = argv[:5]
     delay = float(argv[5]) if len(argv) > 5 else 0.005
     workers = int(argv[6]) if len(argv) > 6 else 4
+    if os.environ.get("YKAFKA_CHILD_LOG"):
+        configure(os.environ["YKAFKA_CHILD_LOG"])
     fd = os.open(out_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def handler(msg: Message) -> None:

@@ -364,10 +364,14 @@ class Broker:
 
 @contextlib.contextmanager
 def brokers(names: list[str], log_dir: Path, storage: str = "memory",
-            count: int | None = None, broker: str = "tansu") -> Iterator[dict[str, Broker]]:
+            count: int | None = None, broker: str = "tansu",
+            prepare: Callable[[Stack], None] | None = None) -> Iterator[dict[str, Broker]]:
     """Private clusters by name (on one stack: durable Tansu ones share one S3 server), started now (Kafka
-    clusters together) and stopped by pid when the block ends."""
+    clusters together) and stopped by pid when the block ends. ``prepare`` changes the stack's configuration
+    before anything starts (the soak adds a proxied listener)."""
     stack = cluster_stack(names, log_dir, storage, count, broker)
+    if prepare is not None:
+        prepare(stack)
     try:
         stack.up([svc.name for svc in stack.services() if svc.kind is not None or svc.name == "s3"], seed=False)
         yield {name: Broker(name, stack=stack).start() for name in names}

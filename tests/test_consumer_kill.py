@@ -212,3 +212,64 @@ def test_watchdog_rebuilds_a_consumer_that_dropped_out_of_its_group(one_broker: 
         runner.join(30)
         assert not runner.is_alive() and time.monotonic() - began < 30
     assert sorted(set(handled)) == list(range(600))
+
+
+def test_watchdog_rebuilds_a_consumer_whose_partition_fetches_nothing_while_others_flow(
+        one_broker: Broker, tmp_path: Path) -> None:
+    """Issue 38's 25-minute soak: three of six partitions fetched nothing for the run's last 14 minutes while the
+    consumers kept handling the other three, so the consumer-wide progress the watchdog watched never stalled and it
+    never looked. Provoked here directly: librdkafka pauses partition 0 behind the framework's back (the state a
+    lost pause reason leaves: the framework no longer knows to resume it) while records keep arriving on partition 1.
+    Within the watchdog's bound (2 s) the client is rebuilt and partition 0's records are handled while partition 1
+    still flows. Before the per-partition check: partition 0's 100 records were still unhandled after 20 s."""
+    import threading
+
+    from confluent_kafka import Producer, TopicPartition
+
+    from ykafka.consumer import Consumer
+
+    bootstrap = one_broker.bootstrap
+    topic, group = unique("partstall"), unique("g")
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, 100, partition=0)
+    produce(bootstrap, topic, 100, start=100, partition=1)
+    handled: list[tuple[int, int]] = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                         "ykafka.cache.dir": str(tmp_path / "cache"), "ykafka.consumer.watchdog.ms": 2000,
+                         "ykafka.consumer.commit.interval.ms": 200, "ykafka.consumer.retry.topics": False})
+    runner = threading.Thread(target=consumer.run, args=(lambda m: handled.append((m.partition(), int(m.value()))),),
+                              kwargs={"topics": [topic]}, daemon=True)
+    runner.start()
+    stop = threading.Event()
+
+    def trickle() -> None:  # partition 1 keeps flowing for the whole test: the consumer as a whole never idles
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        value = 1_000_000
+        while not stop.is_set():
+            producer.produce(topic, str(value).encode(), partition=1)
+            producer.poll(0)
+            value += 1
+            stop.wait(0.05)
+        producer.flush(10)
+
+    flowing = threading.Thread(target=trickle, daemon=True)
+    try:
+        wait_until(lambda: {v for _p, v in handled} >= set(range(200)), 60, message="first 200 handled")
+        engine = consumer.engine
+        generation = engine.session.generation
+        flowing.start()
+        engine.session.consumer.pause([TopicPartition(topic, 0)])  # behind the framework's back
+        produce(bootstrap, topic, 100, start=200, partition=0)
+        wait_until(lambda: {v for _p, v in handled} >= set(range(300)), 20,
+                   message="partition 0's records handled while partition 1 flows")
+        assert engine.watchdog_rebuilds >= 1 and engine.session.generation > generation
+        assert sum(1 for p, v in handled if p == 1 and v >= 1_000_000) > 0  # partition 1 did flow meanwhile
+    finally:
+        stop.set()
+        if flowing.is_alive():
+            flowing.join(15)
+        began = time.monotonic()
+        consumer.close()
+        runner.join(30)
+        assert not runner.is_alive() and time.monotonic() - began < 30

@@ -101,6 +101,9 @@ class Engine(LiveChanges):
         # the watchdog (:meth:`_watchdog`): when the fetch loop last saw progress, and how many rebuilds it made
         self._progress_at = 0.0
         self._processed_seen = 0
+        #: per assigned partition: (its fetch mark, when it last moved); a partition that fetches nothing while the
+        #: others do is invisible to the consumer-wide progress count
+        self._part_marks: dict[S.TP, tuple[tuple[int | None, int | None], float]] = {}
         self.watchdog_rebuilds = 0
 
     # -- control ----------------------------------------------------------------------------------------
@@ -286,16 +289,19 @@ class Engine(LiveChanges):
         plain confluent-kafka consumer stalled the same way once. A fresh handle rejoins from the committed
         offsets. One check per ``bound_s`` at most, whatever the verdict."""
         session = self.session
-        if not session.subscribed or session.consumer is None or session.pauses or self.processed != \
-                self._processed_seen:
+        stuck = self._stuck_partitions(now, bound_s)
+        if not session.subscribed or session.consumer is None or (not stuck and (
+                session.pauses or self.processed != self._processed_seen)):
             self._processed_seen = self.processed
             self._progress_at = now
             return
-        if now - self._progress_at < bound_s:
+        if not stuck and now - self._progress_at < bound_s:
             return
-        reason = self._stall_reason()
-        stalled_s = round(now - self._progress_at, 1)
+        reason = self._stall_reason(stuck)
+        stalled_s = round(now - min([self._progress_at, *(self._part_marks[tp][1] for tp in stuck)]), 1)
         self._progress_at = time.monotonic()
+        for tp in stuck:  # judged: each is looked at again only after another bound
+            self._part_marks[tp] = (self._part_marks[tp][0], self._progress_at)
         if reason is None:
             return
         log.warning("consumer.watchdog_rebuild", group=self.group, reason=reason, stalled_s=stalled_s,
@@ -306,9 +312,34 @@ class Engine(LiveChanges):
             metrics.count(str(MetricName.CONSUME_REJOINS), 1, None, self.group)
         session.rebuild({}, close_timeout=min(self.settings.revoke_timeout_ms / 1000, 10.0) + CLOSE_GRACE_S)
         self._progress_at = time.monotonic()
+        self._part_marks.clear()
 
-    def _stall_reason(self) -> str | None:
-        """Why the client counts as stalled, or None (it is idle for a good reason, or the cluster cannot tell)."""
+    def _stuck_partitions(self, now: float, bound_s: float) -> list[S.TP]:
+        """Assigned partitions the framework does not pause whose fetch position has not moved for ``bound_s``.
+
+        Issue 38's 25-minute soak: three of six partitions fetched nothing for its last 14 minutes while the
+        consumers kept handling the other three, so the consumer-wide progress count never stalled and the watchdog
+        never looked (librdkafka held them paused or stopped fetching them behind the framework's back). Whether
+        they are behind is asked of the cluster (:meth:`_stall_reason`)."""
+        session = self.session
+        marks = self._part_marks
+        assigned = session.assigned
+        for tp in [tp for tp in marks if tp not in assigned]:
+            del marks[tp]
+        stuck = []
+        for tp in assigned:
+            tracker = self.trackers.get(tp)
+            mark = (None, None) if tracker is None else (tracker.next_offset, tracker.committed)
+            seen = marks.get(tp)
+            if seen is None or seen[0] != mark or tp in session.pauses:
+                marks[tp] = (mark, now)
+            elif now - seen[1] >= bound_s:
+                stuck.append(tp)
+        return sorted(stuck)
+
+    def _stall_reason(self, stuck: Sequence[S.TP] = ()) -> str | None:
+        """Why the client counts as stalled, or None (it is idle for a good reason, or the cluster cannot tell).
+        ``stuck``: only these partitions are judged (they fetched nothing while others may have)."""
         session = self.session
         consumer = session.consumer
         if consumer is None:
@@ -325,13 +356,18 @@ class Engine(LiveChanges):
                     return None  # a member with nothing to do (more members than partitions)
                 return f"no assignment (group {state}, {len(members)} members, this one not among them)" \
                     if consumer.memberid() not in members else f"no assignment (group {state})"
-            parts = [TopicPartition(t, p) for t, p in sorted(session.assigned)]
+            parts = [TopicPartition(t, p) for t, p in (stuck or sorted(session.assigned))]
             behind = 0
             for tp in consumer.committed(parts, timeout=5):
                 low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=2,
                                                            cached=False)
                 behind += max(0, high - max(tp.offset, low))
-            return f"no progress ({behind} records behind the committed offsets)" if behind else None
+            if not behind:
+                return None
+            if stuck:
+                return (f"partitions fetching nothing ({', '.join(f'{t}[{p}]' for t, p in stuck)}: {behind} records "
+                        "behind the committed offsets)")
+            return f"no progress ({behind} records behind the committed offsets)"
         except Exception as exc:  # the cluster does not answer: a new client would not either
             log.info("consumer.watchdog_unknown", group=self.group, error=str(exc))
             return None

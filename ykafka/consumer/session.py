@@ -121,6 +121,12 @@ class ConsumerSession:
                     closer.join(timeout)
                     if closer.is_alive():
                         log.warning("consumer.close_abandoned", timeout_s=timeout, generation=self.generation)
+                        # its revoke / lost callbacks may still come, from the closer thread, after a fresh handle
+                        # took over (they are ignored then: _current); what it held is gone now
+                        self.consumer = None
+                        held = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
+                        if held and self.hooks is not None:
+                            self.hooks.lost(held)
             finally:
                 self.consumer = None
                 self._reasons.clear()
@@ -312,7 +318,21 @@ class ConsumerSession:
 
     # -- rebalance callbacks ----------------------------------------------------------------------------
 
+    def _current(self, consumer: RawConsumer, which: str, partitions: list[TopicPartition]) -> bool:
+        """A rebalance callback of the live handle. One of a handle whose close was abandoned arrives late, from
+        the closer thread, and must not touch the state of the handle that replaced it: issue 38's soak saw the
+        watchdog's rebuild abandon a close and the fresh handle assigned 25 ms later; a late revoke of the old one
+        would drop the new one's pause reasons (a partition librdkafka keeps paused for good: the framework no
+        longer knows to resume it) and its trackers."""
+        if consumer is self.consumer:
+            return True
+        log.warning("consumer.stale_rebalance_callback", callback=which, partitions=len(partitions),
+                    generation=self.generation)
+        return False
+
     def _on_assign(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
+        if not self._current(consumer, "assign", partitions):
+            return
         if not self.cooperative:
             self._reasons.clear()
             self.rewound.clear()
@@ -346,6 +366,8 @@ class ConsumerSession:
             self.hooks.assigned(partitions)
 
     def _on_revoke(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
+        if not self._current(consumer, "revoke", partitions):
+            return
         log.info("partitions revoked", partitions=_names(partitions), generation=self.generation)
         if self.hooks is not None:
             self.hooks.revoked(partitions)
@@ -356,6 +378,8 @@ class ConsumerSession:
         self._call_user("revoke", partitions)
 
     def _on_lost(self, consumer: RawConsumer, partitions: list[TopicPartition]) -> None:
+        if not self._current(consumer, "lost", partitions):
+            return
         log.warning("partitions lost", partitions=_names(partitions), generation=self.generation)
         if self.hooks is not None:
             self.hooks.lost(partitions)
