@@ -1,4 +1,6 @@
-"""A secured one-node Apache Kafka for the broker-security tests: SASL_SSL (or SASL_PLAINTEXT) with
+"""A secured one-node Apache Kafka for the broker-security tests (the ``kafka`` fixture of
+tests/test_broker_security.py, test_broker_attacks.py and test_broker_security_live.py, and the plain-client
+helpers they share): SASL_SSL (or SASL_PLAINTEXT) with
 SCRAM-SHA-512, ``StandardAuthorizer``, no access without an ACL, the MetaServer's admin as super user (its
 credential written at storage format time), the node's own inter-broker (SCRAM) and controller (SASL/PLAIN)
 principals, no anonymous super user anywhere, certificates from ``ykafka.devstack.security``.
@@ -12,15 +14,26 @@ import secrets
 import signal
 import subprocess
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pytest
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import KafkaError as RawKafkaError
+from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ykafka.auth import GrantClient
 from ykafka.devstack import free_port
 from ykafka.devstack import kafka as devstack_kafka
 from ykafka.devstack import security as kafka_security
+
+if TYPE_CHECKING:
+    from tests.ms_fixtures import App, MetaServer
+    from ykafka.grants import Grant
 
 ADMIN_USER = kafka_security.ADMIN_USER
 BROKER_USER = kafka_security.BROKER_USER
@@ -125,3 +138,69 @@ def start(home: Path, protocol: str = "SASL_SSL", reauth_ms: int = 5000) -> Secu
                 kafka.stop()
                 raise
             time.sleep(0.5)
+
+
+def module_fixture(protocol: str, reauth_ms: int = 5000) -> Callable[..., Iterator[SecuredKafka]]:
+    """A module-scoped ``kafka`` fixture: a secured Kafka on ``protocol`` started once for the module, stopped by
+    pid at its end (``kafka = kafka_secured.module_fixture("SASL_SSL")`` in the module). Not one broker for the
+    session: each module's MetaServer deletes, as foreign, the principals another MetaServer left on a broker it
+    manages (docs/metaserver.md), and the modules run in different passes of ``make test`` (the live one is
+    serial) and on different xdist workers, so a shared broker would start as often and add that cross-talk."""
+
+    @pytest.fixture(scope="module")
+    def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
+        broker = start(tmp_path_factory.mktemp(f"kafka-{protocol.lower().replace('_', '-')}"), protocol, reauth_ms)
+        try:
+            yield broker
+        finally:
+            broker.stop()
+
+    return kafka
+
+
+def grant_of(server: MetaServer, app: App, tmp_path: Path) -> Grant:
+    """The grant ``app`` gets from ``server`` (a one-off GrantClient with its own cache)."""
+    client = GrantClient(server.url, app.app_id, app.secret, f"c-{uuid.uuid4().hex[:6]}", "10.0.0.1",
+                         tmp_path / f"cache-{uuid.uuid4().hex[:6]}")
+    try:
+        return client.authenticate()
+    finally:
+        client.close()
+
+
+def produce_raw(conf: dict[str, Any], topic: str, count: int = 3, timeout: float = 15.0) -> list[Any]:
+    """Send ``count`` messages with a plain confluent-kafka Producer; the delivery errors (None: delivered)."""
+    results: list[Any] = []
+    producer = RawProducer({**conf, "message.timeout.ms": int(timeout * 1000) - 2000, "retries": 2})
+    for i in range(count):
+        producer.produce(topic, f"m{i}".encode(), on_delivery=lambda err, _msg: results.append(err))
+    producer.flush(timeout)
+    return results
+
+
+def consume_raw(conf: dict[str, Any], topic: str, group: str, timeout: float = 15.0) -> tuple[int, Any]:
+    """(messages read, first error) of a plain Consumer reading ``topic`` from the start in ``group`` (errors
+    from a message or, for a refused authentication, from ``error_cb``)."""
+    reported: list[Any] = []
+    consumer = RawConsumer({**conf, "group.id": group, "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False, "error_cb": reported.append})
+    consumer.subscribe([topic])
+    read, error = 0, None
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and error is None:
+            msg = consumer.poll(0.5)
+            error = error or next((e for e in reported if e.code() != RawKafkaError._TRANSPORT), None)
+            if msg is None:
+                if read:
+                    break
+                continue
+            failed = msg.error()
+            if failed is not None:
+                if failed.code() != RawKafkaError._PARTITION_EOF:
+                    error = failed
+                continue
+            read += 1
+    finally:
+        consumer.close()
+    return read, error

@@ -13,7 +13,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,8 @@ from metaserver.domain import sealing
 from metaserver.domain.tokens import TOKEN_KEY_NAME, TokenCodec
 from tests import kafka_secured
 from tests.helpers import wait_until
+from tests.kafka_secured import consume_raw, grant_of, produce_raw
 from tests.ms_fixtures import App, MetaServer, new_app
-from tests.test_broker_security import consume_raw, grant_of, produce_raw
 from ykafka import signing
 from ykafka.devstack import wire
 
@@ -69,12 +69,8 @@ def listening_ports(pid: int) -> set[int]:
     return ports
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_secured.SecuredKafka]:
-    # SASL_PLAINTEXT: with no TLS in the way, the raw socket shows that authentication alone keeps the door
-    broker = kafka_secured.start(tmp_path_factory.mktemp("kafka-attacks"), "SASL_PLAINTEXT")
-    yield broker
-    broker.stop()
+# SASL_PLAINTEXT: with no TLS in the way, the raw socket shows that authentication alone keeps the door
+kafka = kafka_secured.module_fixture("SASL_PLAINTEXT")
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import KafkaError as RawKafkaError
-from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -32,18 +30,13 @@ from confluent_kafka.admin import (
 from tests import kafka_secured
 from tests.console_fixtures import PASSWORD, SCREENSHOTS
 from tests.helpers import wait_until
+from tests.kafka_secured import consume_raw, grant_of, produce_raw
 from tests.ms_fixtures import App, MetaServer, new_app
-from ykafka.auth import GrantClient
-from ykafka.grants import Grant
 
 RECONCILE_S = 2.0
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_secured.SecuredKafka]:
-    broker = kafka_secured.start(tmp_path_factory.mktemp("kafka-sasl-ssl"), "SASL_SSL")
-    yield broker
-    broker.stop()
+kafka = kafka_secured.module_fixture("SASL_SSL")
 
 
 @pytest.fixture(scope="module")
@@ -59,53 +52,6 @@ def server(kafka: kafka_secured.SecuredKafka, ms_factory: Callable[..., MetaServ
 def app_on(server: MetaServer, prefix: str, cluster: str = "dc-a") -> App:
     return new_app(server, acl={"produce": [f"{prefix}.*"], "consume": [f"{prefix}.*"], "group": [f"{prefix}-*"]},
                    default_cluster=cluster)
-
-
-def grant_of(server: MetaServer, app: App, tmp_path: Path) -> Grant:
-    client = GrantClient(server.url, app.app_id, app.secret, f"c-{uuid.uuid4().hex[:6]}", "10.0.0.1",
-                         tmp_path / f"cache-{uuid.uuid4().hex[:6]}")
-    try:
-        return client.authenticate()
-    finally:
-        client.close()
-
-
-def produce_raw(conf: dict[str, Any], topic: str, count: int = 3, timeout: float = 15.0) -> list[Any]:
-    """Send ``count`` messages with a plain confluent-kafka Producer; the delivery errors (None: delivered)."""
-    results: list[Any] = []
-    producer = RawProducer({**conf, "message.timeout.ms": int(timeout * 1000) - 2000, "retries": 2})
-    for i in range(count):
-        producer.produce(topic, f"m{i}".encode(), on_delivery=lambda err, _msg: results.append(err))
-    producer.flush(timeout)
-    return results
-
-
-def consume_raw(conf: dict[str, Any], topic: str, group: str, timeout: float = 15.0) -> tuple[int, Any]:
-    """(messages read, first error) of a plain Consumer reading ``topic`` from the start in ``group`` (errors
-    from a message or, for a refused authentication, from ``error_cb``)."""
-    reported: list[Any] = []
-    consumer = RawConsumer({**conf, "group.id": group, "auto.offset.reset": "earliest",
-                            "enable.auto.commit": False, "error_cb": reported.append})
-    consumer.subscribe([topic])
-    read, error = 0, None
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and error is None:
-            msg = consumer.poll(0.5)
-            error = error or next((e for e in reported if e.code() != RawKafkaError._TRANSPORT), None)
-            if msg is None:
-                if read:
-                    break
-                continue
-            failed = msg.error()
-            if failed is not None:
-                if failed.code() != RawKafkaError._PARTITION_EOF:
-                    error = failed
-                continue
-            read += 1
-    finally:
-        consumer.close()
-    return read, error
 
 
 def test_a_client_with_only_the_address_is_refused(kafka: kafka_secured.SecuredKafka) -> None:

@@ -13,7 +13,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,8 @@ from confluent_kafka import KafkaError as RawKafkaError
 
 from tests import kafka_secured
 from tests.helpers import wait_until
+from tests.kafka_secured import consume_raw, produce_raw
 from tests.ms_fixtures import App, MetaServer, new_app
-from tests.test_broker_security import consume_raw, produce_raw
 from ykafka import BrokerAuthError, Consumer, MetaServerUnavailable, Producer
 from ykafka.aio import AIOProducer
 from ykafka.transport import is_auth_error
@@ -36,11 +36,7 @@ GRACE_S = 6.0
 REAUTH_MS = 5000
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_secured.SecuredKafka]:
-    broker = kafka_secured.start(tmp_path_factory.mktemp("kafka-live"), "SASL_PLAINTEXT", reauth_ms=REAUTH_MS)
-    yield broker
-    broker.stop()
+kafka = kafka_secured.module_fixture("SASL_PLAINTEXT", reauth_ms=REAUTH_MS)
 
 
 def _metaserver(ms_factory: Callable[..., MetaServer], kafka: kafka_secured.SecuredKafka, cluster: str,
