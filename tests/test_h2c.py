@@ -14,6 +14,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from tests.ms_fixtures import OPENAPI_TOKEN, MetaServer, new_app
+from tests.support import ConfigService
 from ykafka.auth import GRANT_PATH
 from ykafka.signing import derive_key, signed_headers
 
@@ -72,16 +73,14 @@ def test_the_metaserver_answers_a_signed_grant_sent_with_upgrade_h2c(ms_factory:
     assert health[0] == 200
 
 
-def test_the_config_service_answers_an_open_api_write_sent_with_upgrade_h2c(
-        ms_factory: Callable[..., MetaServer]) -> None:
-    server = ms_factory()
-    assert server.configcenter_url is not None
+def test_the_config_service_answers_an_open_api_write_sent_with_upgrade_h2c(ms_cc: ConfigService) -> None:
+    # the config service alone (the one ms_factory's MetaServers use): no MetaServer of its own to start
     app_id = f"h2c-{uuid.uuid4().hex[:8]}"
     body = json.dumps({"app": {"appId": app_id, "name": app_id, "ownerName": "apollo"},
                        "admins": ["apollo"]}).encode()
-    host = urlsplit(server.configcenter_url).netloc
+    host = urlsplit(ms_cc.url).netloc
     auth = {"Authorization": OPENAPI_TOKEN}
-    created, listed = _exchange(server.configcenter_url,
+    created, listed = _exchange(ms_cc.url,
                                 _request("POST", "/openapi/v1/apps", host,
                                          {**JAVA_UPGRADE, **auth, "Content-Type": "application/json;charset=UTF-8"},
                                          body),
