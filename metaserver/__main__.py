@@ -57,6 +57,9 @@ def main() -> None:
               help="the pipeline's Parquet store (path or URI) served by /v1/admin/aggregates")
 @click.option("--kafka-admin-user", envvar=_env("kafka_admin_user"),
               help="the MetaServer's super user on secured clusters (password: YKAFKA_MS_KAFKA_ADMIN_PASSWORD)")
+@click.option("--kafka-admin-password-dir", envvar=_env("kafka_admin_password_dir"),
+              help="folder of per-cluster super-user passwords, <cluster>.password (0600); a cluster without one "
+                   "uses YKAFKA_MS_KAFKA_ADMIN_PASSWORD")
 @click.option("--client-retention-days", default=7.0, type=float, envvar=_env("client_retention_days"),
               show_default=True, help="clients not seen for this long leave the inventory")
 @click.option("--client-history-days", default=7.0, type=float, envvar=_env("client_history_days"),

@@ -68,6 +68,10 @@ class Settings:
     #: give the password through YKAFKA_MS_KAFKA_ADMIN_PASSWORD, never on the command line
     kafka_admin_user: str | None = None
     kafka_admin_password: str | None = None
+    #: a folder of per-cluster super-user passwords, ``<registry name>.password`` (0600): each secured cluster its
+    #: own super user, so one cluster's password never opens another (issue 37). A cluster without a file falls
+    #: back to ``kafka_admin_password``, if given
+    kafka_admin_password_dir: str | None = None
     #: comma-separated addresses of reverse proxies whose X-Forwarded-For is believed (the source address failures
     #: are counted against); unset: none, every caller is its own peer address
     forwarded_allow_ips: str | None = None

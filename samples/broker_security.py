@@ -88,7 +88,7 @@ def main() -> int:
     print(f"{args.cluster}: {security['protocol']} {security['mechanism']}")
     platform = {"bootstrap.servers": spec["bootstrap_servers"], **kafka_security.client_properties(
         protocol=security["protocol"], username=kafka_security.ADMIN_USER,
-        password=kafka_security.admin_password(Path(args.home).resolve()), ca_pem=security["ca_pem"])}
+        password=kafka_security.admin_password(Path(args.home).resolve(), args.cluster), ca_pem=security["ca_pem"])}
     create_topic(platform, args.topic, 1)
     print(f"a client with only the address: refused ({refused(spec['bootstrap_servers'], args.topic)})")
     host, _, port = spec["bootstrap_servers"].split(",")[0].rpartition(":")

@@ -74,10 +74,20 @@ kafka = kafka_secured.module_fixture("SASL_PLAINTEXT")
 
 
 @pytest.fixture(scope="module")
+def admin_passwords(kafka: kafka_secured.SecuredKafka, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The MetaServer's --kafka-admin-password-dir: each registry name its own super-user password file (issue 37;
+    here every name is the one test broker, so the files hold the same password)."""
+    folder = tmp_path_factory.mktemp("kafka-admin")
+    (folder / "dc-a.password").write_text(kafka.admin_password)
+    return folder
+
+
+@pytest.fixture(scope="module")
 def server(kafka: kafka_secured.SecuredKafka, ms_factory: Callable[..., MetaServer],
-           tmp_path_factory: pytest.TempPathFactory) -> MetaServer:
+           tmp_path_factory: pytest.TempPathFactory, admin_passwords: Path) -> MetaServer:
     key = sealing.new_key_file(tmp_path_factory.mktemp("sealing") / "secrets" / "sealing.key")  # 0600, outside the DB
-    ms = ms_factory(env={**kafka.metaserver_env(), "YKAFKA_MS_SEALING_KEY_FILE": str(key)},
+    ms = ms_factory(env={"YKAFKA_MS_KAFKA_ADMIN_PASSWORD_DIR": str(admin_passwords),
+                         "YKAFKA_MS_SEALING_KEY_FILE": str(key)},
                     kafka_admin_user=kafka_secured.ADMIN_USER, kafka_system_users=kafka_secured.BROKER_USER,
                     acl_reconcile_interval=RECONCILE_S)
     ms.admin().set_cluster("dc-a", kafka.bootstrap, dc="a", security=kafka.security())
@@ -304,9 +314,10 @@ def test_disabling_an_app_retires_its_password_and_enabling_it_issues_a_new_one(
 
 
 def test_deleting_a_cluster_from_the_registry_revokes_its_principals_on_the_brokers(
-        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path, admin_passwords: Path) -> None:
     """Before issue 37 a deleted cluster's principals kept producing: nothing ever removed them."""
     name = f"dc-z{uuid.uuid4().hex[:4]}"
+    (admin_passwords / f"{name}.password").write_text(kafka.admin_password)
     server.admin().set_cluster(name, kafka.bootstrap, dc="z", security=kafka.security())
     app = new_app(server, acl={"produce": ["cz.*"], "consume": [], "group": []}, default_cluster=name)
     topic = f"cz.{uuid.uuid4().hex[:6]}"

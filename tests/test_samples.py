@@ -141,15 +141,17 @@ def _no_anonymous_door(st: LocalStack) -> None:
             for name in ADMIN_REQUESTS:
                 with wire.Probe(st.cfg.host, port) as probe:
                     assert probe.request(name) == wire.CLOSED, (svc.name, port, name)
-    for path in [*(st.home / "data" / "kafka").glob("*/node-*/server.properties"),
-                 *(st.home / "secrets").iterdir()]:
+    secret_files = [p for p in (st.home / "secrets").rglob("*") if p.is_file()]
+    for path in [*(st.home / "data" / "kafka").glob("*/node-*/server.properties"), *secret_files]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    for path in [p for p in (st.home / "secrets").rglob("*") if p.is_dir()]:  # kafka-admin/: one file per cluster
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     assert len(list((st.home / "secrets").glob("kafka-dc-a-*.password"))) == 2  # the cluster's own node secrets
     assert stat.S_IMODE(st.home.stat().st_mode) == 0o700
     assert not list(st.home.glob("data/kafka/*/node-*/.format.args"))  # the format's SCRAM arguments: gone
     for path in (st.home / "data").glob("*.db*"):  # the MetaServer's and config service's databases, -wal, -shm
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    secrets = [p.read_text().strip() for p in (st.home / "secrets").iterdir()]
+    secrets = [p.read_text().strip() for p in secret_files]
     secrets += [st.cfg.admin_token, st.cfg.openapi_token]
     running = [pid for svc in services(st.cfg) if (pid := st.stack.pid(svc)) is not None]
     assert len(running) >= 3  # a Kafka node, the config service, the MetaServer
@@ -168,7 +170,7 @@ def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:
     st.cfg.clusters, st.cfg.default_cluster = {"dc-a": spec}, "dc-a"
     try:
         st.up()
-        secret = st.home / "secrets" / "kafka-admin.password"
+        secret = st.home / "secrets" / "kafka-admin" / "dc-a.password"  # its own (issue 37)
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600
         assert stat.S_IMODE((st.home / "tls" / "broker-key.pem").stat().st_mode) == 0o600
         assert secret.read_text() not in (st.home / "dev.env").read_text()

@@ -1,14 +1,16 @@
 """The MetaServer's admin connection to a secured cluster (its super user) and the few calls it makes:
 SCRAM users (``alter_user_scram_credentials``) and ACL bindings (``describe/create/delete_acls``).
 
-The super user's name and password come from the MetaServer's settings (``--kafka-admin-user``,
-``YKAFKA_MS_KAFKA_ADMIN_PASSWORD``), never from the registry or a grant.
+The super user's name and password come from the MetaServer's settings (``--kafka-admin-user``; the password
+per cluster from ``--kafka-admin-password-dir``, else ``YKAFKA_MS_KAFKA_ADMIN_PASSWORD``), never from the registry
+or a grant.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -39,16 +41,32 @@ class BrokerAdminError(RuntimeError):
     """A call to a cluster's brokers failed (unreachable, refused, or the admin credentials are wrong)."""
 
 
+def admin_password(cluster: str, settings: Settings) -> str | None:
+    """The super user's password on ``cluster``: its own file ``<--kafka-admin-password-dir>/<cluster>.password``
+    (read at each connection, so a rotated file takes effect at the next pass), else the one
+    ``YKAFKA_MS_KAFKA_ADMIN_PASSWORD``. One password per cluster (issue 37): whoever learns one cluster's (a node's
+    ``server.properties``, its storage format) cannot administer another."""
+    if settings.kafka_admin_password_dir and cluster and "/" not in cluster and not cluster.startswith("."):
+        path = Path(settings.kafka_admin_password_dir) / f"{cluster}.password"
+        try:
+            return path.read_text().strip() or None
+        except FileNotFoundError:
+            pass
+    return settings.kafka_admin_password
+
+
 def connection(spec: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     """librdkafka properties of the MetaServer's super user on a registry entry."""
     props: dict[str, Any] = {"bootstrap.servers": spec["bootstrap_servers"], "socket.timeout.ms": int(TIMEOUT_S * 1000)}
     security = spec.get("security")
     if security:
-        if not (settings.kafka_admin_user and settings.kafka_admin_password):
-            raise BrokerAdminError("cluster is secured but the MetaServer has no Kafka admin credentials "
-                                   "(--kafka-admin-user, YKAFKA_MS_KAFKA_ADMIN_PASSWORD)")
+        password = admin_password(str(spec.get("name") or ""), settings)
+        if not (settings.kafka_admin_user and password):
+            raise BrokerAdminError("cluster is secured but the MetaServer has no Kafka admin credentials for it "
+                                   "(--kafka-admin-user; --kafka-admin-password-dir/<cluster>.password or "
+                                   "YKAFKA_MS_KAFKA_ADMIN_PASSWORD)")
         props.update({"security.protocol": security["protocol"], "sasl.mechanism": security["mechanism"],
-                      "sasl.username": settings.kafka_admin_user, "sasl.password": settings.kafka_admin_password})
+                      "sasl.username": settings.kafka_admin_user, "sasl.password": password})
         if security.get("ca_pem"):
             props["ssl.ca.pem"] = security["ca_pem"]
     return props

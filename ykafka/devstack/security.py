@@ -52,9 +52,24 @@ def stack_secret(home: Path, name: str) -> str:
     return _secret(home / "secrets" / name)
 
 
-def admin_password(home: Path) -> str:
-    """The local stack's super-user password: made at the first ``ykafka dev up``, kept 0600 under ``home``."""
-    return _secret(home / "secrets" / "kafka-admin.password")
+def admin_password_dir(home: Path) -> Path:
+    """The folder of the super user's per-cluster passwords (the MetaServer's ``--kafka-admin-password-dir``)."""
+    return home / "secrets" / "kafka-admin"
+
+
+def admin_password(home: Path, cluster: str) -> str:
+    """``cluster``'s super-user password: its own (issue 37: one password served every secured cluster of a
+    stack, so one node's files opened them all), made at its first ``up``, kept 0600 in
+    ``<home>/secrets/kafka-admin/<cluster>.password``. A home made before keeps its one password for the clusters
+    it formatted with it (their storage holds it): recreate the home to give each its own."""
+    path = admin_password_dir(home) / f"{cluster}.password"
+    legacy = home / "secrets" / "kafka-admin.password"
+    if not path.exists() and legacy.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(legacy.read_text().strip())
+    return _secret(path)
 
 
 @dataclass(frozen=True)

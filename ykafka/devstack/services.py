@@ -20,7 +20,7 @@ def secure(spec: ClusterSpec, home: Path) -> None:
 
     protocol = spec.security.upper()
     tls = kafka_security.make_tls(home / "tls") if protocol == "SASL_SSL" else None
-    password = kafka_security.admin_password(home)
+    password = kafka_security.admin_password(home, spec.name)
     nodes = kafka_security.node_secrets(home, spec.name)
     spec.kafka.protocol = protocol
     spec.kafka.controller_protocol = kafka_security.CONTROLLER_PROTOCOL
@@ -135,7 +135,10 @@ def services(cfg: StackConfig) -> list[Service]:
         from ykafka.devstack import security as kafka_security
 
         ms_env["YKAFKA_MS_KAFKA_ADMIN_USER"] = kafka_security.ADMIN_USER
-        ms_env["YKAFKA_MS_KAFKA_ADMIN_PASSWORD"] = kafka_security.admin_password(home)
+        for name, spec in cfg.clusters.items():  # each secured cluster its own super-user password, one file each
+            if spec.security != "none":
+                kafka_security.admin_password(home, name)
+        ms_env["YKAFKA_MS_KAFKA_ADMIN_PASSWORD_DIR"] = str(kafka_security.admin_password_dir(home))
         # the nodes' own SCRAM user: the reconciler keeps it (every other user it did not issue goes)
         ms_env["YKAFKA_MS_KAFKA_SYSTEM_USERS"] = kafka_security.BROKER_USER
     for index, port in enumerate(cfg.metaserver_ports):

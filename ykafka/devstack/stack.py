@@ -229,7 +229,7 @@ class Stack:
 
         security = self.security(spec) or {}
         return kafka_security.client_properties(protocol=str(security["protocol"]), username=kafka_security.ADMIN_USER,
-                                                password=kafka_security.admin_password(self.home),
+                                                password=kafka_security.admin_password(self.home, spec.name),
                                                 ca_pem=security.get("ca_pem"))
 
     def _check_ports(self) -> None:
