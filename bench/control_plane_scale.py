@@ -11,7 +11,9 @@ over keep-alive HTTP/1.1 connections, open loop: a call's latency runs from its 
 2. ``release_*``: min(N, the fd limit allows) long polls parked over the 3 config services, one release through
    one of them: p99 from the release call to each poll answered, ``missed`` = polls not answered in 30 s;
    ``after_kill_*``: one config service SIGKILLed, its polls re-park on the others (``repark_s``), a release:
-   the same figures;
+   the same figures. Each config service parks at most its cap (``--cc-max-parked``, default from its open-file
+   limit; ``cc_max_parked``): polls beyond it get 503 and move on with the SDK's back-off (``parked``,
+   ``refused_before_release``, ``refused``);
 3. ``console_*``: the console's pages over HTTP on a MetaServer (logged in as an admin) with the N-client
    inventory: p95 per page and of the clients page's filters;
 4. ``week_*``: a simulated week of the inventory (every client reporting through ``clients.store`` with a clock
@@ -34,11 +36,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import html
 import json
 import math
 import multiprocessing
 import os
 import random
+import re
 import resource
 import signal
 import subprocess
@@ -123,7 +127,7 @@ def pct(values: list[float], q: float) -> float | None:
 class Stack:
     """3 config services and 3 MetaServers on two fresh schemas of one PostgreSQL database."""
 
-    def __init__(self, dsn: str, home: Path) -> None:
+    def __init__(self, dsn: str, home: Path, cc_max_parked: int = 0) -> None:
         import sqlalchemy as sa
 
         self.dsn = dsn
@@ -145,7 +149,8 @@ class Stack:
         self.ms_ports = [free_port() for _ in range(3)]
         self.home = home
         env = {**os.environ, "PYTHONPATH": str(ROOT), "YKAFKA_CC_OPENAPI_TOKEN": CC_TOKEN,
-               "YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": CC_TOKEN, "YKAFKA_MS_ADMIN_TOKEN": ADMIN}
+               "YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": CC_TOKEN, "YKAFKA_MS_ADMIN_TOKEN": ADMIN,
+               "YKAFKA_CC_MAX_PARKED_POLLS": str(cc_max_parked)}  # 0: each derives it from its open-file limit
         cc_urls = ",".join(f"http://127.0.0.1:{p}" for p in self.cc_ports)
         for i, port in enumerate(self.cc_ports):
             self._start(f"cc{i}", [sys.executable, "-P", "-m", "metaserver.configcenter", "serve", "--host",
@@ -411,6 +416,7 @@ def watch_worker(pipe: Connection, ports: list[int], first: int, count: int, not
         async def watcher(j: int) -> None:
             index = (first + j) % len(ports)
             streams = None
+            failures = 0  # in a row, as ykafka.endpoints.Endpoints counts them
             while not stop.is_set():
                 port = ports[index]
                 query = urlencode({"appId": APP, "cluster": "default", "notifications": json.dumps(
@@ -421,13 +427,20 @@ def watch_worker(pipe: Connection, ports: list[int], first: int, count: int, not
                         streams = await asyncio.open_connection("127.0.0.1", port)
                     status, body = await _request(streams, head, b"")
                 except (OSError, asyncio.IncompleteReadError):
+                    status = 0
+                if status in (0, 503):  # gone, or full (503 + Connection: close, the cap on parked polls)
                     if streams is not None:
                         streams[1].close()
                         streams = None
-                    # another instance at random, as the SDK's client does (the survivors share the dead one's)
+                    # another instance at random, as the SDK's client does (the survivors share the dead one's);
+                    # waiting only once every instance failed in a row, longer each round (Endpoints.failed)
                     index = random.choice([k for k in range(len(ports)) if k != index])
-                    await asyncio.sleep(0.05 + random.random() * 0.2)  # a client's back-off, jittered
+                    failures += 1
+                    if failures >= len(ports):
+                        cap = min(30.0, 0.2 * 2 ** min(failures // len(ports), 16))
+                        await asyncio.sleep(random.uniform(cap / 2, cap))
                     continue
+                failures = 0
                 if status == 200:
                     held[j] = int(json.loads(body)[0]["notificationId"])
                     answered_at[j].append((time.monotonic(), held[j]))
@@ -457,11 +470,12 @@ def watch_worker(pipe: Connection, ports: list[int], first: int, count: int, not
     uvloop.run(run())
 
 
-def parked(stack: Stack, ports: list[int]) -> int:
+def parked(stack: Stack, ports: list[int], key: str = "longPolls") -> int:
+    """The sum of one ``/stats`` counter over ``ports``: polls parked now, the cap, or polls refused at it."""
     total = 0
     for port in ports:
         with contextlib.suppress(requests.RequestException):
-            total += int(requests.get(f"http://127.0.0.1:{port}/stats", timeout=5).json()["longPolls"])
+            total += int(requests.get(f"http://127.0.0.1:{port}/stats", timeout=5).json()[key])
     return total
 
 
@@ -491,13 +505,16 @@ def fanout(stack: Stack, n: int, per_proc: int, max_watchers: int | None = None)
         workers.append(proc)
     out: dict[str, Any] = {"watchers": watchers, "watch_procs": procs}
     cc_pids = stack.pids("cc")
+    caps = [parked(stack, [p], "maxLongPolls") for p in stack.cc_ports]  # beyond: 503, the watcher moves on
+    out["cc_max_parked"] = min(caps)
     try:
         started = time.monotonic()
-        while parked(stack, stack.cc_ports) < watchers:
+        while parked(stack, stack.cc_ports) < min(watchers, sum(caps)):
             if time.monotonic() - started > 120 + watchers / 200:
                 raise RuntimeError(f"only {parked(stack, stack.cc_ports)} of {watchers} polls parked")
             time.sleep(0.2)
         out["park_s"] = round(time.monotonic() - started, 1)
+        out["parked"] = parked(stack, stack.cc_ports)
         time.sleep(1.0)
         out["cc_rss_parked_mb"] = max(rss_mb(p) for p in cc_pids)
 
@@ -526,12 +543,13 @@ def fanout(stack: Stack, n: int, per_proc: int, max_watchers: int | None = None)
         killed = time.monotonic()
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(10)
-        while parked(stack, stack.cc_ports[:2]) < watchers:
+        while parked(stack, stack.cc_ports[:2]) < min(watchers, sum(caps[:2])):
             if time.monotonic() - killed > 120:
                 break
             time.sleep(0.1)
         out["repark_s"] = round(time.monotonic() - killed, 2)
         out["reparked"] = parked(stack, stack.cc_ports[:2])
+        out["refused_before_release"] = parked(stack, stack.cc_ports[:2], "longPollsRefused")
         time.sleep(0.5)
         try:
             seen, _ = release("2", cc[0])
@@ -541,6 +559,7 @@ def fanout(stack: Stack, n: int, per_proc: int, max_watchers: int | None = None)
         got = [x for x in seen if x is not None]
         out.update({"after_kill_p50_ms": pct(got, 0.5), "after_kill_p99_ms": pct(got, 0.99),
                     "after_kill_missed": len(seen) - len(got),
+                    "refused": parked(stack, stack.cc_ports[:2], "longPollsRefused"),
                     "cc_rss_survivor_mb": max(rss_mb(p) for p in stack.pids("cc"))})
     finally:
         for pipe in pipes:
@@ -574,6 +593,11 @@ def console(stack: Stack, n: int, repeats: int) -> dict[str, Any]:
     filters = [f"/console/clients?topic={topic}", f"/console/clients?group={group}",
                "/console/clients?app=app-03&role=producer", "/console/clients?ip=10.0.7.",
                "/console/clients?version=1.9"]
+    # the clients page's second page, through the first's Next link (not in --quick: the suite's run stays short)
+    found = re.search(r'<a id="next" href="([^"]+)"', sess.get(base + "/console/clients", timeout=120).text
+                      ) if n >= 1000 else None
+    if found:
+        urls["clients_page2"] = html.unescape(found.group(1))
     pids = stack.pids("ms")
     out: dict[str, float | None] = {}
     cpu: dict[str, float] = {}
@@ -700,7 +724,7 @@ def week(stack: Stack, n: int, days: int, churn: float, change: float) -> dict[s
 
 def one_size(dsn: str, n: int, args: argparse.Namespace, per_proc: int) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix=f"ykafka-scale-{n}-"))
-    stack = Stack(dsn, home)
+    stack = Stack(dsn, home, args.cc_max_parked)
     try:
         out: dict[str, Any] = {"clients": n}
         phases = set(args.phases.split(","))
@@ -785,6 +809,8 @@ def main() -> None:
     parser.add_argument("--phases", default="fleet,console,fanout,week", help="which figures to measure")
     parser.add_argument("--max-watchers", type=int, default=None,
                         help="cap the parked polls (default: what the open-file limit allows on 2 survivors)")
+    parser.add_argument("--cc-max-parked", type=int, default=0,
+                        help="each config service's --max-parked-polls (default 0: from its open-file limit)")
     parser.add_argument("--png", default=str(ROOT / "docs" / "img" / "control_plane_scale.png"))
     parser.add_argument("--quick", action="store_true", help="300 clients, 3 s (the suite's check), no plot")
     args = parser.parse_args()
