@@ -88,7 +88,7 @@ def test_polls_beyond_the_cap_get_503_the_service_keeps_serving_and_misses_no_re
         stats = requests.get(f"{full.url}/stats", timeout=5).json()
         assert (stats["longPolls"], stats["longPollsRefused"]) == (cap, BEYOND + 1)
         logged = [line for line in full.log.read_text().splitlines() if "configcenter.longpolls_refused" in line]
-        assert 1 <= len(logged) <= 3, logged  # one line per 10 s, not one per refusal
+        assert 1 <= len(logged) < 20, logged  # one line per 10 s with the count, not one per refusal (101)
         assert "Too many open files" not in full.log.read_text()
 
         # ykafka's adapter starting on the full instance: refused once, moves to the other at once and parks
