@@ -286,6 +286,10 @@ class Soak:
         end = time.monotonic() + args.minutes * 60
         self.wait(min(10.0, args.minutes * 60 / 4))  # steady state first
         while time.monotonic() < end - 5:
+            dead = [n for n, proc in enumerate(self.producers) if proc.poll() is not None]
+            if dead:  # a crashed producer ends the schedule: the read-back says what it left
+                print(f"producer(s) {dead} exited mid-run; no more faults", file=sys.stderr, flush=True)
+                break
             self.inject(rng)
             self.wait(min(rng.uniform(5, 20), max(0.0, end - time.monotonic())))
         return self.finish()
@@ -294,12 +298,18 @@ class Soak:
         done: list[dict[str, Any]] = []
         for proc in self.producers:
             assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write("stop\n")
-            proc.stdin.flush()
-        for proc in self.producers:
+            if proc.poll() is None:
+                proc.stdin.write("stop\n")
+                proc.stdin.flush()
+        for n, proc in enumerate(self.producers):
             assert proc.stdout is not None
             line = proc.stdout.readline()
-            done.append(json.loads(line[5:]) if line.startswith("DONE ") else {"error": line})
+            if line.startswith("DONE "):
+                done.append(json.loads(line[5:]))
+            else:
+                said = [x for x in (self.work / f"producer-{n}.log").read_text(errors="replace").splitlines()
+                        if x and not x.startswith("%")]
+                done.append({"error": line or f"exited {proc.poll()}", "log_tail": said[-3:]})
             proc.wait(60)
         sent: set[int] = set()
         acked: set[int] = set()
@@ -363,6 +373,7 @@ class Soak:
             "recovery_s_median": sorted(recoveries)[len(recoveries) // 2] if recoveries else None,
             "recovery_unknown": sum(1 for f in self.faults if f.get("recovery_s") is None),
             "producers_idle": [d.get("idle") for d in done],
+            "producer_errors": [d for d in done if "error" in d],
             "syncs": [[{k: s.get(k) for k in ("state", "copied", "skipped", "left", "error")}
                        for s in d.get("sync", [])] for d in done],
             "clients": bounds, "fault_log": self.faults,
@@ -447,6 +458,10 @@ def main() -> int:
                         help="fault kinds to draw from, comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="one minute, seed 7 (what tests/test_soak.py runs)")
     args = parser.parse_args()
+    # stopped from outside (SIGTERM, or SIGINT of a background job, which a shell starts with SIGINT ignored): the
+    # finally blocks still stop the clusters, the proxy and the clients by pid and unmount the spill tmpfs
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: sys.exit(128 + signum))
     if args.quick:
         args.minutes, args.seed, args.faults = 1.0, 7, ",".join(BASIC)
     kinds = [k.strip() for k in args.faults.split(",") if k.strip()]

@@ -273,3 +273,57 @@ def test_watchdog_rebuilds_a_consumer_whose_partition_fetches_nothing_while_othe
         consumer.close()
         runner.join(30)
         assert not runner.is_alive() and time.monotonic() - began < 30
+
+
+def test_a_late_rebalance_callback_of_a_replaced_handle_leaves_the_new_one_alone(
+        one_broker: Broker, tmp_path: Path) -> None:
+    """The watchdog's rebuild gives up a close after its bound, and the abandoned handle's revoke callback can still
+    come, from the closing thread, after the fresh handle was assigned (an 8-minute soak saw the fresh handle
+    assigned 25 ms after an abandoned close). Provoked directly on a real group: the handle is replaced (a live
+    change that needs a new one), then the old handle's revoke of both partitions arrives. The fresh handle's
+    assignment, its partitions' trackers and its flow are untouched. Before the guard the session dropped both
+    partitions from ``assigned`` (the watchdog then had nothing to judge) and cancelled their trackers."""
+    import threading
+
+    from confluent_kafka import TopicPartition
+
+    from ykafka.consumer import Consumer
+
+    bootstrap = one_broker.bootstrap
+    topic, group = unique("late"), unique("g")
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, 100, partition=0)
+    produce(bootstrap, topic, 100, start=100, partition=1)
+    handled: list[int] = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                         "ykafka.cache.dir": str(tmp_path / "cache"), "ykafka.consumer.watchdog.ms": 0,
+                         "ykafka.consumer.commit.interval.ms": 200, "ykafka.consumer.retry.topics": False})
+    runner = threading.Thread(target=consumer.run, args=(lambda m: handled.append(int(m.value())),),
+                              kwargs={"topics": [topic]}, daemon=True)
+    runner.start()
+    try:
+        wait_until(lambda: set(handled) >= set(range(200)), 60, message="first 200 handled")
+        engine = consumer.engine
+        session = engine.session
+        old = session.consumer
+        assert not consumer.apply({"consumer.fetch.max.bytes": "10000000"})  # needs a new handle
+        both = {(topic, 0), (topic, 1)}
+        wait_until(lambda: session.consumer is not old and session.assigned == both, 30,
+                   message="the fresh handle assigned both partitions")
+        produce(bootstrap, topic, 10, start=200, partition=0)
+        produce(bootstrap, topic, 10, start=210, partition=1)
+        wait_until(lambda: set(handled) >= set(range(220)), 30, message="the fresh handle fetches")
+        trackers = [engine.trackers[tp] for tp in sorted(both)]
+        session._on_revoke(old, [TopicPartition(topic, 0), TopicPartition(topic, 1)])  # the late callback
+        assert session.assigned == both
+        for tp, tracker in zip(sorted(both), trackers, strict=True):
+            assert engine.trackers.get(tp) is tracker and not tracker.cancelled, tp
+        produce(bootstrap, topic, 50, start=220, partition=0)
+        produce(bootstrap, topic, 50, start=270, partition=1)
+        wait_until(lambda: set(handled) >= set(range(320)), 30, message="both partitions still flow")
+    finally:
+        began = time.monotonic()
+        consumer.close()
+        runner.join(30)
+        assert not runner.is_alive() and time.monotonic() - began < 30

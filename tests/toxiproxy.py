@@ -65,7 +65,8 @@ class Toxiproxy:
         self.url = f"http://127.0.0.1:{self.port}"
         with log_path.open("w") as log:
             self.proc = subprocess.Popen([path, "-host", "127.0.0.1", "-port", str(self.port)],
-                                         stdout=log, stderr=subprocess.STDOUT)
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, "LOG_LEVEL": "info"})  # not a line per connection
         deadline = time.monotonic() + 15
         while True:
             try:
