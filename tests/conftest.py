@@ -44,12 +44,15 @@ pytest_plugins = ["tests.cc_fixtures", "tests.ms_fixtures", "tests.sdk_fixtures"
 #: cores (``-m serial``). The benchmarks' quick runs are not here: what they assert is counts (lost, duplicated,
 #: overtaken: 0) and fields, which load must not change; their figures are read from full runs on a quiet machine.
 #: Nor is test_client_collect: its children mostly wait on the broker and what it asserts (clients alive, threads
-#: and descriptors back, a peak far below the unfixed ~800+) held at a load average of 15-25 (peak 217 of 400)
+#: and descriptors back, a peak far below the unfixed ~800+) held at a load average of 15-25 (peak 217 of 400).
+#: Nor test_kafka_console: a page read once the member has handled every message (no pacing); alone it was the
+#: serial pass's only user of the whole Kafka stack (config service, MetaServer, seeding) and of a browser, while
+#: test_console starts them on an xdist worker anyway
 SERIAL_MODULES = frozenset({
     "test_aio", "test_consumer_kill", "test_consumer_rebalance", "test_dr_direct",
     "test_durable_brokers", "test_failover", "test_failover_admin", "test_failover_chaos", "test_failover_producer",
     "test_pipeline_checkpoint", "test_pipeline_cluster", "test_producer_swap", "test_spill", "test_spill_chaos",
-    "test_throttle", "test_kafka_durability", "test_kafka_console", "test_kafka_transactions",
+    "test_throttle", "test_kafka_durability", "test_kafka_transactions",
     "test_tracing_spill", "test_consumer_backpressure", "test_metaserver_failover", "test_kafka_consumer_groups",
     "test_rollouts", "test_rollout_failover", "test_broker_security_live", "test_producer_leaks", "test_soak",
 })
