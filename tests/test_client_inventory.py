@@ -127,3 +127,18 @@ def test_topic_lookups_use_the_gin_index_and_match_exactly(engine: sa.Engine) ->
             queries._topic_filter("orders"))
         sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
     assert "ix_ms_client_state_topics" in _plan(engine, sql)
+
+
+def test_ephemeral_groups_are_read_as_one_row_per_group_and_flag(engine: sa.Engine) -> None:
+    """The groups page's question (which memberless groups did an ephemeral consumer leave behind), answered
+    from the reports' ``extra.ephemeral`` by the database, as the Python check of each report answered it."""
+    from metaserver.console import queries
+
+    now = time.time()
+    for client_id, group, extra in (("e1", "g-eph", {"ephemeral": True}), ("e2", "g-eph", {}),
+                                    ("k1", "g-kept", {"ephemeral": False}), ("k2", "g-kept", {}),
+                                    ("o1", "g-other", {"ephemeral": True})):
+        clients.store(engine, _report(client_id, role="consumer", group=group, extra=extra), now=now)
+    with engine.connect() as conn:
+        assert queries.ephemeral_groups(conn, ["g-eph", "g-kept", "g-none"]) == {"g-eph"}
+        assert queries.ephemeral_groups(conn, []) == set()

@@ -118,3 +118,21 @@ def test_the_admin_api_pages_clients_and_history_with_link_headers(http: Any) ->
 
     bad = http.get("/v1/admin/clients", params={"after_app": "app-03"}, headers=auth)
     assert bad.status_code == 400 and "after_app and after_client go together" in bad.text
+
+
+def test_ephemeral_groups_on_sqlite(http: Any) -> None:
+    from metaserver.console import queries
+    from metaserver.storage import db
+    from metaserver.storage.models import client_state
+
+    engine = http.app.state.services.engine
+    base = {"app_id": "app-eph", "ip": "10.9.0.1", "hostname": "h", "pid": 1, "language": "python",
+            "role": "consumer", "topics": ["orders"], "state": "running", "errors": [], "config_release_keys": {},
+            "first_seen": 1.0, "last_seen": 1.0}
+    with db.write(engine) as conn:
+        conn.execute(client_state.insert(), [
+            {**base, "client_id": "e1", "group_id": "g-eph", "extra": {"ephemeral": True}},
+            {**base, "client_id": "e2", "group_id": "g-eph", "extra": {}},
+            {**base, "client_id": "k1", "group_id": "g-kept", "extra": {"ephemeral": False}}])
+    with engine.connect() as conn:
+        assert queries.ephemeral_groups(conn, ["g-eph", "g-kept", "g-none"]) == {"g-eph"}

@@ -214,14 +214,15 @@ def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta)
     sampler = _sampler(props, cluster)
     infos = sampler.groups()
     found = {c["group"]: c for c in lc.candidates(sampler, store, idle)}
-    reported = _reported(svc, [i.group for i in infos if not i.alive])
+    with db.read(svc.engine) as conn:
+        ephemeral = queries.ephemeral_groups(conn, [i.group for i in infos if not i.alive])
     for info in infos:
-        if not info.alive and reported.get(info.group, {}).get("ephemeral") and info.group not in found:
+        if not info.alive and info.group in ephemeral and info.group not in found:
             found[info.group] = {"group": info.group, "state": info.state, "members": info.members,
                                  "idle_s": None, "basis": "ephemeral: its clients are gone",
                                  "committed": info.as_dict()["offsets"]}
     for name, cand in found.items():
-        cand["kind"] = "ephemeral" if reported.get(name, {}).get("ephemeral") else "idle"
+        cand["kind"] = "ephemeral" if name in ephemeral else "idle"
     return {"groups": [i.as_dict() for i in infos], "candidates": sorted(found.values(), key=lambda c: c["group"]),
             "note": note}
 

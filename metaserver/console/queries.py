@@ -131,6 +131,19 @@ def topic_groups(conn: Connection, topic: str, limit: int) -> list[str]:
     return [str(g) for g in conn.execute(stmt).scalars()]
 
 
+def ephemeral_groups(conn: Connection, groups: list[str]) -> set[str]:
+    """Which of ``groups`` any client (live or not, still in the table) reported as ephemeral: the database
+    returns each group's distinct flag values, not every client's report (the groups page asks this for every
+    group without members, which at 2,000 groups was most of the consumers' rows)."""
+    if not groups:
+        return set()
+    flag = cs.c.extra["ephemeral"].as_string()
+    stmt = select(cs.c.group_id, flag).where(cs.c.group_id.in_(groups), flag.is_not(None)).distinct()
+    # as the report's JSON would be read in Python: true (PostgreSQL 'true', SQLite 1) and other truthy values
+    return {str(group) for group, value in conn.execute(stmt)
+            if str(value).lower() not in ("", "0", "false", "null", "[]", "{}")}
+
+
 def online_after(heartbeat_s: int) -> float:
     return time.time() - 3 * heartbeat_s
 
