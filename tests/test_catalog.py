@@ -76,6 +76,12 @@ def test_a_security_switch_is_never_taken_from_a_config_namespace() -> None:
     assert catalog.parse("auth.enabled", "false") is False
     update = catalog.validate_layer({"auth.enabled": "false", "producer.acks": "1"}, None, catalog.GLOBAL)
     assert update.values == {"producer.acks": "1"} and set(update.rejected) == {"auth.enabled"}
+    from ykafka.hotconfig import HotConfig
+
+    client = HotConfig()  # a client's layers: the namespace's value is refused and reported, never applied
+    client.apply("ykafka.global", {"auth.enabled": "false", "producer.acks": "1"}, release_key="r1")
+    assert client.layer(catalog.GLOBAL) == {"producer.acks": "1"}
+    assert [(r.key, r.reason) for r in client.rejections()] == [("auth.enabled", catalog.LOCKED_REASON)]
 
 
 def test_scope_parsing_and_namespaces() -> None:
