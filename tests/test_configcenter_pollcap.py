@@ -2,13 +2,14 @@
 Retry-After (metaserver/configcenter/longpoll.py ``default_max_parked``): at the limit uvicorn failed every
 accept and the instance answered nobody (docs/deployment.md, "Sizing the control plane").
 
-Real processes: the service runs under ``prlimit --nofile`` so the cap is the one derived from its own limit,
-and more polls than the limit allows are sent at it."""
+Real processes: the service runs with a low ``RLIMIT_NOFILE`` (set before it execs), so the cap is the one
+derived from its own limit, and more polls than the limit allows are sent at it."""
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -25,6 +26,11 @@ from ykafka.endpoints import Endpoints
 
 NOFILE = 128  # the service's open-file limit: 32 kept back, half of the rest (48) for polls
 BEYOND = 100  # polls sent after the cap is reached: with the parked ones, more sockets than the limit
+
+
+#: run argv[1:] with the open-file limit NOFILE (what ``ulimit -n`` does in a shell)
+LIMITED = (f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({NOFILE}, {NOFILE})); "
+           "os.execv(sys.argv[1], sys.argv[1:])")
 
 
 def _poll(url: str, ns: str, notification_id: int, timeout: float = 30) -> requests.Response:
@@ -46,7 +52,7 @@ def _refused(url: str) -> int:
 def test_polls_beyond_the_cap_get_503_the_service_keeps_serving_and_misses_no_release(tmp_path: Path) -> None:
     db = tmp_path / "shared.db"
     full = ConfigService(db, longpoll_timeout=60, token=uuid.uuid4().hex, log_dir=tmp_path)
-    full.args = ["prlimit", f"--nofile={NOFILE}:{NOFILE}", "--", *full.args]  # prlimit execs: same pid
+    full.args = [sys.executable, "-c", LIMITED, *full.args]  # execs the service: the same pid, a lower limit
     (tmp_path / "other").mkdir()
     other = ConfigService(db, longpoll_timeout=60, token=uuid.uuid4().hex, log_dir=tmp_path / "other")
     starting = [threading.Thread(target=svc.start) for svc in (full, other)]  # imports overlap
