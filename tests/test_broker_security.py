@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,11 @@ def app_on(server: MetaServer, prefix: str, cluster: str = "dc-a") -> App:
 def test_a_client_with_only_the_address_is_refused(kafka: kafka_secured.SecuredKafka) -> None:
     topic = f"open.{uuid.uuid4().hex[:6]}"
     kafka.create_topics(topic)
-    plain = produce_raw({"bootstrap.servers": kafka.bootstrap}, topic, timeout=8)
+    # both refused sends wait out their message timeout: side by side, not one after the other
+    with ThreadPoolExecutor(2) as pool:
+        plain, guessed = pool.map(lambda conf: produce_raw(conf, topic, timeout=8),
+                                  ({"bootstrap.servers": kafka.bootstrap}, kafka.client("someone", "guessed-password")))
     assert len(plain) == 3 and all(err is not None for err in plain)  # no TLS, no SASL: never delivered
-    guessed = produce_raw(kafka.client("someone", "guessed-password"), topic, timeout=8)
     assert len(guessed) == 3 and all(err is not None for err in guessed)
     read, error = consume_raw(kafka.client("someone", "guessed-password"), topic, "g", timeout=8)
     assert read == 0 and error is not None and error.code() in (RawKafkaError._AUTHENTICATION,
