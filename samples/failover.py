@@ -10,7 +10,8 @@ the sample prints where writes go, each cluster's health, the spill depth and th
 sent must have its delivery callback fire without error. Local mode works too:
 ``python samples/failover.py --bootstrap-a 127.0.0.1:19092 --bootstrap-b 127.0.0.1:29092``.
 
-``route.failover=auto`` is set here as a local default; operators set it (and ``route.standby``) per
+``--strict-order`` sets ``route.failback.order=strict`` (new writes wait for the failback sync, per-key order kept
+on dc-a). ``route.failover=auto`` is set here as a local default; operators set it (and ``route.standby``) per
 cluster or topic in the config center. dc-a's standby comes from the cluster registry (dc-b).
 """
 
@@ -33,6 +34,9 @@ def main() -> int:
     parser.add_argument("--topic", default="orders")
     parser.add_argument("--rate", type=float, default=200.0, help="messages per second")
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0 = until Ctrl-C)")
+    parser.add_argument("--strict-order", action="store_true",
+                        help="route.failback.order=strict: at failback, new writes wait in the spill until the "
+                             "outage's records are synced back, so every key stays in order on dc-a")
     parser.add_argument("--bootstrap-a", help="local mode: dc-a bootstrap servers (no MetaServer)")
     parser.add_argument("--bootstrap-b", help="local mode: dc-b bootstrap servers")
     args = parser.parse_args()
@@ -40,6 +44,8 @@ def main() -> int:
 
     conf: dict[str, Any] = {"route.failover": "auto", "spill.after.ms": 3000, "health.probe.interval.ms": 250,
                             "log_level": 0}
+    if args.strict_order:
+        conf["route.failback.order"] = "strict"
     if args.bootstrap_a:
         conf.update({"ykafka.local.clusters": f"dc-a={args.bootstrap_a};dc-b={args.bootstrap_b}",
                      "ykafka.local.default.cluster": "dc-a", "route.standby": "dc-b"})
@@ -74,8 +80,9 @@ def main() -> int:
             health = " ".join(f"{c}={h['state']}" for c, h in sorted(st["clusters"].items()))
             spill = sum(q["depth"] for q in st["spill"].values())
             sync = "; ".join(f"{j['from']}->{j['to']} {j['state']} {j['copied']} copied" for j in st["sync"][-1:])
+            held = " held for the sync" if any(h["topic"] == args.topic for h in st["held"]) else ""
             print(f"[{time.monotonic() - started:5.0f}s] sent={counts['sent']} acked={counts['acked']} "
-                  f"writes->{route.get('active', '?')} {health} spill={spill} {sync}")
+                  f"writes->{route.get('active', '?')}{held} {health} spill={spill} {sync}")
 
     print("stopping: flushing, waiting for replay and failback sync ...")
     producer.flush(30)

@@ -226,6 +226,13 @@ _KEYS: list[Key] = [
     Key("route.failover", choice("auto", "manual"), Apply.IN_PLACE, "manual",
         "whether writes fail over to the standby automatically",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
+    Key("route.failback.order", choice("writes-first", "strict"), Apply.IN_PLACE, "writes-first",
+        "at failback, new writes first (the outage's records synced back behind them) or strict per-key order "
+        "(new writes spilled until the sync is done)",
+        frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
+    Key("route.failback.hold.ms", int_range(0, 3_600_000), Apply.IN_PLACE, 120_000,
+        "strict failback order: the longest new writes are held in the spill for the sync; then they go on, "
+        "out of order", frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER, ScopeKind.TOPIC})),
     Key("producer.acks", choice("0", "1", "all", aliases={"-1": "all"}), Apply.REBUILD, "all",
         "broker acknowledgements required", _PRODUCER_SCOPES, "acks", ("request.required.acks",)),
     Key("producer.idempotence", boolean, Apply.REBUILD, True, "idempotent producer (needs acks=all)",

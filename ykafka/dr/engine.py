@@ -123,6 +123,9 @@ class DisasterRecovery:
             # message trace of spill steps: trace_step(kind, cluster, topic, key, headers, delivered message or None)
             self.trace_step: Callable[[str, str, str, Any, Any, Message | None], None] | None = None
             self.epoch = 0  # bumped with every change: a direct path computed before one is stale
+            #: (primary, topic) -> when strict failback order began holding its writes (see _holds)
+            self._held: dict[tuple[str, str], float] = {}
+            self._hold_expired: set[tuple[str, str]] = set()
             self._maint = threading.Thread(target=self._maintain, name="ykafka-dr", daemon=True)
             self._exit.callback(self._close_links)
             self._exit.callback(self._close_replayers)
@@ -151,8 +154,12 @@ class DisasterRecovery:
         # 11701-11705 on the restarted primary (a plain producer on a fresh Kafka partition: 86 of 57,202 records
         # overtaken in one of three runs, 0 of 181,000 idempotent). The idempotent producer keeps order across its
         # retries; without it (acks other than all, or switched off) one request at a time does.
-        # (not yet: made idempotent here, the standby's client spilled everything while the primary was frozen,
-        # tests/test_failover_chaos.py::test_primary_frozen_under_load_fails_over_in_key_order)
+        # Made idempotent here, the standby's client spilled everything while the primary was frozen
+        # (tests/test_failover_chaos.py::test_primary_frozen_under_load_fails_over_in_key_order), so the engine's
+        # clients keep one request in flight per connection unless the application chose otherwise (an idempotent
+        # producer of its own keeps order with up to 5).
+        if str(conf.get("enable.idempotence", "false")).lower() not in ("true", "1"):
+            conf.setdefault("max.in.flight.requests.per.connection", 1)
         conf["message.timeout.ms"] = int(self._spill_after_ms(cluster))
         conf["error_cb"] = self.health.error_cb(cluster, conf.get("error_cb"))
         return conf
@@ -184,7 +191,8 @@ class DisasterRecovery:
                 return self._client_factory(cluster, conf)
 
             replayer = self._replayers[cluster] = Replayer(
-                queue, replay_client, lambda: self.health.is_up(cluster), stall_s=self.options.replay_stall_s,
+                queue, replay_client, lambda: self.health.is_up(cluster) and not self._holding(cluster),
+                stall_s=self.options.replay_stall_s,
                 progress_interval_s=self.options.progress_interval_s, mailbox=self.mailbox)
             replayer.on_replayed = lambda rec, m: self._trace("replayed", cluster, rec.topic, rec.key, rec.headers, m)
             if queue.depth:
@@ -333,7 +341,34 @@ class DisasterRecovery:
                     other.hand_over(leaving=True)
                 elif other.must_hand_over:
                     other.hand_over()
+            if spec.failback_order == "strict" and cluster == spec.primary and self._holds(spec, topic):
+                self.link(cluster).spill(msg, wait=spill_wait)
+                return
         self.link(cluster).send(msg, spill_wait, client if client_cluster == cluster else None)
+
+    def _holds(self, spec: RouteSpec, topic: str) -> bool:
+        """Strict failback order: ``topic``'s writes are back on its primary while its outage is not synced back
+        yet, so they wait in the primary's spill (replayed once the sync is done) for at most the route's hold."""
+        key = (spec.primary, topic)
+        if not spec.spill or not self._outages.known(spec.primary, topic):
+            if self._held.pop(key, None) is not None:
+                self._hold_expired.discard(key)
+                log.info("failback.hold_end", topic=topic, primary=spec.primary)
+            return False
+        since = self._held.setdefault(key, time.monotonic())
+        if time.monotonic() - since <= spec.failback_hold_ms / 1000:
+            return True
+        if key not in self._hold_expired:
+            self._hold_expired.add(key)
+            log.warning("failback.hold_expired", topic=topic, primary=spec.primary,
+                        held_s=round(time.monotonic() - since, 1),
+                        consequence="new writes go on while the sync still copies: keys may be out of order")
+        return False
+
+    def _holding(self, cluster: str) -> bool:
+        """A strict-order topic of ``cluster`` is held for its failback sync: the spill's replay waits too (it would
+        put the held writes ahead of the records the sync still copies)."""
+        return any(primary == cluster and self._holds(self._route(topic), topic) for primary, topic in list(self._held))
 
     def _tagged(self, msg: Outgoing) -> Outgoing:
         """``msg`` carrying this engine's writer id (``ykafka-dr-writer``), as every write to a standby does: the
@@ -365,7 +400,10 @@ class DisasterRecovery:
             if cluster != failed_cluster:
                 if cluster != spec.primary:
                     msg = self._tagged(msg)
-                link.send(msg, spill_wait=False)  # the standby (it spills there if it must)
+                elif spec.failback_order == "strict" and self._holds(spec, msg.topic):
+                    link.spill(msg, wait=False)  # given back by the standby at failback: held with the new writes
+                    return
+                link.send(msg, spill_wait=False)  # the partner (it spills there if it must)
                 return
             if spec.spill and link.queue is not None:
                 link.spill(msg, wait=False)
@@ -527,6 +565,8 @@ class DisasterRecovery:
             "outages": outages,
             "sync": syncs,
             "forced": dict(self._table.forced),
+            "held": [{"primary": p, "topic": t, "held_s": round(time.monotonic() - since, 1)}
+                     for (p, t), since in list(self._held.items())],
         }
 
     def close(self, timeout: float = 10.0) -> None:

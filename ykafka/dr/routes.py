@@ -28,13 +28,20 @@ class RouteSpec:
     failover: str = "manual"  # auto | manual
     active: str = "primary"  # primary | standby (manual switch)
     spill: bool = True
+    #: writes-first: the primary takes new writes at once at failback, the outage's records are synced back behind
+    #: them; strict: new writes are spilled until the sync is done (at most ``failback_hold_ms``), so a consumer of
+    #: the primary sees every key in order (docs/disaster-recovery.md, "Order across a failback")
+    failback_order: str = "writes-first"
+    failback_hold_ms: int = 120_000
 
     @classmethod
     def from_effective(cls, primary: str, effective: Mapping[str, Any]) -> RouteSpec:
         standby = effective.get("route.standby")
         return cls(primary, standby if standby and standby != primary else None,
                    str(effective.get("route.failover", "manual")), str(effective.get("route.active", "primary")),
-                   bool(effective.get("spill.enabled", True)))
+                   bool(effective.get("spill.enabled", True)),
+                   str(effective.get("route.failback.order", "writes-first")),
+                   int(effective.get("route.failback.hold.ms", 120_000)))
 
 
 class RouteTable:
