@@ -6,15 +6,12 @@ counts do not move with the load. Three processes run under ``valgrind --tool=ca
 (callgrind's client requests, reached through a small C helper built with the system compiler): start-up, imports
 and warm-ups run uninstrumented and count nowhere, so one span per form suffices.
 
-* A form measured on one thread (every producer form, both raw consumer loops, ``Consumer.poll``): counters
-  zeroed and instrumentation on after its warm-up, that thread's counters dumped (``DUMP_STATS_AT``) and
-  instrumentation off after its messages. The thread's instructions include serving the delivery reports
-  (``poll`` / ``flush`` run the callbacks on it); librdkafka's own threads work outside the GIL.
-* ``Consumer.run`` dispatches across threads (its fetch thread, the worker pool): instrumentation on after the
-  warm-up, the process ends (``os._exit``) right after the span, and the figure is every Python thread's total
-  from the per-thread files callgrind writes at exit (librdkafka's threads, which never run Python, left out;
-  ykafka's background threads in; they tick by wall time, ~50x longer under valgrind, so they add a little
-  noise: a few hundred instructions a message).
+Every form is measured on the thread that runs it: counters zeroed and instrumentation on after its warm-up, that
+thread's counters dumped (``DUMP_STATS_AT``) and instrumentation off after its messages. A producing thread's
+instructions include serving the delivery reports (``poll`` / ``flush`` run the callbacks on it); librdkafka's
+own threads work outside the GIL. ``Consumer.run`` runs a no-op handler inline on its fetch thread (the path a
+native run takes: see consume_ykafka), so that thread holds the whole dispatch; ykafka's background threads,
+which tick by wall time (~50x longer under valgrind), are left out as the raw side's librdkafka threads are.
 
 Forms (the Producer's and Consumer's defaults: disaster recovery, metrics on; local mode):
 
@@ -23,8 +20,8 @@ Forms (the Producer's and Consumer's defaults: disaster recovery, metrics on; lo
   each followed by ``poll(0)``, ``flush`` at the end (bench/_loop.py's loop): the producing thread's
   instructions (librdkafka's own threads work outside the GIL);
 * consumer ``run`` (``Consumer.run`` with a no-op handler vs a raw ``consume(500)`` loop with the fetch setting
-  ``Consumer.run`` applies) and ``poll`` (a ``Consumer.poll()`` loop vs raw ``poll()``): every Python thread's
-  instructions (the run's dispatch crosses threads), librdkafka's threads left out.
+  ``Consumer.run`` applies; both spans start after a pause that lets librdkafka prefetch the rest, so every
+  measured batch is a full one) and ``poll`` (a ``Consumer.poll()`` loop vs raw ``poll()``).
 
 Each figure is the form's instructions divided by its messages. ``--check`` compares the ykafka figures with
 ``bench/callgrind_budget.json`` and lists the forms more than ``tolerance`` (5 %) over (``over_budget``);
@@ -46,7 +43,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -70,6 +66,9 @@ RAW_PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batc
 #: the cluster health probe's metadata request times out under valgrind's ~50x slow-down, which would take the
 #: disaster-recovery engine off its healthy direct path (the path being measured): it is told to be patient
 UNDER_VALGRIND = {"health.down.failures": 1000, "health.down.after.ms": 3_600_000}
+#: the ``run`` form's pause before its span (uninstrumented, both sides): librdkafka prefetches the topic's rest,
+#: so the measured batches do not hang on how fast the broker answers under valgrind and the load
+SETTLE_S = 3.0
 #: both sides: under valgrind on loaded cores (load average 25 seen) librdkafka's 30 s request timeout expired
 #: with the broker's answer already there, unread, and the run failed
 PATIENT = {"request.timeout.ms": 300_000, "socket.timeout.ms": 300_000, "message.timeout.ms": 600_000}
@@ -100,12 +99,11 @@ class Counters:
         if self._lib is not None:
             self._lib.cg_dump(f"{name}:{messages}".encode())
 
-    def exit(self, name: str, messages: int) -> None:
-        """End a span measured on every thread: say how many messages it held (the driver reads it from
-        stdout) and exit at once, so the per-thread totals callgrind writes at exit are the span's (stopping
-        the instrumentation instead drops the other threads' counts)."""
-        print(f"MEASURED {name} {messages}", flush=True)
+    def dump_and_exit(self, name: str, messages: int) -> None:
+        """:meth:`dump`, then end the process at once when measuring (its consumer's close under valgrind would
+        only cost the run seconds); a plain run returns."""
         if self._lib is not None:
+            self.dump(name, messages)
             os._exit(0)
 
 
@@ -145,6 +143,7 @@ def consume_raw(bootstrap: str, topic: str, form: str, warm: int, messages: int,
         if form == "run":
             while got < target:
                 if got >= warm and not zeroed:
+                    time.sleep(SETTLE_S)  # as Consumer.run's span: the rest prefetched, full batches
                     cg.zero()
                     zeroed, start = True, got
                 for msg in consumer.consume(500, 1.0):
@@ -184,29 +183,41 @@ def consume_ykafka(bootstrap: str, topic: str, form: str, warm: int, messages: i
                     got += 1
             cg.dump("poll/ykafka", messages)
             return
-        # Consumer.run runs a handler faster than FAST_HANDLER_S on its fetch thread, measured by wall time:
-        # under valgrind's ~50x slow-down the no-op would look slow and go to the worker pool, so the threshold
-        # is scaled alike (the path a native run of this no-op takes)
+        # Consumer.run chooses its path by the handler's wall time a message (a moving average): under
+        # FAST_HANDLER_S it runs on the fetch thread, not the worker pool; under SPARSE_TIMING_BELOW_S one message
+        # in 256 is timed, not every one. Natively the no-op is far under both (~0.1 µs); under valgrind's
+        # 40-100x slow-down (more on loaded cores) it measured anywhere from under to over them, and the path
+        # with it: 7,100-21,800 instructions a message, most of the top in the workers timing every message.
+        # The thresholds are lifted so the measured path is the native no-op's, whatever the slow-down.
         from ykafka.consumer import engine as engine_module
-        from ykafka.consumer import ordering
+        from ykafka.consumer import observe, ordering
 
-        ordering.FAST_HANDLER_S = engine_module.FAST_HANDLER_S = 50 * ordering.FAST_HANDLER_S
-        # Consumer.run calls the raw loop's very no-op; this thread reads engine.processed (counted per task)
-        thread = threading.Thread(target=consumer.run, args=(_noop, [topic]), daemon=True)
-        thread.start()
-        engine = consumer.engine
-        deadline = time.monotonic() + 600
-        while engine.processed < warm:
-            if time.monotonic() > deadline:
-                raise RuntimeError("Consumer.run handled too few messages")
-            time.sleep(0.02)
-        cg.zero()
-        start = engine.processed
-        while engine.processed < start + messages:
-            time.sleep(0.05)
-        cg.exit("run/ykafka", engine.processed - start)
-        consumer.stop()
-        thread.join(120)
+        ordering.FAST_HANDLER_S = engine_module.FAST_HANDLER_S = 3600.0
+        observe.SPARSE_TIMING_BELOW_S = observe.SAMPLED_TIMING_BELOW_S = 3600.0
+        # The span runs from the end of one batch's dispatch to the end of another's on the fetch thread, as the raw
+        # loop's runs between its consume calls: once ``warm`` messages were handled the loop pauses (letting
+        # librdkafka prefetch the rest, so both sides' batches are full ones) and zeroes the counters; the batch
+        # that reaches ``messages`` more ends the process. Sampling engine.processed from another thread instead
+        # ended the span anywhere from 1,000 to 6,000 messages in (its 50 ms sleeps are seconds under valgrind), the
+        # tail idling on an empty topic. The wrapper is one Python call a batch (~500 messages); Consumer.run calls
+        # the raw loop's very no-op.
+        dispatch, span = engine_module.Engine._dispatch, {"start": -1}
+
+        def measured_dispatch(engine: Any, msgs: list[Any]) -> None:
+            dispatch(engine, msgs)
+            if span["start"] < 0:
+                if engine.processed >= warm:
+                    time.sleep(SETTLE_S)
+                    cg.zero()
+                    span["start"] = engine.processed
+            elif engine.processed - span["start"] >= messages:
+                cg.dump_and_exit("run/ykafka", engine.processed - span["start"])
+                engine.stop()  # a plain run (no helper) goes on to close the consumer
+
+        engine_module.Engine._dispatch = measured_dispatch  # type: ignore[method-assign]
+        consumer.run(_noop, [topic])
+        if span["start"] < 0:
+            raise RuntimeError("Consumer.run ended before its measured span")
     finally:
         consumer.close()
 
@@ -250,27 +261,20 @@ def build_helper(workdir: Path) -> str:
 
 
 def counted(outdir: Path) -> dict[str, tuple[int, int]]:
-    """(instructions, messages) of each form measured in ``outdir``'s process: a dumped span's thread, or, for a
-    span ended by exiting (``MEASURED`` in ``outdir/stdout``), every Python thread's total at exit. librdkafka's
-    threads never run Python: their work is outside the GIL and moves with how far they got when the span
-    ended, so it is left out."""
+    """(instructions, messages) of each span dumped in ``outdir``'s process (the thread that ran it; producer
+    forms: the least per message of the form's spans)."""
     out: dict[str, tuple[int, int]] = {}
-    at_exit = 0
     for path in outdir.glob("cg.*"):
         text = path.read_text(errors="replace")
-        total = re.search(r"^(?:totals|summary):\s+(\d+)", text, re.M)
-        if total is None:
-            continue
+        # the costs listed ("totals"), not the header's "summary": after a zeroing a span's summary can wrap below
+        # zero (the raw ``run`` span's read 18,446,744,073,699,261,074; its listed totals 3,793,061)
+        total = re.search(r"^totals:\s+(\d+)", text, re.M)
         trigger = re.search(r"^desc: Trigger: Client Request: (\S+):(\d+)$", text, re.M)
-        if trigger is not None:  # a producer form's spans are name#0, name#1: the least per message counts
-            name, span = trigger.group(1).split("#")[0], (int(total.group(1)), int(trigger.group(2)))
-            if name not in out or span[0] / span[1] < out[name][0] / out[name][1]:
-                out[name] = span
-        elif "_PyEval_EvalFrameDefault" in text:
-            at_exit += int(total.group(1))
-    measured = re.search(r"^MEASURED (\S+) (\d+)$", (outdir / "stdout").read_text(), re.M)
-    if measured is not None:
-        out[measured.group(1)] = (at_exit, int(measured.group(2)))
+        if total is None or trigger is None:
+            continue
+        name, span = trigger.group(1).split("#")[0], (int(total.group(1)), int(trigger.group(2)))
+        if name not in out or span[0] / span[1] < out[name][0] / out[name][1]:
+            out[name] = span
     return out
 
 
