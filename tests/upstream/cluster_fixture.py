@@ -364,8 +364,8 @@ class YkafkaFixture(KafkaClusterFixture):
         clients, self._clients = self._clients, []
         for client in clients:
             client.close()
+        # seed_topic's producer is one of them: the next test's seed_topic makes a fresh one
+        self._producer = None
 
     def stop(self):
         self.close_clients()
-        if self._producer is not None:
-            self._producer.close()

@@ -38,6 +38,9 @@ class Lane:
         self._jobs: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
         self._cond = threading.Condition()
         self._open = True
+        # the callback's own calls one at a time, gathered or left running as tasks (taken on the loop; an
+        # asyncio.Lock binds to the loop on first use, so creating it on the client's thread is fine)
+        self.serial = asyncio.Lock()
 
     @property
     def owner(self) -> object:

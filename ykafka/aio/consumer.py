@@ -1,8 +1,9 @@
 """``AIOConsumer``: confluent-kafka's asyncio consumer API over the one ykafka :class:`~ykafka.Consumer`.
 
 Every call runs off the loop, one at a time (the gate): the sync consumer applies live changes (rebuild,
-rejoin, cluster switch) on the thread that polls it, and no other call may run beside that. Long polls are
-taken in short slices so a ``commit`` or ``pause`` awaited meanwhile is not stuck behind them.
+rejoin, cluster switch) on the thread that polls it, and no other call may run beside that. A long poll is
+taken in short slices (live changes apply between two) under one hold of the gate: a ``commit`` or ``close``
+awaited meanwhile waits for the whole poll, as confluent-kafka's gate makes it wait.
 ``consumer.rate.limit`` is awaited on the loop, not slept on a thread. ``run(handler)`` takes an ``async
 def`` handler whose coroutines run on the application's own loop (docs/consumer.md).
 """
@@ -14,7 +15,7 @@ import concurrent.futures
 import functools
 import signal
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -84,25 +85,47 @@ class AIOConsumer:
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one call of the sync consumer off the loop, through the gate (see the class)."""
+        return await self._exclusive(functools.partial(fn, *args, **kwargs), lambda run: run())
+
+    async def _exclusive(self, job: Callable[..., Any],
+                         body: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]) -> Any:
+        """``body(run)`` while this call holds the gate (or, from inside a callback, its lane): ``run()`` runs
+        ``job`` once on the consumer's thread. A ``poll()`` runs several slices under one hold, so a call
+        awaited meanwhile waits for the whole poll, as confluent-kafka's gate makes it wait."""
         if self._closed:
             raise ClosedError("Consumer closed")  # a RuntimeError, as confluent-kafka raises
-        job = functools.partial(fn, *args, **kwargs)
         lane = callbacks.current_lane(self)
         if lane is not None:  # from inside a callback: the thread waiting for it runs the call
-            fut = lane.submit(job)
-            if fut is not None:
-                return await asyncio.wrap_future(fut)
+            async with lane.serial:  # one call of this callback at a time, gathered or not (as upstream's lock)
+                first = lane.submit(job)
+                if first is not None:
+                    pending = [first]
+
+                    async def on_lane() -> Any:
+                        fut = pending.pop() if pending else lane.submit(job)
+                        if fut is None:  # the callback returned meanwhile: its thread serves no more calls
+                            raise ClosedError("Consumer callback returned while its call was in flight")
+                        return await asyncio.wrap_future(fut)
+
+                    return await body(on_lane)
         await self._gate.acquire()
-        try:
+        running: asyncio.Future[Any] | None = None
+
+        async def on_thread() -> Any:
+            nonlocal running
             if self._closed:
                 raise ClosedError("Consumer closed")
             running = self._loop.run_in_executor(self.executor, job)
-        except BaseException:
-            self._gate.release()
-            raise
-        # released when the call has finished on its thread, even if the awaiting task is cancelled meanwhile
-        running.add_done_callback(lambda _: self._gate.release())
-        return await asyncio.shield(running)
+            return await asyncio.shield(running)
+
+        try:
+            return await body(on_thread)
+        finally:
+            # released when the call has finished on its thread, even if the awaiting task is cancelled meanwhile
+            if running is not None and not running.done():
+                running.add_done_callback(lambda _: self._gate.release())
+            else:
+                self._gate.release()
 
     async def _throttled(self, timeout: float) -> bool:
         """Await ``consumer.rate.limit``; False when it outlasts ``timeout`` (nothing may be read yet)."""
@@ -126,23 +149,26 @@ class AIOConsumer:
 
     async def _sliced(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, empty: Any) -> Any:
         """``fn(*args, slice)`` in slices of at most ``_SLICE_S`` until it returns something or ``timeout``
-        passed; ``empty`` when it did not, or when close() ran between two slices."""
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        started = False
-        while True:
-            left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-            if not await self._throttled(left):
-                return empty
-            left = _SLICE_S if deadline is None else min(_SLICE_S, max(0.0, deadline - time.monotonic()))
-            try:
-                got = await self._call(fn, *args, left)
-            except RuntimeError:
-                if started and self._closed:
+        passed (``empty`` when it did not), all under one hold of the gate: the sync consumer applies live
+        changes between two slices, and no other call of this consumer runs before the poll has returned."""
+        sizes: list[float] = []
+
+        def one_slice() -> Any:
+            return fn(*args, sizes[-1])
+
+        async def slices(run: Callable[[], Awaitable[Any]]) -> Any:
+            # the timeout counts from when the poll holds the gate, not from when it began waiting for it
+            deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+            while True:
+                left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+                if not await self._throttled(left):
                     return empty
-                raise
-            started = True
-            if got or (deadline is not None and time.monotonic() >= deadline):
-                return got
+                sizes.append(_SLICE_S if deadline is None else min(_SLICE_S, max(0.0, deadline - time.monotonic())))
+                got = await run()
+                if got or (deadline is not None and time.monotonic() >= deadline):
+                    return got
+
+        return await self._exclusive(one_slice, slices)
 
     async def subscribe(self, topics: Sequence[str], on_assign: Callable[..., Any] | None = None,
                         on_revoke: Callable[..., Any] | None = None, on_lost: Callable[..., Any] | None = None) -> None:

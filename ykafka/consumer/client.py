@@ -57,6 +57,7 @@ class Consumer:
         self.runtime = runtime or Runtime(conf, group=self.group)
         self.runtime.start()
         self._closed = False
+        self._closing_thread: int | None = None  # the thread inside close(): its revoke callbacks may still call
         #: what the drop-in poll / consume read, in ONE attribute (None once closed): see poll
         self._hot: tuple[Engine, S.ConsumerSession, ConsumerObserver] | None = None
         try:
@@ -435,9 +436,13 @@ class Consumer:
         self._hot = None
         self._finalizer.detach()
         lifecycle.closed(self)
+        # librdkafka fires the last revoke on this thread, inside the handle's close; an on_revoke that calls
+        # incremental_unassign() / commit() there is served, as confluent-kafka serves it
+        self._closing_thread = threading.get_ident()
         try:
             self._session.close()
         finally:
+            self._closing_thread = None
             try:
                 self._observer.close()  # last metrics interval, client event state=closed, queued trace
             finally:
@@ -490,7 +495,7 @@ class Consumer:
     # -- internals --------------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._closed and self._closing_thread != threading.get_ident():
             raise ClosedError("Consumer closed")  # confluent-kafka's words
 
     def _raw(self) -> Any:

@@ -62,3 +62,16 @@ class TestUtils:
             if prop in conf:
                 print(f"Skipping setting forbidden configuration {prop} for `CONSUMER` protocol")
                 del conf[prop]
+
+
+# The thin adapter for the AIOConsumer tests ported from confluent-kafka-python's newer main branch
+# (tests/integration/consumer/test_aio_consumer_*.py): upstream's TestAIOConsumer is its AIOConsumer with the
+# group protocol applied the way TestConsumer applies it; here the AIOConsumer is ykafka's.
+from ykafka.aio import AIOConsumer  # noqa: E402
+
+
+class TestAIOConsumer(AIOConsumer):
+    def __init__(self, conf=None, **kwargs):
+        TestUtils.update_conf_group_protocol(conf)
+        TestUtils.remove_forbidden_conf_group_protocol_consumer(conf)
+        super().__init__(conf, **kwargs)
