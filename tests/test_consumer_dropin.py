@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Message, TopicPartition
 
 from tests.consumer_fixtures import consumer_config, create_topic, produce, unique, wait_until
@@ -88,3 +89,30 @@ def test_run_async_handler_and_dedupe(bootstrap: str, tmp_path: Path) -> None:
     assert sorted(handled) == list(range(40))  # the ten duplicates were skipped by id
     assert concurrent["max"] > 1  # coroutines overlapped on the event loop
     assert dedupe.skipped == 10
+
+
+def test_revoke_fired_by_close_may_call_the_consumer(bootstrap: str, tmp_path: Path) -> None:
+    """librdkafka fires the last revoke inside ``close()``, on the closing thread; as with confluent-kafka, an
+    ``on_revoke`` there may still call ``incremental_unassign()`` (issue 40: it raised "Consumer closed")."""
+    topic, group = unique("closerevoke"), unique("g")
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, 4, keys=2)
+    conf = {**consumer_config(bootstrap, group, tmp_path), "partition.assignment.strategy": "cooperative-sticky"}
+    consumer = Consumer(conf)
+    revoked: list[list[int]] = []
+    errors: list[BaseException] = []
+
+    def on_revoke(c: Consumer, partitions: list[TopicPartition]) -> None:
+        try:
+            c.incremental_unassign(partitions)
+            revoked.append(sorted(tp.partition for tp in partitions))
+        except BaseException as exc:  # handed to the assertion below
+            errors.append(exc)
+
+    consumer.subscribe([topic], on_revoke=on_revoke)
+    assert wait_until(lambda: consumer.poll(0.2) is not None or bool(consumer.assignment()), 30)
+    consumer.close()
+    assert errors == []
+    assert revoked == [[0, 1]]
+    with pytest.raises(RuntimeError, match="^Consumer closed$"):  # other threads, and later calls, are refused
+        consumer.poll(0)
