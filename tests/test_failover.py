@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
@@ -260,3 +262,49 @@ def test_a_probe_client_that_keeps_failing_is_replaced() -> None:
         health.close()
     assert health.state is ClusterState.DOWN
     assert len(clients) >= 3, clients  # the first client, and a new one after each run of failures
+
+
+class _AlwaysUp:
+    """The outages' view of cluster health (an input here: every cluster answers)."""
+
+    def is_up(self, _cluster: str) -> bool:
+        return True
+
+
+def _outages(directory: Path) -> Any:
+    from ykafka.dr.outages import Outages
+
+    return Outages(directory, lambda _c: {"bootstrap.servers": "127.0.0.1:1"}, _AlwaysUp(),  # type: ignore[arg-type]
+                   lambda _c: True, sync_idle_s=1.0, progress_interval_s=1.0)
+
+
+def test_an_outage_whose_record_cannot_be_written_still_opens_and_the_send_goes_on(tmp_path: Path) -> None:
+    """Issue 38's disk-full fault: the outage record shares the spill's disk; a write that fails (ENOSPC there,
+    ENOTDIR here: the directory replaced by a file) raised out of ``produce`` and killed the soak's producer."""
+    outages = _outages(tmp_path / "failback")
+    shutil.rmtree(tmp_path / "failback")  # (it holds the writer id, read at start)
+    (tmp_path / "failback").write_text("not a directory")
+    outages.begin("dc-a", "dc-b", "orders")  # raised NotADirectoryError before
+    assert outages.is_open("dc-a", "orders") and outages.known("dc-a", "orders")
+
+
+def test_a_cancelled_sync_that_never_ends_holds_the_next_one_back_only_for_a_while(tmp_path: Path) -> None:
+    """A soak's cancelled sync never ended (stuck in a call to a frozen cluster) and the next sync of its outage
+    never started: 22,624 records stayed on the standby. The next one waits for it at most CANCELLED_SYNC_WAIT_S."""
+    from ykafka.dr import outages as outages_module
+
+    class StuckJob:  # the cancelled job as the outages see it: its thread still alive
+        running = True
+        cancelled_at = time.monotonic()
+
+    outages = _outages(tmp_path / "failback")
+    outages._open[("dc-a", "orders")] = Outage("dc-a", "dc-b", "orders", time.time(), {"0": 0})
+    outages._cancelled[("dc-a", "orders")] = StuckJob()
+    try:
+        outages.end("dc-a", "orders")
+        assert not outages.syncing("dc-a", "orders")  # a cancelled job that just stopped is waited for
+        StuckJob.cancelled_at = time.monotonic() - outages_module.CANCELLED_SYNC_WAIT_S - 1
+        outages.end("dc-a", "orders")
+        assert outages.syncing("dc-a", "orders")  # ...but not for ever: the next sync starts
+    finally:
+        outages.stop()

@@ -22,6 +22,9 @@ from ykafka.transport import KafkaException, RawConsumer, TopicPartition
 
 log = structlog.get_logger(__name__)
 
+#: how long a new failback sync waits for the cancelled one of its outage to leave the sync group
+CANCELLED_SYNC_WAIT_S = 30.0
+
 
 class Outages:
     """Open and ended outages per (primary, topic), and the sync job of each ended one.
@@ -50,6 +53,16 @@ class Outages:
         self.writer_header = self.writer.encode()
         for outage in self._store.load_all():
             self._open[(outage.primary, outage.topic)] = outage
+
+    def _save(self, outage: Outage) -> None:
+        """Keep the outage on disk for a restart; a disk that cannot take it (full: the spill shares it) must not
+        fail the send that opened it (the soak's disk-full fault crashed a producer with ENOSPC here)."""
+        try:
+            self._store.save(outage)
+        except OSError as exc:
+            log.error("failover.record_unsaved", topic=outage.topic, primary=outage.primary, error=str(exc),
+                      consequence="kept in memory: if this process restarts before its sync, the outage's records "
+                                  "stay on the standby until an operator syncs them")
 
     def __bool__(self) -> bool:
         return bool(self._open)
@@ -98,12 +111,12 @@ class Outages:
                         job.cancel()  # the next sync resumes from what this one committed
                         self._cancelled[key] = job
                     existing.ended = None
-                    self._store.save(existing)
+                    self._save(existing)
                     return
             outage = Outage(primary, standby, topic, time.time(), self._end_offsets(standby, topic),  # network
                             writer=self.writer)
             with self._lock:
-                self._store.save(outage)
+                self._save(outage)
                 self._open[key] = outage
             log.warning("failover.begin", topic=topic, primary=primary, standby=standby,
                         start_offsets=outage.start_offsets)
@@ -135,14 +148,22 @@ class Outages:
                 return
             if outage.ended is None:
                 outage.ended = time.time()
-                self._store.save(outage)
+                self._save(outage)
                 log.warning("failover.end", topic=topic, primary=primary, standby=outage.standby)
             if not self._health.is_up(outage.standby):
                 return  # the maintenance loop retries once the standby answers
             cancelled = self._cancelled.get(key)
             if cancelled is not None:
                 if cancelled.running:  # its consumer is still in the sync group: a new member beside it waits for
-                    return  # a rebalance (Tansu never assigns it); the maintenance loop retries within a second
+                    # a rebalance (Tansu never assigns it); the maintenance loop retries within a second. Not for
+                    # ever: a soak's cancelled job never ended (stuck in a call to a frozen cluster) and its
+                    # outage's 22,624 records stayed on the standby with no sync started again
+                    waited = time.monotonic() - cancelled.cancelled_at
+                    if waited < CANCELLED_SYNC_WAIT_S:
+                        return
+                    log.warning("failback.cancelled_sync_stuck", topic=topic, primary=primary, waited_s=round(waited),
+                                consequence="a new sync starts; it takes the partitions once the stuck one leaves "
+                                            "the sync group (its max.poll.interval.ms, 90 s)")
                 del self._cancelled[key]
             standby = outage.standby
             self._syncs[key] = SyncJob(

@@ -153,6 +153,7 @@ class SyncJob:
         self.error: str | None = None
         self.started = time.monotonic()
         self._stop = threading.Event()
+        self.cancelled_at = 0.0
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"ykafka-failback-{outage.primary}-{outage.topic}")
         self._thread.start()
@@ -181,7 +182,10 @@ class SyncJob:
                      "isolation.level": "read_uncommitted", "log_level": 3,
                      # a subscription made while the standby's broker did not list the topic yet ("Subscribed
                      # topic not available") waits for the next metadata refresh: seconds, not librdkafka's 5 min
-                     "topic.metadata.refresh.interval.ms": 2000})
+                     "topic.metadata.refresh.interval.ms": 2000,
+                     # a job stuck in a call (a frozen cluster) leaves the group within this, not librdkafka's 5 min:
+                     # the next sync of its outage can then take the partitions (Outages.end)
+                     "max.poll.interval.ms": 90_000})
         pconf = {k: v for k, v in self._primary_conf.items() if k not in ("on_delivery", "error_cb")}
         pconf.update({"enable.idempotence": True, "acks": "all", "message.timeout.ms": 30_000,
                       "partitioner": "murmur2_random"})
@@ -350,6 +354,7 @@ class SyncJob:
     def cancel(self) -> None:
         """Stop without waiting (the primary failed again); committed progress is kept."""
         self.state = "cancelled"
+        self.cancelled_at = time.monotonic()
         self._stop.set()
 
     def stop(self, timeout: float = 10.0) -> None:
