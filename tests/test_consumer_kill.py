@@ -8,14 +8,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.consumer_fixtures import committed, create_topic, produce, unique, wait_until
 from tests.support import Broker
+from ykafka.consumer import Consumer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,6 +29,18 @@ def bootstrap(one_broker: Broker) -> str:
     """The session's durable cluster (two brokers on the S3 engine): chaos tests run on durable clusters."""
     return one_broker.bootstrap
 
+
+
+def _running_consumer(bootstrap: str, topic: str, group: str, tmp_path: Path, watchdog_ms: int,
+                      handler: Callable[[Any], Any]) -> tuple[Consumer, threading.Thread]:
+    """A framework consumer with a short session, fast commits and no retry topics, ``run`` on a thread."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                         "ykafka.cache.dir": str(tmp_path / "cache"), "ykafka.consumer.watchdog.ms": watchdog_ms,
+                         "ykafka.consumer.commit.interval.ms": 200, "ykafka.consumer.retry.topics": False})
+    runner = threading.Thread(target=consumer.run, args=(handler,), kwargs={"topics": [topic]}, daemon=True)
+    runner.start()
+    return consumer, runner
 
 def in_partition_order(handled: list[tuple[int, int, int]]) -> bool:
     """Each partition's offsets handled in increasing order (ordering ``partition``; keys map to partitions, so
@@ -179,22 +195,14 @@ def test_watchdog_rebuilds_a_consumer_that_dropped_out_of_its_group(one_broker: 
     Within the watchdog's bound (2 s here) the client is rebuilt, rejoins and handles the rest; the stop ends
     within its bound. Without the watchdog nothing more is handled (checked: with the watchdog off, "the rest
     handled" timed out)."""
-    import threading
-
-    from ykafka.consumer import Consumer
 
     bootstrap = one_broker.bootstrap
     topic, group = unique("stalled"), unique("g")
     create_topic(bootstrap, topic, 4)
     produce(bootstrap, topic, 300, keys=40)
     handled: list[int] = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                         "ykafka.cache.dir": str(tmp_path / "cache"), "ykafka.consumer.watchdog.ms": 2000,
-                         "ykafka.consumer.commit.interval.ms": 200, "ykafka.consumer.retry.topics": False})
-    runner = threading.Thread(target=consumer.run, args=(lambda m: handled.append(int(m.value())),),
-                              kwargs={"topics": [topic]}, daemon=True)
-    runner.start()
+    consumer, runner = _running_consumer(bootstrap, topic, group, tmp_path, 2000,
+                                         lambda m: handled.append(int(m.value())))
     try:
         wait_until(lambda: len(set(handled)) >= 300, 60, message="first 300 handled")
         engine = consumer.engine
@@ -222,11 +230,8 @@ def test_watchdog_rebuilds_a_consumer_whose_partition_fetches_nothing_while_othe
     lost pause reason leaves: the framework no longer knows to resume it) while records keep arriving on partition 1.
     Within the watchdog's bound (2 s) the client is rebuilt and partition 0's records are handled while partition 1
     still flows. Before the per-partition check: partition 0's 100 records were still unhandled after 20 s."""
-    import threading
-
     from confluent_kafka import Producer, TopicPartition
 
-    from ykafka.consumer import Consumer
 
     bootstrap = one_broker.bootstrap
     topic, group = unique("partstall"), unique("g")
@@ -234,13 +239,8 @@ def test_watchdog_rebuilds_a_consumer_whose_partition_fetches_nothing_while_othe
     produce(bootstrap, topic, 100, partition=0)
     produce(bootstrap, topic, 100, start=100, partition=1)
     handled: list[tuple[int, int]] = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                         "ykafka.cache.dir": str(tmp_path / "cache"), "ykafka.consumer.watchdog.ms": 2000,
-                         "ykafka.consumer.commit.interval.ms": 200, "ykafka.consumer.retry.topics": False})
-    runner = threading.Thread(target=consumer.run, args=(lambda m: handled.append((m.partition(), int(m.value()))),),
-                              kwargs={"topics": [topic]}, daemon=True)
-    runner.start()
+    consumer, runner = _running_consumer(bootstrap, topic, group, tmp_path, 2000,
+                                         lambda m: handled.append((m.partition(), int(m.value()))))
     stop = threading.Event()
 
     def trickle() -> None:  # partition 1 keeps flowing for the whole test: the consumer as a whole never idles
@@ -283,11 +283,8 @@ def test_a_late_rebalance_callback_of_a_replaced_handle_leaves_the_new_one_alone
     change that needs a new one), then the old handle's revoke of both partitions arrives. The fresh handle's
     assignment, its partitions' trackers and its flow are untouched. Before the guard the session dropped both
     partitions from ``assigned`` (the watchdog then had nothing to judge) and cancelled their trackers."""
-    import threading
-
     from confluent_kafka import TopicPartition
 
-    from ykafka.consumer import Consumer
 
     bootstrap = one_broker.bootstrap
     topic, group = unique("late"), unique("g")
@@ -295,13 +292,8 @@ def test_a_late_rebalance_callback_of_a_replaced_handle_leaves_the_new_one_alone
     produce(bootstrap, topic, 100, partition=0)
     produce(bootstrap, topic, 100, start=100, partition=1)
     handled: list[int] = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                         "ykafka.cache.dir": str(tmp_path / "cache"), "ykafka.consumer.watchdog.ms": 0,
-                         "ykafka.consumer.commit.interval.ms": 200, "ykafka.consumer.retry.topics": False})
-    runner = threading.Thread(target=consumer.run, args=(lambda m: handled.append(int(m.value())),),
-                              kwargs={"topics": [topic]}, daemon=True)
-    runner.start()
+    consumer, runner = _running_consumer(bootstrap, topic, group, tmp_path, 0,
+                                         lambda m: handled.append(int(m.value())))
     try:
         wait_until(lambda: set(handled) >= set(range(200)), 60, message="first 200 handled")
         engine = consumer.engine
