@@ -1,9 +1,10 @@
 """One producer process of the soak (``bench/soak.py``).
 
-    python bench/_soak_producer.py BOOTSTRAP_A BOOTSTRAP_B SPILL TOPIC INDEX RATE OUT
+    python bench/_soak_producer.py BOOTSTRAP_A BOOTSTRAP_B SPILL TOPIC INDEX RATE OUT [FAILBACK_ORDER]
 
 Sends keyed records ``INDEX * 10**9 + i`` (key ``INDEX-<i % 16>``) through a DR engine (dc-a primary, dc-b standby,
-``route.failover=auto``, default health settings) at RATE a second until a line arrives on stdin, then waits until
+``route.failover=auto``, ``route.failback.order`` FAILBACK_ORDER (writes-first), default health settings) at RATE a
+second until a line arrives on stdin, then waits until
 spills are replayed, every outage ended and its failback sync finished, and prints ``DONE {status}``. Each send
 appends ``S <value>`` to OUT before the call, each delivery callback ``<value> <ok|error> <time>`` (one ``write``
 on an O_APPEND descriptor each).
@@ -31,9 +32,11 @@ KEYS = 16
 
 def main() -> int:
     a, b, spill, topic, index, rate, out = sys.argv[1:8]
+    order = sys.argv[8] if len(sys.argv) > 8 else "writes-first"
     configure("info")
     base = int(index) * 10**9
-    engine = make_engine({"dc-a": a, "dc-b": b}, RouteSpec("dc-a", "dc-b", "auto"), Path(spill), **DEFAULT_HEALTH)
+    engine = make_engine({"dc-a": a, "dc-b": b}, RouteSpec("dc-a", "dc-b", "auto", failback_order=order), Path(spill),
+                         **DEFAULT_HEALTH)
     fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def delivered(err: Any, msg: Any) -> None:

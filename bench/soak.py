@@ -121,7 +121,8 @@ class Soak:
             self.producers.append(subprocess.Popen(
                 [sys.executable, str(ROOT / "bench" / "_soak_producer.py"), self.a_clients, self.b.bootstrap,
                  str((self.spill_disk or self.work) / f"spill-{index}"), self.topic, str(index + 1),
-                 str(self.args.rate), str(self.work / f"producer-{index}.txt")],
+                 str(self.args.rate), str(self.work / f"producer-{index}.txt"),
+                 getattr(self.args, "failback_order", "writes-first")],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT, env=ENV))
 
     def start_consumer(self) -> None:
@@ -357,7 +358,9 @@ class Soak:
                   for name, s in self.samples.items() if s}
         recoveries = [f["recovery_s"] for f in self.faults if f.get("recovery_s") is not None]
         return {
-            "seed": self.args.seed, "minutes": self.args.minutes, "kinds": self.kinds, "producers": self.args.producers,
+            "seed": self.args.seed,
+            "failback_order": getattr(self.args, "failback_order", "writes-first"),
+            "minutes": self.args.minutes, "kinds": self.kinds, "producers": self.args.producers,
             "consumers": self.args.consumers, "faults": len(self.faults),
             "fault_kinds": dict(Counter(f["fault"] for f in self.faults)),
             "sent": len(sent), "acked": len(acked), "failed_callbacks": len(sent) - len(acked),
@@ -456,6 +459,8 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=300, help="records a second per producer process")
     parser.add_argument("--faults", default=",".join(BASIC + NETWORK + DISK),
                         help="fault kinds to draw from, comma-separated (default: all)")
+    parser.add_argument("--failback-order", choices=("writes-first", "strict"), default="writes-first",
+                        help="the producers' route.failback.order: strict must end with overtaken_all 0")
     parser.add_argument("--quick", action="store_true", help="one minute, seed 7 (what tests/test_soak.py runs)")
     args = parser.parse_args()
     # stopped from outside (SIGTERM, or SIGINT of a background job, which a shell starts with SIGINT ignored): the
