@@ -35,13 +35,14 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _free_pair() -> int:
-    """A free port whose next port is free too (a second replica listens there)."""
+def _free_pair(step: int = 1) -> int:
+    """A free port whose port + ``step`` is free too (a second replica listens at + 1, Kafka's controller at + 100:
+    CI once saw dc-b exit with 'Address already in use' on a port free_port had handed out, its + 100 unchecked)."""
     while True:
         port = free_port()
         with socket.socket() as probe:
             try:
-                probe.bind(("127.0.0.1", port + 1))
+                probe.bind(("127.0.0.1", port + step))
             except OSError:
                 continue
         return port
@@ -50,7 +51,7 @@ def _free_pair() -> int:
 @pytest.mark.slow
 def test_up_status_down_twice_leaves_nothing_behind(tmp_path: Path) -> None:
     """Round 1: one config service and one MetaServer; round 2: `--replicas 2` (peers on one database)."""
-    ports = {"dc-a": free_port(), "dc-b": free_port(), "configcenter": _free_pair(), "metaserver": _free_pair()}
+    ports = {"dc-a": _free_pair(100), "dc-b": _free_pair(100), "configcenter": _free_pair(), "metaserver": _free_pair()}
     cc2, ms2 = f"http://127.0.0.1:{ports['configcenter'] + 1}", f"http://127.0.0.1:{ports['metaserver'] + 1}"
     for replicas in (1, 2):
         up = _ykafka("dev", "up", "--replicas", str(replicas), home=tmp_path, ports=ports)
@@ -134,7 +135,7 @@ def test_unknown_service_is_a_clear_error(tmp_path: Path) -> None:
 def test_down_without_the_up_settings_stops_what_up_started(tmp_path: Path) -> None:
     """Up on other ports (env and flags) with two replicas; down with none of them (only the home, as a user who
     opened a new shell): every recorded pid is gone and no record is left behind."""
-    ports = {"dc-a": free_port(), "dc-b": free_port(), "configcenter": _free_pair(), "metaserver": _free_pair()}
+    ports = {"dc-a": _free_pair(100), "dc-b": _free_pair(100), "configcenter": _free_pair(), "metaserver": _free_pair()}
     env = {**os.environ, "YKAFKA_DEV_STARTUP_TIMEOUT": "60", "YKAFKA_DEV_DC_A_PORT": str(ports["dc-a"]),
            "YKAFKA_DEV_CONFIGCENTER_PORT": str(ports["configcenter"])}
     home = ["--home", str(tmp_path)]
@@ -176,7 +177,7 @@ def _up_then_down_bare(cli: list[str], home: list[str], env: dict[str, str], por
 def test_dev_up_broker_kafka_runs_the_quickstart(tmp_path: Path) -> None:
     """`ykafka dev up --broker kafka`: two Apache Kafka clusters, `dev status --json` names each broker's kind, node
     id, address and pid; the quickstart sample produces and consumes through them; `dev down` leaves nothing."""
-    ports = {"dc-a": free_port(), "dc-b": free_port(), "configcenter": free_port(), "metaserver": free_port()}
+    ports = {"dc-a": _free_pair(100), "dc-b": _free_pair(100), "configcenter": free_port(), "metaserver": free_port()}
     pids: dict[str, int] = {}
     try:
         up = _ykafka("dev", "up", "--broker", "kafka", home=tmp_path, ports=ports)
