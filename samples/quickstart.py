@@ -27,9 +27,12 @@ def main() -> None:
     configure(os.environ.get("YKAFKA_LOG_LEVEL", "warning"))  # structlog to stderr; info shows the SDK at work
 
     delivered: Counter[str] = Counter()
+    first_error: list[object] = []
 
     def on_delivery(err: object, msg: object) -> None:
         delivered["ok" if err is None else "failed"] += 1
+        if err is not None and not first_error:
+            first_error.append(err)
 
     started = time.monotonic()
     with Producer({}) as producer:
@@ -39,6 +42,12 @@ def main() -> None:
         producer.flush(30)
     print(f"produced {args.count} messages to {args.topic!r}: {delivered['ok']} acknowledged, "
           f"{delivered['failed']} failed ({time.monotonic() - started:.2f}s)")
+    if not delivered["ok"]:
+        # on a secured cluster (YKAFKA_DEV_SECURITY=sasl_ssl) an app may write topics but not create them: the
+        # broker answers a write to a topic that does not exist yet with "Topic authorization failed"
+        print(f"nothing was acknowledged: {first_error[0] if first_error else 'no delivery report'}\n"
+              "on a secured cluster the topic must exist first: pass --topic with an existing one")
+        raise SystemExit(1)
 
     # session.timeout.ms: only for `ykafka dev up --broker tansu`, whose group joins wait out the session timeout
     # (~23 s at the default); Apache Kafka joins at once either way
@@ -52,7 +61,8 @@ def main() -> None:
             for msg in consumer.consume(num_messages=500, timeout=1.0):
                 if msg.error() is None:
                     per_key[msg.key().decode()] += 1
-        consumer.commit(asynchronous=False)
+        if per_key:
+            consumer.commit(asynchronous=False)  # nothing consumed: nothing to commit (confluent-kafka would raise)
     finally:
         consumer.close()
     total = sum(per_key.values())
