@@ -127,6 +127,10 @@ def test_the_reconciler_restores_a_binding_deleted_by_hand_and_audits_it(
               for telemetry in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace")
               for op in ("WRITE", "DESCRIBE"))}
     assert wait_until(lambda: _acls(kafka, principal) == want, 15, message="bindings provisioned")
+    # ...and the telemetry topics those bindings name exist: an app may write them, not create them (before, every
+    # client report on a secured cluster was refused with "Topic authorization failed")
+    telemetry_topics = {"__ykafka_clients", "__ykafka_metrics", "__ykafka_trace"}
+    assert telemetry_topics <= set(kafka.admin().list_topics(timeout=15).topics)
     started = time.time()
     write = AclBindingFilter(ResourceType.TOPIC, "rc.", ResourcePatternType.PREFIXED, principal, "*",
                              AclOperation.WRITE, AclPermissionType.ALLOW)

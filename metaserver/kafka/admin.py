@@ -13,13 +13,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
@@ -133,6 +134,26 @@ class ClusterAdmin:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
+
+    def ensure_topics(self, names: Iterable[str]) -> list[str]:
+        """Create those of ``names`` the cluster lacks (with its default partitions and replication), and return
+        them: an app may write the telemetry topics but not create them, so on a secured cluster the first client
+        report of every app was refused ("Topic authorization failed") and the console showed no client at all."""
+        try:
+            have = set(self.client.list_topics(timeout=TIMEOUT_S).topics)
+        except KafkaException as exc:
+            raise BrokerAdminError(f"list topics: {exc.args[0]}") from None
+        missing = [name for name in names if name not in have]
+        if missing:
+            futures = self.client.create_topics([NewTopic(name, -1, -1) for name in missing],
+                                                request_timeout=TIMEOUT_S)
+            for name, future in futures.items():
+                try:
+                    future.result()
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another MetaServer was first
+                        raise BrokerAdminError(f"create topic {name}: {exc.args[0]}") from None
+        return missing
 
     @staticmethod
     def _wait(futures: Mapping[Any, Any], what: str) -> None:

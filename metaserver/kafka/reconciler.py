@@ -97,6 +97,9 @@ def reconcile_cluster(svc: Services, name: str, spec: dict[str, Any],
     try:
         users, want, fresh = desired(svc, name, now)
         admin = ClusterAdmin(spec, svc.settings)
+        made = admin.ensure_topics(kafka_acls.TELEMETRY_TOPICS)
+        if made:
+            log.info("telemetry topics created", cluster=name, topics=made)
         have_users = admin.scram_users()
         send = {u: p for u, p in users.items() if u not in have_users or u in fresh}
         admin.upsert_users(send)
