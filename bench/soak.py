@@ -74,13 +74,29 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from tests import toxiproxy  # noqa: E402
 from tests.dr_fixtures import create_topic, key_overtakes, read_all  # noqa: E402
-from tests.support import Broker, brokers  # noqa: E402
+from tests.support import Broker, LocalStack, brokers  # noqa: E402
+from ykafka import catalog  # noqa: E402
 from ykafka import headers as H  # noqa: E402
+from ykafka.admin.client import AdminClient as YAdmin  # noqa: E402
 
 PARTITIONS = 6
 BASIC = ["kill", "freeze", "freeze-standby", "consumer-kill"]  # what tests/test_soak.py draws from (seed 7)
 NETWORK = ["latency", "partition", "lossy"]
 DISK = ["disk-full"]
+CONTROL = ["metaserver-kill", "config-kill", "config-push"]
+#: what a ``config-push`` draws from: catalog keys that apply to a running client (in place or by a rebuild), each with
+#: the values pushed (the rate limit in records a second per process: a fraction of ``--rate``, so sends wait), and
+#: the scope kind it is pushed at (``topic`` / ``group``: the soak's topic or group)
+PUSHES: dict[str, tuple[str, list[str]]] = {
+    "producer.acks": ("topic", ["all", "1"]),
+    "producer.linger.ms": ("topic", ["0", "5", "20", "50"]),
+    "producer.batch.size": ("topic", ["16384", "131072", "1000000"]),
+    "producer.partitioner": ("topic", ["murmur2", "consistent"]),
+    "producer.rate.limit.msgs": ("topic", ["0", "0.8"]),
+    "consumer.workers": ("group", ["1", "2", "3", "4"]),
+}
+#: a pushed producer key's librdkafka property, which the client in force must then carry (REBUILD keys)
+PUSHED_SETTING = {"producer.acks": "acks", "producer.linger.ms": "linger.ms", "producer.batch.size": "batch.size"}
 SPILL_DISK_MB = 32
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
 
@@ -102,38 +118,59 @@ class Soak:
 
     def __init__(self, a: Broker, b: Broker, work: Path, args: argparse.Namespace,
                  net: toxiproxy.Toxiproxy | None = None, a_clients: str | None = None,
-                 spill_disk: Path | None = None) -> None:
+                 spill_disk: Path | None = None, control: LocalStack | None = None) -> None:
         self.a, self.b, self.work, self.args = a, b, work, args
         self.net, self.a_clients, self.spill_disk = net, a_clients or a.bootstrap, spill_disk
         self.kinds: list[str] = list(getattr(args, "faults", None) or BASIC)
         self.topic = f"soak-{args.seed}-{int(time.time())}"
         self.group = f"soak-g-{args.seed}-{int(time.time())}"
+        self.nodes = len(a.names)  # dc-a's nodes: with 3, a kill or freeze hits one node (RF 3, min.insync 2)
         for broker in (a, b):
-            create_topic(broker.bootstrap, self.topic, PARTITIONS)
+            create_topic(broker.bootstrap, self.topic, PARTITIONS, replication=min(len(broker.names), 3))
+        self.control = control
+        self.client: dict[str, Any] | None = None  # the app's client settings when the control plane runs
+        self.pushed: dict[str, str] = {}  # key -> the last value pushed
+        if control is not None:
+            self.client = self.app(control)
         self.producers: list[subprocess.Popen[str]] = []
         self.consumers: list[subprocess.Popen[bytes]] = []
         self.handled_files: list[Path] = []
         self.samples: dict[str, list[dict[str, float]]] = {}
         self.faults: list[dict[str, Any]] = []
 
+    def app(self, control: LocalStack) -> dict[str, Any]:
+        """An app allowed the soak's topic and group; its route (dc-a, standby dc-b, automatic failover) pushed
+        through the MetaServer at the topic's scope, as an operator sets it; the clients' settings."""
+        app_id, secret = control.new_app(produce=[self.topic], consume=[self.topic], group=[self.group])
+        route = {"route.cluster": "dc-a", "route.standby": "dc-b", "route.failover": "auto",
+                 "route.failback.order": getattr(self.args, "failback_order", "writes-first")}
+        control.push(f"topic:{self.topic}", route)
+        return {"ykafka.app.id": app_id, "ykafka.app.secret": secret,
+                "ykafka.metaserver": ",".join(control.cfg.metaserver_urls)}
+
     def start_producer(self, index: int) -> None:
+        env = ENV if self.client is None else {**ENV, "YKAFKA_SOAK_CLIENT": json.dumps(self.client)}
         with (self.work / f"producer-{index}.log").open("w") as log:  # the child keeps its own descriptor
             self.producers.append(subprocess.Popen(
                 [sys.executable, str(ROOT / "bench" / "_soak_producer.py"), self.a_clients, self.b.bootstrap,
                  str((self.spill_disk or self.work) / f"spill-{index}"), self.topic, str(index + 1),
                  str(self.args.rate), str(self.work / f"producer-{index}.txt"),
                  getattr(self.args, "failback_order", "writes-first")],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT, env=ENV))
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT, env=env))
 
     def start_consumer(self) -> None:
         n = len(self.handled_files)
         out = self.work / f"handled-{n}.txt"
         self.handled_files.append(out)
+        env = {**ENV, "YKAFKA_CHILD_LOG": "info"}
+        if self.client is not None:
+            env.update(YKAFKA_CHILD_CLIENT=json.dumps(self.client),
+                       YKAFKA_CHILD_APPLIED=str(self.work / f"consumer-{n}.applied"))
         with (self.work / f"consumer-{n}.log").open("w") as log:
             self.consumers.append(subprocess.Popen(
-                [sys.executable, "-m", "tests.consumer_child", self.a_clients, self.topic, self.group, str(out),
-                 str(self.work / f"ccache-{n}"), "0.0005", "2"],
-                cwd=ROOT, env={**ENV, "YKAFKA_CHILD_LOG": "info"}, stdout=log, stderr=subprocess.STDOUT))
+                [sys.executable, "-m", "tests.consumer_child", "-" if self.client else self.a_clients, self.topic,
+                 self.group, str(out), str(self.work / f"ccache-{n}"), "0.0005", "2"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
 
     def sample_all(self) -> None:
         for kind, procs in (("producer", self.producers), ("consumer", self.consumers)):
@@ -191,23 +228,29 @@ class Soak:
         fault: dict[str, Any] = {"fault": kind, "at_s": round(began - self.started, 1)}
         if kind in NETWORK:
             fault.update(self.network_fault(kind, rng))
+        elif kind in ("metaserver-kill", "config-kill"):
+            fault.update(self.control_kill("metaserver" if kind == "metaserver-kill" else "configcenter", rng))
+        elif kind == "config-push":
+            fault.update(self.config_push(rng))
         elif kind == "disk-full":
             fault.update(self.disk_full(rng))
         elif kind == "kill":
+            node = rng.randrange(self.nodes) if self.nodes > 1 else None
             down = rng.uniform(3, 8)
-            self.a.kill()
+            self.a.kill(node)
             self.wait(down)
             self.a.start()
-            fault["down_s"] = round(down, 1)
+            fault.update({"down_s": round(down, 1), **({"node": node} if node is not None else {})})
         elif kind in ("freeze", "freeze-standby"):
             broker = self.a if kind == "freeze" else self.b
+            node = rng.randrange(self.nodes) if kind == "freeze" and self.nodes > 1 else None
             down = rng.uniform(5, 20 if kind == "freeze" else 15)
-            broker.freeze()
+            broker.freeze(node)
             try:
                 self.wait(down)
             finally:
-                broker.thaw()
-            fault["down_s"] = round(down, 1)
+                broker.thaw(node)
+            fault.update({"down_s": round(down, 1), **({"node": node} if node is not None else {})})
         else:
             live = [n for n, proc in enumerate(self.consumers) if proc.poll() is None] or [0]
             victim = live[rng.randrange(len(live))]
@@ -222,6 +265,73 @@ class Soak:
         fault["_window"] = (began, healed + (fault["recovery_s"] or 0) + 5)
         self.faults.append(fault)
         print(json.dumps({k: v for k, v in fault.items() if not k.startswith("_")}), flush=True)
+
+    def control_kill(self, service: str, rng: random.Random) -> dict[str, Any]:
+        """SIGKILL the MetaServer or the config service (by the pid the soak's stack started it with), restart it
+        3-10 s later and wait until it answers; the clients keep the grant and the config they hold meanwhile."""
+        assert self.control is not None, "control-plane faults need the control plane"
+        down = rng.uniform(3, 10)
+        pid = self.control.stack.kill(service)
+        self.wait(down)
+        began = time.monotonic()
+        self.control.stack.up([service], seed=False)
+        return {"pid": pid, "down_s": round(down, 1), "restart_s": round(time.monotonic() - began, 1)}
+
+    def live_reports(self) -> list[tuple[str, Path]]:
+        """(kind, applied file) of every live client process."""
+        found = [("producer", self.work / f"producer-{n}.txt.applied")
+                 for n, proc in enumerate(self.producers) if proc.poll() is None]
+        return found + [("consumer", self.work / f"consumer-{n}.applied")
+                        for n, proc in enumerate(self.consumers) if proc.poll() is None]
+
+    def not_applied(self, after: float = 0.0) -> list[str]:
+        """Live clients whose last report (written after ``after``) does not show every value pushed so far: in
+        the values the sends / the consumer use, and for a rebuilt producer setting in its client of dc-a."""
+        missing: list[str] = []
+        for kind, path in self.live_reports():
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                missing.append(f"{path.name}: no report")
+                continue
+            if state["t"] < after:
+                missing.append(f"{path.name}: no report since {after:.1f}")
+                continue
+            for key, value in self.pushed.items():
+                if not key.startswith(kind):
+                    continue
+                if state["applied"].get(key) != value:
+                    missing.append(f"{path.name}: {key}={state['applied'].get(key)} (pushed {value})")
+                setting = PUSHED_SETTING.get(key)
+                if setting is not None and str(state["settings"].get(setting)) != value:
+                    missing.append(f"{path.name}: client {setting}={state['settings'].get(setting)} (pushed {value})")
+                if key == "consumer.workers" and str(state["workers"]) != value:
+                    missing.append(f"{path.name}: {state['workers']} workers (pushed {value})")
+        return missing
+
+    def config_push(self, rng: random.Random, limit: float = 60.0) -> dict[str, Any]:
+        """Push one hot key through the MetaServer (validated, released through the config service) while the load
+        runs, then wait until every live client reports it in force: ``applied_s``, or None and what was missing
+        after ``limit`` seconds."""
+        assert self.control is not None, "config pushes need the control plane"
+        key = rng.choice(sorted(PUSHES))
+        scope_kind, values = PUSHES[key]
+        value = rng.choice([v for v in values if v != self.pushed.get(key, catalog.render(
+            key, catalog.KEYS[key].default))] or values)
+        if key == "producer.rate.limit.msgs" and value != "0":
+            value = str(int(float(value) * self.args.rate))
+        scope = f"topic:{self.topic}" if scope_kind == "topic" else f"group:{self.group}"
+        pushed_at = time.time()
+        self.control.push(scope, {key: value})
+        self.pushed[key] = value
+        began = time.monotonic()
+        while True:
+            missing = self.not_applied(pushed_at)
+            if not missing:
+                return {"key": key, "value": value, "applied_s": round(time.monotonic() - began, 2)}
+            if time.monotonic() - began > limit:
+                return {"key": key, "value": value, "applied_s": None, "missing": missing[:4]}
+            self.wait(0.5)
 
     def network_fault(self, kind: str, rng: random.Random) -> dict[str, Any]:
         """One network fault between every client and dc-a, healed before returning."""
@@ -296,6 +406,12 @@ class Soak:
         return self.finish()
 
     def finish(self) -> dict[str, Any]:
+        # the values pushed, as the live clients hold them before they stop (a kill since the push: the new process
+        # took them from the config service at its start)
+        not_applied: list[str] = []
+        deadline = time.monotonic() + 30
+        while self.pushed and (not_applied := self.not_applied(time.time() - 3)) and time.monotonic() < deadline:
+            self.wait(1.0)
         done: list[dict[str, Any]] = []
         for proc in self.producers:
             assert proc.stdin is not None and proc.stdout is not None
@@ -330,6 +446,7 @@ class Soak:
             ack_times.append(sorted(times))
         for fault in self.faults:  # the longest time any producer went without an acknowledgement around the fault
             start, end = fault.pop("_window")
+            fault["_span"] = (start, end)
             gaps = [0.0]
             for times in ack_times:
                 inside = [t for t in times if start - 1 <= t <= end]
@@ -340,6 +457,9 @@ class Soak:
         values_a = Counter(int(m.value() or b"0") for m in on_a)
         values_b = {int(m.value() or b"0") for m in on_b}
         direct = [m for m in on_a if not H.synced_from(m.headers())]
+        duplicates = self.explain_duplicates(on_a, values_a)
+        for fault in self.faults:
+            fault.pop("_span", None)
         ends = self.ends()
         unhandled, lag = self.wait_consumed(acked, ends)
         if unhandled:
@@ -354,6 +474,10 @@ class Soak:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 consumer_exit.append("killed after 60 s")
+        tracebacks = {path.name: text.count("Traceback (most recent call last)")
+                      for path in sorted(self.work.glob("*.log")) if path.name != "toxiproxy.log"
+                      for text in [path.read_text(errors="replace")]}
+        pushes = [f for f in self.faults if f["fault"] == "config-push"]
         bounds = {name: {"first": s[0], "max": {k: max(x[k] for x in s) for k in s[0]}}
                   for name, s in self.samples.items() if s}
         recoveries = [f["recovery_s"] for f in self.faults if f.get("recovery_s") is not None]
@@ -361,16 +485,21 @@ class Soak:
             "seed": self.args.seed,
             "failback_order": getattr(self.args, "failback_order", "writes-first"),
             "minutes": self.args.minutes, "kinds": self.kinds, "producers": self.args.producers,
+            "dc_a_nodes": self.nodes,
             "consumers": self.args.consumers, "faults": len(self.faults),
             "fault_kinds": dict(Counter(f["fault"] for f in self.faults)),
             "sent": len(sent), "acked": len(acked), "failed_callbacks": len(sent) - len(acked),
             "callbacks_bad": sum(1 for v in sent if callbacks[v] != 1) + sum(1 for v in callbacks if v not in sent),
             "lost": len(acked - set(values_a)), "on_standby": len(values_b),
             "not_on_primary": len(values_b - set(values_a)), "synced": len(on_a) - len(direct),
-            "duplicates": sum(n - 1 for n in values_a.values() if n > 1),
+            "duplicates": sum(n - 1 for n in values_a.values() if n > 1), **duplicates,
             "overtaken_direct": len(key_overtakes(direct)), "overtaken_standby": len(key_overtakes(on_b)),
             "overtaken_all": len(key_overtakes(on_a)),
             "unhandled": unhandled, "lag": lag, "consumer_exit": consumer_exit,
+            "tracebacks": sum(tracebacks.values()), "tracebacks_in": {k: v for k, v in tracebacks.items() if v},
+            "pushes": len(pushes), "pushes_unapplied": sum(1 for f in pushes if f["applied_s"] is None),
+            "push_applied_s_max": max((f["applied_s"] for f in pushes if f["applied_s"] is not None), default=None),
+            "pushed": dict(self.pushed), "config_not_applied": not_applied,
             "write_gap_s_max": max((f["write_gap_s"] for f in self.faults), default=None),
             "recovery_s_max": max(recoveries) if recoveries else None,
             "recovery_s_median": sorted(recoveries)[len(recoveries) // 2] if recoveries else None,
@@ -381,6 +510,36 @@ class Soak:
                        for s in d.get("sync", [])] for d in done],
             "clients": bounds, "fault_log": self.faults,
         }
+
+    def explain_duplicates(self, on_a: list[Any], counts: Counter[int]) -> dict[str, Any]:
+        """Where the extra copies on dc-a come from: per duplicated value, how its copies got there (``direct``: a
+        write to dc-a, first send or a resend of the engine or librdkafka; ``synced``: copied back from dc-b by a
+        failback sync), whether two direct copies share a partition, and the fault whose window holds the first
+        copy's timestamp (``none``: outside every fault)."""
+        copies: dict[int, list[Any]] = {}
+        for m in on_a:
+            value = int(m.value() or b"0")
+            if counts[value] > 1:
+                copies.setdefault(value, []).append(m)
+        paths: Counter[str] = Counter()
+        faults: Counter[str] = Counter()
+        examples: list[dict[str, Any]] = []
+        for value, ms in sorted(copies.items()):
+            kinds = sorted("synced" if H.synced_from(m.headers()) else "direct" for m in ms)
+            path = "+".join(kinds)
+            if kinds.count("direct") > 1:
+                same = len({m.partition() for m in ms if not H.synced_from(m.headers())}) == 1
+                path += " (same partition)" if same else " (other partitions)"
+            paths[path] += len(ms) - 1
+            first = min(m.timestamp()[1] for m in ms) / 1000
+            where = [f["fault"] for f in self.faults if f["_span"][0] - 1 <= first <= f["_span"][1]]
+            faults[where[0] if where else "none"] += len(ms) - 1
+            if len(examples) < 12:
+                examples.append({"value": value, "copies": [(m.partition(), m.offset(), "synced" if H.synced_from(
+                    m.headers()) else "direct") for m in ms], "at_s": round(first - self.started, 1),
+                    "fault": where[0] if where else None})
+        return {"duplicates_by_path": dict(paths), "duplicates_by_fault": dict(faults),
+                "duplicate_examples": examples}
 
     def show_consumer_logs(self, lines: int = 15) -> None:
         """Records were left unhandled: name every consumer's log, print the tail of each live one's (stderr), and
@@ -457,10 +616,14 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--rate", type=int, default=300, help="records a second per producer process")
-    parser.add_argument("--faults", default=",".join(BASIC + NETWORK + DISK),
+    parser.add_argument("--faults", default=",".join(BASIC + NETWORK + DISK + CONTROL),
                         help="fault kinds to draw from, comma-separated (default: all)")
     parser.add_argument("--failback-order", choices=("writes-first", "strict"), default="writes-first",
                         help="the producers' route.failback.order: strict must end with overtaken_all 0")
+    parser.add_argument("--dc-a-nodes", type=int, choices=(1, 3), default=1,
+                        help="3: dc-a is three Kafka nodes (RF 3, min.insync.replicas 2), a kill or freeze hits one "
+                             "node, and nothing may fail over to dc-b (on_standby must be 0); no network or disk-full "
+                             "faults then (they take the whole cluster)")
     parser.add_argument("--quick", action="store_true", help="one minute, seed 7 (what tests/test_soak.py runs)")
     args = parser.parse_args()
     # stopped from outside (SIGTERM, or SIGINT of a background job, which a shell starts with SIGINT ignored): the
@@ -470,9 +633,13 @@ def main() -> int:
     if args.quick:
         args.minutes, args.seed, args.faults = 1.0, 7, ",".join(BASIC)
     kinds = [k.strip() for k in args.faults.split(",") if k.strip()]
-    unknown = sorted(set(kinds) - set(BASIC + NETWORK + DISK))
+    unknown = sorted(set(kinds) - set(BASIC + NETWORK + DISK + CONTROL))
     if unknown:
-        parser.error(f"unknown fault kinds {unknown}: choose from {BASIC + NETWORK + DISK}")
+        parser.error(f"unknown fault kinds {unknown}: choose from {BASIC + NETWORK + DISK + CONTROL}")
+    if args.dc_a_nodes > 1 and set(kinds) & set(NETWORK + DISK):
+        print(f"{sorted(set(kinds) & set(NETWORK + DISK))} left out: with --dc-a-nodes 3 only one node is faulted",
+              file=sys.stderr, flush=True)
+        kinds = [k for k in kinds if k not in NETWORK + DISK]
     work = Path(tempfile.mkdtemp(prefix="ykafka-soak-"))
     print(f"work dir (clusters, producer-N.log, consumer-N.log, handled-N.txt): {work}", file=sys.stderr, flush=True)
     binary = toxiproxy.binary() if set(kinds) & set(NETWORK) else None
@@ -491,19 +658,29 @@ def main() -> int:
     args.faults = kinds
     ports: dict[str, int] = {}
 
-    def proxied(stack: Any) -> None:
-        ports["inner"], ports["outer"] = toxiproxy.proxied_listener(stack.cfg.clusters["dc-a"])
+    def prepare(stack: Any) -> None:
+        # the 30 s a service gets to answer was too short for a MetaServer starting at a load average of 18 (the
+        # run failed before its first fault), and a restarted one must not end the run either
+        stack.cfg.startup_timeout_s = max(stack.cfg.startup_timeout_s, 120.0)
+        if binary is not None:
+            ports["inner"], ports["outer"] = toxiproxy.proxied_listener(stack.cfg.clusters["dc-a"])
 
     net: toxiproxy.Toxiproxy | None = None
     try:
-        with brokers(["dc-a", "dc-b"], work / "clusters", broker="kafka",
-                     prepare=proxied if binary is not None else None) as started:
+        with brokers(["dc-a", "dc-b"], work / "clusters", broker="kafka", count={"dc-a": args.dc_a_nodes, "dc-b": 1},
+                     prepare=prepare) as started:
             a_clients = None
             if binary is not None:
                 net = toxiproxy.Toxiproxy(binary, work / "toxiproxy.log")
                 net.proxy("dc-a", ports["outer"], f"127.0.0.1:{ports['inner']}")
                 a_clients = f"127.0.0.1:{ports['outer']}"
-            soak = Soak(started["dc-a"], started["dc-b"], work, args, net, a_clients, spill_disk)
+            control = None
+            if set(kinds) & set(CONTROL):  # the config service and the MetaServer, on the clusters' stack
+                control = LocalStack(started["dc-a"].stack).up(["configcenter", "metaserver"])
+                if a_clients is not None:  # the clients reach dc-a through the proxy: the registry says so
+                    YAdmin(control.metaserver, control.admin_token).set_cluster(
+                        "dc-a", bootstrap_servers=a_clients, dc="dc-a", status="active")
+            soak = Soak(started["dc-a"], started["dc-b"], work, args, net, a_clients, spill_disk, control)
             try:
                 result = soak.run()
             finally:

@@ -31,11 +31,11 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: fl
         time.sleep(interval)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 3, exact: bool = True) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int = 3, exact: bool = True, replication: int = 1) -> None:
     """Create ``topic`` and wait until it is visible with ``partitions`` partitions; ``exact=False`` also accepts
     it already there with another count (auto-created first by a producer, with the broker's default)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+    for future in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication)],
                                       operation_timeout=10).values():
         try:
             future.result(15)

@@ -268,16 +268,22 @@ def tansu_group_quirk(bootstrap: str) -> dict[str, Any]:
 
 # --- one private Kafka cluster ------------------------------------------------------------------------
 
-def cluster_stack(names: list[str], home: Path, storage: str = "memory", brokers: int | None = None,
+def cluster_stack(names: list[str], home: Path, storage: str = "memory", brokers: int | dict[str, int] | None = None,
                   broker: str = "tansu") -> Stack:
     """A devstack :class:`Stack` holding only the clusters ``names`` of ``broker`` kind (durable Tansu clusters
-    share its one S3 server; a Kafka cluster is ``brokers`` KRaft nodes, default 1)."""
-    cfg = ephemeral_config(home, storage=storage, brokers=brokers)
-    count = brokers or (1 if broker == "kafka" else cfg.clusters[cfg.default_cluster].brokers)
+    share its one S3 server; a Kafka cluster is ``brokers`` KRaft nodes, default 1, or per cluster name: the soak's
+    three-node dc-a beside a one-node dc-b)."""
+    cfg = ephemeral_config(home, storage=storage, brokers=brokers if isinstance(brokers, int) else None)
+    default = 1 if broker == "kafka" else cfg.clusters[cfg.default_cluster].brokers
+
+    def size(name: str) -> int:
+        return (brokers.get(name) if isinstance(brokers, dict) else brokers) or default
+
     cfg.clusters = {name: ClusterSpec(name, free_port(), name, storage="durable" if broker == "kafka" else storage,
-                                      brokers=count, extra_ports=[free_port() for _ in range(count - 1)],
+                                      brokers=size(name), extra_ports=[free_port() for _ in range(size(name) - 1)],
                                       broker=broker,
-                                      controller_ports=[free_port() for _ in range(count)] if broker == "kafka" else [])
+                                      controller_ports=[free_port() for _ in range(size(name))]
+                                      if broker == "kafka" else [])
                     for name in names}
     cfg.default_cluster = names[0]
     _remember_kafka(cfg)
@@ -330,20 +336,21 @@ class Broker:
         self.kill()
         return self.start()
 
-    def _signal(self, sig: int) -> None:
-        for svc in self.stack.services(self.names):
+    def _signal(self, sig: int, index: int | None = None) -> None:
+        for svc in self.stack.services(self.names if index is None else [self.names[index]]):
             pid = self.stack.pid(svc)
             if pid is not None:
                 os.kill(pid, sig)
 
-    def freeze(self) -> None:
-        """SIGSTOP: connections stay open but nothing answers (a network partition); data is kept."""
-        self._signal(signal.SIGSTOP)
+    def freeze(self, index: int | None = None) -> None:
+        """SIGSTOP every broker (or broker ``index``): connections stay open but nothing answers (a network
+        partition); data is kept."""
+        self._signal(signal.SIGSTOP, index)
         self.frozen = True
 
-    def thaw(self) -> None:
-        self._signal(signal.SIGCONT)
-        self.frozen = False
+    def thaw(self, index: int | None = None) -> None:
+        self._signal(signal.SIGCONT, index)
+        self.frozen = index is not None and self.frozen
 
     @property
     def alive(self) -> bool:
@@ -364,7 +371,7 @@ class Broker:
 
 @contextlib.contextmanager
 def brokers(names: list[str], log_dir: Path, storage: str = "memory",
-            count: int | None = None, broker: str = "tansu",
+            count: int | dict[str, int] | None = None, broker: str = "tansu",
             prepare: Callable[[Stack], None] | None = None) -> Iterator[dict[str, Broker]]:
     """Private clusters by name (on one stack: durable Tansu ones share one S3 server), started now (Kafka
     clusters together) and stopped by pid when the block ends. ``prepare`` changes the stack's configuration
