@@ -4,6 +4,14 @@ A message value is an :mod:`ykafka.events` batch ``{"v", "type", "f", "r"}``. Ro
 strings (Spark keeps numbers' text and nested JSON as text for string elements) and cast by the position
 :mod:`ykafka.events` defines. Batches of another type than asked for are dropped (a topic holds one type;
 this guards against mistakes), so are values that are not batches.
+
+Attribution (issue 37): on a secured cluster each app writes its events to its own topics
+(``__ykafka_trace.<app>``, ``ykafka.events.app_topic``), which no other app's principal may write. An event
+read from such a topic belongs to that app whatever its payload says: its ``app`` is the topic's, and an event
+whose payload names another app is forged. It keeps that claim in :data:`FORGED` (null for every honest event,
+and for every event of a shared topic, where nothing proves who wrote it); :func:`drop_forged` takes those rows
+out of the table the store gets and counts them, so the pipeline's stores and the console never show app A's
+forgery as app B's, and the pipeline raises an alert (``telemetry.forged``) naming A.
 """
 
 from __future__ import annotations
@@ -13,6 +21,11 @@ from typing import Any
 from ykafka import events
 
 ENVELOPE = "struct<v:int,type:string,f:array<string>,c:map<string,string>,r:array<array<string>>>"
+#: the column holding a forged event's claimed app (null for the others); never stored
+FORGED = "_forged_claim"
+#: the app a per-app telemetry topic's name gives (Java regex: the shared names, the separator, the app id)
+OWNER_PATTERN = "^(?:" + "|".join(t.replace(".", "\\.") for t in events.TELEMETRY_TOPICS) + ")" + \
+    events.TELEMETRY_SEPARATOR.replace(".", "\\.") + "(.+)$"
 
 
 def event_columns(kind: str) -> list[Any]:
@@ -30,20 +43,23 @@ def event_columns(kind: str) -> list[Any]:
 
 
 def decode(raw: Any, kind: str, keep_source: bool = False) -> Any:
-    """Typed events of ``kind`` from a DataFrame of Kafka rows (``value`` binary)."""
+    """Typed events of ``kind`` from a DataFrame of Kafka rows (``value`` binary), attributed to the app of the
+    topic they came from (see the module docstring: a forged event's claim is in :data:`FORGED`)."""
     from pyspark.sql import functions as F
 
     parsed = raw.select(
         *( [F.col("topic").alias("_src_topic"), F.col("partition").alias("_src_partition"),
             F.col("offset").alias("_src_offset")] if keep_source else []),
+        (F.regexp_extract(F.col("topic"), OWNER_PATTERN, 1) if "topic" in raw.columns else F.lit("")).alias(
+            "_src_owner"),
         F.from_json(F.col("value").cast("string"), ENVELOPE).alias("_b"))
     exploded = parsed.where(F.col("_b.type") == F.lit(kind)).select(
         *([F.col("_src_topic"), F.col("_src_partition"), F.col("_src_offset")] if keep_source else []),
-        F.col("_b.c").alias("_c"), F.explode(F.col("_b.r")).alias("_row"))
+        F.col("_src_owner"), F.col("_b.c").alias("_c"), F.explode(F.col("_b.r")).alias("_row"))
     extra = [F.col("_src_topic"), F.col("_src_partition"), F.col("_src_offset")] if keep_source else []
-    typed = exploded.select(*extra, *event_columns(kind))
+    typed = exploded.select(*extra, F.col("_src_owner"), *event_columns(kind))
     if kind != "trace":
-        return typed
+        return _attribute(typed)
     # an acked row written without its times: sent at its create timestamp, acked latency_ms later
     # (events.derive_times)
     timeless = F.col("ts").isNull() & (F.col("kind") == F.lit(events.TraceKind.ACKED.value)) & \
@@ -68,7 +84,37 @@ def decode(raw: Any, kind: str, keep_source: bool = False) -> Any:
         else F.lit(None).cast(types[name]).alias(name)
         for name in names])
     both = F.when(F.col("sent_ts").isNotNull(), F.array(row, produced)).otherwise(F.array(row))
-    return typed.select(F.explode(both).alias("_e")).select(*[F.col(f"_e.{name}").alias(name) for name in names])
+    return _attribute(
+        typed.select(F.explode(both).alias("_e")).select(*[F.col(f"_e.{name}").alias(name) for name in names]))
+
+
+def _attribute(typed: Any) -> Any:
+    """``app`` := the topic's app on a per-app topic; :data:`FORGED` := the payload's claim where it names
+    another app (an empty or missing claim is the topic's app's)."""
+    from pyspark.sql import functions as F
+
+    owner, claimed = F.col("_src_owner"), F.col("app")
+    per_app = owner != F.lit("")
+    forged = per_app & claimed.isNotNull() & (claimed != F.lit("")) & (claimed != owner)
+    return (typed.withColumn(FORGED, F.when(forged, claimed))
+            .withColumn("app", F.when(per_app, owner).otherwise(claimed)).drop("_src_owner"))
+
+
+def drop_forged(table: Any) -> tuple[Any, dict[tuple[str, str], int]]:
+    """(``table`` without its forged rows and without :data:`FORGED`, {(topic's app, claimed app): events}) of
+    an Arrow table of decoded events: the rows the store gets, and what to count and alert on."""
+    import pyarrow.compute as pc
+
+    if FORGED not in table.column_names:
+        return table, {}
+    claims = table.column(FORGED)
+    found: dict[tuple[str, str], int] = {}
+    if claims.null_count < table.num_rows:
+        forged = table.filter(pc.is_valid(claims))
+        for owner, claim in zip(forged.column("app").to_pylist(), forged.column(FORGED).to_pylist(), strict=True):
+            found[(str(owner), str(claim))] = found.get((str(owner), str(claim)), 0) + 1
+        table = table.filter(pc.is_null(claims))
+    return table.drop_columns([FORGED]), found
 
 
 def with_time_partitions(df: Any, ts_col: str = "ts") -> Any:

@@ -4,6 +4,11 @@
 * ``metrics`` — ``__ykafka_metrics`` -> metric history (incl. lag samples) + windowed aggregates;
 * ``clients`` — ``__ykafka_clients`` -> client history + real-time deletion of ephemeral groups.
 
+Each query also reads every app's own topic of its kind (``__ykafka_trace.<app>``: on a secured cluster an app
+writes only there, ``ykafka.events.app_topic``), found by prefix as apps appear, and attributes each event to
+the app its topic belongs to; an event claiming another app is left out, counted and alerted
+(``telemetry.forged``, :mod:`pipeline.decode`).
+
 After micro-batches (``--once``: after all of them; continuously: every ``eval_interval_s``) the alert
 rules run over the store and new / resolved alerts are delivered. The lag sampler writes the broker's
 view of every group into ``__ykafka_metrics`` every ``sample_interval_s`` (and once before a ``--once``
@@ -13,6 +18,7 @@ run). Offsets live in Spark checkpoints under the store, so re-running continues
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -24,8 +30,8 @@ import structlog
 from ykafka import events
 
 from . import aggregates, audit, groups, inventory, trace_store
-from .alerts import AlertConfig, AlertManager, error_rate_alerts, lag_alerts, latency_alerts
-from .decode import decode, with_time_partitions
+from .alerts import Alert, AlertConfig, AlertManager, error_rate_alerts, lag_alerts, latency_alerts
+from .decode import FORGED, decode, drop_forged, with_time_partitions
 from .lag_sampler import LagSampler
 from .session import spark_session
 from .store import Store, days_between
@@ -98,6 +104,9 @@ class Pipeline:
         self.progress = progress
         self._queries: list[Any] = []
         self._stop = threading.Event()
+        #: events dropped as forged, per (query, the topic's app, the app they claimed)
+        self.forged: dict[tuple[str, str, str], int] = {}
+        self._forged_lock = threading.Lock()
 
     # --- micro-batch handlers (run on the driver, one per query) ---------------------------------------
 
@@ -113,16 +122,41 @@ class Pipeline:
             self.progress(name, {"batch": batch_id, "rows": rows, "total_rows": stats.rows,
                                  "seconds": round(time.monotonic() - started, 2)})
 
+    def on_forged(self, query: str, found: dict[tuple[str, str], int]) -> None:
+        """Events read from app A's own telemetry topic that claim to be app B's (``decode.drop_forged``): left
+        out of the store, counted (:attr:`forged`), logged, and alerted at the next evaluation."""
+        with self._forged_lock:
+            for (owner, claimed), count in found.items():
+                self.forged[(query, owner, claimed)] = self.forged.get((query, owner, claimed), 0) + count
+        for (owner, claimed), count in sorted(found.items()):
+            log.error("ykafka.pipeline.telemetry_forged", query=query, app=owner, claimed_app=claimed, events=count)
+
+    def forged_alerts(self) -> list[Alert]:
+        """One ERR alert per (app, claimed app, query) that ever sent forged events, with the count so far."""
+        with self._forged_lock:
+            counts = dict(self.forged)
+        return [Alert("telemetry.forged", "ERR",
+                      f"app {owner!r} wrote {count} {query} event(s) claiming to be app {claimed!r} on its own "
+                      f"telemetry topic; left out", {"app": owner, "claimed_app": claimed, "query": query,
+                                                      "events": count}, extra_subject=f"{query}:{owner}:{claimed}")
+                for (query, owner, claimed), count in sorted(counts.items())]
+
     def on_trace(self, raw: Any, batch_id: int) -> None:
-        self._timed("trace", batch_id, lambda: trace_store.write_batch(self.store, decode(raw, "trace"), batch_id))
+        self._timed("trace", batch_id, lambda: trace_store.write_batch(
+            self.store, decode(raw, "trace"), batch_id, lambda found: self.on_forged("trace", found)))
 
     def on_metrics(self, raw: Any, batch_id: int) -> None:
         def work() -> int:
+            from pyspark.sql import functions as F
+
             metrics = decode(raw, "metric").persist()
             try:
-                rows = self.store.write(with_time_partitions(metrics).toArrow(), "metrics", ["date", "hour"],
-                                        batch_id, "metrics")
-                aggregates.write_batch(self.store, metrics, batch_id, self.cfg.aggregate_window_s)
+                table, found = drop_forged(with_time_partitions(metrics).toArrow())
+                if found:
+                    self.on_forged("metrics", found)
+                rows = self.store.write(table, "metrics", ["date", "hour"], batch_id, "metrics")
+                honest = metrics.where(F.col(FORGED).isNull()).drop(FORGED) if found else metrics.drop(FORGED)
+                aggregates.write_batch(self.store, honest, batch_id, self.cfg.aggregate_window_s)
             finally:
                 metrics.unpersist()
             return rows
@@ -134,7 +168,10 @@ class Pipeline:
             from pyspark.sql import functions as F
 
             clients = decode(raw, "client")
-            table = clients.withColumn("date", F.date_format(F.timestamp_millis("ts"), "yyyy-MM-dd")).toArrow()
+            table, found = drop_forged(
+                clients.withColumn("date", F.date_format(F.timestamp_millis("ts"), "yyyy-MM-dd")).toArrow())
+            if found:
+                self.on_forged("clients", found)
             rows = self.store.write(table, "clients", ["date"], batch_id, "clients")
             closing = groups.ephemeral_closures(table.to_pylist(), self.cfg.ephemeral_patterns)
             if closing and self.sampler is not None:
@@ -147,13 +184,15 @@ class Pipeline:
     # --- queries ------------------------------------------------------------------------------------
 
     def _start(self, name: str, topic: str, once: bool) -> Any:
+        # the shared topic and every app's own (``__ykafka_trace.<app>``, a secured cluster's), as they appear
+        own = f"{topic}{events.TELEMETRY_SEPARATOR}"
         if self.cfg.source == "jvm":
             reader = (self.spark.readStream.format("kafka").option("kafka.bootstrap.servers", self.cfg.bootstrap)
-                      .option("subscribe", topic).option("startingOffsets", "earliest")
-                      .option("failOnDataLoss", "false"))
+                      .option("subscribePattern", f"{re.escape(topic)}|{re.escape(own)}.+")
+                      .option("startingOffsets", "earliest").option("failOnDataLoss", "false"))
         elif self.cfg.source == "python":
             reader = (self.spark.readStream.format("ykafka-kafka").option("bootstrap", self.cfg.bootstrap)
-                      .option("topics", topic).option("startingOffsets", "earliest")
+                      .option("topics", f"{topic},{own}*").option("startingOffsets", "earliest")
                       .option("endOffsets", self.cfg.end_offsets))
         else:
             raise ValueError(f"source must be python or jvm, not {self.cfg.source!r}")
@@ -181,7 +220,8 @@ class Pipeline:
         delivered = self.evaluate() if evaluate else []
         clients = inventory.build(self.spark, self.store) if build_inventory else []
         return {"seconds": round(time.monotonic() - started, 2), "alerts": delivered, "inventory": clients,
-                "queries": {n: vars(s) for n, s in self.stats.items()}, "ephemeral": dict(self.ephemeral_actions)}
+                "queries": {n: vars(s) for n, s in self.stats.items()}, "ephemeral": dict(self.ephemeral_actions),
+                "forged": {"/".join(k): v for k, v in sorted(self.forged.items())}}
 
     def process_available(self, names: tuple[str, ...] | None = None) -> None:
         """Process what the topics hold now (``names``: some of the queries; default all), the queries side
@@ -308,6 +348,7 @@ class Pipeline:
             judged.append(cfg.lag.get("name", "consumer-lag"))
         delivered = self.alerts.process(current, judged, now)
         delivered += self.alerts.process(audit.loss_alerts(self.store, cfg, now), [], now)
+        delivered += self.alerts.process(self.forged_alerts(), [], now)
         return delivered
 
     def close(self) -> None:

@@ -9,7 +9,9 @@ micro-batch ended.
 Rows look like those of Spark's JVM ``kafka`` source: ``topic, partition, offset, timestamp (ms), key,
 value`` (binary). Options:
 
-* ``bootstrap`` (required), ``topics`` (comma-separated), ``startingOffsets`` = ``earliest`` | ``latest``;
+* ``bootstrap`` (required), ``topics`` (comma-separated; an entry ending in ``*`` is a prefix: every topic
+  starting with it, looked up at each micro-batch, so topics made later join with all they hold),
+  ``startingOffsets`` = ``earliest`` | ``latest``;
 * ``maxOffsetsPerTrigger``: cap of records per micro-batch (split over partitions in proportion to backlog);
 * ``minPartitions``: read a micro-batch in at least this many tasks, cutting a partition's range into
   sub-ranges (none below ``minRecordsPerPartition`` records, default 1);
@@ -84,8 +86,12 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _partitions(self) -> list[tuple[str, int]]:
         consumer = self._driver_consumer()
         found: list[tuple[str, int]] = []
-        for topic in self.topics:
-            meta = consumer.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
+        prefixes = tuple(t[:-1] for t in self.topics if t.endswith("*"))
+        every = consumer.list_topics(timeout=self.timeout_s).topics if prefixes else {}
+        named = [t for t in self.topics if not t.endswith("*")]
+        named += sorted(t for t in every if t.startswith(prefixes) and t not in named)
+        for topic in named:
+            meta = every.get(topic) or consumer.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
             if meta is None or meta.error is not None:
                 continue  # not created yet: no data yet
             found.extend((topic, p) for p in sorted(meta.partitions))

@@ -8,23 +8,28 @@ the store holds months of events.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ykafka import events
 
-from .decode import with_time_partitions
+from .decode import drop_forged, with_time_partitions
 from .store import Store, hour_prefixes
 
 PARTITIONS = ("date", "hour", "topic")
 
 
-def write_batch(store: Store, trace: Any, batch_id: int) -> int:
-    """Write one micro-batch of decoded trace events; returns the rows written."""
+def write_batch(store: Store, trace: Any, batch_id: int,
+                forged: Callable[[dict[tuple[str, str], int]], None] | None = None) -> int:
+    """Write one micro-batch of decoded trace events; returns the rows written. Forged events (an app's own
+    topic claiming another app, ``decode.drop_forged``) are left out and handed to ``forged``."""
     from pyspark.sql import functions as F
 
     df = with_time_partitions(trace.withColumn("topic", F.coalesce(F.col("topic"), F.lit("_unknown"))))
-    return store.write(df.toArrow(), "trace", PARTITIONS, batch_id, "trace")
+    table, found = drop_forged(df.toArrow())
+    if found and forged is not None:
+        forged(found)
+    return store.write(table, "trace", PARTITIONS, batch_id, "trace")
 
 
 def lookup(store: Store, key: str | None = None, *, msg_id: str | None = None, topic: str | None = None,

@@ -15,14 +15,15 @@ from hypothesis import strategies as st
 
 from metaserver.kafka import acls as kafka_acls
 from metaserver.kafka.acls import Binding
-from ykafka import acl
+from ykafka import acl, events
 from ykafka.consumer.retry import dlq_topic, retry_topic
 
 OPERATIONS = ("produce", "consume", "group")
 
 names = st.text(alphabet="ab.-_", min_size=1, max_size=6).filter(lambda n: acl.name_problem(n) is None)
 patterns = st.one_of(names, names.map(lambda n: n + "*"), st.just("*"),
-                     st.sampled_from(["__ykafka-retry.*", "_*", "__ykafka-retry.1.a.x"]))
+                     st.sampled_from(["__ykafka-retry.*", "_*", "__ykafka-retry.1.a.x", "__ykafka_*",
+                                      "__ykafka_clients.a", "__ykafka_trace.*", "__ykafka_metrics"]))
 
 
 @st.composite
@@ -36,19 +37,31 @@ def tables(draw: st.DrawFn) -> dict[str, list[str]]:
 
 
 def kafka_allows(bindings: Iterable[Binding], resource: str, name: str, operation: str) -> bool:
-    """Kafka's StandardAuthorizer for ALLOW-only bindings, written from its documentation, not from ykafka.acl:
-    an operation is allowed when a binding of that resource type names it (or ALL) with a matching pattern;
-    DESCRIBE is implied by READ, WRITE, DELETE and ALTER; LITERAL ``*`` matches every name."""
+    """Kafka's StandardAuthorizer, written from its documentation, not from ykafka.acl: a DENY binding of that
+    resource type naming the operation (or ALL) with a matching pattern refuses it, whatever allows it; else an
+    operation is allowed when an ALLOW binding names it (or ALL) with a matching pattern; DESCRIBE is implied
+    by READ, WRITE, DELETE and ALTER (for ALLOW only); LITERAL ``*`` matches every name."""
+    def named(b: Binding) -> bool:
+        return (b.pattern == "LITERAL" and (b.name == "*" or b.name == name)) or \
+            (b.pattern == "PREFIXED" and name.startswith(b.name))
+
+    bindings = list(bindings)
+    if any(b.permission == "DENY" and b.resource == resource and b.operation in (operation, "ALL") and named(b)
+           for b in bindings):
+        return False
     for b in bindings:
         if b.permission != "ALLOW" or b.resource != resource:
             continue
         implied = operation == "DESCRIBE" and b.operation in ("READ", "WRITE", "DELETE", "ALTER")
         if b.operation not in (operation, "ALL") and not implied:
             continue
-        if (b.pattern == "LITERAL" and (b.name == "*" or b.name == name)) or \
-                (b.pattern == "PREFIXED" and name.startswith(b.name)):
+        if named(b):
             return True
     return False
+
+
+def telemetry_names(apps: Iterable[str]) -> list[str]:
+    return [*events.TELEMETRY_TOPICS, *(events.app_topic(kind, a) for a in apps for kind in events.TELEMETRY_KINDS)]
 
 
 def retry_names(groups: list[str], topics: list[str]) -> list[str]:
@@ -65,10 +78,30 @@ def test_the_broker_allows_exactly_what_the_sdk_allows(table: dict[str, list[str
     for operation in OPERATIONS:
         resource, right = acl.OPERATION_RIGHTS[operation]
         for name in candidates:
-            if name in kafka_acls.TELEMETRY_TOPICS:
-                continue
             assert acl.check(table, operation, name) == kafka_allows(bindings, resource, name, right), \
                 (operation, name)
+    # telemetry: the SDK never consumes it, and the broker lets no app read it, whatever the table says
+    for name in telemetry_names([app_id, *topics]):
+        assert not acl.check(table, "consume", name) and not kafka_allows(bindings, "TOPIC", name, "READ"), name
+
+
+@settings(max_examples=200, deadline=None)
+@given(table=tables(), app_id=names, other=names)
+def test_an_app_writes_its_own_telemetry_topics_and_no_other_apps_or_the_shared_ones(
+        table: dict[str, list[str]], app_id: str, other: str) -> None:
+    """Issue 37: every app could write the shared telemetry topics, so app A's client report, metric or trace
+    could claim to be app B's. Now each writes only its own; no table of the MetaServer's but a produce ``*``
+    (trusted with every topic) opens another's, and the map app -> topic is one-to-one."""
+    bindings = kafka_acls.app_bindings(f"app.{app_id}@dc-a.g1", app_id, table)
+    for kind in events.TELEMETRY_KINDS:
+        own, theirs = events.app_topic(kind, app_id), events.app_topic(kind, other)
+        assert kafka_allows(bindings, "TOPIC", own, "WRITE") and events.topic_owner(own) == app_id
+        assert kafka_allows(bindings, "TOPIC", events.TOPICS[kind], "WRITE") == ("*" in table["produce"])
+        if other != app_id:
+            assert own != theirs
+            assert kafka_allows(bindings, "TOPIC", theirs, "WRITE") == ("*" in table["produce"]), (kind, other)
+        for name in (own, theirs, events.TOPICS[kind]):
+            assert not kafka_allows(bindings, "TOPIC", name, "READ")
 
 
 @settings(max_examples=150, deadline=None)
@@ -94,6 +127,7 @@ def test_no_saveable_topic_pattern_but_star_reaches_a_retry_topic(pattern: str, 
     if acl.topic_pattern_problem(pattern) is None and pattern != "*":
         assert not acl.matches(pattern, retry_topic(group, topic, 1))
         assert not acl.matches(pattern, dlq_topic(group, topic))
+        assert not any(acl.matches(pattern, name) for name in telemetry_names([group]))
 
 
 def test_readmes_group_pattern_opens_no_other_apps_topic_and_shop_cannot_fence_shop_billing() -> None:

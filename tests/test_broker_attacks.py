@@ -364,3 +364,65 @@ def test_a_local_caller_cannot_pick_the_source_its_failures_are_charged_to(
 def _scram_users(kafka: kafka_secured.SecuredKafka) -> set[str]:
     admin = kafka.admin()  # held until the future resolves
     return set(admin.describe_user_scram_credentials().result(15))
+
+
+def _telemetry_of(kafka: kafka_secured.SecuredKafka, topic: str, match: Callable[[dict[str, Any]], bool],
+                  timeout: float = 20.0) -> list[dict[str, Any]]:
+    """The events on ``topic`` that ``match``, read as the super user (the pipeline's and MetaServer's view)."""
+    from confluent_kafka import Consumer as RawConsumer
+    from confluent_kafka import TopicPartition
+
+    from ykafka import events
+
+    consumer = RawConsumer(kafka.client(**{"group.id": f"check-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False,
+                                           "enable.partition.eof": False}))
+    found: list[dict[str, Any]] = []
+    try:
+        meta = wait_until(lambda: consumer.list_topics(topic, timeout=5).topics.get(topic), timeout)
+        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+        deadline = time.monotonic() + timeout
+        while not found and time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.5):
+                if msg.error() is None:
+                    found.extend(e for _kind, e in events.iter_events(iter([msg.value()])) if match(e))
+    finally:
+        consumer.close()
+    return found
+
+
+def test_an_app_writes_only_its_own_telemetry_topics_and_reads_none(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    """Before issue 37 every app could write the shared ``__ykafka_clients`` / ``_metrics`` / ``_trace``, so app A
+    could put a client report, metric or trace there claiming to be app B, and the console showed it as B's.
+    Now each app's SDK writes to its own topics (``__ykafka_clients.<app>``), the only ones the broker lets it
+    write, and no app reads any telemetry topic, not even with consume ``*``."""
+    from confluent_kafka import Producer as RawProducer
+
+    from ykafka import Producer, events
+
+    a = new_app(server, acl={"produce": ["ta.*"], "consume": ["*"], "group": ["ta-g"]}, default_cluster="dc-a")
+    b = new_app(server, acl={"produce": ["tb.*"], "consume": [], "group": []}, default_cluster="dc-a")
+    creds = grant_of(server, a, tmp_path).clusters["dc-a"].rdkafka()
+    grant_of(server, b, tmp_path)  # B's principal, bindings and telemetry topics exist
+    topics = set(kafka.admin().list_topics(timeout=10).topics)
+    for kind in events.TELEMETRY_KINDS:  # the reconciler made each app's own with its bindings
+        assert {events.app_topic(kind, a.app_id), events.app_topic(kind, b.app_id), events.TOPICS[kind]} <= topics
+    forged = events.encode_rows("client", [[int(time.time() * 1000), "forged", b.app_id]])
+    for kind in events.TELEMETRY_KINDS:
+        for target in (events.app_topic(kind, b.app_id), events.TOPICS[kind]):  # B's own, and the shared one
+            producer = RawProducer({**creds, "message.timeout.ms": 8000, "log_level": 0})
+            errors: list[Any] = []
+            producer.produce(target, forged, on_delivery=lambda err, _msg, out=errors: out.append(err))
+            producer.flush(12)
+            assert [e.code() if e else None for e in errors] == [RawKafkaError.TOPIC_AUTHORIZATION_FAILED], target
+    read, error = consume_raw(creds, events.app_topic("client", a.app_id), "ta-g", timeout=8)
+    assert read == 0 and error is not None and error.code() == RawKafkaError.TOPIC_AUTHORIZATION_FAILED
+    topic = f"ta.{uuid.uuid4().hex[:6]}"
+    kafka.create_topics(topic)
+    with Producer({"ykafka.app.id": a.app_id, "ykafka.app.secret": a.secret, "ykafka.metaserver": server.url,
+                   "ykafka.cache.dir": str(tmp_path / "sdk")}) as producer:
+        client_id = producer.runtime.client_id
+        producer.produce(topic, b"hello")
+        assert producer.flush(15) == 0
+    reports = _telemetry_of(kafka, events.app_topic("client", a.app_id), lambda e: e["client_id"] == client_id)
+    assert reports and {e["app"] for e in reports} == {a.app_id}  # the SDK's own report: on A's own topic

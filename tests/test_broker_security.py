@@ -106,12 +106,13 @@ def test_a_grant_for_dc_a_only_carries_no_credential_for_dc_b(server: MetaServer
     assert [c["cluster"] for c in principals] == ["dc-a"]
 
 
-def _acls(kafka: kafka_secured.SecuredKafka, principal: str) -> set[tuple[str, str, str, str]]:
+def _acls(kafka: kafka_secured.SecuredKafka, principal: str) -> set[tuple[str, ...]]:
     admin = kafka.admin()
     found = admin.describe_acls(AclBindingFilter(
         ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,  # type: ignore[arg-type]
         AclPermissionType.ANY)).result(15)
-    return {(b.restype.name, b.name, b.resource_pattern_type.name, b.operation.name) for b in found}
+    return {(b.restype.name, b.name, b.resource_pattern_type.name, b.operation.name)
+            + (("DENY",) if b.permission_type.name == "DENY" else ()) for b in found}
 
 
 def test_the_reconciler_restores_a_binding_deleted_by_hand_and_audits_it(
@@ -123,13 +124,16 @@ def test_the_reconciler_restores_a_binding_deleted_by_hand_and_audits_it(
             ("TOPIC", "rc.", "PREFIXED", "READ"), ("GROUP", "rc-", "PREFIXED", "READ"),  # a group pattern: no topics
             ("TRANSACTIONAL_ID", f"{app.app_id}/", "PREFIXED", "WRITE"),
             ("TRANSACTIONAL_ID", f"{app.app_id}/", "PREFIXED", "DESCRIBE"),
-            *(("TOPIC", telemetry, "LITERAL", op)  # every client's reports, metrics and traces
+            *(("TOPIC", f"{telemetry}.{app.app_id}", "LITERAL", op)  # its own reports, metrics and traces only
               for telemetry in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace")
-              for op in ("WRITE", "DESCRIBE"))}
+              for op in ("WRITE", "DESCRIBE")),
+            *(("TOPIC", telemetry, "PREFIXED", "READ", "DENY")  # and no telemetry readable (issue 37)
+              for telemetry in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace"))}
     assert wait_until(lambda: _acls(kafka, principal) == want, 15, message="bindings provisioned")
     # ...and the telemetry topics those bindings name exist: an app may write them, not create them (before, every
     # client report on a secured cluster was refused with "Topic authorization failed")
-    telemetry_topics = {"__ykafka_clients", "__ykafka_metrics", "__ykafka_trace"}
+    telemetry_topics = {f"{t}{suffix}" for t in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace")
+                        for suffix in ("", f".{app.app_id}")}
     assert telemetry_topics <= set(kafka.admin().list_topics(timeout=15).topics)
     started = time.time()
     write = AclBindingFilter(ResourceType.TOPIC, "rc.", ResourcePatternType.PREFIXED, principal, "*",
@@ -150,7 +154,7 @@ def test_the_reconciler_restores_a_binding_deleted_by_hand_and_audits_it(
     assert all(row["operator"] == "reconciler" and row["target"] == "cluster:dc-a" for row in repairs)
     assert took <= RECONCILE_S * 3 + 10
     view = server.admin().app_kafka(app.app_id)["clusters"][0]
-    assert view["ok"] is True and view["missing"] == [] and view["extra"] == [] and len(view["desired"]) == 12
+    assert view["ok"] is True and view["missing"] == [] and view["extra"] == [] and len(view["desired"]) == 15
 
 
 def test_console_shows_each_apps_principal_bindings_and_the_clusters_security(
@@ -159,7 +163,7 @@ def test_console_shows_each_apps_principal_bindings_and_the_clusters_security(
     grant_of(server, app, tmp_path)
     principal = f"User:app.{app.app_id}@dc-a.g1"
     wait_until(lambda: (view := server.admin().app_kafka(app.app_id)["clusters"]) and view[0]["ok"]
-               and not view[0]["missing"] and len(view[0]["in_force"]) == 12, 20, message="reconciled")
+               and not view[0]["missing"] and len(view[0]["in_force"]) == 15, 20, message="reconciled")
     user = f"admin-{uuid.uuid4().hex[:6]}"
     server.admin().create_user(user, PASSWORD, "admin")
     page.goto(server.url + "/console/login")
@@ -170,9 +174,11 @@ def test_console_shows_each_apps_principal_bindings_and_the_clusters_security(
     page.goto(f"{server.url}/console/apps/{app.app_id}")
     access = page.locator("#broker-access .cluster-access[data-cluster='dc-a']")
     assert access.locator(".principal").all_inner_texts() == [principal]
-    assert access.locator("tbody tr").count() == 12 and access.locator("tr.missing, tr.extra").count() == 0
+    assert access.locator("tbody tr").count() == 15 and access.locator("tr.missing, tr.extra").count() == 0
     assert access.locator(".pill.ok").inner_text() == "ok" and access.locator(".reconciled").count() == 1
     assert "WRITE TOPIC:PREFIXED:cv." in access.inner_text()
+    assert f"WRITE TOPIC:LITERAL:__ykafka_clients.{app.app_id}" in access.inner_text()  # its own telemetry only
+    assert "DENY READ TOPIC:PREFIXED:__ykafka_trace" in access.inner_text()
     assert page.locator("#broker-access .cluster-access[data-cluster='dc-b']").count() == 0  # never reached
     access.screenshot(path=str(SCREENSHOTS / "console-broker-access.png"))
     page.goto(server.url + "/console/clusters")

@@ -19,10 +19,15 @@ def test_each_operation_maps_to_its_kafka_bindings() -> None:
         *(("TOPIC", "__ykafka-retry.7.billing.", "PREFIXED", op) for op in ("READ", "WRITE", "DESCRIBE", "CREATE")),
         ("TRANSACTIONAL_ID", "orders/", "PREFIXED", "WRITE"), ("TRANSACTIONAL_ID", "orders/", "PREFIXED", "DESCRIBE"),
     }
-    assert {b.principal for b in got} == {who} and {(b.permission, b.host) for b in got} == {("ALLOW", "*")}
-    telemetry = {(b.name, b.operation) for b in got if b.name.startswith("__ykafka_")}
-    assert telemetry == {(t, op) for t in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace")
-                         for op in ("WRITE", "DESCRIBE")}
+    assert {b.principal for b in got} == {who} and {b.host for b in got} == {"*"}
+    assert {b.permission for b in got if not b.name.startswith("__ykafka_")} == {"ALLOW"}
+    telemetry = {(b.name, b.pattern, b.operation, b.permission) for b in got if b.name.startswith("__ykafka_")}
+    # its own telemetry topics only (issue 37: the shared ones were writable by every app, so any app could speak
+    # for another), and no READ on any telemetry topic even with consume '*'
+    assert telemetry == {
+        *((f"{t}.orders", "LITERAL", op, "ALLOW") for t in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace")
+          for op in ("WRITE", "DESCRIBE")),
+        *((t, "PREFIXED", "READ", "DENY") for t in ("__ykafka_clients", "__ykafka_metrics", "__ykafka_trace"))}
 
 
 def test_a_consumer_only_app_gets_no_transactional_id() -> None:

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from ykafka.events import TELEMETRY_TOPICS
+
 Operation = Literal["produce", "consume", "group"]
 OPERATIONS: tuple[Operation, ...] = ("produce", "consume", "group")
 
@@ -85,6 +87,10 @@ RETRY_NAMESPACE = "__ykafka-retry."
 #: what follows the app id in each of its transactional ids; app ids never contain it (:func:`name_problem`),
 #: so app ``shop``'s ids (``shop/...``) and app ``shop-billing``'s (``shop-billing/...``) never share a prefix
 TRANSACTIONAL_SEPARATOR = "/"
+#: the SDK's telemetry topics, shared (``__ykafka_trace``) and per app (``__ykafka_trace.<app>``,
+#: ``ykafka.events.app_topic``): no app reads them (a DENY READ on each prefix, which beats even a consume
+#: ``*``), each app writes only its own, and no produce / consume pattern but ``*`` reaches into them
+TELEMETRY_NAMESPACES = TELEMETRY_TOPICS
 
 Resource = Literal["TOPIC", "GROUP", "TRANSACTIONAL_ID"]
 #: the Kafka right each SDK operation needs
@@ -111,6 +117,7 @@ class Permission:
     name: str
     pattern: str  # LITERAL or PREFIXED
     operation: str
+    permission: str = "ALLOW"  # or DENY, which beats every ALLOW of the same operation
 
 
 def resource_pattern(pattern: str) -> tuple[str, str]:
@@ -139,7 +146,9 @@ def permissions(acl: Mapping[str, Iterable[str]], app_id: str | None = None,
     """Every right ``acl`` grants, as Kafka bindings express them. A group pattern (``billing-*``, ``*``) grants
     the groups only: retry and dead-letter rights come from a literal group name alone, under its own
     :func:`retry_prefix`, so a group grant never widens topic rights. With ``app_id`` and any produce right:
-    the transactional ids under :func:`transactional_prefix`. ``always_write``: topics every client writes."""
+    the transactional ids under :func:`transactional_prefix`. ``always_write``: topics this app writes whatever
+    its table says (its own telemetry topics, ``ykafka.events.app_topics``). Always: DENY READ on every
+    telemetry topic (:data:`TELEMETRY_NAMESPACES`), so not even a consume ``*`` reads another app's reports."""
     out: set[Permission] = set()
     for operation, (resource, granted) in _GRANTED.items():
         for pattern in acl.get(operation, ()):
@@ -154,31 +163,50 @@ def permissions(acl: Mapping[str, Iterable[str]], app_id: str | None = None,
                    for op in ("WRITE", "DESCRIBE"))
     for topic in always_write:
         out.update(Permission("TOPIC", topic, "LITERAL", op) for op in ("WRITE", "DESCRIBE"))
+    out.update(Permission("TOPIC", name, "PREFIXED", "READ", "DENY") for name in TELEMETRY_NAMESPACES)
     return frozenset(out)
 
 
 def permits(rights: Iterable[Permission], resource: str, name: str, operation: str) -> bool:
     """Whether ALLOW bindings ``rights`` let ``operation`` on ``resource`` ``name`` through, as Kafka's
     ``StandardAuthorizer`` decides: LITERAL matches the name or is ``*``, PREFIXED matches a name starting with
-    it; READ, WRITE, DELETE and ALTER imply DESCRIBE."""
+    it; READ, WRITE, DELETE and ALTER imply DESCRIBE; a matching DENY of the operation itself (or ALL) wins."""
+    rights = tuple(rights)
     for right in rights:
-        if right.resource != resource:
+        if right.permission == "DENY" and right.resource == resource and right.operation in (operation, "ALL") \
+                and _names(right, name):
+            return False
+    for right in rights:
+        if right.permission != "ALLOW" or right.resource != resource:
             continue
         if right.operation != operation and not (operation == "DESCRIBE" and right.operation in _IMPLY_DESCRIBE):
             continue
-        if right.pattern == "LITERAL" and right.name in (name, "*"):
-            return True
-        if right.pattern == "PREFIXED" and name.startswith(right.name):
+        if _names(right, name):
             return True
     return False
 
 
+def _names(right: Permission, name: str) -> bool:
+    return (right.pattern == "LITERAL" and right.name in (name, "*")) or \
+        (right.pattern == "PREFIXED" and name.startswith(right.name))
+
+
 def topic_pattern_problem(pattern: str) -> str | None:
     """Why a produce or consume pattern may not be saved, or None: besides :func:`pattern_problem`, no pattern
-    but ``*`` may reach into :data:`RETRY_NAMESPACE` (a consume ``_*`` would read every group's retries)."""
+    but ``*`` may reach into :data:`RETRY_NAMESPACE` (a consume ``_*`` would read every group's retries) or
+    into the telemetry topics (:data:`TELEMETRY_NAMESPACES`: a produce ``__ykafka_clients.billing`` would
+    speak for app ``billing``)."""
     problem = pattern_problem(pattern)
     if problem is not None or pattern == "*":
         return problem
     name, kind = resource_pattern(pattern)
-    inside = name.startswith(RETRY_NAMESPACE) or (kind == "PREFIXED" and RETRY_NAMESPACE.startswith(name))
-    return f"reaches into {RETRY_NAMESPACE}*, the consumer groups' retry and dead-letter topics" if inside else None
+
+    def inside(namespace: str) -> bool:
+        return name.startswith(namespace) or (kind == "PREFIXED" and namespace.startswith(name))
+
+    if inside(RETRY_NAMESPACE):
+        return f"reaches into {RETRY_NAMESPACE}*, the consumer groups' retry and dead-letter topics"
+    reached = next((namespace for namespace in TELEMETRY_NAMESPACES if inside(namespace)), None)
+    if reached is not None:
+        return f"reaches into {reached}*, the apps' telemetry topics (each app writes only its own)"
+    return None

@@ -186,6 +186,38 @@ TOPICS: dict[str, str] = {
     "trace": TRACE_TOPIC, "metric": METRICS_TOPIC, "client": CLIENTS_TOPIC, "alert": ALERTS_TOPIC,
 }
 NAMES: dict[str, tuple[str, ...]] = {kind: tuple(n for n, _ in fields) for kind, fields in FIELDS.items()}
+
+# --- per-app telemetry topics (issue 37: each app speaks only for itself) ------------------------------------
+#: the event types every client writes; on a secured cluster each app writes them to its own topics
+TELEMETRY_KINDS = ("trace", "metric", "client")
+#: the shared topics they share a name with: ``<shared topic>.<app id>`` is the app's own
+TELEMETRY_TOPICS = tuple(TOPICS[kind] for kind in TELEMETRY_KINDS)
+#: between the shared topic's name and the app id. Each app's topic is a LITERAL name and the map
+#: app id -> topic is one-to-one (a fixed prefix plus the id), so no app's topic is another's, whatever the ids
+#: hold; the ACL check refuses any produce / consume pattern but ``*`` reaching into these names
+#: (``ykafka.acl.topic_pattern_problem``), so no app's own topic lands there either.
+TELEMETRY_SEPARATOR = "."
+
+
+def app_topic(kind: str, app_id: str) -> str:
+    """The topic app ``app_id`` writes its events of ``kind`` to on a secured cluster: ``__ykafka_trace.<app>``."""
+    return f"{TOPICS[kind]}{TELEMETRY_SEPARATOR}{app_id}"
+
+
+def app_topics(app_id: str) -> dict[str, str]:
+    """The event-type -> topic map of an app's own telemetry (alerts stay on the shared topic: apps never write
+    them)."""
+    return {**TOPICS, **{kind: app_topic(kind, app_id) for kind in TELEMETRY_KINDS}}
+
+
+def topic_owner(topic: str) -> str | None:
+    """The app a per-app telemetry topic belongs to (``__ykafka_clients.billing`` -> ``billing``), or None for
+    any other topic (the shared ones included). The pipeline attributes every event of such a topic to it."""
+    for shared in TELEMETRY_TOPICS:
+        head = shared + TELEMETRY_SEPARATOR
+        if topic.startswith(head) and len(topic) > len(head):
+            return topic[len(head):]
+    return None
 TRACE_NAMES = NAMES["trace"]
 METRIC_NAMES = NAMES["metric"]
 CLIENT_NAMES = NAMES["client"]

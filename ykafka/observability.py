@@ -11,7 +11,7 @@ from typing import Any
 
 import structlog
 
-from ykafka import catalog
+from ykafka import catalog, events
 from ykafka.config import Option
 from ykafka.metrics import Metrics
 from ykafka.sink import EventSink, sink_conf
@@ -65,6 +65,7 @@ class Observability:
                     try:
                         conf = sink_conf(self.runtime.cluster(self.cluster).rdkafka(), self._options)
                         self._sink = EventSink(conf, queue_max=int(self._options["ykafka.trace.queue.max"]),
+                                               topics=telemetry_topics(conf, self.runtime.app_id),
                                                name=f"ykafka-events-{self.runtime.client_id}")
                     except Exception as exc:
                         self._failed = True
@@ -101,6 +102,16 @@ class Observability:
             self._tracer.close(timeout)
         if self._sink is not None:
             self._sink.close(timeout)
+
+
+def telemetry_topics(conf: Mapping[str, Any], app_id: str | None) -> dict[str, str] | None:
+    """Where this client's events go: on a cluster where it authenticates as its app's own principal (SASL), the
+    app's own topics (``__ykafka_trace.<app>``, ``ykafka.events.app_topics``), the only telemetry topics its
+    bindings let it write, so no app can speak for another and the pipeline attributes each event to the app
+    its topic belongs to; elsewhere (the open stack) the shared ones (None)."""
+    if app_id and str(conf.get("security.protocol") or "").upper().startswith("SASL") and conf.get("sasl.username"):
+        return events.app_topics(app_id)
+    return None
 
 
 def merge_statistics(props: dict[str, Any], ours: Mapping[str, Any]) -> None:

@@ -4,8 +4,10 @@ The rights are ``ykafka.acl.permissions``, the same function the SDK's ACL check
 two enforcers): produce → WRITE and DESCRIBE on the topic; consume → READ and DESCRIBE on the topic; group →
 READ on the group, and, for a literal group name only, READ, WRITE, DESCRIBE and CREATE on its retry and
 dead-letter topics (``__ykafka-retry.<len>.<group>.``: a group pattern never widens topic rights);
-producers → WRITE and DESCRIBE on transactional ids starting ``<app id>/``; every client → WRITE and DESCRIBE
-on the SDK's telemetry topics (``__ykafka_clients``, ``_metrics``, ``_trace``). A name is a LITERAL pattern,
+producers → WRITE and DESCRIBE on transactional ids starting ``<app id>/``; every app → WRITE and DESCRIBE
+on its own telemetry topics only (``__ykafka_clients.<app>``, ``_metrics.<app>``, ``_trace.<app>``: one app
+cannot write a report, metric or trace into another's) and DENY READ on every telemetry topic (the MetaServer's
+and the pipeline's principals read them; not even an app granted consume ``*`` does). A name is a LITERAL pattern,
 ``prefix*`` a PREFIXED one, ``*`` Kafka's literal wildcard. Pure data: the reconciler
 (metaserver/kafka/reconciler.py) compares these with ``describe_acls`` and repairs the difference (bindings
 of the older naming are no longer desired, so its first pass migrates them).
@@ -18,12 +20,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ykafka import acl as acl_patterns
-from ykafka.events import CLIENTS_TOPIC, METRICS_TOPIC, TRACE_TOPIC
+from ykafka import events
 
 #: principals the MetaServer issues and therefore owns on a cluster: ``User:app.<app>@<cluster>.g<n>``
 PRINCIPAL_PREFIX = "User:app."
-#: what every ykafka client writes besides its own topics: its reports, metrics and sampled traces
-TELEMETRY_TOPICS = (CLIENTS_TOPIC, METRICS_TOPIC, TRACE_TOPIC)
+#: the shared telemetry topics (the open stack's clients and the pipeline's lag sampler write them; on a
+#: secured cluster no app may): the reconciler creates them, beside each app's own (:func:`telemetry_topics`)
+TELEMETRY_TOPICS = events.TELEMETRY_TOPICS
 #: Kafka's "every user" principal: a hand-made binding for it opens the cluster, so the reconciler owns it too
 EVERYONE = "User:*"
 
@@ -41,6 +44,11 @@ class Binding:
 
     def as_json(self) -> dict[str, str]:
         return asdict(self)
+
+    def show(self) -> str:
+        """One line for the audit log and the console: ``User:x WRITE TOPIC:LITERAL:t`` (``DENY READ ...``)."""
+        deny = "DENY " if self.permission == "DENY" else ""
+        return f"{self.principal} {deny}{self.operation} {self.resource}:{self.pattern}:{self.name}"
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Binding:
@@ -99,11 +107,17 @@ def pattern_problem(pattern: str) -> str | None:
             f"('*')")
 
 
+def telemetry_topics(app_id: str) -> list[str]:
+    """App ``app_id``'s own telemetry topics, the only ones it may write (``ykafka.events.app_topic``)."""
+    return [events.app_topic(kind, app_id) for kind in events.TELEMETRY_KINDS]
+
+
 def app_bindings(user: str, app_id: str, acl: Mapping[str, Iterable[str]]) -> set[Binding]:
-    """The bindings one app principal needs for ``acl``: ``ykafka.acl.permissions`` as ALLOW bindings."""
+    """The bindings one app principal needs for ``acl``: ``ykafka.acl.permissions`` as bindings, with WRITE on
+    the app's own telemetry topics."""
     who = principal(user)
-    return {Binding(who, p.resource, p.name, p.pattern, p.operation)
-            for p in acl_patterns.permissions(acl, app_id, TELEMETRY_TOPICS)}
+    return {Binding(who, p.resource, p.name, p.pattern, p.operation, p.permission)
+            for p in acl_patterns.permissions(acl, app_id, telemetry_topics(app_id))}
 
 
 def topic_pattern_problem(pattern: str) -> str | None:

@@ -1,7 +1,8 @@
 """Keeps every secured cluster's SCRAM users and ACL bindings equal to the MetaServer's tables.
 
 Desired: for each live principal of an enabled app (metaserver/domain/credentials.py) its SCRAM user and the
-bindings of the app's ACL (metaserver/kafka/acls.py). Actual: ``describe_user_scram_credentials`` and
+bindings of the app's ACL (metaserver/kafka/acls.py), and the topics they name that must exist before an app
+can write them (the shared telemetry topics and each app's own). Actual: ``describe_user_scram_credentials`` and
 ``describe_acls``. The difference is repaired (missing users and bindings created; every user and binding the
 tables do not hold deleted, whoever made it: a hand-made user, ``User:*`` or ``User:ANONYMOUS`` binding is
 foreign, and besides the audit it raises an ERR alert ``kafka.foreign_access``), every repair is audited,
@@ -22,6 +23,8 @@ from typing import Any
 
 import structlog
 from sqlalchemy import select
+
+from ykafka import events
 
 from ..domain import audit, credentials, registry
 from ..services import Services
@@ -97,7 +100,12 @@ def reconcile_cluster(svc: Services, name: str, spec: dict[str, Any],
     try:
         users, want, fresh = desired(svc, name, now)
         admin = ClusterAdmin(spec, svc.settings)
-        made = admin.ensure_topics(kafka_acls.TELEMETRY_TOPICS)
+        # the shared telemetry topics and each app's own (made with its bindings: an app may write its own but
+        # not create it); an existing cluster gets the per-app ones, and loses the older bindings that let every
+        # app write the shared ones, at its first pass (issue 37)
+        own = sorted({b.name for b in want if b.resource == "TOPIC" and b.permission == "ALLOW"
+                      and events.topic_owner(b.name) is not None})
+        made = admin.ensure_topics([*kafka_acls.TELEMETRY_TOPICS, *own])
         if made:
             log.info("telemetry topics created", cluster=name, topics=made)
         have_users = admin.scram_users()
@@ -168,7 +176,7 @@ def _alert_foreign(conn: Any, out: Outcome, now: float) -> None:
 
 
 def _show(b: Binding) -> str:
-    return f"{b.principal} {b.operation} {b.resource}:{b.pattern}:{b.name}"
+    return b.show()
 
 
 def reconcile(svc: Services, only: Iterable[str] | None = None) -> dict[str, Outcome]:

@@ -46,4 +46,4 @@ def app_view(conn: Connection, app: dict[str, Any]) -> dict[str, Any]:
 
 
 def _show(bindings: set[Binding]) -> list[str]:
-    return sorted(f"{b.principal} {b.operation} {b.resource}:{b.pattern}:{b.name}" for b in bindings)
+    return sorted(b.show() for b in bindings)
