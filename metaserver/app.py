@@ -62,6 +62,9 @@ from .routes import (
 from .routes import (
     sdk as routes_sdk,
 )
+from .routes import (
+    topics as routes_topics,
+)
 from .routes.httpguard import ERROR_RESPONSES, BodyLimit, SingleValuedQuery, validation_errors
 from .services import Services
 from .settings import Settings
@@ -146,6 +149,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)  # before parsing: 413, nothing buffered
     app.include_router(routes_sdk.router)
     app.include_router(routes_admin.router)
+    app.include_router(routes_topics.router)
     app.include_router(routes_config.router)
     app.include_router(routes_observe.router)
     app.include_router(routes_placements.admin)

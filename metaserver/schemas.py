@@ -253,3 +253,17 @@ class SecuritySwitches(Strict):
 
     auth_enabled: bool | None = Field(default=None, alias="auth.enabled",
                                       description="MetaServer enforcement of app secrets (false: unsigned grants)")
+
+
+class TopicCreate(Strict):
+    """``POST /v1/admin/topics``: an admin's topic request, approved at once (what the console's request and
+    approval do in two steps: create on the cluster, grant the app produce + consume, set the route)."""
+
+    name: str = Field(min_length=1, max_length=249, description="the topic; the app and the route use this name")
+    app_id: str = Field(min_length=1, max_length=100, description="the app granted produce and consume on it")
+    cluster: str | None = Field(default=None, max_length=100,
+                                description="where it lives; absent: the least loaded active cluster")
+    partitions: int = Field(default=3, ge=1, le=1000)
+    retention_hours: float = Field(default=168.0, ge=0.01, le=24 * 366)
+
+    _names = field_validator("name", "app_id")(_name)

@@ -46,7 +46,8 @@ def main() -> None:
         # on a secured cluster (YKAFKA_DEV_SECURITY=sasl_ssl) an app may write topics but not create them: the
         # broker answers a write to a topic that does not exist yet with "Topic authorization failed"
         print(f"nothing was acknowledged: {first_error[0] if first_error else 'no delivery report'}\n"
-              "on a secured cluster the topic must exist first: pass --topic with an existing one")
+              "on a secured cluster the topic must exist first: ykafka admin topics create TOPIC --app "
+              "$YKAFKA_APP_ID, then pass --topic TOPIC")
         raise SystemExit(1)
 
     # session.timeout.ms: only for `ykafka dev up --broker tansu`, whose group joins wait out the session timeout

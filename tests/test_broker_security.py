@@ -10,6 +10,9 @@ principals, so a grant that reaches only dc-a provably carries nothing that open
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from confluent_kafka import KafkaError as RawKafkaError
 from confluent_kafka.admin import (
     AclBinding,
@@ -32,7 +36,8 @@ from tests import kafka_secured
 from tests.console_fixtures import PASSWORD, SCREENSHOTS
 from tests.helpers import wait_until
 from tests.kafka_secured import consume_raw, grant_of, produce_raw
-from tests.ms_fixtures import App, MetaServer, new_app
+from tests.ms_fixtures import ADMIN_TOKEN, App, MetaServer, new_app
+from ykafka.admin.topics import partition_count
 
 RECONCILE_S = 2.0
 
@@ -185,3 +190,41 @@ def test_console_shows_each_apps_principal_bindings_and_the_clusters_security(
     security = page.locator("#clusters tr[data-cluster='dc-a'] td.security")
     assert security.inner_text().strip() == "SASL_SSL SCRAM-SHA-512"
     page.screenshot(path=str(SCREENSHOTS / "console-clusters-security.png"), full_page=True)
+
+
+def test_an_admin_makes_the_topic_an_app_may_not_create(server: MetaServer, kafka: kafka_secured.SecuredKafka,
+                                                        tmp_path: Path) -> None:
+    """On a secured cluster apps write and read their topics but never create them; ``ykafka admin topics
+    create`` makes one with the MetaServer's principal, grants the app and sets the route, in one command."""
+    app = new_app(server, acl={"produce": [], "consume": [], "group": ["mk-*"]}, default_cluster="dc-a")
+    topic = f"made.{uuid.uuid4().hex[:6]}"
+    creds = grant_of(server, app, tmp_path).clusters["dc-a"].rdkafka()
+    assert all(err is not None for err in produce_raw(creds, topic, timeout=6))  # it may not create it
+    env = {**os.environ, "YKAFKA_METASERVER": server.url, "YKAFKA_ADMIN_TOKEN": ADMIN_TOKEN}
+    made = subprocess.run([sys.executable, "-m", "ykafka.cli", "admin", "topics", "create", topic, "--app",
+                           app.app_id, "--cluster", "dc-a", "--partitions", "2"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    assert f"topic {topic} on dc-a: created; {app.app_id} may produce and consume it; route set" in made.stdout
+    assert partition_count(kafka.client(), topic) == 2
+    assert server.admin().get_acl(app.app_id)["produce"] == [topic]
+    assert server.admin().get_config(f"topic:{topic}")["released"]["route.cluster"] == "dc-a"
+    # the app's bindings for it reach the broker with the reconciler; then its own credentials write and read it
+    wait_until(lambda: all(err is None for err in produce_raw(creds, topic, timeout=6)), 30,
+               message="the app writes the topic the admin made")
+    assert consume_raw(creds, topic, "mk-read")[0] >= 3
+
+    def refused(body: dict[str, Any], token: str = ADMIN_TOKEN) -> tuple[int, str]:
+        answer = requests.post(f"{server.url}/v1/admin/topics", json=body, timeout=30,
+                               headers={"Authorization": f"Bearer {token}"})
+        return answer.status_code, answer.text
+
+    assert refused({"name": topic, "app_id": app.app_id}) == (
+        422, '{"detail":"that topic is already requested or approved"}')
+    assert refused({"name": "made.other", "app_id": "no-such-app"}) == (422, '{"detail":"no such app"}')
+    assert refused({"name": "made.other", "app_id": app.app_id, "cluster": "nowhere"}) == (
+        422, '{"detail":"cluster: pick an active registered cluster"}')
+    status, text = refused({"name": "made.other", "app_id": app.app_id, "partitions": 0})
+    assert status == 422 and "partitions" in text
+    assert refused({"name": "made.other", "app_id": app.app_id}, token="guess")[0] == 401
+    assert partition_count(kafka.client(), "made.other") is None  # nothing made by a refused call

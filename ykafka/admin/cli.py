@@ -3,6 +3,7 @@
     ykafka admin users create|list
     ykafka admin apps list|create|delete|rotate
     ykafka admin acl get|set
+    ykafka admin topics create NAME --app APP [--cluster --partitions --retention-hours]
     ykafka admin clusters list|set|delete
     ykafka admin config get|set|diff|rollback|merge|abandon
     ykafka admin clients [--app --cluster --librdkafka --group --online --history]
@@ -205,6 +206,33 @@ def acl_set(ctx: click.Context, app_id: str, produce: tuple[str, ...], consume: 
             groups: tuple[str, ...]) -> None:
     """Replace APP_ID's ACL (running clients get it at their next renewal)."""
     _act(ctx, lambda c: c.set_acl(app_id, produce, consume, groups), lambda new: _acl_table(app_id, new))
+
+
+# --- topics --------------------------------------------------------------------------------------
+
+
+@admin.group()
+def topics() -> None:
+    """Topics made by the MetaServer (on a secured cluster apps may not create topics)."""
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--app", "app_id", required=True, help="the app granted produce and consume on it")
+@click.option("--cluster", default=None, help="where it lives (default: the least loaded active cluster)")
+@click.option("--partitions", type=click.IntRange(1, 1000), default=3, show_default=True)
+@click.option("--retention-hours", type=click.FloatRange(0.01, 24 * 366), default=168.0, show_default=True)
+@_json_flag
+@click.pass_context
+def topics_create(ctx: click.Context, name: str, app_id: str, cluster: str | None, partitions: int,
+                  retention_hours: float) -> None:
+    """Create topic NAME for APP: on the cluster, the app's ACL and the topic's route, audited."""
+    def show(done: Any) -> None:
+        made = "created" if done.get("created") else "already there"
+        console.print(f"topic [bold]{name}[/bold] on {done['cluster']}: {made}; "
+                      f"{app_id} may produce and consume it; route set", soft_wrap=True)
+
+    _act(ctx, lambda c: c.create_topic(name, app_id, cluster, partitions, retention_hours), show)
 
 
 # --- clusters ------------------------------------------------------------------------------------

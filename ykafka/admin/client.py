@@ -123,6 +123,16 @@ class AdminClient:
         body = {"produce": list(produce), "consume": list(consume), "group": list(group)}
         return dict(self._call("PUT", f"/v1/admin/apps/{app_id}/acl", json=body))
 
+    # --- topics --------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, app_id: str, cluster: str | None = None, partitions: int = 3,
+                     retention_hours: float = 168.0) -> dict[str, Any]:
+        """Create ``name`` on ``cluster`` (absent: the least loaded), grant ``app_id`` produce + consume on it
+        and set its route: the request and approval of the console in one call."""
+        body = {"name": name, "app_id": app_id, "cluster": cluster, "partitions": partitions,
+                "retention_hours": retention_hours}
+        return dict(self._call("POST", "/v1/admin/topics", json=body))
+
     # --- clusters ------------------------------------------------------------------------------
 
     def list_clusters(self) -> list[dict[str, Any]]:
