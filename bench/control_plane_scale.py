@@ -10,9 +10,11 @@ over keep-alive HTTP/1.1 connections, open loop: a call's latency runs from its 
    ``--renew-s``) spread over the 3 MetaServers for ``--seconds``: p50 / p99 / errors and the rate reached;
 2. ``release_*``: min(N, the fd limit allows) long polls parked over the 3 config services, one release through
    one of them: p99 from the release call to each poll answered, ``missed`` = polls not answered in 30 s;
-   ``after_kill_*``: one config service SIGKILLed, its polls re-park on the others (``repark_s``), a release:
-   the same figures. Each config service parks at most its cap (``--cc-max-parked``, default from its open-file
-   limit; ``cc_max_parked``): polls beyond it get 503 and move on with the SDK's back-off (``parked``,
+   ``after_kill_*``: one config service SIGKILLed, its polls re-park on the others (``repark_s``), those that
+   find no room are refused for ``--age-s`` (``unparked_after_kill``, ``refused_per_s_while_aging``), a
+   release: the same figures. Each config service parks at most its cap (``--cc-max-parked``, default from its
+   open-file limit; ``cc_max_parked``): polls beyond it get 503 + Retry-After (``cc_poll_retry_after_s``) and
+   move on and wait as the SDK's client does (``ykafka.endpoints.Endpoints``) (``parked``,
    ``refused_before_release``, ``refused``);
 3. ``console_*``: the console's pages over HTTP on a MetaServer (logged in as an admin) with the N-client
    inventory: p95 per page and of the clients page's filters;
@@ -273,7 +275,9 @@ def seed(stack: Stack, n: int) -> dict[str, Any]:
 # --- load generator: reports and renewals -----------------------------------------------------------------------
 
 async def _request(streams: tuple[asyncio.StreamReader, asyncio.StreamWriter], head: bytes,
-                   body: bytes) -> tuple[int, bytes]:
+                   body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """One HTTP/1.1 exchange on a kept-alive connection: status and body (and the response headers, lower-cased
+    names, into ``headers`` when given)."""
     reader, writer = streams
     writer.write(head + body)
     await writer.drain()
@@ -281,6 +285,8 @@ async def _request(streams: tuple[asyncio.StreamReader, asyncio.StreamWriter], h
     length = 0
     for line in lines[1:]:
         name, _, value = line.partition(":")
+        if headers is not None:
+            headers[name.strip().lower()] = value.strip()
         if name.strip().lower() == "content-length":
             length = int(value)
     data = await reader.readexactly(length) if length else b""
@@ -401,10 +407,14 @@ def fleet(stack: Stack, n: int, seconds: float, renew_s: float, procs: int) -> d
 # --- load generator: parked long polls ---------------------------------------------------------------------------
 
 def watch_worker(pipe: Connection, ports: list[int], first: int, count: int, notification_id: int) -> None:
-    """``count`` watchers, watcher ``i`` parked on config service ``i % 3`` and moving to another one at random
-    on a connection error; each re-polls with the id it was answered. Answers the parent's ("wait", id, timeout):
-    when each of its watchers first held an id >= ``id`` (monotonic seconds; None if not within the timeout)."""
+    """``count`` watchers, each starting on a config service at random; each moves between the instances
+    and waits as the SDK's client does (its own ``ykafka.endpoints.Endpoints``: every instance once a round, then
+    the Retry-After an instance said, else a growing back-off) and re-polls with the id it was answered. Answers
+    the parent's ("wait", id, timeout): when each of its watchers first held an id >= ``id`` (monotonic seconds;
+    None if not within the timeout)."""
     import uvloop
+
+    from ykafka.endpoints import Endpoints, retry_after_s
 
     fd_limit()
 
@@ -413,34 +423,33 @@ def watch_worker(pipe: Connection, ports: list[int], first: int, count: int, not
         answered_at: list[list[tuple[float, int]]] = [[] for _ in range(count)]
         stop = asyncio.Event()
 
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+
         async def watcher(j: int) -> None:
-            index = (first + j) % len(ports)
+            endpoints = Endpoints(urls)  # a random start, as the SDK's
             streams = None
-            failures = 0  # in a row, as ykafka.endpoints.Endpoints counts them
             while not stop.is_set():
-                port = ports[index]
+                url = endpoints.current
+                port = ports[urls.index(url)]
                 query = urlencode({"appId": APP, "cluster": "default", "notifications": json.dumps(
                     [{"namespaceName": NS, "notificationId": held[j]}])}, quote_via=quote)
                 head = f"GET /notifications/v2?{query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+                headers: dict[str, str] = {}
                 try:
                     if streams is None:
                         streams = await asyncio.open_connection("127.0.0.1", port)
-                    status, body = await _request(streams, head, b"")
+                    status, body = await _request(streams, head, b"", headers)
                 except (OSError, asyncio.IncompleteReadError):
                     status = 0
                 if status in (0, 503):  # gone, or full (503 + Connection: close, the cap on parked polls)
                     if streams is not None:
                         streams[1].close()
                         streams = None
-                    # another instance at random, as the SDK's client does (the survivors share the dead one's);
-                    # waiting only once every instance failed in a row, longer each round (Endpoints.failed)
-                    index = random.choice([k for k in range(len(ports)) if k != index])
-                    failures += 1
-                    if failures >= len(ports):
-                        cap = min(30.0, 0.2 * 2 ** min(failures // len(ports), 16))
-                        await asyncio.sleep(random.uniform(cap / 2, cap))
+                    wait = endpoints.failed(url, retry_after_s(headers.get("retry-after")) if status else None)
+                    if wait:
+                        await asyncio.sleep(wait)
                     continue
-                failures = 0
+                endpoints.succeeded()
                 if status == 200:
                     held[j] = int(json.loads(body)[0]["notificationId"])
                     answered_at[j].append((time.monotonic(), held[j]))
@@ -479,7 +488,8 @@ def parked(stack: Stack, ports: list[int], key: str = "longPolls") -> int:
     return total
 
 
-def fanout(stack: Stack, n: int, per_proc: int, max_watchers: int | None = None) -> dict[str, Any]:
+def fanout(stack: Stack, n: int, per_proc: int, max_watchers: int | None = None, age_s: float = 30.0
+           ) -> dict[str, Any]:
     from metaserver.domain.apollo import ApolloOpenApi
 
     cc = [f"http://127.0.0.1:{p}" for p in stack.cc_ports]
@@ -507,6 +517,7 @@ def fanout(stack: Stack, n: int, per_proc: int, max_watchers: int | None = None)
     cc_pids = stack.pids("cc")
     caps = [parked(stack, [p], "maxLongPolls") for p in stack.cc_ports]  # beyond: 503, the watcher moves on
     out["cc_max_parked"] = min(caps)
+    out["cc_poll_retry_after_s"] = parked(stack, stack.cc_ports[:1], "pollRetryAfter")  # the refused's bound
     try:
         started = time.monotonic()
         while parked(stack, stack.cc_ports) < min(watchers, sum(caps)):
@@ -549,8 +560,21 @@ def fanout(stack: Stack, n: int, per_proc: int, max_watchers: int | None = None)
             time.sleep(0.1)
         out["repark_s"] = round(time.monotonic() - killed, 2)
         out["reparked"] = parked(stack, stack.cc_ports[:2])
+        # the dead one's polls that found no room: each refused at least once, then refused again every
+        # Retry-After for age_s (an outage that lasts; before the fix their back-off had grown to 15-30 s)
+        unparked = watchers - out["reparked"]
+        refused0 = parked(stack, stack.cc_ports[:2], "longPollsRefused")
+        while parked(stack, stack.cc_ports[:2], "longPollsRefused") - refused0 < unparked:
+            if time.monotonic() - killed > 120:
+                break
+            time.sleep(0.2)
+        aged = time.monotonic()
+        refused1 = parked(stack, stack.cc_ports[:2], "longPollsRefused")
+        time.sleep(age_s)
+        out["refused_per_s_while_aging"] = round(
+            (parked(stack, stack.cc_ports[:2], "longPollsRefused") - refused1) / (time.monotonic() - aged), 1)
+        out["unparked_after_kill"] = unparked
         out["refused_before_release"] = parked(stack, stack.cc_ports[:2], "longPollsRefused")
-        time.sleep(0.5)
         try:
             seen, _ = release("2", cc[0])
         except Exception as exc:  # noqa: BLE001 - the figures before the kill still count; the reason is shown
@@ -558,6 +582,7 @@ def fanout(stack: Stack, n: int, per_proc: int, max_watchers: int | None = None)
             return out
         got = [x for x in seen if x is not None]
         out.update({"after_kill_p50_ms": pct(got, 0.5), "after_kill_p99_ms": pct(got, 0.99),
+                    "after_kill_max_ms": pct(got, 1.0),
                     "after_kill_missed": len(seen) - len(got),
                     "refused": parked(stack, stack.cc_ports[:2], "longPollsRefused"),
                     "cc_rss_survivor_mb": max(rss_mb(p) for p in stack.pids("cc"))})
@@ -744,7 +769,7 @@ def one_size(dsn: str, n: int, args: argparse.Namespace, per_proc: int) -> dict[
             out.setdefault(key, None)
         if "fanout" in phases:
             try:
-                out.update(fanout(stack, n, per_proc, args.max_watchers))
+                out.update(fanout(stack, n, per_proc, args.max_watchers, args.age_s))
             except Exception as exc:  # noqa: BLE001 - the other figures of this size still count; the reason shown
                 out.update({"fanout_error": repr(exc)[:300]})
             print(f"[{n}] fanout done", file=sys.stderr, flush=True)
@@ -809,6 +834,10 @@ def main() -> None:
     parser.add_argument("--phases", default="fleet,console,fanout,week", help="which figures to measure")
     parser.add_argument("--max-watchers", type=int, default=None,
                         help="cap the parked polls (default: what the open-file limit allows on 2 survivors)")
+    parser.add_argument("--age-s", type=float, default=30.0,
+                        help="after the kill, seconds the polls no survivor parks keep being refused before the "
+                             "release (their wait must not grow with it: the release reaches them within "
+                             "1.25 x Retry-After)")
     parser.add_argument("--cc-max-parked", type=int, default=0,
                         help="each config service's --max-parked-polls (default 0: from its open-file limit)")
     parser.add_argument("--png", default=str(ROOT / "docs" / "img" / "control_plane_scale.png"))
@@ -816,6 +845,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.seconds, args.repeats, args.gen_procs, args.week_days = "300", 3.0, 3, 1, 1
+        args.age_s = 2.0
     limit = fd_limit()
     per_proc = max(100, limit - FD_HEADROOM)
     dsn = pg_dsn()

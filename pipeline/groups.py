@@ -22,7 +22,7 @@ import structlog
 
 from ykafka.events import MetricName
 
-from .lag_sampler import LagSampler
+from .lag_sampler import GroupInfo, LagSampler
 from .store import Store, days_between, hour_prefixes
 
 log = structlog.get_logger(__name__)
@@ -53,13 +53,15 @@ def _commit_history(store: Store, since: dt.timedelta, now: dt.datetime) -> dict
 
 
 def candidates(sampler: LagSampler, store: Store | None, idle: dt.timedelta, now: dt.datetime | None = None,
-               history: dt.timedelta = dt.timedelta(days=30), include: Sequence[str] = ("*",)) -> list[dict[str, Any]]:
-    """Groups with no live member and no commit movement for ``idle`` (see module docstring)."""
+               history: dt.timedelta = dt.timedelta(days=30), include: Sequence[str] = ("*",),
+               infos: Sequence[GroupInfo] | None = None) -> list[dict[str, Any]]:
+    """Groups with no live member and no commit movement for ``idle`` (see module docstring); among ``infos``
+    (groups already described: a page of them) when given, else among every group of the cluster."""
     now = now or dt.datetime.now(dt.UTC)
     now_ms = int(now.timestamp() * 1000)
     seen = _commit_history(store, history, now) if store is not None else {}
     out = []
-    for info in sampler.groups():
+    for info in sampler.groups() if infos is None else infos:
         if info.alive or not any(fnmatch.fnmatch(info.group, p) for p in include):
             continue
         first, changed = seen.get(info.group, (None, None))

@@ -61,17 +61,21 @@ class LagSampler:
         self.cluster = cluster
         self.timeout_s = timeout_s
         self.skip = list(skip)
+        self.described = 0  # groups described (with their offsets) so far: what a paged read keeps bounded
+
+    def group_names(self) -> list[str]:
+        """Every group's name, sorted (one ListGroups request per broker; nothing described): what a page of
+        groups is cut from, so describing and reading offsets is paid only for the page."""
+        listed = self.admin.list_consumer_groups(request_timeout=self.timeout_s).result(self.timeout_s)
+        return sorted(g.group_id for g in listed.valid
+                      if not any(fnmatch.fnmatch(g.group_id, pattern) for pattern in self.skip))
 
     def groups(self, only: Iterable[str] | None = None) -> list[GroupInfo]:
         """Every group (or ``only`` these) with state, member count and committed offsets."""
         from confluent_kafka import ConsumerGroupTopicPartitions
 
-        if only is None:
-            listed = self.admin.list_consumer_groups(request_timeout=self.timeout_s).result(self.timeout_s)
-            names = sorted(g.group_id for g in listed.valid
-                           if not any(fnmatch.fnmatch(g.group_id, pattern) for pattern in self.skip))
-        else:
-            names = sorted(only)
+        names = self.group_names() if only is None else sorted(only)
+        self.described += len(names)
         if not names:
             return []
         # every group's offsets are asked for at once with the descriptions (one request each, answered in

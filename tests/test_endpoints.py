@@ -15,7 +15,7 @@ from tests.sdk_fixtures import wait_until
 from tests.support import start_config_service
 from ykafka.apollo import ApolloClient, NamespaceConfig
 from ykafka.config import load
-from ykafka.endpoints import Endpoints, parse_urls
+from ykafka.endpoints import Endpoints, parse_urls, retry_after_s
 from ykafka.errors import ConfigError
 
 
@@ -44,6 +44,49 @@ def test_failure_moves_on_and_backs_off_only_after_every_instance_failed() -> No
     assert 1.0 <= wait <= 2.0
     ep.succeeded()
     assert ep.failed(ep.current) == 0.0  # a success starts a new round
+
+
+def test_a_round_tries_every_instance_once_before_waiting() -> None:
+    # a random pick among all the others went back to a dead instance and left a live one untried: with
+    # 3 instances about a third of the rounds never reached the third (issue 41: refused watchers after a kill)
+    urls = ["http://a:1", "http://b:2", "http://c:3"]
+    for seed in range(200):
+        ep = Endpoints(urls, rng=random.Random(seed))
+        for _ in range(5):  # rounds in a row, none succeeding
+            tried = [ep.current]
+            assert ep.failed(tried[0]) == 0.0
+            tried.append(ep.current)
+            assert ep.failed(tried[1]) == 0.0
+            tried.append(ep.current)
+            assert ep.failed(tried[2]) > 0.0
+            assert sorted(tried) == urls, (seed, tried)
+            assert ep.current != tried[2]  # the next round does not start where this one ended
+
+
+def test_an_instance_that_says_retry_after_is_waited_for_that_long_round_after_round() -> None:
+    # before: the wait after a round of 503 + Retry-After grew to 30 s like one after a round of dead
+    # instances, so a watcher no instance could park learnt of a release up to 30 s late (issue 41)
+    urls = ["http://a:1", "http://b:2", "http://c:3"]
+    ep = Endpoints(urls, rng=random.Random(3))
+    waits = []
+    for _ in range(40):  # 120 refusals in a row
+        for k in range(3):
+            wait = ep.failed(ep.current, retry_after=2.0 if k else None)  # one instance dead, two refusing
+            if k < 2:
+                assert wait == 0.0
+        waits.append(wait)
+    assert min(waits) >= 2.0 and max(waits) <= 2.5, (min(waits), max(waits))
+    # a round where no instance said when (all down) still backs off, growing
+    down = Endpoints(urls, rng=random.Random(3), base_backoff_s=1.0)
+    rounds = [[down.failed(down.current) for _ in range(3)][-1] for _ in range(6)]
+    assert rounds[-1] > 8.0 and rounds[-1] > rounds[0]
+
+
+def test_retry_after_header_values() -> None:
+    assert retry_after_s("5") == 5.0 and retry_after_s(" 1.5 ") == 1.5 and retry_after_s("0") == 0.0
+    assert retry_after_s("86400") == 300.0  # a wrong header cannot silence a client for a day
+    assert retry_after_s(None) is None and retry_after_s("-3") is None and retry_after_s("nan") is None
+    assert retry_after_s("Wed, 21 Oct 2026 07:28:00 GMT") is None
 
 
 def test_config_accepts_a_comma_separated_configcenter_list() -> None:

@@ -30,6 +30,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import random
 import socket
 import threading
 import time
@@ -47,7 +48,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ykafka.cachefiles import safe_name, server_dir, write_private
-from ykafka.endpoints import Endpoints
+from ykafka.endpoints import RETRY_AFTER_JITTER, Endpoints, retry_after_s
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +70,14 @@ UpdateCallback = Callable[[NamespaceConfig], None]
 
 
 class ApolloError(Exception):
-    """A config-service request failed (network, HTTP status, malformed answer)."""
+    """A config-service request failed (network, HTTP status, malformed answer).
+
+    ``retry_after``: the seconds the instance asked for with ``Retry-After`` (a 503 or 429: up, but not taking
+    this request now), else None."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 # --- a session whose in-flight request another thread can cut short ---------------------------------
@@ -449,11 +457,16 @@ class ApolloClient:
                 if len(self.endpoints.urls) > 1:
                     # another instance: re-park there at once with the same notification ids (they come
                     # from the shared database), back off only once every instance failed in a row
-                    wait = self.endpoints.failed(url)
+                    wait = self.endpoints.failed(url, exc.retry_after)
                     log.warning("ykafka.configcenter.longpoll_failed", url=url, error=str(exc),
                                 next_url=self.endpoints.current, retry_in_s=round(wait, 3))
                     if wait:
                         self._wake.wait(wait)
+                    continue
+                if exc.retry_after is not None:  # up but refusing: as long as it said (the release bound)
+                    wait = random.uniform(exc.retry_after, exc.retry_after * (1 + RETRY_AFTER_JITTER))
+                    log.warning("ykafka.configcenter.longpoll_failed", error=str(exc), retry_in_s=round(wait, 3))
+                    self._wake.wait(wait)
                     continue
                 log.warning("ykafka.configcenter.longpoll_failed", error=str(exc), retry_in_s=backoff)
                 self._wake.wait(backoff)
@@ -490,7 +503,8 @@ class ApolloClient:
         if resp.status_code == 304:
             return []
         if resp.status_code != 200:
-            raise ApolloError(f"long poll: HTTP {resp.status_code} {resp.text[:200]}")
+            said = retry_after_s(resp.headers.get("Retry-After")) if resp.status_code in (429, 503) else None
+            raise ApolloError(f"long poll: HTTP {resp.status_code} {resp.text[:200]}", retry_after=said)
         try:
             items = resp.json()
             out: list[tuple[str, int]] = []

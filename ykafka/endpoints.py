@@ -4,6 +4,12 @@ Why: several instances of a control-plane service can serve the same clients (do
 client starts on a random instance, so load spreads without coordination, moves to the next one on a
 connection error, timeout or 5xx, and never jumps back to a recovered instance on its own: it is only picked
 again at random when the client later has to move (no thundering herd back to a restarted instance).
+
+A failure round tries each instance once before waiting. An instance that is up but refuses (a config service
+at its cap of parked long polls answers 503 + ``Retry-After``) says how long to wait; that wait is honoured as
+said, not grown round after round, because it is what bounds how late a release reaches a watcher no instance
+parks (docs/deployment.md, "When a config service dies"). Only a round where no instance said so (all down)
+backs off exponentially.
 """
 
 from __future__ import annotations
@@ -30,6 +36,26 @@ def parse_urls(value: str) -> list[str]:
     return list(dict.fromkeys(urls))  # duplicates would only skew the random spread
 
 
+#: a server's Retry-After is taken up to this many seconds: a wrong header cannot silence a client for hours
+MAX_RETRY_AFTER_S = 300.0
+#: a Retry-After wait is R to R x (1 + this), so the clients one refusal round turned away do not come back at once
+RETRY_AFTER_JITTER = 0.25
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (delta-seconds only, at most :data:`MAX_RETRY_AFTER_S`); None when absent
+    or not a number (an HTTP date is not used by any server here)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    if seconds != seconds or seconds < 0:  # NaN or negative
+        return None
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
 class Endpoints:
     """The instances of one service, the current one, and a jittered back-off once all of them failed."""
 
@@ -40,6 +66,8 @@ class Endpoints:
         self._lock = threading.Lock()
         self._current = self._rng.choice(self.urls)
         self._failures = 0  # consecutive failures since the last success
+        self._tried: set[str] = set()  # instances failed in this round (each tried once before a wait)
+        self._retry_after: float | None = None  # the longest Retry-After an instance said in this round
         self.base_backoff_s = base_backoff_s
         self.max_backoff_s = max_backoff_s
 
@@ -51,22 +79,38 @@ class Endpoints:
     def succeeded(self) -> None:
         with self._lock:
             self._failures = 0
+            self._tried.clear()
+            self._retry_after = None
 
-    def failed(self, url: str) -> float:
-        """``url`` failed: move to another instance (random among the others); return the wait before retrying.
+    def failed(self, url: str, retry_after: float | None = None) -> float:
+        """``url`` failed: move to another instance; return the wait before retrying.
 
-        The wait is 0 while untried instances remain in this round, then grows (full jitter) so a service that
-        is down everywhere is not hammered. A failure reported for an instance already left is ignored.
+        The next instance is a random one not yet failed in this round, so a round tries every instance once
+        (a random pick among all others could return to a dead one and leave a live one untried). The wait is
+        0 while untried instances remain; at the end of a round it is the longest ``retry_after`` an instance
+        said in it (seconds, from ``Retry-After``; waited R to 1.25 R), else it grows (full jitter, up to
+        ``max_backoff_s``) so a service that is down everywhere is not hammered. A failure reported for an
+        instance already left is ignored.
         """
         with self._lock:
             if url != self._current:
                 return 0.0
             self._failures += 1
+            self._tried.add(url)
+            if retry_after is not None:
+                self._retry_after = max(retry_after, self._retry_after or 0.0)
+            untried = [u for u in self.urls if u not in self._tried]
+            if untried:
+                self._current = self._rng.choice(untried)
+                return 0.0
+            # the round is over: the next one starts on another instance, after the wait
             others = [u for u in self.urls if u != url]
             if others:
                 self._current = self._rng.choice(others)
-            if self._failures < len(self.urls):
-                return 0.0
+            said, self._retry_after = self._retry_after, None
+            self._tried.clear()
+            if said is not None:
+                return self._rng.uniform(said, said * (1 + RETRY_AFTER_JITTER))
             rounds = self._failures // len(self.urls)
             cap = min(self.max_backoff_s, self.base_backoff_s * 2 ** min(rounds, 16))
             return self._rng.uniform(cap / 2, cap)

@@ -24,12 +24,25 @@ from collections.abc import Sequence
 
 import structlog
 
+from .longpoll import DEFAULT_POLL_RETRY_AFTER_S
+
 log = structlog.get_logger(__name__)
 
 
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
+
+
+def _retry_after(value: str) -> int:
+    """Whole seconds from 1 to 300 (argparse type): what a refused long poll's ``Retry-After`` says."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected whole seconds from 1 to 300") from None
+    if not 1 <= number <= 300:
+        raise argparse.ArgumentTypeError("expected whole seconds from 1 to 300")
+    return number
 
 
 def _count(value: str) -> int:
@@ -74,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="long polls parked at most; more are answered 503 + Retry-After at once so the "
                             "client polls another instance (0: from the open-file limit, about half of it), "
                             "env YKAFKA_CC_MAX_PARKED_POLLS")
+    serve.add_argument("--poll-retry-after", type=_retry_after,
+                       default=_env("YKAFKA_CC_POLL_RETRY_AFTER", str(DEFAULT_POLL_RETRY_AFTER_S)),
+                       help="seconds a refused long poll is told to wait (Retry-After) once every instance "
+                            "refused it: ykafka's clients poll again within 1.25 times this, so a release "
+                            "reaches a watcher no instance could park within that (default "
+                            f"{DEFAULT_POLL_RETRY_AFTER_S}), env YKAFKA_CC_POLL_RETRY_AFTER")
     serve.add_argument("--loop", choices=["asyncio", "uvloop"], default=_env("YKAFKA_CC_LOOP", "asyncio"),
                        help="event loop; asyncio accepts a burst of new connections at once (a failover moves "
                             "every client here), uvloop one per loop turn, env YKAFKA_CC_LOOP")
@@ -112,7 +131,8 @@ def _serve(args: argparse.Namespace) -> int:
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     app = create_app(args.db, args.longpoll_timeout, args.openapi_token,
                      advertise_url=args.advertise_url or f"http://{host}:{args.port}",
-                     scan_interval=args.scan_interval, notify=args.notify, max_parked=args.max_parked_polls)
+                     scan_interval=args.scan_interval, notify=args.notify, max_parked=args.max_parked_polls,
+                     poll_retry_after=args.poll_retry_after)
     center: ConfigCenter = app.state.center
 
     class Server(uvicorn.Server):

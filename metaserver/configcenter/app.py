@@ -14,6 +14,7 @@ from ..routes.httpguard import BodyLimit, SingleValuedQuery
 from . import configservice, openapi
 from .center import RELEASE_SCAN_S, ConfigCenter
 from .errors import error_body, install_error_handlers
+from .longpoll import DEFAULT_POLL_RETRY_AFTER_S
 
 
 def _apollo_error(status: int, message: str) -> dict[str, Any]:
@@ -47,15 +48,18 @@ NO_TELEMETRY: dict[str, Any] = ({"telemetry": {"tracing": False, "metrics": Fals
 
 def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str | None = None,
                advertise_url: str | None = None, scan_interval: float = RELEASE_SCAN_S,
-               notify: bool = True, max_parked: int = 0) -> FastAPI:
+               notify: bool = True, max_parked: int = 0,
+               poll_retry_after: int = DEFAULT_POLL_RETRY_AFTER_S) -> FastAPI:
     """The config service over the database `db_path` (a SQLite file or a SQLAlchemy URL).
 
     `longpoll_timeout` is how long `/notifications/v2` holds a poll before answering 304;
     `openapi_token`, when given, is seeded (idempotently) as an Open API token allowed on every app;
-    `max_parked` caps the parked long polls (0: derived from the open-file limit, `default_max_parked`).
+    `max_parked` caps the parked long polls (0: derived from the open-file limit, `default_max_parked`);
+    `poll_retry_after` is the ``Retry-After`` (seconds) of a poll refused at the cap.
     """
     center = ConfigCenter(db_path, longpoll_timeout, advertise_url,  # advertise_url: listed by /services/*
-                          scan_interval=scan_interval, notify=notify, max_parked=max_parked)
+                          scan_interval=scan_interval, notify=notify, max_parked=max_parked,
+                          poll_retry_after=poll_retry_after)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -86,7 +90,8 @@ def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str 
         """Operational counters (parked long polls, the cap and the polls refused at it, known namespaces);
         used by the benchmark and by operators watching an instance fill up."""
         return {"longPolls": len(center.registry), "maxLongPolls": center.max_parked,
-                "longPollsRefused": center.refused, "namespaces": len(center.model.namespaces),
+                "longPollsRefused": center.refused,
+                "pollRetryAfter": center.poll_retry_after, "namespaces": len(center.model.namespaces),
                 "releaseScans": center.scans, "notifiesReceived": center.notifies_received}
 
     return app

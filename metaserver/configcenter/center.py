@@ -17,7 +17,7 @@ import structlog
 from starlette.concurrency import run_in_threadpool
 
 from .instances import InstanceRecorder
-from .longpoll import LongPollRegistry, default_max_parked
+from .longpoll import DEFAULT_POLL_RETRY_AFTER_S, LongPollRegistry, default_max_parked
 from .notify import ReleaseListener
 from .readmodel import ReadModel
 from .store import Change, Store
@@ -35,10 +35,12 @@ class ConfigCenter:
     """Owns the store, the read model and the long polls of one service process."""
 
     def __init__(self, db_path: str, longpoll_timeout: float = 60.0, advertise_url: str | None = None,
-                 scan_interval: float = RELEASE_SCAN_S, notify: bool = True, max_parked: int = 0) -> None:
+                 scan_interval: float = RELEASE_SCAN_S, notify: bool = True, max_parked: int = 0,
+                 poll_retry_after: int = DEFAULT_POLL_RETRY_AFTER_S) -> None:
         self.store = Store(db_path)
         # parked polls beyond this are refused (503) so the process never reaches its open-file limit
         self.max_parked = max_parked if max_parked > 0 else default_max_parked()
+        self.poll_retry_after = poll_retry_after  # seconds, the Retry-After of a refused poll
         self.refused = 0  # long polls refused since start because max_parked were parked
         self._refused_logged = 0
         self._refusal_logged_at = 0.0

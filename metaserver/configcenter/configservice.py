@@ -169,7 +169,8 @@ async def poll_notifications(request: Request) -> Response:
     """NotificationControllerV2: answer at once if any namespace is newer than the client's id, else park."""
     center = _center(request)
     if center.closing:
-        return _poll_elsewhere("config service shutting down; poll another instance")
+        # 1 s: the instance is going away, not full; a client with one URL comes back to its restart soon
+        return _poll_elsewhere("config service shutting down; poll another instance", 1)
     model = center.model
     app_id = _required(request, "appId")
     cluster = _required(request, "cluster")
@@ -205,7 +206,8 @@ async def poll_notifications(request: Request) -> Response:
             return Response(json.dumps(news), media_type=JSON_UTF8)
         if waiter is None:
             center.refuse_poll()
-            return _poll_elsewhere("too many long polls parked on this config service; poll another instance")
+            return _poll_elsewhere("too many long polls parked on this config service; poll another instance",
+                                   center.poll_retry_after)
         handle = waiter.future.get_loop().call_later(center.longpoll_timeout, waiter.expire)
         watcher = asyncio.ensure_future(_until_disconnected(request, waiter))
         try:
@@ -222,15 +224,17 @@ async def poll_notifications(request: Request) -> Response:
             center.registry.unregister(waiter)
 
 
-def _poll_elsewhere(message: str) -> Response:
+def _poll_elsewhere(message: str, retry_after: int) -> Response:
     """503 + ``Retry-After``, connection closed: a poll this instance will not park (shutting down, or
     ``max_parked`` parked). Not 304: ykafka's adapter and apollo-config-client re-poll a 304 at once (the
     same instance, in a loop) and Apollo's Java client up to twice a second; a 5xx makes each of them move
     to another instance or back off, and the client keeps its notification ids, so a release is not missed
-    (the next poll anywhere answers it at once). Closing the connection frees the descriptor the cap guards."""
+    (the next poll anywhere answers it at once). Closing the connection frees the descriptor the cap guards.
+    ``Retry-After`` (``--poll-retry-after``) is how long ykafka's clients wait once every instance refused them:
+    it bounds how late a release reaches a watcher that no instance parks (docs/deployment.md)."""
     body = error_body(503, message, "com.ctrip.framework.apollo.common.exception.ServiceException")
     return Response(json.dumps(body), status_code=503, media_type=JSON_UTF8,
-                    headers={"Connection": "close", "Retry-After": "1"})
+                    headers={"Connection": "close", "Retry-After": str(retry_after)})
 
 
 async def _until_disconnected(request: Request, waiter: Waiter) -> None:

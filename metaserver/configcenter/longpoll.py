@@ -22,6 +22,11 @@ log = structlog.get_logger(__name__)
 #: ordinary ``/configs`` and Open API requests, health checks), at most this many ...
 RESERVED_FDS = 1024
 
+#: the ``Retry-After`` of a long poll refused at the cap: ykafka's clients (ykafka.endpoints.Endpoints) wait this
+#: (up to 1.25 times) once every instance refused, so it bounds how late a release reaches a watcher no instance
+#: could park; each such watcher costs the instances about one refused poll per instance per this many seconds
+DEFAULT_POLL_RETRY_AFTER_S = 5
+
 
 def default_max_parked(nofile: int | None = None) -> int:
     """How many long polls one process parks before refusing more: derived from the open-file limit.

@@ -6,12 +6,13 @@ plus one read from the broker now), the lag over time as a chart, and the group 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import datetime as dt
 import json
 import threading
 import time
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
@@ -203,17 +204,31 @@ async def group_pause(request: Request) -> Response:
                             status_code=303)
 
 
-def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta) -> dict[str, Any]:
-    """Every group on the cluster (state, members) and the cleanup candidates: idle (no member, offsets not
-    moved for ``idle``, per the pipeline's samples when there are any) and ephemeral ones with no member."""
+#: groups a page of the groups page shows (and describes on the broker, with their committed offsets)
+GROUP_PAGE = 200
+
+
+def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta, name: str = "",
+              after: str | None = None) -> dict[str, Any]:
+    """One page of the cluster's groups (state, members, offsets) whose name contains ``name``, after the group
+    ``after`` in name order, and the cleanup candidates among them: idle (no member, offsets not moved for
+    ``idle``, per the pipeline's samples when there are any) and ephemeral ones with no member.
+
+    Why a page: describing a group and reading its offsets is one broker request each; at 2,000 groups the
+    whole list cost two of each per group (the candidates read them again) on every load. The names come from
+    one ListGroups request (no paged form exists in Kafka's protocol; a name is a few bytes), and only the page's
+    groups are described."""
     lc = pipeline_module("groups")
     try:
         store, note = pipeline_store(svc), None
     except StoreUnavailable as exc:
         store, note = None, f"{exc}; idle time is counted from now"
     sampler = _sampler(props, cluster)
-    infos = sampler.groups()
-    found = {c["group"]: c for c in lc.candidates(sampler, store, idle)}
+    names = [g for g in sampler.group_names() if name in g]
+    start = bisect.bisect_right(names, after) if after is not None else 0
+    page = names[start:start + GROUP_PAGE]
+    infos = sampler.groups(page) if page else []
+    found = {c["group"]: c for c in lc.candidates(sampler, store, idle, infos=infos)}
     with db.read(svc.engine) as conn:
         ephemeral = queries.ephemeral_groups(conn, [i.group for i in infos if not i.alive])
     for info in infos:
@@ -224,24 +239,34 @@ def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta)
     for name, cand in found.items():
         cand["kind"] = "ephemeral" if name in ephemeral else "idle"
     return {"groups": [i.as_dict() for i in infos], "candidates": sorted(found.values(), key=lambda c: c["group"]),
-            "note": note}
+            "note": note, "total": len(names), "first": start + 1, "next": page[-1] if start + len(page) < len(
+                names) else None}
 
 
 @router.get("/groups")
 async def group_list(request: Request) -> Response:
     sess = _signed_in(request)
-    q = _query(request, ("cluster", "idle"))
+    q = _query(request, ("cluster", "idle", "name"))
     q["idle"] = q["idle"] or "7d"
+    after = request.query_params.get("after")
+    if after is not None and not 0 < len(after) <= 1000:  # any group name; only a place in the sorted names
+        return _page(request, "error.html", sess, status_code=400,
+                     message="This page link is not valid; start again from the first page.")
     ctx: dict[str, Any] = {"q": q, "view": None, "error": None, "deleted": request.query_params.get("deleted")}
     try:
         ctx["cluster"], props = connection(_svc(request), q["cluster"] or None)
-        ctx["view"] = await run_in_threadpool(lifecycle, _svc(request), props, ctx["cluster"],
-                                              parse_since(q["idle"], "idle"))
+        view = await run_in_threadpool(lifecycle, _svc(request), props, ctx["cluster"],
+                                       parse_since(q["idle"], "idle"), q["name"], after)
+        kept = {k: v for k, v in q.items() if v}
+        ctx["next_url"] = (f"/console/groups?{urlencode({**kept, 'after': view['next']})}"
+                           if view["next"] is not None else None)
+        ctx["first_url"] = f"/console/groups?{urlencode(kept)}" if after is not None else None
+        ctx["view"] = view
     except LookupError as exc:
         ctx["error"] = str(exc.args[0])
     except HTTPException as exc:
         ctx["error"] = str(exc.detail)
-    return _page(request, "groups.html", sess, can_delete=sess.can("admin"), **ctx)
+    return _page(request, "groups.html", sess, can_delete=sess.can("admin"), page_rows=GROUP_PAGE, **ctx)
 
 
 def _delete(svc: Any, props: dict[str, Any], cluster: str, group: str) -> str | None:
