@@ -19,6 +19,7 @@ import pytest
 
 from tests.console_fixtures import Console, admin_clients
 from tests.helpers import create_topic, unique, wait_until
+from ykafka import Producer
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNT = 50
@@ -107,3 +108,22 @@ def test_one_process_two_producers_and_a_consumer_are_three_clients(console: Con
     members = page.locator("#members tr.client")
     assert members.count() == 1 and members.first.get_attribute("data-client") == ids[2]
     assert page.locator("#members tbody.process").first.get_attribute("data-pid") == str(m["pid"])
+
+
+def test_a_producer_is_listed_at_the_cluster_its_topic_is_routed_to(console: Console) -> None:
+    """The app's default cluster is dc-a; its one topic is routed to dc-b: the inventory's Cluster (and its
+    ``cluster`` filter) says dc-b, where every message went, not the app's default."""
+    st = console.stack
+    topic = unique("inv-routed")
+    app = st.new_app([topic])
+    create_topic(st.clusters["dc-b"], topic, 1)
+    st.push(f"topic:{topic}", {"route.cluster": "dc-b"})
+    with Producer(st.client_config(app)) as producer:
+        for i in range(10):
+            producer.produce(topic, value=f"m{i}")
+        assert producer.flush(30) == 0
+        client_id = producer.runtime.client_id
+    assert st.clusters["dc-b"] != st.clusters["dc-a"]
+    seen = wait_until(lambda: admin_clients(st, app[0]).get(client_id, {}).get("state") == "closed"
+                      and admin_clients(st, app[0])[client_id], timeout=30, message="the closed producer's report")
+    assert seen["cluster"] == "dc-b" and seen["topics"] == [topic]

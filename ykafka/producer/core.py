@@ -30,7 +30,7 @@ import os
 import threading
 import time
 import weakref
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -559,7 +559,7 @@ class Producer(ClientSwaps, TopicResolver):
             routes = self._closed_routes if self._closed else self._routes()
             return {
                 "topics": sorted(routes),
-                "cluster": self._runtime.default_cluster,
+                "cluster": _main_cluster(routes, self._runtime.default_cluster),
                 "state": "closed" if self._closed else ("swapping" if self._held or self._retiring else "running"),
                 "extra": {"routes": routes, "clients": [c.describe() for c in self._all_clients()],
                           "held_topics": sorted(self._held), "pending": len(self._pending), "swaps": self._swaps,
@@ -567,6 +567,16 @@ class Producer(ClientSwaps, TopicResolver):
                           "health": self._health(), "drift": drift,
                           "drift_count": sum(len(d) for d in drift.values())},
             }
+
+
+def _main_cluster(routes: dict[str, str], default: str) -> str:
+    """The cluster most of the producer's topics are written to (ties: by name), else the app's default: the
+    console's Cluster column and the inventory's ``cluster`` filter show where its messages go, so a producer of a
+    topic routed to another cluster is not listed at its app's default."""
+    if not routes:
+        return default
+    counts = Counter(routes.values())
+    return min(counts, key=lambda name: (-counts[name], name))
 
 
 def _reborn(ref: weakref.ReferenceType[Producer], name: str, *args: Any, **kwargs: Any) -> Any:
