@@ -31,7 +31,12 @@ def main() -> None:
 @click.option("--configcenter-openapi-url", envvar=_env("configcenter_openapi_url"),
               help="Apollo portal URL for the Open API (default: --configcenter-url)")
 @click.option("--configcenter-openapi-token", envvar=_env("configcenter_openapi_token"))
-@click.option("--configcenter-access-key-secret", envvar=_env("configcenter_access_key_secret"))
+@click.option("--configcenter-access-key-secret", envvar=_env("configcenter_access_key_secret"),
+              help="deprecated: the config service's shared secret is no longer handed out; turns "
+                   "--configcenter-app-keys on")
+@click.option("--configcenter-app-keys/--no-configcenter-app-keys", default=False,
+              envvar=_env("configcenter_app_keys"),
+              help="give each app its own config-center access key, scoped to the namespaces it may read")
 @click.option("--apollo-env", default="DEV", envvar=_env("apollo_env"), show_default=True)
 @click.option("--apollo-app-id", default="ykafka", envvar=_env("apollo_app_id"), show_default=True)
 @click.option("--apollo-cluster", default="default", envvar=_env("apollo_cluster"), show_default=True)

@@ -41,8 +41,12 @@ class Settings:
     #: Apollo portal URL for the Open API; defaults to ``configcenter_url`` (the embedded service serves both)
     configcenter_openapi_url: str | None = None
     configcenter_openapi_token: str | None = None
-    #: access-key secret clients use against the config service, if it demands one
+    #: the config service's one shared access-key secret: no longer handed out (issue 37); setting it turns
+    #: ``configcenter_app_keys`` on, since a config service that demands signatures needs them
     configcenter_access_key_secret: str | None = None
+    #: give each app its own config-center access key in its grant, scoped to the namespaces it may read, and keep
+    #: them on the config service (metaserver/domain/configkeys.py; the secured stack turns it on)
+    configcenter_app_keys: bool = False
     apollo_env: str = "DEV"
     apollo_app_id: str = "ykafka"
     apollo_cluster: str = "default"
@@ -126,6 +130,11 @@ class Settings:
         return frozenset(kept | ({self.kafka_admin_user} if self.kafka_admin_user else set()))
 
     @property
+    def app_keys(self) -> bool:
+        """Whether grants carry per-app config-center keys (never the shared secret)."""
+        return bool(self.configcenter_app_keys or self.configcenter_access_key_secret)
+
+    @property
     def openapi_url(self) -> str | None:
         return self.configcenter_openapi_url or self.configcenter_url
 
@@ -157,6 +166,8 @@ def _coerce(name: str, type_: Any, raw: str) -> Any:
     if name == "admin_tokens":
         return parse_admin_tokens(raw)
     text = str(type_)
+    if text == "bool":
+        return raw.strip().lower() in ("1", "true", "yes", "on")
     if text.startswith("int"):
         return int(raw)
     if text.startswith("float"):

@@ -13,10 +13,11 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import requests
@@ -32,16 +33,20 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from metaserver.configcenter import signature as cc_signature
 from metaserver.domain import sealing
 from metaserver.domain.tokens import TOKEN_KEY_NAME, TokenCodec
 from tests import kafka_secured
 from tests.helpers import wait_until
 from tests.kafka_secured import consume_raw, grant_of, produce_raw
-from tests.ms_fixtures import App, MetaServer, new_app
-from ykafka import signing
+from tests.ms_fixtures import OPENAPI_TOKEN, App, MetaServer, new_app
+from tests.support import ConfigService
+from ykafka import Producer, signing
 from ykafka.devstack import wire
 
 RECONCILE_S = 2.0
+#: the config service's one shared access-key secret: before issue 37 every grant carried it to every app
+SHARED_CC_SECRET = "0123456789abcdef0123456789abcdef"
 ADMIN_REQUESTS = ("describe_acls", "create_acls", "alter_scram", "delete_topics")
 LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 
@@ -83,11 +88,24 @@ def admin_passwords(kafka: kafka_secured.SecuredKafka, tmp_path_factory: pytest.
 
 
 @pytest.fixture(scope="module")
+def ms_cc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConfigService]:
+    """The config service as the secured stack runs it (``ykafka dev up`` with security on): every read signed
+    (YKAFKA_CC_REQUIRE_ACCESS_KEY, an env var so the same fixture starts on code that lacks it)."""
+    proc = ConfigService(tmp_path_factory.mktemp("ms-cc") / "cc.db", 2, OPENAPI_TOKEN)
+    proc.env = {"YKAFKA_CC_REQUIRE_ACCESS_KEY": "1"}
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
 def server(kafka: kafka_secured.SecuredKafka, ms_factory: Callable[..., MetaServer],
            tmp_path_factory: pytest.TempPathFactory, admin_passwords: Path) -> MetaServer:
     key = sealing.new_key_file(tmp_path_factory.mktemp("sealing") / "secrets" / "sealing.key")  # 0600, outside the DB
     ms = ms_factory(env={"YKAFKA_MS_KAFKA_ADMIN_PASSWORD_DIR": str(admin_passwords),
-                         "YKAFKA_MS_SEALING_KEY_FILE": str(key)},
+                         "YKAFKA_MS_SEALING_KEY_FILE": str(key),
+                         "YKAFKA_MS_CONFIGCENTER_APP_KEYS": "1",
+                         "YKAFKA_MS_CONFIGCENTER_ACCESS_KEY_SECRET": SHARED_CC_SECRET},
                     kafka_admin_user=kafka_secured.ADMIN_USER, kafka_system_users=kafka_secured.BROKER_USER,
                     acl_reconcile_interval=RECONCILE_S)
     ms.admin().set_cluster("dc-a", kafka.bootstrap, dc="a", security=kafka.security())
@@ -426,3 +444,119 @@ def test_an_app_writes_only_its_own_telemetry_topics_and_reads_none(
         assert producer.flush(15) == 0
     reports = _telemetry_of(kafka, events.app_topic("client", a.app_id), lambda e: e["client_id"] == client_id)
     assert reports and {e["app"] for e in reports} == {a.app_id}  # the SDK's own report: on A's own topic
+
+
+# --- the config center: each app reads only its own namespaces ---------------------------------------------------
+
+def _cc_get(server: MetaServer, path_q: str, key: str | None) -> requests.Response:
+    """A config-service read as an Apollo client sends it, signed with ``key`` (unsigned: None)."""
+    assert server.configcenter_url is not None
+    headers = cc_signature.build_headers(server.apollo_app_id, path_q, key) if key else {}
+    return requests.get(server.configcenter_url + path_q, headers=headers, timeout=10)
+
+
+def _configs(server: MetaServer, namespace: str) -> str:
+    return f"/configs/{server.apollo_app_id}/default/{namespace}"
+
+
+def _poll(server: MetaServer, namespaces: list[str]) -> str:
+    notifications = json.dumps([{"namespaceName": ns, "notificationId": -1} for ns in namespaces])
+    return "/notifications/v2?" + urlencode({"appId": server.apollo_app_id, "cluster": "default",
+                                             "notifications": notifications})
+
+
+def _two_apps_with_config(server: MetaServer) -> tuple[App, App, str, str]:
+    tag = uuid.uuid4().hex[:6]
+    own, other = f"cka{tag}.orders", f"ckb{tag}.payroll"
+    a = new_app(server, acl={"produce": [f"cka{tag}.*"], "consume": [], "group": []}, default_cluster="dc-a")
+    b = new_app(server, acl={"produce": [f"ckb{tag}.*"], "consume": [], "group": []}, default_cluster="dc-a")
+    admin = server.admin()
+    admin.push_config(f"topic:{own}", {"producer.linger.ms": "17"})
+    admin.push_config(f"topic:{other}", {"producer.linger.ms": "23"})
+    return a, b, own, other
+
+
+def test_a_grant_carries_its_apps_own_config_key_which_opens_no_other_apps_namespace(
+        server: MetaServer, tmp_path: Path) -> None:
+    """Before issue 37 every grant carried the config service's one shared secret: any app read every app's,
+    cluster's, group's and topic's namespace with it."""
+    a, b, own, other = _two_apps_with_config(server)
+    key_a = grant_of(server, a, tmp_path).configcenter.access_key_secret
+    key_b = grant_of(server, b, tmp_path).configcenter.access_key_secret
+    assert key_a and key_b and len({key_a, key_b, SHARED_CC_SECRET}) == 3  # each its own, never the shared one
+    mine = _cc_get(server, _configs(server, f"ykafka.topic.{own}"), key_a)
+    assert mine.status_code == 200 and mine.json()["configurations"] == {"producer.linger.ms": "17"}
+    server.admin().push_config("global", {"producer.linger.ms": "5"})
+    every = _cc_get(server, _configs(server, "ykafka.global"), key_a)  # everyone's namespace
+    assert every.status_code == 200 and every.json()["configurations"] == {"producer.linger.ms": "5"}
+    for path in (_configs(server, f"ykafka.topic.{other}"), _configs(server, f"ykafka.topic.{other}.properties"),
+                 _configs(server, f"ykafka.topic.{other.upper()}"),  # Apollo's names compare case-blind
+                 f"/configfiles/json/{server.apollo_app_id}/default/ykafka.topic.{other}",
+                 f"/configfiles/{server.apollo_app_id}/default/ykafka.topic.{other}",
+                 _configs(server, "application"), _poll(server, [f"ykafka.topic.{other}"])):
+        refused = _cc_get(server, path, key_a)
+        assert refused.status_code == 401, (path, refused.status_code)
+        assert other not in refused.text and "23" not in refused.text
+    # a long poll keeps only what the key opens: b's namespace is never answered, not even with its id
+    polled = _cc_get(server, _poll(server, [f"ykafka.topic.{own}", f"ykafka.topic.{other}"]), key_a)
+    assert polled.status_code == 200
+    assert [n["namespaceName"] for n in polled.json()] == [f"ykafka.topic.{own}"]
+    theirs = _cc_get(server, _configs(server, f"ykafka.topic.{other}"), key_b)  # b itself: fine
+    assert theirs.status_code == 200 and theirs.json()["configurations"] == {"producer.linger.ms": "23"}
+    assert _cc_get(server, _configs(server, f"ykafka.topic.{own}"), SHARED_CC_SECRET).status_code == 401
+
+
+def test_an_unsigned_read_on_the_secured_stack_is_refused_without_echo(server: MetaServer, tmp_path: Path) -> None:
+    """Before issue 37 the secured stack's config service answered unsigned reads of every namespace."""
+    _, _, own, _ = _two_apps_with_config(server)
+    app = server.apollo_app_id
+    for path in (_configs(server, f"ykafka.topic.{own}"), _configs(server, "ykafka.global"),
+                 f"/configfiles/json/{app}/default/ykafka.topic.{own}", f"/configfiles/{app}/default/ykafka.global",
+                 _poll(server, [f"ykafka.topic.{own}"])):
+        refused = _cc_get(server, path, None)
+        assert refused.status_code == 401, (path, refused.status_code)
+        assert own not in refused.text and "17" not in refused.text
+
+
+def test_disabling_or_rotating_an_app_retires_its_config_key_at_once(server: MetaServer, tmp_path: Path) -> None:
+    """The key follows the app: disabled, it opens nothing; enabled again or rotated, the app gets a new one
+    and the kept old one opens nothing."""
+    a, _, own, _ = _two_apps_with_config(server)
+    path = _configs(server, f"ykafka.topic.{own}")
+    old = grant_of(server, a, tmp_path).configcenter.access_key_secret
+    assert _cc_get(server, path, old).status_code == 200
+    started = time.monotonic()
+    server.admin().update_app(a.app_id, enabled=False)
+    wait_until(lambda: _cc_get(server, path, old).status_code == 401, 5, message="the disabled app's key refused")
+    disable_s = time.monotonic() - started
+    server.admin().update_app(a.app_id, enabled=True)
+    revived = grant_of(server, a, tmp_path).configcenter.access_key_secret
+    assert revived and revived != old and _cc_get(server, path, revived).status_code == 200
+    assert _cc_get(server, path, old).status_code == 401
+    started = time.monotonic()
+    rotated = server.admin().rotate_secret(a.app_id)
+    wait_until(lambda: _cc_get(server, path, revived).status_code == 401, 5, message="the rotated app's key refused")
+    rotate_s = time.monotonic() - started
+    fresh = grant_of(server, App(a.app_id, rotated["secret"]), tmp_path).configcenter.access_key_secret
+    assert fresh and fresh not in (old, revived) and _cc_get(server, path, fresh).status_code == 200
+    print(f"CC-KEY-REVOKE disable_s={disable_s:.2f} rotate_s={rotate_s:.2f}")
+    assert disable_s <= 1.5 and rotate_s <= 1.5
+
+
+def test_the_sdk_reads_its_hot_config_with_its_own_key_on_the_secured_stack(
+        server: MetaServer, kafka: kafka_secured.SecuredKafka, tmp_path: Path) -> None:
+    """End to end: the SDK signs every config-service read with the key from its grant, and applies its
+    topic's value; before issue 37 it signed with the shared secret (or not at all)."""
+    a, _, own, _ = _two_apps_with_config(server)
+    kafka.create_topics(own)
+    conf = {"ykafka.app.id": a.app_id, "ykafka.app.secret": a.secret, "ykafka.metaserver": server.url,
+            "ykafka.cache.dir": str(tmp_path / "c"), "ykafka.dr.enabled": False}
+    with Producer(conf) as producer:
+        producer.produce(own, b"m0")
+        assert producer.flush(15) == 0
+        runtime = producer.runtime
+        assert runtime.apollo is not None and runtime.apollo.secret not in (None, SHARED_CC_SECRET)
+        wait_until(lambda: runtime.hot.resolve(topic=own).get("producer.linger.ms") == 17, 15,
+                   message="the topic's hot value applied")
+        assert runtime.hot.sources(topic=own, names=["producer.linger.ms"]) == {
+            "producer.linger.ms": f"ykafka.topic.{own}"}

@@ -49,8 +49,10 @@ def test_rows_sealed_before_are_resealed_under_the_outside_key_then_rotated_to_a
 
     first = _key_file(tmp_path / "first.key")
     sealer = sealing.load(Settings(sealing_key_file=str(first)), db_key)
-    assert sealing.reseal(engine, sealer, db_key) == {"passwords": 1, "signing_keys": 1, "unreadable": 0}
-    assert sealing.reseal(engine, sealer, db_key) == {"passwords": 0, "signing_keys": 0, "unreadable": 0}
+    assert sealing.reseal(engine, sealer, db_key) == {"passwords": 1, "signing_keys": 1,
+                                                         "configcenter_keys": 0, "unreadable": 0}
+    assert sealing.reseal(engine, sealer, db_key) == {"passwords": 0, "signing_keys": 0,
+                                                         "configcenter_keys": 0, "unreadable": 0}
     with db.read(engine) as conn:
         stored_pw = conn.execute(select(kafka_principals.c.password)).scalar_one()
         stored_key = bytes(conn.execute(select(apps.c.signing_key)).scalar_one())
@@ -62,7 +64,8 @@ def test_rows_sealed_before_are_resealed_under_the_outside_key_then_rotated_to_a
 
     second = _key_file(tmp_path / "second.key")
     rotating = sealing.load(Settings(sealing_key_file=str(second), sealing_key_previous_file=str(first)), db_key)
-    assert sealing.reseal(engine, rotating, db_key) == {"passwords": 1, "signing_keys": 1, "unreadable": 0}
+    assert sealing.reseal(engine, rotating, db_key) == {"passwords": 1, "signing_keys": 1,
+                                                         "configcenter_keys": 0, "unreadable": 0}
     after = sealing.load(Settings(sealing_key_file=str(second)), db_key)  # the previous key dropped
     with db.read(engine) as conn:
         assert after.box.decrypt(conn.execute(select(kafka_principals.c.password)).scalar_one().encode()) == password

@@ -191,6 +191,24 @@ def _names(right: Permission, name: str) -> bool:
         (right.pattern == "PREFIXED" and name.startswith(right.name))
 
 
+def may_read_config(acl: Mapping[str, Iterable[str]], kind: str, name: str = "",
+                    clusters: Iterable[str] = ()) -> bool:
+    """Whether an app with ``acl`` may read the hot-config namespace of scope ``kind`` (``global``, ``cluster``,
+    ``group``, ``topic``; ``ykafka.catalog.ScopeKind``) ``name``: the config service's check of a per-app access
+    key (metaserver/configcenter/keyscope.py). The same decision as the broker's: a topic the app may produce
+    or consume (its group's retry and dead-letter topics too), a group it may join, a cluster it can reach
+    (``clusters``, from its grant); ``global`` is everyone's."""
+    if kind == "global":
+        return True
+    if kind == "cluster":
+        return name in set(clusters)
+    if kind == "topic":
+        return permits(permissions(acl), "TOPIC", name, "DESCRIBE")
+    if kind == "group":
+        return permits(permissions(acl), "GROUP", name, "READ")
+    return False
+
+
 def topic_pattern_problem(pattern: str) -> str | None:
     """Why a produce or consume pattern may not be saved, or None: besides :func:`pattern_problem`, no pattern
     but ``*`` may reach into :data:`RETRY_NAMESPACE` (a consume ``_*`` would read every group's retries) or

@@ -207,6 +207,10 @@ class Runtime:
     def _set_grant(self, grant: Grant, initial: bool = False) -> None:
         old = self._grant
         self._grant = grant
+        apollo = getattr(self, "apollo", None)
+        key = grant.configcenter.access_key_secret
+        if apollo is not None and key and not self.conf.get("ykafka.configcenter.secret"):
+            apollo.secret = key  # the app's own config-center key follows its grant (rotated with its secret)
         if initial or old is None or (old.acl, old.clusters, old.default_cluster) != (
                 grant.acl, grant.clusters, grant.default_cluster):
             self.acl.reset(grant)

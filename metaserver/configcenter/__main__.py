@@ -75,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--advertise-url", default=_env("YKAFKA_CC_ADVERTISE_URL"),
                        help="URL /services/config lists for this process (default http://HOST:PORT), "
                             "env YKAFKA_CC_ADVERTISE_URL")
+    serve.add_argument("--require-access-key", action="store_true",
+                       default=_env("YKAFKA_CC_REQUIRE_ACCESS_KEY", "0") not in ("0", ""),
+                       help="refuse every unsigned config-service read (401), also of apps without access keys "
+                            "(the secured stack: clients sign with their per-app key), env "
+                            "YKAFKA_CC_REQUIRE_ACCESS_KEY=1")
     serve.add_argument("--log-json", action="store_true", help="JSON log lines")
     serve.add_argument("--scan-interval", type=float, default=float(_env("YKAFKA_CC_SCAN_INTERVAL", "0.5") or 0.5),
                        help="seconds between release-message scans (other instances' releases), "
@@ -132,7 +137,8 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(args.db, args.longpoll_timeout, args.openapi_token,
                      advertise_url=args.advertise_url or f"http://{host}:{args.port}",
                      scan_interval=args.scan_interval, notify=args.notify, max_parked=args.max_parked_polls,
-                     poll_retry_after=args.poll_retry_after)
+                     poll_retry_after=args.poll_retry_after,
+                     require_access_key=args.require_access_key)
     center: ConfigCenter = app.state.center
 
     class Server(uvicorn.Server):

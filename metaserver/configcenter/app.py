@@ -49,17 +49,20 @@ NO_TELEMETRY: dict[str, Any] = ({"telemetry": {"tracing": False, "metrics": Fals
 def create_app(db_path: str, longpoll_timeout: float = 60.0, openapi_token: str | None = None,
                advertise_url: str | None = None, scan_interval: float = RELEASE_SCAN_S,
                notify: bool = True, max_parked: int = 0,
-               poll_retry_after: int = DEFAULT_POLL_RETRY_AFTER_S) -> FastAPI:
+               poll_retry_after: int = DEFAULT_POLL_RETRY_AFTER_S, require_access_key: bool = False) -> FastAPI:
     """The config service over the database `db_path` (a SQLite file or a SQLAlchemy URL).
 
     `longpoll_timeout` is how long `/notifications/v2` holds a poll before answering 304;
     `openapi_token`, when given, is seeded (idempotently) as an Open API token allowed on every app;
     `max_parked` caps the parked long polls (0: derived from the open-file limit, `default_max_parked`);
-    `poll_retry_after` is the ``Retry-After`` (seconds) of a poll refused at the cap.
+    `poll_retry_after` is the ``Retry-After`` (seconds) of a poll refused at the cap;
+    `require_access_key`: every `/configs`, `/configfiles`, `/notifications` read must be signed (401 unsigned),
+    also for an app without access keys (the secured stack: the MetaServer's per-app keys, issue 37).
     """
     center = ConfigCenter(db_path, longpoll_timeout, advertise_url,  # advertise_url: listed by /services/*
                           scan_interval=scan_interval, notify=notify, max_parked=max_parked,
                           poll_retry_after=poll_retry_after)
+    center.require_access_key = require_access_key
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

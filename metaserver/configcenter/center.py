@@ -38,6 +38,8 @@ class ConfigCenter:
                  scan_interval: float = RELEASE_SCAN_S, notify: bool = True, max_parked: int = 0,
                  poll_retry_after: int = DEFAULT_POLL_RETRY_AFTER_S) -> None:
         self.store = Store(db_path)
+        #: every config-service read must be signed, even of an app without keys (the secured stack, issue 37)
+        self.require_access_key = False
         # parked polls beyond this are refused (503) so the process never reaches its open-file limit
         self.max_parked = max_parked if max_parked > 0 else default_max_parked()
         self.poll_retry_after = poll_retry_after  # seconds, the Retry-After of a refused poll

@@ -60,7 +60,8 @@ class ConfigWrites(StoreBase):
     @staticmethod
     def _new_access_key(s: Session, change: Change, app_id: str, secret: str, enabled: bool,
                         operator: str) -> dict[str, Any]:
-        count = s.scalar(select(func.count(m.AccessKey.id)).where(m.AccessKey.app_id == app_id)) or 0
+        count = s.scalar(select(func.count(m.AccessKey.id)).where(m.AccessKey.app_id == app_id,
+                                                                   m.AccessKey.owner.is_(None))) or 0
         if count >= ACCESS_KEY_LIMIT:
             raise BadRequest("AccessKeys count limit exceeded")
         key = m.AccessKey(app_id=app_id, secret=secret, mode=ACCESS_KEY_FILTER, enabled=enabled, created_by=operator,
@@ -79,9 +80,41 @@ class ConfigWrites(StoreBase):
 
         return self.write(op)
 
+    def put_app_key(self, app_id: str, owner: str, secret: str, scope: str, operator: str) -> Change:
+        """Set the per-app key of ykafka app ``owner`` under Apollo app ``app_id`` (keyscope.py): its secret and
+        scope replace any earlier one at once (a rotation retires the old secret in the same write)."""
+
+        def op(s: Session, change: Change) -> None:
+            app = self.app(s, app_id)
+            key = s.scalar(select(m.AccessKey).where(m.AccessKey.app_id == app.app_id, m.AccessKey.owner == owner))
+            if key is None:
+                key = m.AccessKey(app_id=app.app_id, owner=owner, mode=ACCESS_KEY_FILTER, created_by=operator)
+                s.add(key)
+            key.secret, key.scope, key.enabled, key.modified_by = secret, scope, True, operator
+            change.credentials_changed = True
+
+        return self.write(op)
+
+    def delete_app_key(self, app_id: str, owner: str, operator: str) -> Change:
+        """Retire ykafka app ``owner``'s per-app key (disabled, deleted or rotated app); absent is fine."""
+
+        def op(s: Session, change: Change) -> None:
+            for key in s.scalars(select(m.AccessKey).where(m.AccessKey.app_id == app_id, m.AccessKey.owner == owner)):
+                s.delete(key)
+                change.credentials_changed = True
+                log.info("configcenter.app_key_deleted", app_id=app_id, owner=owner, operator=operator)
+
+        return self.write(op)
+
+    def app_keys(self, s: Session, app_id: str) -> dict[str, str]:
+        """The per-app keys of Apollo app ``app_id``: owner -> scope (never the secrets)."""
+        return {str(k.owner): str(k.scope or "") for k in s.scalars(
+            select(m.AccessKey).where(m.AccessKey.app_id == app_id, m.AccessKey.owner.is_not(None)))}
+
     def update_access_key(self, app_id: str, key_id: int, enabled: bool, mode: int, operator: str) -> Change:
         def op(s: Session, change: Change) -> None:
-            key = s.scalar(select(m.AccessKey).where(m.AccessKey.app_id == app_id, m.AccessKey.id == key_id))
+            key = s.scalar(select(m.AccessKey).where(m.AccessKey.app_id == app_id, m.AccessKey.id == key_id,
+                                                     m.AccessKey.owner.is_(None)))
             if key is None:
                 raise BadRequest("accessKey not exist.")
             key.enabled, key.mode, key.modified_by = enabled, mode, operator
@@ -91,7 +124,8 @@ class ConfigWrites(StoreBase):
 
     def delete_access_key(self, app_id: str, key_id: int, operator: str) -> Change:
         def op(s: Session, change: Change) -> None:
-            key = s.scalar(select(m.AccessKey).where(m.AccessKey.app_id == app_id, m.AccessKey.id == key_id))
+            key = s.scalar(select(m.AccessKey).where(m.AccessKey.app_id == app_id, m.AccessKey.id == key_id,
+                                                     m.AccessKey.owner.is_(None)))
             if key is None:
                 raise BadRequest("accessKey not exist.")
             if key.enabled:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import structlog
 from fastapi import APIRouter, Request, Response
@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from . import signature
 from .center import ConfigCenter
 from .errors import ApolloError, BadRequest, error_body
+from .keyscope import KeyScope
 from .longpoll import Waiter, notification
 from .properties import to_properties
 from .readmodel import INSTANCE_LABEL, ReleaseView, strip_properties_suffix
@@ -301,7 +302,10 @@ class HotPaths:
 
 
 class AccessKeyMiddleware:
-    """ClientAuthenticationFilter: config-service calls of an app with access keys must be signed."""
+    """ClientAuthenticationFilter: config-service calls of an app with access keys must be signed (of every app
+    under ``--require-access-key``). A per-app key (keyscope.py) opens only its app's namespaces: another one on
+    ``/configs`` or ``/configfiles`` is refused like a bad signature, and a ``/notifications/v2`` poll keeps
+    only the namespaces the key opens (why not refuse it: see ``_narrow_poll``)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -318,25 +322,80 @@ class AccessKeyMiddleware:
             return
         center: ConfigCenter = scope["app"].state.center
         creds = center.model.credentials
-        enforced = creds.secrets.get(app_id.lower())
-        observed = None if enforced else creds.observed.get(app_id.lower())
-        if enforced or observed:
+        enforced = creds.secrets.get(app_id.lower(), ())
+        scoped = creds.scoped.get(app_id.lower(), ())
+        must = bool(enforced or scoped or center.require_access_key)
+        observed = None if must else creds.observed.get(app_id.lower())
+        if must or observed:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
             timestamp = headers.get("timestamp")
             path_with_query = raw_path + ("?" + query if query else "")
+            secrets = [*enforced, *(key.secret for key in scoped)] if must else list(observed or ())
             if not signature.check_timestamp(timestamp):
-                log.warning("configcenter.accesskey_stale", app_id=app_id, timestamp=timestamp,
-                            enforced=bool(enforced))
-                if enforced:
+                log.warning("configcenter.accesskey_stale", app_id=app_id, timestamp=timestamp, enforced=must)
+                if must:
                     await _reject(send, 401, "RequestTimeTooSkewed")
                     return
-            elif not signature.check_authorization(headers.get("authorization"), timestamp, path_with_query,
-                                                   enforced or observed or ()):
-                log.warning("configcenter.accesskey_invalid", app_id=app_id, enforced=bool(enforced))
-                if enforced:
-                    await _reject(send, 401, "Unauthorized")
-                    return
+            else:
+                index = signature.signed_with(headers.get("authorization"), timestamp, path_with_query, secrets)
+                if index is None:
+                    log.warning("configcenter.accesskey_invalid", app_id=app_id, enforced=must)
+                    if must:
+                        await _reject(send, 401, "Unauthorized")
+                        return
+                elif must and index >= len(enforced):  # a per-app key: only its own namespaces
+                    narrowed = _narrow(center, scope, app_id, query, scoped[index - len(enforced)].scope)
+                    if narrowed is None:
+                        await _reject(send, 401, "Unauthorized")
+                        return
+                    scope = narrowed
         await self.app(scope, receive, send)
+
+
+def _narrow(center: ConfigCenter, scope: Scope, app_id: str, query: str, key: KeyScope) -> Scope | None:
+    """The request as a per-app key may make it, or None to refuse it (logged, never echoed)."""
+    path: str = scope["path"]
+    model = center.model
+    if path == "/notifications/v2":
+        return _narrow_poll(center, scope, app_id, query, key)
+    parts = path.split("/")
+    if path.startswith(("/configfiles/json/", "/configfiles/raw/")):
+        parts = parts[:2] + parts[3:]
+    if len(parts) == 5 and parts[1] in ("configs", "configfiles") and parts[4]:
+        name = model.normalize_namespace(app_id, strip_properties_suffix(parts[4]))
+        if key.allows(name):
+            return scope
+    log.warning("configcenter.accesskey_out_of_scope", app_id=app_id, owner=key.owner)
+    return None
+
+
+def _narrow_poll(center: ConfigCenter, scope: Scope, app_id: str, query: str, key: KeyScope) -> Scope | None:
+    """A long poll keeps only the namespaces the key opens (the rest are never answered, not even with their
+    notification id). Filtered rather than refused: one poll carries every namespace a client watches, and a
+    refusal for one that the key's scope lacks (a cluster route released a moment before the MetaServer pushed
+    the new scope, say) would stop that client's hot config for all the namespaces it may read; their content
+    stays behind ``/configs``, which refuses. A poll left with none is refused."""
+    params = parse_qsl(query, keep_blank_values=True)
+    raw = next((v for k, v in params if k == "notifications"), None)
+    if raw is None:
+        return scope  # the handler answers its 400
+    try:
+        wanted = parse_notifications(raw)
+    except BadRequest:
+        return scope  # the handler answers its 400, without the input
+    model = center.model
+    kept = [(name, notification_id) for name, notification_id in wanted
+            if key.allows(model.normalize_namespace(app_id, strip_properties_suffix(name)))]
+    if not kept:
+        log.warning("configcenter.accesskey_out_of_scope", app_id=app_id, owner=key.owner, dropped=len(wanted))
+        return None
+    if len(kept) == len(wanted):
+        return scope
+    log.info("configcenter.accesskey_poll_narrowed", app_id=app_id, owner=key.owner,
+             dropped=len(wanted) - len(kept))
+    body = json.dumps([{"namespaceName": name, "notificationId": notification_id} for name, notification_id in kept])
+    narrowed = urlencode([(k, body if k == "notifications" else v) for k, v in params])
+    return {**scope, "query_string": narrowed.encode("latin-1")}
 
 
 async def _reject(send: Send, status: int, message: str) -> None:

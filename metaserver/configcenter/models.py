@@ -209,6 +209,9 @@ class AccessKey(Audited, Base):
     """An app's config-service access-key secret.
 
     Enabled with mode 0 ("filter") it makes signatures mandatory; mode 1 ("observer") only logs bad ones.
+    A key with an ``owner`` is a per-app key the MetaServer issued to that ykafka app (issue 37): it opens only
+    the namespaces its ``scope`` (JSON: the app's ACL, reachable clusters and namespace prefix) allows
+    (keyscope.py); keys without one are Apollo's own, whole-app.
     """
 
     __tablename__ = "access_keys"
@@ -218,6 +221,8 @@ class AccessKey(Audited, Base):
     secret: Mapped[str] = mapped_column(String(128))
     mode: Mapped[int] = mapped_column(Integer, default=0)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True, default=None)
+    scope: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
 
 
 class Instance(Base):

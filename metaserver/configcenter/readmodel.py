@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .keyscope import KeyScope
+
 CLUSTER_DEFAULT = "default"
 NAMESPACE_APPLICATION = "application"
 NO_APPID_PLACEHOLDER = "ApolloNoAppIdPlaceHolder"
@@ -112,12 +114,21 @@ class TokenView:
 
 
 @dataclass(frozen=True)
+class ScopedKeyView:
+    """An enabled per-app key (keyscope.py): its secret and the namespaces it opens."""
+
+    secret: str
+    scope: KeyScope
+
+
+@dataclass(frozen=True)
 class Credentials:
     """Open API tokens and access-key secrets (lower-cased app id -> secrets) the service checks."""
 
     tokens: dict[str, TokenView] = field(default_factory=dict)
-    secrets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # enforced (mode 0, "filter")
+    secrets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # enforced (mode 0, "filter"), whole app
     observed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # checked and logged only (mode 1)
+    scoped: dict[str, tuple[ScopedKeyView, ...]] = field(default_factory=dict)  # enforced, per-app scope
 
 
 class ReadModel:

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from urllib.parse import parse_qs
 
 HTTP_HEADER_TIMESTAMP = "Timestamp"
@@ -73,10 +73,20 @@ def check_timestamp(timestamp: str | None, tolerance_s: float = DEFAULT_TOLERANC
 def check_authorization(authorization: str | None, timestamp: str | None, path_with_query: str,
                         secrets: Iterable[str]) -> bool:
     """True when the Authorization header carries a signature made with one of the app's secrets."""
+    return signed_with(authorization, timestamp, path_with_query, list(secrets)) is not None
+
+
+def signed_with(authorization: str | None, timestamp: str | None, path_with_query: str,
+                secrets: Sequence[str]) -> int | None:
+    """The index of the secret the Authorization header's signature was made with, or None (as Apollo, every
+    secret is tried; which one verified decides what the request may read: keyscope.py)."""
     if not authorization or timestamp is None:
-        return False
+        return None
     parts = authorization.split(":")
     if len(parts) < 2:
-        return False
+        return None
     given = parts[1]
-    return any(hmac.compare_digest(given, signature(timestamp, path_with_query, s)) for s in secrets)
+    for index, secret in enumerate(secrets):
+        if hmac.compare_digest(given, signature(timestamp, path_with_query, secret)):
+            return index
+    return None

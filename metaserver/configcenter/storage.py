@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..storage.db import Schema, make_engine, migrate
 from . import models as m
 from .errors import BadRequest, NotFound
+from .keyscope import KeyScope
 from .notify import notify
 from .readmodel import (
     AppNamespaceView,
@@ -32,6 +33,7 @@ from .readmodel import (
     NamespaceState,
     ReleaseView,
     RuleItem,
+    ScopedKeyView,
     TokenView,
     message_key,
 )
@@ -222,7 +224,12 @@ class StoreBase:
             with self._sessions() as fresh:
                 return self.load_credentials(fresh)
         by_mode: dict[int, dict[str, list[str]]] = {ACCESS_KEY_FILTER: {}, ACCESS_KEY_OBSERVER: {}}
+        scoped: dict[str, list[ScopedKeyView]] = {}
         for key in s.scalars(select(m.AccessKey).where(m.AccessKey.enabled.is_(True))):
+            if key.owner is not None:  # a per-app key: always enforced, and only within its scope
+                scoped.setdefault(key.app_id.lower(), []).append(
+                    ScopedKeyView(key.secret, KeyScope.parse(key.owner, key.scope)))
+                continue
             by_mode.setdefault(key.mode, {}).setdefault(key.app_id.lower(), []).append(key.secret)
         grants: dict[int, set[str]] = {}
         for grant in s.scalars(select(m.ConsumerApp)):
@@ -230,7 +237,8 @@ class StoreBase:
         tokens = {t.token: TokenView(t.token, t.all_apps, frozenset(grants.get(t.id, ())))
                   for t in s.scalars(select(m.ConsumerToken))}
         return Credentials(tokens, {k: tuple(v) for k, v in by_mode[ACCESS_KEY_FILTER].items()},
-                           {k: tuple(v) for k, v in by_mode[ACCESS_KEY_OBSERVER].items()})
+                           {k: tuple(v) for k, v in by_mode[ACCESS_KEY_OBSERVER].items()},
+                           {k: tuple(v) for k, v in scoped.items()})
 
     def load_state(self, s: Session, app_id: str, namespace: str) -> NamespaceState:
         state = NamespaceState()

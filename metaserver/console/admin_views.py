@@ -139,6 +139,7 @@ async def app_rotate(request: Request, app_id: str) -> Response:
             rotated = routes_admin.new_secret(conn, f"console:{sess.username}", app_id, sealer=_svc(request).sealer)
     except HTTPException as exc:
         return _page(request, "error.html", sess, status_code=exc.status_code, message=_admin_error(exc))
+    _svc(request).reconciler.kick()  # its pass retires the old config-center key (domain/configkeys.py)
     return _app_page(request, sess, app_id, secret={"app_id": app_id, "secret": rotated["secret"],
                                                     "generation": rotated["key_generation"]})
 

@@ -92,6 +92,21 @@ class ApolloOpenApi:
             if not _already_exists(exc):
                 raise
 
+    # --- per-app access keys (the embedded config service only: metaserver/configcenter/keyscope.py) ----------
+
+    def put_app_key(self, owner: str, secret: str, scope: dict[str, Any]) -> None:
+        """Set ykafka app ``owner``'s own access key and the namespaces it opens (replaces any earlier one)."""
+        self._call("PUT", f"/openapi/v1/apps/{_q(self.app_id)}/appkeys/{_q(owner)}",
+                   params={"operator": self.operator}, body={"secret": secret, "scope": scope})
+
+    def delete_app_key(self, owner: str) -> None:
+        self._call("DELETE", f"/openapi/v1/apps/{_q(self.app_id)}/appkeys/{_q(owner)}",
+                   params={"operator": self.operator}, ok_missing=True)
+
+    def app_keys(self) -> dict[str, Any]:
+        """Owner -> scope of every per-app key the config service holds for our Apollo app (no secrets)."""
+        return dict(self._call("GET", f"/openapi/v1/apps/{_q(self.app_id)}/appkeys", ok_missing=True) or {})
+
     # --- items and releases ------------------------------------------------------------------
 
     def namespaces(self, timeout_s: float | None = None) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from ykafka.grants import grant_json
 from ..services import Services
 from ..storage import db, hotpath
 from ..storage.models import apps, kafka_reconciles
-from . import credentials, placements, ratelimit, reach, registry
+from . import configkeys, credentials, placements, ratelimit, reach, registry
 from .tokens import TokenClaims
 
 Wants = list[tuple[str, str]]  # (namespace, cluster) pairs a client asks to have confirmed
@@ -190,10 +190,12 @@ def build_grant(svc: Services, app: Mapping[str, Any], client_id: str, clusters:
                                      lambda topic: placements.lookup_on(svc.engine, topic))
     if any(credentials.secured(spec) for spec in reachable.values()):
         reachable = with_credentials(svc, app["app_id"], reachable)
+    # the app's own config-center key, scoped to what it may read; never the config service's shared secret
+    key = configkeys.for_grant(svc, app, reachable) if settings.app_keys else None
     return grant_json(
         app_id=app["app_id"], token=token, expires_at=expires_at, renew_interval_s=settings.renew_interval,
         acl=acl, clusters=reachable, default_cluster=default, issuer=svc.issuer,
         placements=placements.any_placed(svc.engine),
         configcenter={"url": settings.configcenter_url, "app_id": settings.apollo_app_id,
                       "cluster": settings.apollo_cluster, "namespace_prefix": NAMESPACE_PREFIX,
-                      "access_key_secret": settings.configcenter_access_key_secret})
+                      "access_key_secret": key})

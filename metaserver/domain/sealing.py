@@ -4,7 +4,8 @@ Kafka password, no app's signing key and no bearer token (issue 37).
 What is sealed (Fernet, AES-128-CBC + HMAC-SHA256) under the *sealing key*:
 
 * each app principal's Kafka password (``ms_kafka_principals.password``);
-* each app's request-signing key (``ms_apps.signing_key``, the PBKDF2 of its secret the HMAC signature needs).
+* each app's request-signing key (``ms_apps.signing_key``, the PBKDF2 of its secret the HMAC signature needs);
+* each app's own config-center access key (``ms_configcenter_keys.secret``, domain/configkeys.py).
 
 Design choice: the signing keys are *sealed with the outside key* rather than replaced by Ed25519 public
 keys. The SDK's HMAC request signature (``ykafka.signing``) and every deployed client stay as they are, and the
@@ -33,11 +34,11 @@ from typing import Protocol
 
 import structlog
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, delete, select, update
 
 from ..settings import Settings
 from ..storage import db
-from ..storage.models import apps, kafka_principals
+from ..storage.models import apps, configcenter_keys, kafka_principals
 
 log = structlog.get_logger("metaserver.domain.sealing")
 
@@ -145,7 +146,7 @@ def reseal(engine: Engine, sealer: Sealer, db_token_key: bytes) -> dict[str, int
     the previous key, and raw or previously sealed signing keys. Idempotent; every peer may run it at start.
     Returns how many rows changed (and how many could not be opened: those principals are re-issued by the
     reconciler, those apps need ``rotate-secret``)."""
-    counts = {"passwords": 0, "signing_keys": 0, "unreadable": 0}
+    counts = {"passwords": 0, "signing_keys": 0, "configcenter_keys": 0, "unreadable": 0}
     if not sealer.outside or not isinstance(sealer.box, MultiFernet) or sealer.current is None:
         return counts
     box = sealer.box
@@ -172,6 +173,16 @@ def reseal(engine: Engine, sealer: Sealer, db_token_key: bytes) -> dict[str, int
             elif fresh_key != stored:
                 conn.execute(update(apps).where(apps.c.app_id == app_id).values(signing_key=fresh_key))
                 counts["signing_keys"] += 1
+        for app_id, sealed in conn.execute(select(configcenter_keys.c.app_id, configcenter_keys.c.secret)).all():
+            token = sealed.encode()
+            fresh = _reseal_one(token, first, box, legacy)
+            if fresh is None:  # minted again at the app's next grant
+                conn.execute(delete(configcenter_keys).where(configcenter_keys.c.app_id == app_id))
+                counts["unreadable"] += 1
+            elif fresh != token:
+                conn.execute(update(configcenter_keys).where(configcenter_keys.c.app_id == app_id)
+                             .values(secret=fresh.decode()))
+                counts["configcenter_keys"] += 1
     if any(counts.values()):
         log.info("secrets re-sealed under the current sealing key", **counts)
     return counts

@@ -26,7 +26,7 @@ from sqlalchemy import select
 
 from ykafka import events
 
-from ..domain import audit, credentials, registry
+from ..domain import audit, configkeys, credentials, registry
 from ..services import Services
 from ..storage import db
 from ..storage.models import alerts, apps, kafka_reconciles
@@ -308,6 +308,10 @@ class Reconciler:
                 reconcile(self.svc)
             except Exception as exc:  # noqa: BLE001 - the database may be briefly unavailable
                 log.warning("reconcile pass failed", error=str(exc)[:500])
+            try:
+                configkeys.sync(self.svc)  # per-app config-center keys: retire, re-scope, retry
+            except Exception as exc:  # noqa: BLE001 - the database or the config service may be briefly away
+                log.warning("config-center key sync failed", error=str(exc)[:500])
             with self._done:
                 self._served = serving
                 self._done.notify_all()

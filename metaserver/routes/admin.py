@@ -18,7 +18,7 @@ from sqlalchemy import Connection, RowMapping, delete, select, update
 from ykafka import acl as acl_patterns
 from ykafka import signing
 
-from ..domain import audit, authswitch, clients, credentials, placements, ratelimit, reach, registry
+from ..domain import audit, authswitch, clients, configkeys, credentials, placements, ratelimit, reach, registry
 from ..domain.auth import AuthFailed, RateLimited
 from ..domain.sealing import Sealer
 from ..kafka import view as kafka_view
@@ -112,6 +112,7 @@ def issue_principals(svc: Services, app_id: str, also: list[str] | None = None) 
     with db.read(svc.engine) as conn:
         app = dict(_get_app(conn, app_id))
         registry_ = registry.all_clusters(conn)
+    configkeys.refresh(svc, app_id)  # its config-center key: retired if disabled, else its new scope pushed
     if not app["enabled"]:  # disabled: its principals leave the brokers at the pass this kicks
         svc.reconciler.kick()
         return
@@ -167,6 +168,7 @@ def delete_app(app_id: str, who: str = Depends(operator), svc: Services = Depend
         conn.execute(delete(apps).where(apps.c.app_id == app_id))
         credentials.revoke(conn, app_id)
         audit.record(conn, who, "app.delete", f"app:{app_id}", before, None)
+    configkeys.refresh(svc, app_id)  # its config-center key leaves the config service now
     svc.reconciler.kick()
 
 
@@ -187,9 +189,12 @@ def new_secret(conn: Connection, who: str, app_id: str, *, sealer: Sealer) -> di
 
 @router.post("/apps/{app_id}/rotate-secret")
 def rotate_secret(app_id: str, who: str = Depends(operator), svc: Services = Depends(services)) -> dict[str, Any]:
-    """A new secret (shown once); the old one stops signing at once and its tokens stop renewing."""
+    """A new secret (shown once); the old one stops signing at once and its tokens stop renewing, and its
+    config-center key is retired with it (the next grant mints a new one)."""
     with db.write(svc.engine) as conn:
-        return new_secret(conn, who, app_id, sealer=svc.sealer)
+        made = new_secret(conn, who, app_id, sealer=svc.sealer)
+    configkeys.refresh(svc, app_id)
+    return made
 
 
 @router.post("/apps/{app_id}/rotate-credentials")

@@ -240,3 +240,15 @@ security_switches = Table(
     Column("updated_by", String(255), nullable=False),
     Column("updated_at", Float, nullable=False),
 )
+
+#: each app's own config-center access key (metaserver/domain/configkeys.py, issue 37): the secret sealed like the
+#: Kafka passwords (domain/sealing.py), the app's key generation it was minted for, and the scope (namespaces the
+#: app may read) last pushed to the config service (NULL: not pushed yet)
+configcenter_keys = Table(
+    "ms_configcenter_keys", metadata,
+    Column("app_id", String(128), primary_key=True),
+    Column("secret", Text, nullable=False),
+    Column("key_generation", Integer, nullable=False),
+    Column("scope", JSON, nullable=True),
+    Column("created_at", Float, nullable=False),
+)

@@ -113,6 +113,10 @@ def services(cfg: StackConfig) -> list[Service]:
                                     "--storage-engine", engine, "--cluster-id", spec.name], port,
                                    env=s3_env if durable else {}, kind="tansu", node_id=index + 1))
     metaserver = _server("metaserver")
+    secured = any(spec.security != "none" for spec in cfg.clusters.values())
+    cc_env = {"YKAFKA_CC_OPENAPI_TOKEN": cfg.openapi_token}
+    if secured:  # every read signed: each app with its own key from its grant, scoped to what it may read
+        cc_env["YKAFKA_CC_REQUIRE_ACCESS_KEY"] = "1"
     for index, port in enumerate(cfg.configcenter_ports):  # replicas share one database (peers)
         url = cfg.configcenter_urls[index]
         out.append(Service(
@@ -122,8 +126,7 @@ def services(cfg: StackConfig) -> list[Service]:
              "--longpoll-timeout", str(cfg.longpoll_timeout), "--advertise-url", url],
             port, f"{url}/health",
             # secrets travel in the environment, never on the command line where `ps` shows them
-            env={"YKAFKA_CC_OPENAPI_TOKEN": cfg.openapi_token}))
-    secured = any(spec.security != "none" for spec in cfg.clusters.values())
+            env=dict(cc_env)))
     ms_env = {"YKAFKA_MS_CONFIGCENTER_OPENAPI_TOKEN": cfg.openapi_token, "YKAFKA_MS_ADMIN_TOKEN": cfg.admin_token,
               # the console's masking rules for browsed messages: <home>/masks.yaml when it exists
               "YKAFKA_MS_CONSOLE_MASKS": str(home / "masks.yaml"),
@@ -141,6 +144,8 @@ def services(cfg: StackConfig) -> list[Service]:
         ms_env["YKAFKA_MS_KAFKA_ADMIN_PASSWORD_DIR"] = str(kafka_security.admin_password_dir(home))
         # the nodes' own SCRAM user: the reconciler keeps it (every other user it did not issue goes)
         ms_env["YKAFKA_MS_KAFKA_SYSTEM_USERS"] = kafka_security.BROKER_USER
+        # each grant carries the app's own config-center key (the config service refuses unsigned reads here)
+        ms_env["YKAFKA_MS_CONFIGCENTER_APP_KEYS"] = "1"
     for index, port in enumerate(cfg.metaserver_ports):
         url = cfg.metaserver_urls[index]
         out.append(Service(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .. import dto
+from .. import dto, keyscope
 from .. import models as m
 from ..readmodel import TokenView
 from ..store import Store
@@ -50,7 +52,8 @@ async def find_access_keys(request: Request, app_id: str, env: str,
 
     def q(s: Session) -> list[dict[str, Any]]:
         Store.app(s, app_id)
-        rows = s.scalars(select(m.AccessKey).where(m.AccessKey.app_id == app_id).order_by(m.AccessKey.id))
+        rows = s.scalars(select(m.AccessKey).where(m.AccessKey.app_id == app_id, m.AccessKey.owner.is_(None))
+                         .order_by(m.AccessKey.id))  # Apollo's own keys; per-app ones are never listed
         return [dto.access_key_dto(k) for k in rows]
 
     result: list[dict[str, Any]] = await read(request, q)
@@ -84,3 +87,51 @@ async def delete_access_key(request: Request, app_id: str, env: str, key_id: int
     center = center_of(request)
     await center.write(center.store.delete_access_key, app_id, key_id, operator_of(operator))
     return empty()
+
+
+# ----------------------------------------------------------------------------------------------
+# per-app keys (ykafka, issue 37): the MetaServer gives each ykafka app its own secret, scoped to the namespaces
+# that app may read (keyscope.py). Not in Apollo: a real Apollo has whole-app keys only.
+# ----------------------------------------------------------------------------------------------
+APP_KEYS = "/apps/{app_id}/appkeys"
+Owner = Path(min_length=1, max_length=128, pattern=r"^[0-9A-Za-z_.-]+$")
+
+
+class AppKeyBody(BaseModel):
+    secret: str = Field(min_length=16, max_length=128, pattern=r"^[0-9A-Za-z_-]+$")
+    scope: dict[str, Any]
+
+
+@router.put(APP_KEYS + "/{owner}")
+async def put_app_key(request: Request, app_id: str, body: AppKeyBody, owner: str = Owner,
+                      operator: str | None = None, token: TokenView = Depends(consumer)) -> Response:
+    """Set ykafka app ``owner``'s key: its secret and scope ({"prefix", "acl", "clusters"}) replace any earlier."""
+    allow(token, app_id)
+    scope = body.scope
+    text = keyscope.scope_json(str(scope.get("prefix") or ""), scope.get("acl") or {},
+                               [str(c) for c in scope.get("clusters") or ()])
+    center = center_of(request)
+    await center.write(center.store.put_app_key, app_id, owner, body.secret, text, operator_of(operator))
+    return empty()
+
+
+@router.delete(APP_KEYS + "/{owner}")
+async def delete_app_key(request: Request, app_id: str, owner: str = Owner, operator: str | None = None,
+                         token: TokenView = Depends(consumer)) -> Response:
+    allow(token, app_id)
+    center = center_of(request)
+    await center.write(center.store.delete_app_key, app_id, owner, operator_of(operator))
+    return empty()
+
+
+@router.get(APP_KEYS)
+async def find_app_keys(request: Request, app_id: str, token: TokenView = Depends(consumer)) -> dict[str, Any]:
+    """Owner -> scope of every per-app key (no secrets): what the MetaServer's sync compares."""
+    allow(token, app_id)
+    store = center_of(request).store
+
+    def q(s: Session) -> dict[str, Any]:
+        return {owner: json.loads(text) if text else None for owner, text in store.app_keys(s, app_id).items()}
+
+    result: dict[str, Any] = await read(request, q)
+    return result
