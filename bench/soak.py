@@ -514,8 +514,8 @@ class Soak:
     def explain_duplicates(self, on_a: list[Any], counts: Counter[int]) -> dict[str, Any]:
         """Where the extra copies on dc-a come from: per duplicated value, how its copies got there (``direct``: a
         write to dc-a, first send or a resend of the engine or librdkafka; ``synced``: copied back from dc-b by a
-        failback sync), whether two direct copies share a partition, and the fault whose window holds the first
-        copy's timestamp (``none``: outside every fault)."""
+        failback sync), whether two direct copies share a partition, and the fault whose window (from 10 s before it:
+        a record can wait that long) holds the first copy's timestamp (``none``: outside every fault)."""
         copies: dict[int, list[Any]] = {}
         for m in on_a:
             value = int(m.value() or b"0")
@@ -532,7 +532,8 @@ class Soak:
                 path += " (same partition)" if same else " (other partitions)"
             paths[path] += len(ms) - 1
             first = min(m.timestamp()[1] for m in ms) / 1000
-            where = [f["fault"] for f in self.faults if f["_span"][0] - 1 <= first <= f["_span"][1]]
+            # a record made up to spill.after.ms (10 s) before a fault can still be queued or in flight at it
+            where = [f["fault"] for f in self.faults if f["_span"][0] - 10 <= first <= f["_span"][1]]
             faults[where[0] if where else "none"] += len(ms) - 1
             if len(examples) < 12:
                 examples.append({"value": value, "copies": [(m.partition(), m.offset(), "synced" if H.synced_from(

@@ -264,6 +264,21 @@ def test_a_probe_client_that_keeps_failing_is_replaced() -> None:
     assert len(clients) >= 3, clients  # the first client, and a new one after each run of failures
 
 
+def test_a_cluster_of_several_brokers_none_answering_is_still_marked_down() -> None:
+    """The probe asks each bootstrap address on its own after a failed probe (one frozen node of three must not
+    call the cluster down: tests/test_kafka_durability.py); when none of them answers the cluster is down all the
+    same, after the policy's failures, through the real librdkafka probe (nothing listens on either port)."""
+    from ykafka.devstack.procs import free_port
+
+    health = ClusterHealth("dc-a", {"bootstrap.servers": f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"},
+                           HealthPolicy(down_failures=3, down_after_s=0, probe_interval_s=3600, probe_timeout_s=0.2))
+    try:
+        answers = [health.probe_now() for _ in range(3)]
+    finally:
+        health.close()
+    assert answers == [False, False, False] and health.state is ClusterState.DOWN, (answers, health.status())
+
+
 class _AlwaysUp:
     """The outages' view of cluster health (an input here: every cluster answers)."""
 

@@ -115,3 +115,32 @@ def test_whole_cluster_killed_spills_and_replays_in_order_after_the_restart(kafk
     assert counts["lost"] == 0 and counts["duplicated"] == 0 and counts["unexpected"] == 0, counts
     assert not load.failed and load.acked == set(load.sent)
     assert in_key_order(on_k3)  # the replay kept each key's order
+
+
+def test_one_frozen_node_of_three_does_not_mark_the_cluster_down(kafka_cluster3: Broker) -> None:
+    """A node SIGSTOPped (a hung JVM, a silent partition of one host) leaves a three-node cluster writable, so the DR
+    engine's health must not call the cluster down: in the soak with ``--dc-a-nodes 3`` (issue 38) the metadata
+    probe's request went to the frozen node, timed out three times in 1.5 s, and every producer failed over to the
+    standby while the other two nodes served. Each node is frozen in turn (the probe's client talks to one of them,
+    whichever): every probe must answer, and the state stays up."""
+    from ykafka.dr.health import ClusterHealth, ClusterState, HealthPolicy
+
+    health = ClusterHealth("k3", {"bootstrap.servers": kafka_cluster3.bootstrap},
+                           HealthPolicy(down_failures=3, down_after_s=2.0, probe_interval_s=3600, probe_timeout_s=0.5))
+    failed: list[tuple[int, int]] = []
+    try:
+        assert health.probe_now(), health.status()
+        for node in range(3):
+            kafka_cluster3.freeze(node)
+            try:
+                for attempt in range(4):
+                    if not health.probe_now():
+                        failed.append((node, attempt))
+            finally:
+                kafka_cluster3.thaw(node)
+            time.sleep(1.0)  # the thawed node answers again before the next one stops
+        state = health.state
+    finally:
+        health.close()
+        kafka_cluster3.ready()
+    assert not failed and state is ClusterState.UP, f"probes failed (node, attempt): {failed}; state {state}"

@@ -95,6 +95,7 @@ class ClusterHealth:
         self._conf_source = conf_source  # current settings (a grant renewal brings new credentials)
         self._admin_conf = probe_settings(rdkafka_config)
         self._admin: RawAdminClient | None = None
+        self._per_broker: dict[str, RawAdminClient] = {}  # address -> a client bootstrapped there only
         self._probe_failures = 0  # consecutive failed probes (the probe client is rebuilt every PROBE_CLIENT_FAILURES)
         self._probe = probe or self._metadata_probe
         self._thread = threading.Thread(target=self._run, name=f"ykafka-health-{cluster}", daemon=True)
@@ -238,10 +239,34 @@ class ClusterHealth:
         conf = self._current_conf()
         if conf != self._admin_conf or self.refused is not None:
             # new credentials; or refused: a connection authenticated before may still pass, a fresh one tells
-            self._admin_conf, self._admin = conf, None
+            self._admin_conf, self._admin, self._per_broker = conf, None, {}
         if self._admin is None:
             self._admin = RawAdminClient(self._admin_conf)
-        self._admin.list_topics(timeout=timeout)
+        try:
+            self._admin.list_topics(timeout=timeout)
+        except Exception:
+            if not self._any_broker_answers(timeout):
+                raise
+
+    def _any_broker_answers(self, timeout: float) -> bool:
+        """A cluster of several brokers answers when one of them does. The probe client's request goes to one
+        broker, and on a three-node cluster with one node SIGSTOPped (a hung JVM) it went to the frozen one and
+        timed out every time while the other two served writes: the cluster was called down and every producer
+        of the soak (issue 38, ``--dc-a-nodes 3``) failed over to its standby. So after a failed probe each
+        bootstrap address is asked on its own, through a client bootstrapped there only (kept for the next time)."""
+        addresses = [a.strip() for a in str(self._admin_conf.get("bootstrap.servers", "")).split(",") if a.strip()]
+        if len(addresses) < 2:
+            return False
+        for address in addresses:
+            admin = self._per_broker.get(address)
+            if admin is None:
+                admin = self._per_broker[address] = RawAdminClient({**self._admin_conf, "bootstrap.servers": address})
+            try:
+                admin.list_topics(timeout=timeout)
+            except Exception:
+                continue
+            return True
+        return False
 
     def probe_now(self) -> bool:
         """One metadata probe; feeds the verdict and returns whether the cluster answered."""
@@ -257,7 +282,7 @@ class ClusterHealth:
                 # failing for 4 minutes after its cluster was SIGKILLed and restarted, while the other process's
                 # probe of the same cluster answered within a second, so its writes never came back from the standby
                 log.warning("cluster.probe_client_rebuilt", cluster=self.cluster, failures=self._probe_failures)
-                self._admin = None
+                self._admin, self._per_broker = None, {}
             return False
         self._probe_failures = 0
         self.last_probe_ms = (time.monotonic() - started) * 1000
@@ -287,7 +312,7 @@ class ClusterHealth:
         self._stop.set()
         self._wake.set()
         self._thread.join(5)
-        self._admin = None
+        self._admin, self._per_broker = None, {}
 
 
 #: consecutive failed probes after which the probe's client is replaced by a new one
