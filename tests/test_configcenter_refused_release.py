@@ -25,7 +25,7 @@ from tests.support import ROOT, ConfigService
 CAP = 60  # parked polls per instance: 180 on 3, 120 on the 2 survivors
 WATCHERS = 240  # 60 refused before the kill, 120 after it
 RETRY_AFTER = 1  # seconds, the instances' --poll-retry-after
-AGE_S = 10.0  # refused watchers keep being refused this long before the release, as in a long outage
+AGE_S = 8.0  # refused watchers keep being refused this long before the release, as in a long outage
 #: the bound (docs/deployment.md): a refused watcher polls again within 1.25 x Retry-After, is answered at once
 #: and fetches the release, as a parked one does; the time that answer and fetch take on the shared cores is the
 #: median watcher's (a parked one), plus slack. Before the fix the slowest was 5.3 to 7.2 s behind the median.
