@@ -42,8 +42,18 @@ clusters are read back plainly:
 Each process's log is kept in the work directory (``producer-N.log``, ``consumer-N.log``, ``toxiproxy.log``); when
 records were left unhandled the soak prints the path and tail of each consumer's log.
 
-Not injected yet: control-plane kills and config pushes (this soak runs the engine without a MetaServer), a
-three-node cluster.
+Control plane (any of these kinds selected, the default): a config service and a MetaServer on the clusters' stack,
+an app of the soak's topic and group, its route pushed through the MetaServer; the producers are then drop-in
+``ykafka.Producer`` processes of that app and the consumers its framework consumers, each writing what it holds in
+force every second:
+
+* ``metaserver-kill`` / ``config-kill``: the MetaServer / the config service SIGKILLed by pid, restarted 3-10 s later;
+* ``config-push``: one hot key of ``PUSHES`` pushed through the MetaServer while the load runs; ``applied_s`` until
+  every live client shows it (``pushes_unapplied``, ``config_not_applied`` at the end: must be 0).
+
+``--dc-a-nodes 3``: dc-a is three Kafka nodes (RF 3, min.insync.replicas 2); ``kill`` / ``freeze`` hit one node, and
+nothing may fail over (``on_standby`` must be 0). ``duplicates_by_path`` / ``duplicates_by_fault`` say where the
+extra copies came from; ``tracebacks`` counts unhandled errors in the clients' logs.
 
 Last line: RESULT {"lost": 0, ...}
 """
