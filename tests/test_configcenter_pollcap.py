@@ -11,6 +11,7 @@ import json
 import random
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -128,3 +129,35 @@ def test_max_parked_polls_rejects_a_negative_count(capsys: pytest.CaptureFixture
         main(["serve", "--db", "unused.db", "--max-parked-polls", "-5"])
     assert exited.value.code == 2
     assert "--max-parked-polls: expected a whole number >= 0" in capsys.readouterr().err
+
+
+def test_a_client_of_one_full_instance_polls_again_after_the_retry_after_it_said(tmp_path: Path) -> None:
+    """One URL, the instance full: the SDK's client re-polls every Retry-After (1 s here), not 1, 2, 4, 8 s apart
+    as before, so a release reaches it within 1.25 x Retry-After plus a poll (docs/deployment.md)."""
+    svc = ConfigService(tmp_path / "one.db", longpoll_timeout=60, token=uuid.uuid4().hex,
+                        extra=["--max-parked-polls", "1", "--poll-retry-after", "1"]).start()
+    got: list[NamespaceConfig] = []
+    client = ApolloClient(svc.url, "ykafka", "default", "127.0.0.1", None, got.append)
+    held = None
+    try:
+        ns = f"ykafka.topic.t-{uuid.uuid4().hex[:8]}"
+        svc.publish(ns, {"k": "1"})
+        held = ParkedPoll(lambda: _poll(svc.url, ns, _latest_id(svc.url, ns)))  # the one parked poll
+        svc.wait_parked(1)
+        assert requests.get(f"{svc.url}/stats", timeout=5).json()["pollRetryAfter"] == 1
+        client.subscribe(ns)
+        client.start()
+        wait_until(lambda: _refused(svc.url) >= 1, timeout=10)
+        first = _refused(svc.url)
+        time.sleep(6.0)
+        # 1 to 1.25 s apart: 5 or 6 more in 6 s; before, the waits doubled from 1 s (1, 2, 4): 2 more
+        assert _refused(svc.url) - first >= 4, _refused(svc.url) - first
+        released = time.monotonic()
+        svc.publish(ns, {"k": "2"})
+        wait_until(lambda: got[-1].configurations == {"k": "2"}, timeout=10)
+        assert time.monotonic() - released <= 1.25 + 3.0
+    finally:
+        client.close()
+        svc.stop()
+        if held is not None:
+            held.join(timeout=5)
