@@ -326,8 +326,10 @@ class Soak:
         assert self.control is not None, "config pushes need the control plane"
         key = rng.choice(sorted(PUSHES))
         scope_kind, values = PUSHES[key]
-        value = rng.choice([v for v in values if v != self.pushed.get(key, catalog.render(
-            key, catalog.KEYS[key].default))] or values)
+        # never the value in force: the consumers run with 2 workers of their own (a local value), the rest at defaults
+        current = self.pushed.get(key, "2" if key == "consumer.workers" else catalog.render(
+            key, catalog.KEYS[key].default))
+        value = rng.choice([v for v in values if v != current] or values)
         if key == "producer.rate.limit.msgs" and value != "0":
             value = str(int(float(value) * self.args.rate))
         scope = f"topic:{self.topic}" if scope_kind == "topic" else f"group:{self.group}"
