@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metaserver.kafka import acls as kafka_acls
@@ -159,3 +159,22 @@ def test_the_admin_apis_acl_refuses_a_topic_pattern_reaching_into_the_retry_name
         else:
             raise AssertionError(f"{bad!r} was accepted")
     assert Acl(consume=["*"], group=["_*", "billing-*"]).group == ["_*", "billing-*"]  # groups are not topics
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(table=tables(), topic=st.one_of(names, st.sampled_from(["__ykafka_clients.a", "__ykafka_trace",
+                                                              "__ykafka-retry.1.a.x.retry.1"])),
+       group=names, clusters=st.lists(names, max_size=2), cluster=names)
+def test_a_per_app_config_key_opens_the_namespaces_of_exactly_what_the_acl_allows(
+        table: dict[str, list[str]], topic: str, group: str, clusters: list[str], cluster: str) -> None:
+    """The config service's check of an app's own key (metaserver/configcenter/keyscope.py) is the same decision:
+    a topic's namespace iff the app may produce or consume it, a group's iff it may join it, a cluster's iff its
+    grant reached it, ``ykafka.global`` always; anything else (``application``) never."""
+    from metaserver.configcenter.keyscope import KeyScope, scope_json
+
+    key = KeyScope.parse("app", scope_json("ykafka", table, clusters))
+    assert key.allows(f"ykafka.topic.{topic}") == (acl.check(table, "produce", topic)
+                                                   or acl.check(table, "consume", topic))
+    assert key.allows(f"ykafka.group.{group}") == acl.check(table, "group", group)
+    assert key.allows(f"ykafka.cluster.{cluster}") == (cluster in clusters)
+    assert key.allows("ykafka.global") and not key.allows("application") and not key.allows(f"other.topic.{topic}")

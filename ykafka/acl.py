@@ -203,9 +203,9 @@ def may_read_config(acl: Mapping[str, Iterable[str]], kind: str, name: str = "",
     if kind == "cluster":
         return name in set(clusters)
     if kind == "topic":
-        return permits(permissions(acl), "TOPIC", name, "DESCRIBE")
+        return check(acl, "produce", name) or check(acl, "consume", name)
     if kind == "group":
-        return permits(permissions(acl), "GROUP", name, "READ")
+        return check(acl, "group", name)
     return False
 
 
