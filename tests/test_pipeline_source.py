@@ -88,3 +88,31 @@ def test_read_limit_splits_the_backlog_over_micro_batches_without_gaps(obs_broke
     assert batches == 3
     assert sorted(seen) == sorted((i % 2, i // 2, f"v{i}".encode()) for i in range(12))
     reader.stop()
+
+
+def test_a_prefix_entry_reads_every_matching_topic_including_one_made_after_the_start(obs_broker) -> None:
+    """The pipeline reads ``__ykafka_trace`` and every app's own ``__ykafka_trace.<app>`` (issue 37): an entry
+    ending in ``*`` is a prefix, looked up at each micro-batch, so an app's topic made later is read from its
+    start; a topic outside the prefix is not read."""
+    bs = obs_broker.bootstrap
+    base = unique("tele")
+    admin = AdminClient({"bootstrap.servers": bs})  # kept alive until the futures resolve
+    for name in (base, f"{base}.app-a", f"{base}x"):
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+    producer = Producer({"bootstrap.servers": bs})
+    for name in (base, f"{base}.app-a", f"{base}x"):
+        producer.produce(name, name.encode())
+    producer.flush(10)
+    options = {"bootstrap": bs, "topics": f"{base},{base}.*"}
+    reader = KafkaStreamReader(options)
+    start = reader.initialOffset()
+    assert start == {base: {"0": 0}, f"{base}.app-a": {"0": 0}}
+    first = reader.latestOffset(start, ReadAllAvailable())
+    assert first == {base: {"0": 1}, f"{base}.app-a": {"0": 1}}
+    admin.create_topics([NewTopic(f"{base}.app-b", 1, 1)])[f"{base}.app-b"].result(10)
+    for i in range(2):
+        producer.produce(f"{base}.app-b", f"b{i}".encode())
+    producer.flush(10)
+    second = reader.latestOffset(first, ReadAllAvailable())
+    assert second == {base: {"0": 1}, f"{base}.app-a": {"0": 1}, f"{base}.app-b": {"0": 2}}
+    assert [v for _p, _o, v in _read(options, reader, first, second)] == [b"b0", b"b1"]
