@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from ykafka import headers as H
 from ykafka.consumer.dedupe import Dedupe, message_id
@@ -196,11 +196,28 @@ def test_a_fetched_batch_is_cut_into_runs_per_topic_and_partition_errors_dropped
     engine._dispatch(batch)
     pool.close()
     assert errors == [eof]
-    assert {tp: [(t.first, t.last, len(t.msgs)) for t in tracker.tasks] for tp, tracker in engine.trackers.items()} \
+    assert {tp: [(t.first, t.last, t.count) for t in tracker.tasks] for tp, tracker in engine.trackers.items()} \
         == {("a", 0): [(0, 1, 2), (2, 2, 1)], ("b", 0): [(7, 7, 1), (8, 8, 1)], ("a", 1): [(0, 2, 3)]}
+    # a finished task lets its messages go while it waits in the window (the batch is not kept alive for the GC)
+    assert [t.msgs for tracker in engine.trackers.values() for t in tracker.tasks] == [[]] * 5
     assert handled == [(m.topic(), m.partition(), m.offset()) for m in batch if m.error() is None]
     assert {tp: tracker.position() for tp, tracker in engine.trackers.items()} == {("a", 0): 3, ("b", 0): 9,
                                                                                    ("a", 1): 3}
+
+
+def test_a_partition_number_names_its_topic_only_while_no_other_fetchable_topic_has_it() -> None:
+    """session.topic_of, which lets the fetch loop name a run without asking each message its topic, maps a partition
+    number only while exactly one topic the handle was ever given has it: a topic assigned later with the same
+    number takes the entry away for good (its messages may sit next to the first topic's in one batch, and a
+    revoke does not give it back), until the handle closes (a new handle's queue holds nothing of the old one's)."""
+    session = ConsumerSession({})
+    session.may_fetch([TopicPartition("a", 0), TopicPartition("a", 1)])
+    assert session.topic_of == {0: "a", 1: "a"}
+    session.may_fetch([TopicPartition("b", 1), TopicPartition("b", 2)])
+    assert session.topic_of == {0: "a", 2: "b"}
+    before = session.topic_of
+    session.may_fetch([TopicPartition("a", 0)])  # nothing new: the same map
+    assert session.topic_of is before
 
 
 # --- throttle -----------------------------------------------------------------------------------------

@@ -301,6 +301,7 @@ class Consumer:
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.runtime.check_acl("consume", tp.topic)
+        self._session.may_fetch(partitions)  # Consumer.run names a partition's runs by it (session.topic_of)
         self._raw().incremental_assign(partitions)
         if self._session.rebalancing:
             self._session.user_assigned = True

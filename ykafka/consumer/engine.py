@@ -13,7 +13,8 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from itertools import groupby
+from itertools import compress, groupby, islice, pairwise
+from operator import ne
 from typing import Any
 
 import structlog
@@ -278,6 +279,7 @@ class Engine(LiveChanges):
             busy = len(msgs) >= wanted
             bucket.take(len(msgs))
             self._dispatch(msgs)
+            del msgs  # not alive during the next fetch: see Task.release
 
     # -- watchdog ---------------------------------------------------------------------------------------
 
@@ -389,10 +391,29 @@ class Engine(LiveChanges):
                 else:
                     kept.append(m)
             msgs = kept
-        # Runs of consecutive messages of one partition, cut with C-level calls (groupby, map): a Python loop
-        # over the batch cost more than the handler loop itself.
-        for partition, same in groupby(msgs, _partition):
-            run = list(same)
+        if not msgs:
+            return
+        # Runs of consecutive messages of one partition, cut with C-level calls (map, count, compress): a Python
+        # loop over the batch cost more than the handler loop itself. A batch of one partition (the common case
+        # under load: librdkafka queues a fetch response's messages of a partition together) is one run as it is.
+        parts = list(map(_partition, msgs))
+        first = parts[0]
+        n = len(parts)
+        if parts.count(first) == n:
+            runs: Any = ((first, msgs),)
+        else:
+            cuts = [0, *compress(range(1, n), map(ne, parts, islice(parts, 1, None))), n]
+            runs = ((parts[start], msgs[start:end]) for start, end in pairwise(cuts))
+        # A run's topic: the one topic the handle may deliver with that partition number (session.topic_of,
+        # kept across rebalances and subscription changes until the handle closes), else asked of its messages.
+        # Without that check a run of two topics' partition 0 (or a revoked topic's messages next to a new
+        # one's) would land in one tracker: wrong offsets committed for one, none for the other.
+        topic_of = self.session.topic_of
+        for partition, run in runs:
+            topic = topic_of.get(partition)
+            if topic is not None:
+                self._dispatch_run(topic, partition, run, chunk)
+                continue
             topics = list(map(_topic, run))
             topic = topics[0]
             if topics.count(topic) == len(run):
@@ -480,8 +501,9 @@ class Engine(LiveChanges):
         """Count a task's messages (``spent``: handler seconds; None when cancelled) and release its lane."""
         if spent is not None:
             # moving average of the handler's cost per message (steers chunking); races only blur it
-            self.msg_cost = 0.8 * self.msg_cost + 0.2 * spent / (len(task.msgs) or 1)
-            self.processed += len(task.msgs)
+            self.msg_cost = 0.8 * self.msg_cost + 0.2 * spent / (task.count or 1)
+            self.processed += task.count
+        task.release()
         task.finished = True
         if task.lane is not None:
             assert self.dispatcher is not None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -67,6 +67,15 @@ class ConsumerSession:
         #: Paused partitions rewound to an offset: messages of them fetched before the seek are dropped
         #: (they come again from that offset once the partition resumes).
         self.rewound: dict[TP, int] = {}
+        #: Every partition the current handle was ever given (group assignments, the user's own assigns in a
+        #: rebalance callback, manual and incremental assigns), kept across revokes until the handle closes: a
+        #: message ``consume`` returns is of one of these, whatever rebalance or subscription change ran inside it.
+        self._fetchable: set[TP] = set()
+        #: partition number -> the only topic of ``_fetchable`` that has that number. The fetch loop names a run of
+        #: one partition number by it without asking each message its topic (``Message.topic`` a message cost ~300
+        #: instructions, docs/benchmarks.md); a number two topics share is absent, and its runs are split by topic.
+        #: Replaced, never mutated, so the fetch thread reads a consistent map without a lock.
+        self.topic_of: dict[int, str] = {}
 
     # -- handle -----------------------------------------------------------------------------------------
 
@@ -133,6 +142,21 @@ class ConsumerSession:
                 self.rewound.clear()
                 self.assigned = set()
                 self.member_id = None
+                self._fetchable = set()  # a new handle's queue holds nothing of this one's
+                self.topic_of = {}
+
+    def may_fetch(self, partitions: Iterable[TopicPartition]) -> None:
+        """Note partitions the handle is about to be given (before the assign, so :attr:`topic_of` never names
+        a run a message of theirs could be in wrongly). Only grows until the handle closes: a revoked
+        partition's messages may still be in a batch fetched around the revoke."""
+        new = {(tp.topic, tp.partition) for tp in partitions} - self._fetchable
+        if not new:
+            return
+        self._fetchable = fetchable = self._fetchable | new
+        owners: dict[int, set[str]] = {}
+        for topic, partition in fetchable:
+            owners.setdefault(partition, set()).add(topic)
+        self.topic_of = {partition: next(iter(topics)) for partition, topics in owners.items() if len(topics) == 1}
 
     # -- subscription -----------------------------------------------------------------------------------
 
@@ -162,6 +186,7 @@ class ConsumerSession:
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         if self.rebalancing:  # the user's on_assign makes the group's assignment: not a manual one
+            self.may_fetch(partitions)
             self.require().assign(partitions)
             self.user_assigned = True
             return
@@ -174,6 +199,7 @@ class ConsumerSession:
         if self._manual is None or self.consumer is None:
             return
         partitions = self._manual
+        self.may_fetch(partitions)
         self.consumer.assign(partitions)
         if self.operator_paused:
             self.pause([(tp.topic, tp.partition) for tp in partitions], OPERATOR)
@@ -347,6 +373,7 @@ class ConsumerSession:
         # (assign / incremental_assign with its own offsets); when it does not, it is made here.
         self.user_assigned = False
         self.rebalancing = True
+        self.may_fetch(partitions)
         try:
             self._call_user("assign", partitions)
         finally:
