@@ -28,13 +28,20 @@ from .store import Store, days_between, hour_prefixes
 log = structlog.get_logger(__name__)
 
 
-def _commit_history(store: Store, since: dt.timedelta, now: dt.datetime) -> dict[str, tuple[int, int]]:
-    """group -> (first sample ts, last ts its committed offsets changed) from the sampler's lag samples."""
+def _commit_history(store: Store, since: dt.timedelta, now: dt.datetime,
+                    groups: Sequence[str] | None = None) -> dict[str, tuple[int, int]]:
+    """group -> (first sample ts, last ts its committed offsets changed) from the sampler's lag samples; of
+    ``groups`` only when given (the console's page of groups: the other groups' samples are not loaded)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
+    if groups is not None and not groups:
+        return {}  # an empty page (an empty value set would not even type-check against the column)
     start = now - since
-    table = store.read("metrics", hour_prefixes(start, now),
-                       filter=(pc.field("name") == str(MetricName.LAG)) & (pc.field("source") == "sampler"),
+    wanted = (pc.field("name") == str(MetricName.LAG)) & (pc.field("source") == "sampler")
+    if groups is not None:
+        wanted = wanted & pc.field("group").isin(pa.array(list(groups), pa.string()))
+    table = store.read("metrics", hour_prefixes(start, now), filter=wanted,
                        columns=["ts", "group", "topic", "partition", "committed"])
     rows = sorted(table.to_pylist(), key=lambda r: r["ts"])
     last_seen: dict[tuple[str, str, int], int] = {}
@@ -59,9 +66,13 @@ def candidates(sampler: LagSampler, store: Store | None, idle: dt.timedelta, now
     (groups already described: a page of them) when given, else among every group of the cluster."""
     now = now or dt.datetime.now(dt.UTC)
     now_ms = int(now.timestamp() * 1000)
-    seen = _commit_history(store, history, now) if store is not None else {}
+    page = infos is not None
+    if infos is None:
+        infos = sampler.groups()
+    seen = (_commit_history(store, history, now, [i.group for i in infos] if page else None)
+            if store is not None else {})
     out = []
-    for info in sampler.groups() if infos is None else infos:
+    for info in infos:
         if info.alive or not any(fnmatch.fnmatch(info.group, p) for p in include):
             continue
         first, changed = seen.get(info.group, (None, None))

@@ -7,6 +7,7 @@ too; the groups are real: each committed an offset on the session's Kafka broker
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import threading
 import time
@@ -165,3 +166,27 @@ def test_a_browser_pages_through_the_groups(served: Served, browser: Any) -> Non
         page.screenshot(path=str(SCREENSHOTS / "console-groups-paged.png"), full_page=False)
     finally:
         page.close()
+
+
+def test_the_candidates_of_a_page_read_only_its_groups_commit_history(tmp_path: Path) -> None:
+    """The idle judgement of a page's groups reads the pipeline's lag samples of those groups only; an empty
+    page (a cluster whose last group was just deleted) reads nothing (an empty filter failed with a type error)."""
+    from pipeline.groups import candidates
+    from pipeline.lag_sampler import GroupInfo
+    from pipeline.store import Store
+    from tests.console_fixtures import write_lag_samples
+
+    now = int(time.time() * 1000)
+    rows = []
+    for group, committed in (("g-moved", (4, 10)), ("g-still", (2, 2)), ("g-elsewhere", (1, 9))):
+        for age, value in ((3600, committed[0]), (600, committed[1])):
+            rows.append({"ts": now - age * 1000, "cluster": "dc-a", "topic": "t", "group": group, "partition": 0,
+                         "committed": value, "end_offset": 10, "value": 0.0, "count": 0})
+    write_lag_samples(tmp_path, rows)
+    store = Store(str(tmp_path))
+    page = [GroupInfo("g-moved", "EMPTY", 0, {("t", 0): 10}), GroupInfo("g-still", "EMPTY", 0, {("t", 0): 2})]
+    found = {c["group"]: c for c in candidates(None, store, dt.timedelta(minutes=5), infos=page)}  # type: ignore[arg-type]
+    assert set(found) == {"g-moved", "g-still"}  # g-elsewhere is not on the page: not judged, not read
+    assert found["g-moved"]["basis"] == "offsets last moved" and 590 <= found["g-moved"]["idle_s"] <= 700
+    assert found["g-still"]["basis"] == "offsets unchanged since first sample"
+    assert candidates(None, store, dt.timedelta(minutes=5), infos=[]) == []  # type: ignore[arg-type]
