@@ -222,6 +222,36 @@ def test_watchdog_rebuilds_a_consumer_that_dropped_out_of_its_group(one_broker: 
     assert sorted(set(handled)) == list(range(600))
 
 
+def test_watchdog_leaves_a_member_with_nothing_to_do_alone(one_broker: Broker, tmp_path: Path) -> None:
+    """Two consumers of one group on a one-partition topic: one is assigned, the other has nothing to do while
+    records keep arriving for 4 of its watchdog bounds (2 s). The group's committed offsets move, so the idle
+    member is judged healthy and neither is rebuilt; every record is handled once. (The verdict comes from the
+    consumer's own committed() and watermarks, not from AdminClient.describe_consumer_groups, whose coordinator
+    requests can abort the process: librdkafka issue 4605.)"""
+    bootstrap = one_broker.bootstrap
+    topic, group = unique("idle"), unique("g")
+    create_topic(bootstrap, topic, 1)
+    handled: list[int] = []
+    pair = [_running_consumer(bootstrap, topic, group, tmp_path / name, 2000, lambda m: handled.append(int(m.value())))
+            for name in ("a", "b")]
+    engines = [consumer.engine for consumer, _ in pair]
+    try:
+        wait_until(lambda: sorted(bool(e.session.assigned) for e in engines) == [False, True], 60,
+                   message="one member assigned, the other idle")
+        idle = next(e for e in engines if not e.session.assigned)
+        for start in range(0, 400, 50):
+            produce(bootstrap, topic, 50, keys=5, start=start)
+            time.sleep(1)
+        wait_until(lambda: len(set(handled)) >= 400, 60, message="all 400 handled")
+        assert not idle.session.assigned and [e.watchdog_rebuilds for e in engines] == [0, 0]
+    finally:
+        for consumer, runner in pair:
+            consumer.close()
+            runner.join(30)
+    counts = Counter(handled)
+    assert set(counts) == set(range(400)) and max(counts.values()) == 1, counts.most_common(3)
+
+
 def test_watchdog_rebuilds_a_consumer_whose_partition_fetches_nothing_while_others_flow(
         one_broker: Broker, tmp_path: Path) -> None:
     """Issue 38's 25-minute soak: three of six partitions fetched nothing for the run's last 14 minutes while the

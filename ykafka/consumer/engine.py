@@ -34,7 +34,6 @@ from ykafka.throttle import TokenBucket
 from ykafka.transport import (
     KafkaException,
     Message,
-    RawAdminClient,
     TopicPartition,
     from_kafka_error,
     is_auth_error,
@@ -52,8 +51,6 @@ _partition: Callable[[Message], Any] = Message.partition
 _topic: Callable[[Message], Any] = Message.topic
 #: added to a bounded close's wait (librdkafka's own leave-group and final commit)
 CLOSE_GRACE_S = 10.0
-_CONNECTION = ("bootstrap.servers", "metadata.broker.list", "security.protocol", "sasl.", "ssl.", "client.dns.lookup",
-               "broker.address.family", "client.rack")
 _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKError._UNKNOWN_PARTITION,
                    CKError._UNKNOWN_TOPIC)
 
@@ -105,6 +102,7 @@ class Engine(LiveChanges):
         #: per assigned partition: (its fetch mark, when it last moved); a partition that fetches nothing while the
         #: others do is invisible to the consumer-wide progress count
         self._part_marks: dict[S.TP, tuple[tuple[int | None, int | None], float]] = {}
+        self._unassigned_seen: dict[S.TP, int] | None = None  # committed offsets at the last unassigned look
         self.watchdog_rebuilds = 0
 
     # -- control ----------------------------------------------------------------------------------------
@@ -315,6 +313,7 @@ class Engine(LiveChanges):
         session.rebuild({}, close_timeout=min(self.settings.revoke_timeout_ms / 1000, 10.0) + CLOSE_GRACE_S)
         self._progress_at = time.monotonic()
         self._part_marks.clear()
+        self._unassigned_seen = None
 
     def _stuck_partitions(self, now: float, bound_s: float) -> list[S.TP]:
         """Assigned partitions the framework does not pause whose fetch position has not moved for ``bound_s``.
@@ -348,16 +347,8 @@ class Engine(LiveChanges):
             return None
         try:
             if not session.assigned:
-                conf = {k: v for k, v in session.client_config.items()
-                        if isinstance(k, str) and k.startswith(_CONNECTION)}
-                admin = RawAdminClient(conf)
-                found = admin.describe_consumer_groups([self.group], request_timeout=5)[self.group].result()
-                members = {m.member_id for m in found.members}
-                state = str(found.state.name)
-                if state == "STABLE" and consumer.memberid() in members:
-                    return None  # a member with nothing to do (more members than partitions)
-                return f"no assignment (group {state}, {len(members)} members, this one not among them)" \
-                    if consumer.memberid() not in members else f"no assignment (group {state})"
+                return self._unassigned_reason(consumer)
+            self._unassigned_seen = None
             parts = [TopicPartition(t, p) for t, p in (stuck or sorted(session.assigned))]
             behind = 0
             for tp in consumer.committed(parts, timeout=5):
@@ -373,6 +364,35 @@ class Engine(LiveChanges):
         except Exception as exc:  # the cluster does not answer: a new client would not either
             log.info("consumer.watchdog_unknown", group=self.group, error=str(exc))
             return None
+
+    def _unassigned_reason(self, consumer: Any) -> str | None:
+        """A client without an assignment is stalled when its topics hold records beyond the group's committed
+        offsets and those offsets have not moved since the watchdog's last look: nobody in the group consumes
+        them. A member with nothing to do (more members than partitions) sees the others' offsets move, or none
+        behind. The first look only notes the offsets, so this verdict takes two bounds.
+
+        Asked through the consumer's own requests (metadata, ``committed()``, watermarks), never
+        ``AdminClient.describe_consumer_groups``: librdkafka's coordinator admin requests can abort the whole
+        process when a connection drops under them (librdkafka issue 4605, open in 2.16), and this check runs
+        exactly when connections are failing (docs/architecture.md, "Coordinator admin requests")."""
+        parts: list[TopicPartition] = []
+        for topic in self.session.topics:
+            if topic.startswith("^"):
+                continue  # a pattern: its topics are not known without an assignment
+            meta = consumer.list_topics(topic, timeout=5).topics.get(topic)
+            if meta is not None and meta.error is None:
+                parts += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        behind: dict[S.TP, int] = {}
+        for tp in consumer.committed(parts, timeout=5) if parts else []:
+            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=2,
+                                                       cached=False)
+            if high > max(tp.offset, low):
+                behind[(tp.topic, tp.partition)] = tp.offset
+        seen, self._unassigned_seen = self._unassigned_seen, behind
+        if not behind or seen is None or any(seen.get(tp) != offset for tp, offset in behind.items()):
+            return None
+        return (f"no assignment while the group consumes nothing: {len(behind)} partitions hold records beyond "
+                "committed offsets that did not move")
 
     # -- dispatch ---------------------------------------------------------------------------------------
 
