@@ -102,7 +102,7 @@ class AppKeyBody(BaseModel):
     scope: dict[str, Any]
 
 
-@router.put(APP_KEYS + "/{owner}")
+@router.put(APP_KEYS + "/{owner}", status_code=204, response_class=Response)
 async def put_app_key(request: Request, app_id: str, body: AppKeyBody, owner: str = Owner,
                       operator: str | None = None, token: TokenView = Depends(consumer)) -> Response:
     """Set ykafka app ``owner``'s key: its secret and scope ({"prefix", "acl", "clusters"}) replace any earlier."""
@@ -112,16 +112,16 @@ async def put_app_key(request: Request, app_id: str, body: AppKeyBody, owner: st
                                [str(c) for c in scope.get("clusters") or ()])
     center = center_of(request)
     await center.write(center.store.put_app_key, app_id, owner, body.secret, text, operator_of(operator))
-    return empty()
+    return Response(status_code=204)  # ykafka's own route: no body, and the schema says so
 
 
-@router.delete(APP_KEYS + "/{owner}")
+@router.delete(APP_KEYS + "/{owner}", status_code=204, response_class=Response)
 async def delete_app_key(request: Request, app_id: str, owner: str = Owner, operator: str | None = None,
                          token: TokenView = Depends(consumer)) -> Response:
     allow(token, app_id)
     center = center_of(request)
     await center.write(center.store.delete_app_key, app_id, owner, operator_of(operator))
-    return empty()
+    return Response(status_code=204)
 
 
 @router.get(APP_KEYS)
