@@ -168,9 +168,9 @@ class MovingEndpoints(Endpoints):
         super().__init__(urls)
         self.watcher = watcher
 
-    def failed(self, url: str) -> float:
+    def failed(self, url: str, retry_after: float | None = None) -> float:
         self.watcher.moves.append(time.monotonic())
-        return super().failed(url)
+        return super().failed(url, retry_after)
 
 
 class TimedApolloClient(ApolloClient):
