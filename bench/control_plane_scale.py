@@ -354,7 +354,12 @@ def fleet_worker(pipe: Connection, ports: list[int], token: str, calls: list[tup
     pipe.send(result)
 
 
-def fleet(stack: Stack, n: int, seconds: float, renew_s: float, procs: int) -> dict[str, Any]:
+def fleet(stack: Stack, n: int, seconds: float, renew_s: float, procs: int, max_rate: float | None = None
+          ) -> dict[str, Any]:
+    """N clients' reports and renewals for ``seconds``. With ``max_rate`` below the fleet's rate, that rate is
+    sent instead (spread over all N clients' ids, against the N-client inventory) and the cores the full rate
+    needs are derived from the CPU per call measured (``*_derived``): what a generator sharing the cores can
+    drive is the limit, not the servers' design."""
     created = ms_admin(stack.ms_ports[0], "POST", "/v1/admin/apps", {"app_id": APP, "acl": {"produce": ["*"]}})
     from ykafka import signing
 
@@ -365,11 +370,15 @@ def fleet(stack: Stack, n: int, seconds: float, renew_s: float, procs: int) -> d
                           timeout=10).json()["token"]
     start_at = time.time() + 2.0
     report_rate, renew_rate = n / REPORT_EVERY_S, n / renew_s
-    schedule = [(start_at + i / report_rate, "report", i % n) for i in range(int(report_rate * seconds))]
-    schedule += [(start_at + i / renew_rate, "renew", i) for i in range(int(renew_rate * seconds))]
+    scale = min(1.0, max_rate / (report_rate + renew_rate)) if max_rate else 1.0
+    sent_report, sent_renew = report_rate * scale, renew_rate * scale
+    count = int(sent_report * seconds)
+    stride = max(1, n // max(1, count))  # a capped rate still reports for clients all over the inventory
+    schedule = [(start_at + i / sent_report, "report", (i * stride) % n) for i in range(count)]
+    schedule += [(start_at + i / sent_renew, "renew", i) for i in range(int(sent_renew * seconds))]
     schedule.sort()
     # enough connections for the rate at ~20 ms a call (Little's law), at least 4 per process
-    conns = max(4, math.ceil((report_rate + renew_rate) * 0.02 / procs) + 2)
+    conns = max(4, math.ceil((sent_report + sent_renew) * 0.02 / procs) + 2)
     spawn = multiprocessing.get_context("spawn")
     pipes, workers = [], []
     for w in range(procs):
@@ -390,7 +399,11 @@ def fleet(stack: Stack, n: int, seconds: float, renew_s: float, procs: int) -> d
     lat = {k: [x for r in results for x in r["lat"][k]] for k in ("report", "renew")}
     errors = [e for r in results for e in r["errors"]]
     calls = len(lat["report"]) + len(lat["renew"])
+    full_rate = report_rate + renew_rate
+    gen_cpu = sum(r["cpu_s"] for r in results)
     return {"report_rate_s": round(report_rate, 1), "renew_rate_s": round(renew_rate, 2),
+            "fleet_rate_s": round(full_rate, 1), "offered_calls_s": round(sent_report + sent_renew, 1),
+            "fleet_rate_capped": scale < 1.0,
             "reached_calls_s": round(calls / elapsed, 1), "fleet_window_s": round(elapsed, 1),
             "report_p50_ms": pct(lat["report"], 0.5), "report_p99_ms": pct(lat["report"], 0.99),
             "renew_p50_ms": pct(lat["renew"], 0.5), "renew_p99_ms": pct(lat["renew"], 0.99),
@@ -400,7 +413,14 @@ def fleet(stack: Stack, n: int, seconds: float, renew_s: float, procs: int) -> d
             "ms_cores": round(ms_cpu / elapsed, 3), "ms_cores_per_1000_clients": round(ms_cpu / elapsed * 1000 / n, 4),
             "pg_cpu_ms_per_call": round(pg_cpu * 1000 / max(1, calls), 3),
             "pg_cores_per_1000_clients": round(pg_cpu / elapsed * 1000 / n, 4),
-            "gen_cpu_s": round(sum(r["cpu_s"] for r in results), 2), "gen_procs": procs, "gen_conns": conns * procs,
+            # the cores the fleet's full rate needs, from the CPU per call measured (equal to the measured
+            # cores when the rate was not capped and every call was sent)
+            "ms_cores_full_rate_derived": round(ms_cpu / max(1, calls) * full_rate, 2),
+            "pg_cores_full_rate_derived": round(pg_cpu / max(1, calls) * full_rate, 2),
+            "ms_cores_per_1000_clients_derived": round(ms_cpu / max(1, calls) * full_rate * 1000 / n, 4),
+            "pg_cores_per_1000_clients_derived": round(pg_cpu / max(1, calls) * full_rate * 1000 / n, 4),
+            "gen_cpu_s": round(gen_cpu, 2), "gen_cpu_ms_per_call": round(gen_cpu * 1000 / max(1, calls), 3),
+            "gen_procs": procs, "gen_conns": conns * procs,
             "load_1m": round(os.getloadavg()[0], 2)}
 
 
@@ -757,7 +777,7 @@ def one_size(dsn: str, n: int, args: argparse.Namespace, per_proc: int) -> dict[
             out.update(seed(stack, n))
             print(f"[{n}] seeded {out}", file=sys.stderr, flush=True)
         if "fleet" in phases:
-            out.update(fleet(stack, n, args.seconds, args.renew_s, args.gen_procs))
+            out.update(fleet(stack, n, args.seconds, args.renew_s, args.gen_procs, args.max_rate))
             print(f"[{n}] fleet done", file=sys.stderr, flush=True)
         if "console" in phases:
             out.update(console(stack, n, args.repeats if n <= 10_000 else max(5, args.repeats // 2)))
@@ -777,6 +797,8 @@ def one_size(dsn: str, n: int, args: argparse.Namespace, per_proc: int) -> dict[
             out.update(week(stack, n, args.week_days, args.churn, args.change))
             print(f"[{n}] week done", file=sys.stderr, flush=True)
         out["pg_mb_per_1000_clients"] = round(out["ms_schema_mb"] * 1000 / n, 2)
+        out["pg_rows_per_1000_clients"] = round(
+            (out.get("ms_client_state_rows", 0) + out.get("ms_client_reports_rows", 0)) * 1000 / n, 1)
         return out
     finally:
         stack.stop()
@@ -796,7 +818,10 @@ def plot(by_size: dict[str, dict[str, Any]], png: Path) -> None:
                                                           ("after a config service's kill", "after_kill_p99_ms")],
                2000.0),
               ("CPU per report or renewal (ms)", [("MetaServers", "ms_cpu_ms_per_call"),
-                                                  ("PostgreSQL", "pg_cpu_ms_per_call")], None),
+                                                  ("PostgreSQL", "pg_cpu_ms_per_call"),
+                                                  ("load generator (apart)", "gen_cpu_ms_per_call")], None),
+              ("cores per 1,000 clients", [("MetaServers", "ms_cores_per_1000_clients_derived"),
+                                           ("PostgreSQL", "pg_cores_per_1000_clients_derived")], None),
               ("RSS per server (MB)", [("MetaServer", "ms_rss_mb"), ("config service, polls parked",
                                                                      "cc_rss_parked_mb")], None),
               ("PostgreSQL (MB)", [("MetaServer schema", "ms_schema_mb"),
@@ -826,6 +851,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--seconds", type=float, default=10.0, help="the report / renewal window per size")
     parser.add_argument("--renew-s", type=float, default=600.0, help="each client's grant renewal interval")
+    parser.add_argument("--max-rate", type=float, default=None,
+                        help="calls/s the report generator sends at most (the rest derived from CPU per call)")
     parser.add_argument("--gen-procs", type=int, default=2, help="report / renewal generator processes")
     parser.add_argument("--repeats", type=int, default=20, help="requests per console page")
     parser.add_argument("--week-days", type=int, default=7, help="simulated days of the inventory")

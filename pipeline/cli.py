@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -334,12 +335,45 @@ def _candidates(bootstrap: str | None, store: str | None, idle: str) -> tuple[An
 @click.option("--store", default=_store_default, show_default=DEFAULT_STORE,
               help="pipeline store holding the offset history")
 @click.option("--idle", default="7d", show_default=True, help="no member and no commit for this long")
+@click.option("--name", default="", help="only groups whose name contains this")
+@click.option("--after", default=None, metavar="GROUP",
+              help="the page after this group, in name order (the last line names it)")
+@click.option("--limit", type=click.IntRange(1, None), default=None,
+              help="groups a page describes [default: 200, at most 5000]")
 @click.option("--json", "as_json", is_flag=True)
-def groups_list(bootstrap: str | None, store: str, idle: str, as_json: bool) -> None:
-    """List cleanup candidates."""
-    sampler, found = _candidates(bootstrap, store, idle)
-    sampler.close()
+def groups_list(bootstrap: str | None, store: str, idle: str, name: str, after: str | None, limit: int | None,
+                as_json: bool) -> None:
+    """List the cleanup candidates among one page of groups (by name, as the console's groups page).
+
+    Only the page's groups are described on the broker (two requests each); the next page starts after the
+    page's last group (``--after``), printed last, with how many groups match."""
+    from . import groups as lifecycle
+    from .lag_sampler import LagSampler
+    from .store import Store
+
+    limit = lifecycle.GROUP_PAGE if limit is None else limit
+    if limit > lifecycle.GROUP_PAGE_MAX:
+        raise click.BadParameter(f"at most {lifecycle.GROUP_PAGE_MAX} groups a page", param_hint="--limit")
+    if after is not None and not 0 < len(after) <= 1000:
+        raise click.BadParameter("a group name of 1 to 1000 characters", param_hint="--after")
+    sampler = LagSampler(_bootstrap(bootstrap))
+    try:
+        st = Store(store) if store and os.path.isdir(store) else None
+        cut = lifecycle.page_of(sampler.group_names(), name, after, limit)
+        infos = sampler.groups(cut["page"]) if cut["page"] else []
+        found = lifecycle.candidates(sampler, st, _duration(idle), infos=infos)
+    finally:
+        sampler.close()
     _print_candidates(found, as_json)
+    shown = {"total": cut["total"], "first": cut["first"], "described": len(cut["page"]), "next": cut["next"]}
+    if as_json:
+        click.echo(json.dumps({"page": shown}))
+        return
+    last = cut["first"] + len(cut["page"]) - 1
+    span = f"groups {cut['first']:,}-{last:,} of {cut['total']:,}" if cut["page"] else f"0 of {cut['total']:,} groups"
+    console.print(f"{len(found)} candidate(s) among {span}" + (f" matching {shlex.quote(name)}" if name else "")
+                  + (f"; next page: --after {shlex.quote(cut['next'])}" if cut["next"] is not None else ""),
+                  markup=False, highlight=False)
 
 
 @groups.command("cleanup")

@@ -59,6 +59,31 @@ def _commit_history(store: Store, since: dt.timedelta, now: dt.datetime,
     return out
 
 
+#: groups one page shows and describes (the console's groups page and ``ykafka admin groups list``)
+GROUP_PAGE = 200
+#: the most a page may ask for: each group on it is one describe and one offsets request to the broker
+GROUP_PAGE_MAX = 5_000
+
+
+def page_of(names: Sequence[str], name: str = "", after: str | None = None, limit: int = GROUP_PAGE
+            ) -> dict[str, Any]:
+    """One page of the sorted group ``names``: those containing ``name``, after the group ``after`` in name order
+    (a cursor, not an offset: a group created or deleted meanwhile does not shift the pages), at most ``limit``.
+
+    Why: describing a group and reading its offsets is one broker request each, so a reader of every group
+    (the console's groups page was one, ``ykafka admin groups list`` another) costs two requests per group of
+    the cluster per call. The names come from one ListGroups request (Kafka's protocol has no paged form; a
+    name is a few bytes); only the page is described. Returns ``page`` (names), ``total`` (matching names),
+    ``first`` (1-based position of the page's first) and ``next`` (the cursor of the next page, or None)."""
+    import bisect
+
+    matching = sorted(g for g in names if name in g)
+    start = bisect.bisect_right(matching, after) if after is not None else 0
+    chosen = matching[start:start + limit]
+    return {"page": chosen, "total": len(matching), "first": start + 1,
+            "next": chosen[-1] if chosen and start + len(chosen) < len(matching) else None}
+
+
 def candidates(sampler: LagSampler, store: Store | None, idle: dt.timedelta, now: dt.datetime | None = None,
                history: dt.timedelta = dt.timedelta(days=30), include: Sequence[str] = ("*",),
                infos: Sequence[GroupInfo] | None = None) -> list[dict[str, Any]]:

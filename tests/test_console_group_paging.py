@@ -8,6 +8,7 @@ too; the groups are real: each committed an offset on the session's Kafka broker
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import threading
 import time
@@ -190,3 +191,51 @@ def test_the_candidates_of_a_page_read_only_its_groups_commit_history(tmp_path: 
     assert found["g-moved"]["basis"] == "offsets last moved" and 590 <= found["g-moved"]["idle_s"] <= 700
     assert found["g-still"]["basis"] == "offsets unchanged since first sample"
     assert candidates(None, store, dt.timedelta(minutes=5), infos=[]) == []  # type: ignore[arg-type]
+
+
+def test_admin_groups_list_pages_like_the_console(served: Served, kafka_brokers: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    """``ykafka admin groups list`` describes one page of groups (by name, ``--limit``, a name filter) and names
+    the next page's cursor (``--after``), as the console's groups page does; before, it described every group
+    of the cluster on every call (and had no such options)."""
+    from click.testing import CliRunner
+
+    from ykafka.cli import main
+
+    names = [f"{served.prefix}{i:04d}" for i in range(N)]
+    base = ["admin", "groups", "list", "--bootstrap", kafka_brokers["dc-a"], "--store", str(tmp_path / "no-store"),
+            "--idle", "0s"]  # no store and idle 0: every group without a member is a candidate
+
+    def listed(*args: str) -> tuple[list[str], dict[str, Any]]:
+        result = CliRunner().invoke(main, [*base, "--json", *args])
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in result.output.splitlines()]
+        return [r["candidate"] for r in rows[:-1]], rows[-1]["page"]
+
+    seen, pages, after, firsts = [], 0, None, []
+    while True:
+        found, page = listed("--name", served.prefix, "--limit", "300", *(("--after", after) if after else ()))
+        assert page["total"] == N and page["described"] == len(found) <= 300
+        seen += found
+        firsts.append(page["first"])
+        pages += 1
+        after = page["next"]
+        if after is None:
+            break
+        assert after == found[-1]
+    assert seen == names and pages == 4 and firsts == [1, 301, 601, 901]  # every group once, in name order
+
+    narrow, page = listed("--name", f"{served.prefix}09")
+    assert narrow == names[900:] and page == {"total": 100, "first": 1, "described": 100, "next": None}
+
+    human = CliRunner().invoke(main, [*base, "--name", served.prefix])
+    assert human.exit_code == 0, human.output
+    assert (f"200 candidate(s) among groups 1-200 of 1,000 matching {served.prefix}; next page: --after "
+            f"{served.prefix}0199") in " ".join(human.output.split())
+
+    for bad, error in ((["--limit", "0"], "'--limit': 0 is not in the range x>=1"),
+                       (["--limit", "5001"], "at most 5000 groups a page"),
+                       (["--after", "x" * 1001], "a group name of 1 to 1000 characters")):
+        result = CliRunner().invoke(main, [*base, *bad])
+        assert result.exit_code == 2 and error in result.output, result.output
+        assert "x" * 50 not in result.output  # not echoed

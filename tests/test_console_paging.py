@@ -136,3 +136,49 @@ def test_ephemeral_groups_on_sqlite(http: Any) -> None:
             {**base, "client_id": "k1", "group_id": "g-kept", "extra": {"ephemeral": False}}])
     with engine.connect() as conn:
         assert queries.ephemeral_groups(conn, ["g-eph", "g-kept", "g-none"]) == {"g-eph"}
+
+
+def test_whole_fleet_counts_are_reused_only_when_slow_and_large(http: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The overview's counts per role and a config panel's counts per status look at every live client; at
+    100,000 clients each scan took 50-190 ms per page view. Once a scan is slow (here: any, the threshold set
+    to 0) and the fleet large (here: any, the bar set to 0; 10,000 live clients by default), its result is
+    reused for a few seconds; below the bar it is read on every view. Before, every page view ran every scan."""
+    from sqlalchemy import event
+
+    from metaserver.console import queries
+    from metaserver.storage import db
+
+    engine = http.app.state.services.engine
+    scans: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        flat = " ".join(statement.split()).lower()
+        if "from ms_client_state" in flat and "group by" in flat and "count(" in flat:
+            scans.append(flat)
+
+    monkeypatch.setattr(queries, "SUMMARY_SLOW_S", 0.0)
+    monkeypatch.setattr(queries, "SUMMARY_MIN_CLIENTS", 0)
+    queries._reused.clear()
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        shown = set()
+        for _ in range(3):
+            page = http.get("/console/")
+            assert page.status_code == 200
+            shown.add(re.search(r'<b id="live-count">([^<]+)</b>', page.text).group(1))  # type: ignore[union-attr]
+        assert len(scans) == 1 and len(shown) == 1, scans  # the roles' count read once, reused by the next two
+        with db.read(engine) as conn:
+            first = queries.reached_summary(conn, 30, "global", "", "ykafka.global", ())
+            assert queries.reached_summary(conn, 30, "global", "", "ykafka.global", ()) == first
+            queries.reached_summary(conn, 30, "global", "", "ykafka.other", ())  # another panel: its own count
+        assert len(scans) == 3
+
+        scans.clear()  # a fleet below the bar: read on every view, however slow
+        monkeypatch.setattr(queries, "SUMMARY_MIN_CLIENTS", N + 1)
+        queries._reused.clear()
+        for _ in range(3):
+            assert http.get("/console/").status_code == 200
+        assert len(scans) == 3
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+        queries._reused.clear()

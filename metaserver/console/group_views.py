@@ -6,7 +6,6 @@ plus one read from the broker now), the lag over time as a chart, and the group 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import datetime as dt
 import json
 import threading
@@ -205,7 +204,7 @@ async def group_pause(request: Request) -> Response:
 
 
 #: groups a page of the groups page shows (and describes on the broker, with their committed offsets)
-GROUP_PAGE = 200
+GROUP_PAGE = 200  # pipeline.groups.GROUP_PAGE (the console imports the pipeline only when it is installed)
 
 
 def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta, name: str = "",
@@ -224,9 +223,8 @@ def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta,
     except StoreUnavailable as exc:
         store, note = None, f"{exc}; idle time is counted from now"
     sampler = _sampler(props, cluster)
-    names = [g for g in sampler.group_names() if name in g]
-    start = bisect.bisect_right(names, after) if after is not None else 0
-    page = names[start:start + GROUP_PAGE]
+    cut = lc.page_of(sampler.group_names(), name, after, GROUP_PAGE)
+    page = cut["page"]
     infos = sampler.groups(page) if page else []
     found = {c["group"]: c for c in lc.candidates(sampler, store, idle, infos=infos)}
     with db.read(svc.engine) as conn:
@@ -239,8 +237,7 @@ def lifecycle(svc: Any, props: dict[str, Any], cluster: str, idle: dt.timedelta,
     for name, cand in found.items():
         cand["kind"] = "ephemeral" if name in ephemeral else "idle"
     return {"groups": [i.as_dict() for i in infos], "candidates": sorted(found.values(), key=lambda c: c["group"]),
-            "note": note, "total": len(names), "first": start + 1, "next": page[-1] if start + len(page) < len(
-                names) else None}
+            "note": note, "total": cut["total"], "first": cut["first"], "next": cut["next"]}
 
 
 @router.get("/groups")

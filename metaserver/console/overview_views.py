@@ -40,7 +40,10 @@ def overview(request: Request) -> Response:
                                     .where(alerts.c.status == "firing")).scalar_one()
         firing = conn.execute(select(alerts).where(alerts.c.status == "firing")
                               .order_by(alerts.c.last_seen.desc()).limit(20)).mappings().all()
-        drifting = drift.drift_count(conn, svc.settings.renew_interval)
+        beat = svc.settings.renew_interval
+        drifting = queries.reuse_when_slow(conn, ("drift_count", beat), queries.OVERVIEW_TTL_S,
+                                           lambda: drift.drift_count(conn, beat),
+                                           lambda _n: queries.many(roles))
     for c in clusters.values():  # the failover state: where the cluster's writes go now
         c["writes_to"] = writes_to(svc, c["name"]) if c.get("standby") else "primary"
     return _page(request, "overview.html", sess, clusters=list(clusters.values()), app_count=app_count,

@@ -8,14 +8,18 @@ filter, against 1-20 ms with the index (bench/control_plane_scale.py). On SQLite
 
 The list of topic names live clients report (the topics page) is the one read that must look at every live
 client; once that read takes longer than :data:`TOPIC_NAMES_SLOW_S` (a large fleet: 240 ms at 100,000
-clients), its result is reused for :data:`TOPIC_NAMES_TTL_S` per process instead of read on every page.
+clients), its result is reused for :data:`TOPIC_NAMES_TTL_S` per process instead of read on every page. The
+other summaries over every live client (the overview's counts, a config panel's counts per status) are reused
+the same way (:func:`reuse_when_slow`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, String, Text, and_, bindparam, cast, false, func, not_, or_, select, text, tuple_
 from sqlalchemy.ext.compiler import compiles
@@ -68,31 +72,56 @@ _TOPIC_ELEMENTS = {  # one row per (live client, topic in its report)
 #: PostgreSQL: only the rows naming one of the topics asked for (the GIN index), not every live client
 _ANY_TOPIC = {"sqlite": "", "postgresql": "AND (c.topics)::jsonb ?| CAST(:wanted AS text[]) "}
 
-#: a read of every live topic name slower than this is reused for TOPIC_NAMES_TTL_S (a new topic shows within
-#: that long); a faster one (a small fleet) is read fresh on every page
-TOPIC_NAMES_SLOW_S = 0.05
+#: a read over every live client (a summary: a count, the topic names) slower than this is reused for a few
+#: seconds per process (the TTL each caller gives); a faster one (a small fleet) is read fresh on every page
+TOPIC_NAMES_SLOW_S = SUMMARY_SLOW_S = 0.05
 TOPIC_NAMES_TTL_S = 10.0
-_names_cache: dict[tuple[str, int], tuple[float, list[str]]] = {}
-_names_lock = threading.Lock()
+#: summaries kept at most (a panel's counts are kept per scope: 10,000 topics must not grow the process)
+SUMMARY_KEEP = 512
+_reused: dict[tuple[Any, ...], tuple[float, float, Any]] = {}
+_reused_lock = threading.Lock()
+T = TypeVar("T")
+
+
+def reuse_when_slow(conn: Connection, key: tuple[Any, ...], ttl_s: float, read: Callable[[], T],
+                    large: Callable[[T], bool] | None = None) -> T:
+    """``read()``, or its result of at most ``ttl_s`` ago when that read took longer than
+    :data:`SUMMARY_SLOW_S` (and, given ``large``, the result says the fleet is large: a small fleet's scan slowed
+    by a busy machine is still read fresh, so a change shows at once there).
+
+    Why: a few console reads must look at every live client (the overview's counts per role and of drifting
+    clients, a config panel's counts per status, the topics page's names); at 100,000 clients each is a scan
+    of 50-250 ms on every page view, more than a page may take. A fleet that large changes its counts by a
+    handful a second, so a summary a few seconds old says the same; a small fleet, whose scan is fast, is
+    always read fresh (the tests' and the demo's)."""
+    full = (conn.engine.url.render_as_string(hide_password=True), *key)
+    now = time.monotonic()
+    with _reused_lock:
+        cached = _reused.get(full)
+    if cached is not None and now - cached[0] <= cached[1]:
+        return typing.cast(T, cached[2])
+    value = read()
+    took = time.monotonic() - now
+    with _reused_lock:
+        if took > SUMMARY_SLOW_S and (large is None or large(value)):
+            if len(_reused) >= SUMMARY_KEEP:  # the expired first, else the oldest
+                for k in [k for k, v in _reused.items() if now - v[0] > v[1]] or [min(_reused, key=lambda k:
+                                                                                     _reused[k][0])]:
+                    _reused.pop(k, None)
+            _reused[full] = (now, ttl_s, value)
+        else:
+            _reused.pop(full, None)
+    return value
 
 
 def topic_names(conn: Connection, heartbeat_s: int, needle: str = "") -> list[str]:
     """Every topic in live clients' reports containing ``needle`` (any case), sorted."""
-    key = (conn.engine.url.render_as_string(hide_password=True), heartbeat_s)
-    with _names_lock:
-        cached = _names_cache.get(key)
-    if cached is None or time.monotonic() - cached[0] > TOPIC_NAMES_TTL_S:
-        started = time.monotonic()
+    def read() -> list[str]:
         rows = conn.execute(text(f"SELECT DISTINCT t.value {_TOPIC_ELEMENTS[conn.dialect.name]} "
                                  "WHERE c.last_seen >= :after ORDER BY 1"), {"after": online_after(heartbeat_s)})
-        names = [str(name) for (name,) in rows]
-        with _names_lock:
-            if time.monotonic() - started > TOPIC_NAMES_SLOW_S:
-                _names_cache[key] = (started, names)
-            else:
-                _names_cache.pop(key, None)
-    else:
-        names = cached[1]
+        return [str(name) for (name,) in rows]
+
+    names = reuse_when_slow(conn, ("topic_names", heartbeat_s), TOPIC_NAMES_TTL_S, read)
     needle = needle.lower()
     return [name for name in names if needle in name.lower()] if needle else list(names)
 
@@ -245,10 +274,28 @@ def group_clients(conn: Connection, heartbeat_s: int, group: str, limit: int = 5
                       limit)
 
 
+#: how old the overview's counts (live clients per role, drifting clients) may be, once their scan is slow
+OVERVIEW_TTL_S = 10.0
+#: how old a config panel's counts per status may be, once their scan is slow (a release at 100,000 clients
+#: reaches them over seconds anyway; the panel refreshes every few seconds)
+PANEL_TTL_S = 3.0
+#: a summary is reused only over this many live clients (below, its scan is fast on an idle machine)
+SUMMARY_MIN_CLIENTS = 10_000
+
+
+def many(rows: list[Any]) -> bool:
+    """The summary rows (a count last) count at least :data:`SUMMARY_MIN_CLIENTS` clients."""
+    return sum(int(r[-1]) for r in rows) >= SUMMARY_MIN_CLIENTS
+
+
 def live_roles(conn: Connection, heartbeat_s: int) -> list[tuple[str, int]]:
-    stmt = (select(func.coalesce(cs.c.role, cast("?", String)), func.count()).where(cs.c.last_seen >= online_after(
-        heartbeat_s)).group_by(cs.c.role))
-    return sorted((str(role), int(n)) for role, n in conn.execute(stmt))
+    """(role, live clients): a count over every live client, reused when slow (:func:`reuse_when_slow`)."""
+    def read() -> list[tuple[str, int]]:
+        stmt = (select(func.coalesce(cs.c.role, cast("?", String)), func.count()).where(
+            cs.c.last_seen >= online_after(heartbeat_s)).group_by(cs.c.role))
+        return sorted((str(role), int(n)) for role, n in conn.execute(stmt))
+
+    return reuse_when_slow(conn, ("live_roles", heartbeat_s), OVERVIEW_TTL_S, read, many)
 
 
 def _scope_filter(stmt: Any, kind: str, name: str) -> Any:
@@ -299,7 +346,8 @@ def reached_summary(conn: Connection, heartbeat_s: int, kind: str, name: str, na
     groups = [held, errs] + ([gray] if gray_ips or gray_labels else [])
     stmt = select(*groups, func.count()).where(cs.c.last_seen >= online_after(heartbeat_s))
     stmt = _scope_filter(stmt, kind, name).group_by(*groups)
-    rows = conn.execute(stmt).all()
+    rows = reuse_when_slow(conn, ("reached_summary", heartbeat_s, kind, name, namespace, gray_ips, gray_labels),
+                           PANEL_TTL_S, lambda: [tuple(r) for r in conn.execute(stmt)], many)
     if gray_ips or gray_labels:
         return [(h, bool(e), bool(g), int(n)) for h, e, g, n in rows]
     return [(h, bool(e), False, int(n)) for h, e, n in rows]
