@@ -100,7 +100,7 @@ lint: $(STAMP)
 # a failed test is run once more and the summary lists it as rerun (R) with its failed attempt's traceback (a
 # flake that passes on its rerun keeps its error text): a test that fails twice fails the target
 RERUNS ?= --reruns 1 --reruns-delay 2 -rfER --rerun-show-tracebacks
-test: lint chromium postgres kafka oidc-provider
+test: lint chromium postgres kafka oidc-provider toxiproxy
 	@rc=0; \
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(RERUNS) -m "not serial" $(if $(PYTEST_ARGS),,--ignore-glob='tests/test_pipeline*.py') $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
 	$(BIN)/python -m pytest -q $(RERUNS) -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \

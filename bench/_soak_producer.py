@@ -1,9 +1,10 @@
 """One producer process of the soak (``bench/soak.py``).
 
-    python bench/_soak_producer.py BOOTSTRAP_A BOOTSTRAP_B SPILL TOPIC INDEX RATE OUT [FAILBACK_ORDER]
+    python bench/_soak_producer.py BOOTSTRAP_A BOOTSTRAP_B SPILL TOPIC INDEX RATE OUT [FAILBACK_ORDER [SPILL_AFTER_MS]]
 
 Sends keyed records ``INDEX * 10**9 + i`` (key ``INDEX-<i % 16>``) through a DR engine (dc-a primary, dc-b standby,
-``route.failover=auto``, ``route.failback.order`` FAILBACK_ORDER (writes-first), default health settings) at RATE a
+``route.failover=auto``, ``route.failback.order`` FAILBACK_ORDER (writes-first), default health settings,
+``spill.after.ms`` SPILL_AFTER_MS (10,000)) at RATE a
 second until a line arrives on stdin, then waits until
 spills are replayed, every outage ended and its failback sync finished, and prints ``DONE {status}``. Each send
 appends ``S <value>`` to OUT before the call, each delivery callback ``<value> <ok|error> <time>`` (one ``write``
@@ -59,6 +60,7 @@ def report_applied(producer: Producer, topic: str, path: Path, stop: threading.E
 def main() -> int:
     a, b, spill, topic, index, rate, out = sys.argv[1:8]
     order = sys.argv[8] if len(sys.argv) > 8 else "writes-first"
+    spill_after_ms = int(sys.argv[9]) if len(sys.argv) > 9 else DEFAULT_HEALTH["spill_after_ms"]
     configure("info")
     base = int(index) * 10**9
     client = os.environ.get("YKAFKA_SOAK_CLIENT")
@@ -72,7 +74,7 @@ def main() -> int:
                          daemon=True).start()
     else:
         engine = make_engine({"dc-a": a, "dc-b": b}, RouteSpec("dc-a", "dc-b", "auto", failback_order=order),
-                             Path(spill), **DEFAULT_HEALTH)
+                             Path(spill), **{**DEFAULT_HEALTH, "spill_after_ms": spill_after_ms})
     send = producer.produce if producer is not None else engine.produce
     fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 

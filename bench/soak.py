@@ -83,7 +83,7 @@ from confluent_kafka import TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from tests import toxiproxy  # noqa: E402
-from tests.dr_fixtures import create_topic, key_overtakes, read_all  # noqa: E402
+from tests.dr_fixtures import DEFAULT_HEALTH, create_topic, key_overtakes, read_all  # noqa: E402
 from tests.support import Broker, LocalStack, brokers  # noqa: E402
 from ykafka import catalog  # noqa: E402
 from ykafka import headers as H  # noqa: E402
@@ -93,7 +93,7 @@ PARTITIONS = 6
 BASIC = ["kill", "freeze", "freeze-standby", "consumer-kill"]  # what tests/test_soak.py draws from (seed 7)
 NETWORK = ["latency", "partition", "lossy"]
 DISK = ["disk-full"]
-CONTROL = ["metaserver-kill", "config-kill", "config-push"]
+CONTROL = ["metaserver-kill", "config-kill", "config-push", "kill+control"]
 #: what a ``config-push`` draws from: catalog keys that apply to a running client (in place or by a rebuild), each with
 #: the values pushed (the rate limit in records a second per process: a fraction of ``--rate``, so sends wait), and
 #: the scope kind it is pushed at (``topic`` / ``group``: the soak's topic or group)
@@ -165,7 +165,8 @@ class Soak:
                 [sys.executable, str(ROOT / "bench" / "_soak_producer.py"), self.a_clients, self.b.bootstrap,
                  str((self.spill_disk or self.work) / f"spill-{index}"), self.topic, str(index + 1),
                  str(self.args.rate), str(self.work / f"producer-{index}.txt"),
-                 getattr(self.args, "failback_order", "writes-first")],
+                 getattr(self.args, "failback_order", "writes-first"),
+                 str(getattr(self.args, "spill_after_ms", None) or DEFAULT_HEALTH["spill_after_ms"])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT, env=env))
 
     def start_consumer(self) -> None:
@@ -238,6 +239,8 @@ class Soak:
         fault: dict[str, Any] = {"fault": kind, "at_s": round(began - self.started, 1)}
         if kind in NETWORK:
             fault.update(self.network_fault(kind, rng))
+        elif kind == "kill+control":
+            fault.update(self.kill_with_control(rng))
         elif kind in ("metaserver-kill", "config-kill"):
             fault.update(self.control_kill("metaserver" if kind == "metaserver-kill" else "configcenter", rng))
         elif kind == "config-push":
@@ -286,6 +289,33 @@ class Soak:
         began = time.monotonic()
         self.control.stack.up([service], seed=False)
         return {"pid": pid, "down_s": round(down, 1), "restart_s": round(time.monotonic() - began, 1)}
+
+    def kill_with_control(self, rng: random.Random) -> dict[str, Any]:
+        """Two faults overlapping: the MetaServer and the config service SIGKILLed, 0-2 s later dc-a (one node of
+        three with ``--dc-a-nodes 3``) SIGKILLed too; dc-a restarted 3-8 s later, the control plane either before
+        it (``control_first``) or 5-15 s after it, so the failover and the failback both run without the control
+        plane, on the grant and the config the clients hold."""
+        assert self.control is not None, "control-plane faults need the control plane"
+        services = ["metaserver", "configcenter"]
+        pids = {svc: self.control.stack.kill(svc) for svc in services}
+        self.wait(rng.uniform(0, 2))
+        node = rng.randrange(self.nodes) if self.nodes > 1 else None
+        self.a.kill(node)
+        down = rng.uniform(3, 8)
+        self.wait(down)
+        control_first = rng.random() < 0.5
+        began = time.monotonic()
+        if control_first:
+            self.control.stack.up(services, seed=False)
+        restart_s = round(time.monotonic() - began, 1)
+        self.a.start()
+        if not control_first:
+            self.wait(rng.uniform(5, 15))
+            began = time.monotonic()
+            self.control.stack.up(services, seed=False)
+            restart_s = round(time.monotonic() - began, 1)
+        return {"pids": pids, "down_s": round(down, 1), "control_first": control_first, "restart_s": restart_s,
+                **({"node": node} if node is not None else {})}
 
     def live_reports(self) -> list[tuple[str, Path]]:
         """(kind, applied file) of every live client process."""
@@ -470,6 +500,7 @@ class Soak:
         values_b = {int(m.value() or b"0") for m in on_b}
         direct = [m for m in on_a if not H.synced_from(m.headers())]
         duplicates = self.explain_duplicates(on_a, values_a)
+        overtaken_examples = self.explain_overtaken(direct, values_a)
         for fault in self.faults:
             fault.pop("_span", None)
         ends = self.ends()
@@ -507,6 +538,7 @@ class Soak:
             "duplicates": sum(n - 1 for n in values_a.values() if n > 1), **duplicates,
             "overtaken_direct": len(key_overtakes(direct)), "overtaken_standby": len(key_overtakes(on_b)),
             "overtaken_all": len(key_overtakes(on_a)),
+            "overtaken_direct_examples": overtaken_examples,
             "unhandled": unhandled, "lag": lag, "consumer_exit": consumer_exit,
             "tracebacks": sum(tracebacks.values()), "tracebacks_in": {k: v for k, v in tracebacks.items() if v},
             "pushes": len(pushes), "pushes_unapplied": sum(1 for f in pushes if f["applied_s"] is None),
@@ -522,6 +554,25 @@ class Soak:
                        for s in d.get("sync", [])] for d in done],
             "clients": bounds, "fault_log": self.faults,
         }
+
+    def explain_overtaken(self, direct: list[Any], counts: Counter[int], most: int = 12) -> list[dict[str, Any]]:
+        """Each direct write of dc-a stored behind a newer write of its key (up to ``most``): where both are
+        (partition, offset, the record's timestamp relative to the run's start), how many copies each has on dc-a,
+        and the fault whose window (from 10 s before it) holds the overtaken record's timestamp."""
+        where: dict[int, Any] = {}
+        for m in sorted(direct, key=lambda m: (m.partition() or 0, m.offset() or 0)):
+            where.setdefault(int(m.value() or b"0"), m)
+        out: list[dict[str, Any]] = []
+        for _key, value, newer in key_overtakes(direct)[:most]:
+            late, early = where[value], where[newer]
+            at = late.timestamp()[1] / 1000
+            fault = [f["fault"] for f in self.faults if f["_span"][0] - 10 <= at <= f["_span"][1]]
+            out.append({"value": value, "at": (late.partition(), late.offset(), round(at - self.started, 3)),
+                        "copies": counts[value], "behind": newer,
+                        "behind_at": (early.partition(), early.offset(),
+                                      round(early.timestamp()[1] / 1000 - self.started, 3)),
+                        "behind_copies": counts[newer], "fault": fault[0] if fault else None})
+        return out
 
     def explain_duplicates(self, on_a: list[Any], counts: Counter[int]) -> dict[str, Any]:
         """Where the extra copies on dc-a come from: per duplicated value, how its copies got there (``direct``: a
@@ -633,6 +684,8 @@ def main() -> int:
                         help="fault kinds to draw from, comma-separated (default: all)")
     parser.add_argument("--failback-order", choices=("writes-first", "strict"), default="writes-first",
                         help="the producers' route.failback.order: strict must end with overtaken_all 0")
+    parser.add_argument("--spill-after-ms", type=int, default=None,
+                        help="the producers' spill.after.ms without the control plane (default 10,000: DEFAULT_HEALTH)")
     parser.add_argument("--dc-a-nodes", type=int, choices=(1, 3), default=1,
                         help="3: dc-a is three Kafka nodes (RF 3, min.insync.replicas 2), a kill or freeze hits one "
                              "node, and nothing may fail over to dc-b (on_standby must be 0); no network or disk-full "

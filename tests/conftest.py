@@ -56,7 +56,7 @@ SERIAL_MODULES = frozenset({
     "test_throttle", "test_kafka_durability", "test_kafka_transactions",
     "test_tracing_spill", "test_consumer_backpressure", "test_metaserver_failover", "test_kafka_consumer_groups",
     "test_rollouts", "test_rollout_failover", "test_broker_security_live", "test_soak",
-    "test_configcenter_refused_release",
+    "test_configcenter_refused_release", "test_dr_network",
 })
 
 

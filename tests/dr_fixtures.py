@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from tests import toxiproxy
 from tests.helpers import create_topic as create_topic
 from tests.helpers import unique as unique
 from tests.support import Broker, broker_kind, brokers
@@ -26,7 +27,16 @@ from tests.support import Broker, broker_kind, brokers
 
 @pytest.fixture(scope="session")
 def kafka_durable_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Broker]]:
-    with brokers(["dc-a", "dc-b"], tmp_path_factory.mktemp("durable-kafka"), broker="kafka") as started:
+    """dc-a has a second listener that advertises a proxy's port (``Broker.proxied``: inner and outer port), so a
+    test can put a Toxiproxy in front of it (tests/test_dr_network.py) without a cluster of its own."""
+    ports: dict[str, int] = {}
+
+    def prepare(stack: Any) -> None:
+        ports["inner"], ports["outer"] = toxiproxy.proxied_listener(stack.cfg.clusters["dc-a"])
+
+    with brokers(["dc-a", "dc-b"], tmp_path_factory.mktemp("durable-kafka"), broker="kafka",
+                 prepare=prepare) as started:
+        started["dc-a"].proxied = (ports["inner"], ports["outer"])
         yield started
 
 
@@ -120,8 +130,10 @@ DEFAULT_HEALTH: dict[str, Any] = {"probe_s": 0.5, "down_failures": 3, "down_afte
 
 
 def make_engine(bootstraps: dict[str, str], route: Any, spill_root: Path, *, spill_after_ms: int = 2000,
-                probe_s: float = 0.2, down_failures: int = 2, down_after_s: float = 1.0, **options: Any) -> Any:
-    """A standalone DisasterRecovery over plain confluent-kafka producers (no MetaServer)."""
+                probe_s: float = 0.2, down_failures: int = 2, down_after_s: float = 1.0,
+                client_conf: dict[str, Any] | None = None, **options: Any) -> Any:
+    """A standalone DisasterRecovery over plain confluent-kafka producers (no MetaServer); ``client_conf``: more
+    librdkafka settings for every client of every cluster (``acks``, ...)."""
     from ykafka.dr.engine import DisasterRecovery, DrOptions, RouteSpec
     from ykafka.dr.health import HealthPolicy
 
@@ -130,7 +142,7 @@ def make_engine(bootstraps: dict[str, str], route: Any, spill_root: Path, *, spi
     options.setdefault("progress_interval_s", 1.0)
     return DisasterRecovery(
         lambda cluster: {"bootstrap.servers": bootstraps[cluster], "linger.ms": 5, "log_level": 0,
-                         "partitioner": "murmur2_random"},
+                         "partitioner": "murmur2_random", **(client_conf or {})},
         spec_of, DrOptions(spill_root, **options), spill_after_ms=lambda _c: spill_after_ms,
         health_policy=lambda _c: HealthPolicy(down_failures=down_failures, down_after_s=down_after_s,
                                               probe_interval_s=probe_s, probe_timeout_s=0.5))

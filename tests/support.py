@@ -313,6 +313,8 @@ class Broker:
         self.addresses = self.bootstrap.split(",")
         self.port = spec.port
         self.frozen = False
+        #: (listener port, advertised proxy port) of a listener made for a Toxiproxy in front (tests/toxiproxy.py)
+        self.proxied: tuple[int, int] | None = None
 
     def start(self) -> Broker:
         """Start whatever of this cluster is not running (idempotent)."""

@@ -295,7 +295,8 @@ def test_engine_clients_keep_key_order_across_retries_on_fresh_partitions(dc_bro
     a batch a just-restarted broker (or a partition whose leader is not ready yet) refuses with a retriable error is
     stored after the next batch of its partition. At failback that was keys 5, 7, 1 with 11685-11699 behind
     11701-11705 on dc-a. The same window opens on every fresh Kafka partition, so this streams keyed records at
-    once into newly created topics, through the engine, and checks each key's order strictly."""
+    once into newly created topics, through the engine, and checks each key's order strictly. The engine's clients
+    are idempotent now where acks allow (tests/test_dr_network.py), one request in flight where they do not."""
     a = dc_brokers["dc-a"]
     topics = [unique("fresh") for _ in range(6)]
     for topic in topics:
@@ -303,7 +304,8 @@ def test_engine_clients_keep_key_order_across_retries_on_fresh_partitions(dc_bro
     engine = make_engine({"dc-a": a.bootstrap}, RouteSpec("dc-a"), tmp_path / "dr")
     sent = {topic: 0 for topic in topics}
     try:
-        assert engine._direct_conf("dc-a")["max.in.flight.requests.per.connection"] == 1
+        # idempotent (acks=all by default): librdkafka's up to 5 requests in flight keep their order across retries
+        assert engine._direct_conf("dc-a")["enable.idempotence"] is True
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             for topic in topics:

@@ -1,0 +1,99 @@
+"""The DR engine's own clients on a lossy network: a real Kafka node behind a real Toxiproxy (tests/toxiproxy.py).
+
+Every connection the engine's client makes to the pool's dc-a goes through the proxy (dc-a advertises the proxy's
+port on a listener of its own); the read-back uses dc-a's own port. Toxiproxy's ``limit_data`` toxic closes a
+connection after its first byte of answers: the broker has stored the produce request whose answer is cut, and
+librdkafka sends it again on a new connection. A plain producer stores it twice; the idempotent one (sequence
+numbers per partition) is told by the broker it already has it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import toxiproxy
+from tests.dr_fixtures import DEFAULT_HEALTH, create_topic, make_engine, read_all, unique
+from tests.helpers import wait_until
+from tests.support import Broker
+from tests.test_spill_chaos import Stream
+from ykafka.dr.engine import RouteSpec
+
+pytestmark = pytest.mark.broker("kafka")
+
+
+@pytest.fixture
+def proxied(one_broker: Broker, tmp_path: Path) -> Iterator[tuple[toxiproxy.Toxiproxy, str]]:
+    """A Toxiproxy in front of the pool's dc-a, and the bootstrap address behind it."""
+    binary = toxiproxy.binary()
+    if binary is None:
+        pytest.skip(toxiproxy.HINT)
+    assert one_broker.proxied is not None, "the durable pool's dc-a has a proxied listener"
+    inner, outer = one_broker.proxied
+    net = toxiproxy.Toxiproxy(binary, tmp_path / "toxiproxy.log")
+    try:
+        net.proxy("dc-a", outer, f"127.0.0.1:{inner}")
+        yield net, f"127.0.0.1:{outer}"
+    finally:
+        net.close()
+
+
+def test_answers_cut_mid_request_store_no_second_copy(one_broker: Broker, proxied: tuple[toxiproxy.Toxiproxy, str],
+                                                      tmp_path: Path) -> None:
+    """Eight times, every connection to dc-a is closed after the first byte of an answer for 0.4 s, under a keyed
+    stream of ~800 records a second. The engine's client is idempotent (acks=all, the default), so dc-a keeps one
+    copy of each record; before, a plain client with one request in flight stored the retries of the requests whose
+    answers were cut a second time (234 of 4,789 records in a run)."""
+    net, bootstrap = proxied
+    topic = unique("dr-cut-answers")
+    create_topic(one_broker.bootstrap, topic, 3)
+    engine = make_engine({"dc-a": bootstrap}, RouteSpec("dc-a"), tmp_path / "dr", **DEFAULT_HEALTH)
+    try:
+        stream = Stream(engine, topic).start()
+        wait_until(lambda: len(stream.acked) >= 300, 20, message="300 acknowledged through the proxy")
+        for _ in range(8):
+            net.toxic("dc-a", "limit_data", {"bytes": 1}, "downstream")
+            time.sleep(0.4)
+            net.clear("dc-a")
+            time.sleep(0.4)
+        stream.stop()
+        assert engine.wait_idle(60), engine.status()
+        status = engine.status()
+    finally:
+        engine.close()
+    on_a = read_all(one_broker.bootstrap, topic, expect=len(stream.sent))
+    counts = Counter(int(m.value() or b"0") for m in on_a)
+    twice = sorted(v for v, n in counts.items() if n > 1)
+    link = status["links"]["dc-a"]
+    said = (f"sent={len(stream.sent)} acked={len(stream.acked)} stored={len(on_a)} twice={len(twice)} "
+            f"first={twice[:5]} spilled={link['spilled']} errors={stream.errors[:3]}")
+    print(said)
+    assert set(counts) == set(stream.sent) and not stream.errors, said  # nothing lost
+    assert link["spilled"] == 0, said  # no engine re-send: any second copy would be a client retry
+    assert not twice, said
+
+
+@pytest.mark.parametrize(("conf", "idempotent", "in_flight"), [
+    ({}, True, None),  # acks=all by default: idempotent, librdkafka's 5 requests in flight
+    ({"acks": "1"}, False, 1),  # librdkafka refuses idempotence without acks=all: one request at a time
+    ({"acks": -1}, True, None),
+    ({"enable.idempotence": False}, False, 1),  # the application's choice stands
+])
+def test_engine_clients_are_idempotent_where_acks_allow(tmp_path: Path, conf: dict[str, object], idempotent: bool,
+                                                        in_flight: int | None) -> None:
+    """The settings of the engine's own clients, as librdkafka takes them (a client is built from them: a
+    combination it refuses, idempotence with acks=1, raises here)."""
+    from confluent_kafka import Producer as RawProducer
+
+    engine = make_engine({"dc-a": "127.0.0.1:9"}, RouteSpec("dc-a"), tmp_path / "dr", client_conf=conf)
+    try:
+        direct = engine._direct_conf("dc-a")
+    finally:
+        engine.close(1.0)
+    assert str(direct.get("enable.idempotence", False)).lower() in (("true",) if idempotent else ("false",))
+    assert direct.get("max.in.flight.requests.per.connection") == in_flight
+    RawProducer({k: v for k, v in direct.items() if k != "error_cb"}).flush(0)
