@@ -54,6 +54,23 @@ LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 def listening_ports(pid: int) -> set[int]:
     """Every TCP port process ``pid`` listens on: the LISTEN sockets of ``/proc/<pid>/net/tcp{,6}`` whose inode
     is one of the process's open file descriptors (the namespace's table lists other processes' too)."""
+    return {port for _, port in listening_sockets(pid)}
+
+
+def _address(hex_ip: str) -> str:
+    """``/proc/net/tcp``'s little-endian hex address as text (an IPv4-mapped IPv6 address as its IPv4 part)."""
+    raw = bytes.fromhex(hex_ip)
+    if len(raw) == 4:
+        return ".".join(str(b) for b in raw[::-1])
+    words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
+    flat = b"".join(words)
+    if flat[:12] == b"\0" * 10 + b"\xff\xff":
+        return ".".join(str(b) for b in flat[12:])
+    return ":".join(flat[i:i + 2].hex() for i in range(0, 16, 2))
+
+
+def listening_sockets(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every LISTEN socket of process ``pid``: what an outsider could reach from where."""
     inodes: set[str] = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -62,7 +79,7 @@ def listening_ports(pid: int) -> set[int]:
             continue
         if target.startswith("socket:["):
             inodes.add(target[len("socket:["):-1])
-    ports: set[int] = set()
+    found: set[tuple[str, int]] = set()
     for table in ("tcp", "tcp6"):
         path = Path(f"/proc/{pid}/net/{table}")
         if not path.exists():
@@ -70,8 +87,9 @@ def listening_ports(pid: int) -> set[int]:
         for line in path.read_text().splitlines()[1:]:
             cols = line.split()
             if cols[3] == LISTEN and cols[9] in inodes:
-                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
-    return ports
+                hex_ip, hex_port = cols[1].rsplit(":", 1)
+                found.add((_address(hex_ip), int(hex_port, 16)))
+    return found
 
 
 # SASL_PLAINTEXT: with no TLS in the way, the raw socket shows that authentication alone keeps the door

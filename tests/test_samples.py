@@ -141,6 +141,7 @@ def _no_anonymous_door(st: LocalStack) -> None:
             for name in ADMIN_REQUESTS:
                 with wire.Probe(st.cfg.host, port) as probe:
                     assert probe.request(name) == wire.CLOSED, (svc.name, port, name)
+    _http_doors(st)
     secret_files = [p for p in (st.home / "secrets").rglob("*") if p.is_file()]
     for path in [*(st.home / "data" / "kafka").glob("*/node-*/server.properties"), *secret_files]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
@@ -158,6 +159,47 @@ def _no_anonymous_door(st: LocalStack) -> None:
     for pid in running:  # no secret on the command line of any process the stack runs (what `ps` shows)
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         assert not [s for s in secrets if s and s in cmdline], pid
+
+
+#: what the secured stack's HTTP servers answer a caller with no credential at all: health, discovery (Apollo's
+#: meta-service routes, which name only the config services' own addresses), counters, and the API's schema
+ANONYMOUS_OK = {
+    "metaserver": {"/health", "/openapi.json", "/docs", "/console/login"},
+    "configcenter": {"/health", "/openapi.json", "/services/config", "/services/admin", "/stats"},
+}
+
+
+def _http_doors(st: LocalStack) -> None:
+    """Every process of the stack listens on its one declared port (Kafka: client + controller), on the stack's
+    host only; and every GET route of each HTTP server (from its own OpenAPI, path parameters filled in) answers
+    an anonymous caller only where :data:`ANONYMOUS_OK` says: an attacker's sweep of every door, not the doors
+    the tests had in mind."""
+    import requests
+
+    from tests.test_broker_attacks import listening_sockets
+    from ykafka.devstack.services import services
+
+    for svc in services(st.cfg):
+        pid = st.stack.pid(svc)
+        assert pid is not None, svc.name
+        sockets = listening_sockets(pid)
+        assert {host for host, _ in sockets} == {st.cfg.host}, (svc.name, sockets)  # never 0.0.0.0
+        if svc.kind == "kafka":
+            continue  # its two ports: _no_anonymous_door
+        assert {port for _, port in sockets} == {svc.port}, (svc.name, sockets)
+        base = f"http://{st.cfg.host}:{svc.port}"
+        schema = requests.get(f"{base}/openapi.json", timeout=10).json()
+        paths = [re.sub(r"\{[^}]+\}", "x", path) for path, ops in schema["paths"].items() if "get" in ops]
+        paths += ["/openapi.json", "/console/", "/console/clients", "/console/login", "/docs", "/metrics", "/admin",
+                  "/.env"]
+        open_doors = set()
+        for path in paths:
+            answer = requests.get(base + path, timeout=10, allow_redirects=False)
+            assert answer.status_code < 500, (svc.name, path, answer.status_code)
+            if answer.status_code < 300:
+                open_doors.add(path)
+        kind = svc.name.split("-")[0]
+        assert open_doors == ANONYMOUS_OK[kind], (svc.name, sorted(open_doors))
 
 
 def test_broker_security_sample_on_a_secured_stack(tmp_path: Path) -> None:

@@ -199,6 +199,17 @@ def test_bad_signatures_from_another_host_do_not_lock_the_app_out(registry: Meta
     assert real.grant().status_code == 200
 
 
+def test_knocking_without_a_token_locks_nobody_out(registry: MetaServer) -> None:
+    """A sweep of the admin API with no credential (what a crawler or an attacker's port scan sends) is refused
+    and not counted: before, LIMIT knocks from a shared address locked the operators' own token out of it."""
+    inside_one_fail_window()
+    shared = fake_ip()
+    for _ in range(LIMIT + 3):
+        answer = requests.get(registry.url + "/v1/admin/apps", timeout=10, headers={"X-Forwarded-For": shared})
+        assert answer.status_code == 401, answer.status_code
+    assert _admin(registry, "GET", "/v1/admin/apps", ip=shared).status_code == 200
+
+
 def test_guessing_the_admin_token_is_rate_limited_per_source(registry: MetaServer) -> None:
     inside_one_fail_window()
     guesser = fake_ip()

@@ -126,11 +126,18 @@ def _check_signature(svc: Services, app: Mapping[str, Any], headers: Mapping[str
 
 
 def check_bearer(svc: Services, authorization: str | None, source_ip: str | None) -> TokenClaims:
-    """Claims of the bearer token, or AuthFailed / RateLimited (bad tokens count per source IP)."""
+    """Claims of the bearer token, or AuthFailed / RateLimited (bad tokens count per source IP).
+
+    A request with no token at all is refused without counting: it guesses nothing, and counting it let anything
+    that merely knocks (a crawler, a health checker pointed at the wrong path, an attacker's port sweep) lock the
+    operators' own tools out of the admin API from a shared source address (docs/metaserver.md, "Threat model").
+    """
     token = ""
     if authorization and authorization[:7].lower() == "bearer ":
         token = authorization[7:].strip()
-    claims = svc.tokens.verify(token) if token else None
+    if not token:
+        raise AuthFailed("no token")
+    claims = svc.tokens.verify(token)
     if claims is None:
         now = time.time()
         settings = svc.settings

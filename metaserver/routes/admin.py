@@ -30,17 +30,22 @@ from ..storage.models import apps, clusters
 
 def operator(request: Request, authorization: str | None = Header(default=None),
              x_ykafka_operator: str | None = Header(default=None)) -> str:
-    """FastAPI dependency: the admin's name for the audit trail, or 401."""
+    """FastAPI dependency: the admin's name for the audit trail, or 401.
+
+    No token at all is a 401 that is not counted (it guesses nothing; see auth.check_bearer): only a wrong
+    token counts against its source."""
     svc: Services = request.app.state.services
     settings = svc.settings
+    token = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else ""
+    if not token:
+        raise AuthFailed("no admin token")
     source = request.client.host if request.client else None
     now = time.time()
     with db.read(svc.engine) as conn:  # token guessing is rate-limited per source like bad signatures
         if ratelimit.blocked(conn, None, source, now, settings.auth_fail_limit, settings.auth_fail_window_s):
             raise RateLimited(max(1, int(settings.auth_fail_window_s - now % settings.auth_fail_window_s) + 1))
-    token = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else ""
     for name, expected in settings.admin_tokens.items():
-        if token and hmac.compare_digest(token.encode(), expected.encode()):
+        if hmac.compare_digest(token.encode(), expected.encode()):
             return (x_ykafka_operator or name).strip()[:255] or name
     ratelimit.record_failure(svc.engine, None, source, now, settings.auth_fail_window_s)
     raise AuthFailed("bad admin token")
