@@ -28,6 +28,10 @@ Each figure is the form's instructions divided by its messages. ``--check`` comp
 ``--record`` writes the measured figures as the new budgets. tests/test_callgrind_budget.py runs it.
 
     python bench/callgrind_budget.py [--quick] [--broker tansu|kafka] [--check] [--record] [--forms keyword,run]
+                                     [--empty-wrapper]
+
+``--empty-wrapper`` puts the thinnest pure-Python drop-in (:class:`EmptyProducer`, :class:`EmptyConsumer`: one
+Python frame a call, forwarding) in ykafka's place: what no pure-Python wrapper can go under.
 
 Last line: RESULT {"forms": {form: {"ykafka": Ir/msg, "raw": Ir/msg, "ratio": raw/ykafka}}, "over_budget": [...],
 "broker": ...}
@@ -111,6 +115,34 @@ def _noop(_msg: Any) -> None:
     return None
 
 
+class EmptyProducer:
+    """``--empty-wrapper``: the thinnest pure-Python drop-in of a producer, the floor of any wrapper that sees each
+    send: ``produce`` one Python frame forwarding its arguments positionally, ``poll`` / ``flush`` librdkafka's own
+    (as ykafka's one-client ``poll`` is)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self.poll, self.flush = raw.poll, raw.flush
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1, on_delivery: Any = None,
+                callback: Any = None, timestamp: int = 0, headers: Any = None) -> None:
+        self._raw.produce(topic, value, key, partition, on_delivery or callback, None, timestamp, headers)
+
+
+class EmptyConsumer:
+    """``--empty-wrapper``: the thinnest pure-Python drop-in ``poll`` (an instance's closure, one Python frame
+    forwarding to librdkafka's, as ykafka's armed drop-in poll): the floor of any wrapper that sees each call."""
+
+    def __init__(self, raw: Any) -> None:
+        raw_poll = raw.poll
+        self.subscribe, self.close = raw.subscribe, raw.close
+
+        def poll(timeout: float | None = None) -> Any:
+            return raw_poll(-1 if timeout is None else timeout)
+
+        self.poll = poll
+
+
 def produce_form(make: Callable[[], Any], form: str, side: str, messages: int, cg: Counters) -> None:
     from bench._loop import produce_loop
 
@@ -161,6 +193,26 @@ def consume_raw(bootstrap: str, topic: str, form: str, warm: int, messages: int,
                     noop(polled)
                     got += 1
         cg.dump(f"{form}/raw", got - start)
+    finally:
+        consumer.close()
+
+
+def consume_empty(bootstrap: str, topic: str, warm: int, messages: int, cg: Counters) -> None:
+    """The ``poll`` form through :class:`EmptyConsumer` (``--empty-wrapper``), counted as ykafka's."""
+    from confluent_kafka import Consumer as RawConsumer
+
+    consumer = EmptyConsumer(RawConsumer(consumer_conf(bootstrap)))
+    consumer.subscribe([topic])
+    poll, noop, got, target = consumer.poll, _noop, 0, warm + messages
+    try:
+        while got < target:
+            if got == warm:
+                cg.zero()
+            msg = poll(1.0)
+            if msg is not None and msg.error() is None:
+                noop(msg)
+                got += 1
+        cg.dump("poll/ykafka", messages)
     finally:
         consumer.close()
 
@@ -234,7 +286,15 @@ def child(args: argparse.Namespace) -> None:
     extra = dict(json.loads(args.ykafka_conf)) if args.ykafka_conf else {}
     for form in args.forms:
         print(f"{time.process_time():.1f}s CPU: {form}/{side}", flush=True)
-        if form in PRODUCER_FORMS and side == "raw":
+        if args.empty_wrapper and side == "ykafka":  # the floor of a pure-Python wrapper, in ykafka's place
+            if form in PRODUCER_FORMS:
+                produce_form(lambda: EmptyProducer(RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER,
+                                                                **PATIENT})), form, side, args.messages, cg)
+            elif form == "poll":
+                consume_empty(args.bootstrap, args.topic, args.warm, args.consume_messages, cg)
+            else:
+                raise SystemExit("--empty-wrapper measures the producer forms and poll")
+        elif form in PRODUCER_FORMS and side == "raw":
             produce_form(lambda: RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER, **PATIENT}),
                          form, side, args.messages, cg)
         elif form in PRODUCER_FORMS:
@@ -260,10 +320,34 @@ def build_helper(workdir: Path) -> str:
     return str(lib)
 
 
-def counted(outdir: Path) -> dict[str, tuple[int, int]]:
-    """(instructions, messages) of each span dumped in ``outdir``'s process (the thread that ran it; producer
-    forms: the least per message of the form's spans)."""
-    out: dict[str, tuple[int, int]] = {}
+#: confluent-kafka's C trampolines of librdkafka callbacks that come by wall time, not per message: ``stats_cb``
+#: (ykafka's metrics ask for a statistics document every interval; the callback parses it, ~1-5 M instructions)
+PERIODIC_CALLBACKS = ("stats_cb",)
+
+
+def periodic(path: Path) -> int:
+    """Instructions a span spent inside :data:`PERIODIC_CALLBACKS` (inclusive; 0 when none came).
+
+    They arrive by wall time (every 10 s), so their share of a span's instructions is the span's wall time over
+    the interval: natively ~1 in a million messages, under valgrind's 40-100x slow-down on loaded cores one or
+    several in a 1,000-message span (+1,300 to +5,400 Ir a message: the ``run`` span's 5,519 / 5,555 and the
+    ``poll`` span's 12,173 / 14,046 at load 27-31). Counted apart, so the figure is the message's own cost."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    total = 0
+    for name in PERIODIC_CALLBACKS:
+        for line in out.splitlines():
+            found = re.match(r"^\s*([\d,]+)\s.*:" + name + r"\s", line)
+            if found:
+                total += int(found.group(1).replace(",", ""))
+    return total
+
+
+def counted(outdir: Path) -> dict[str, tuple[int, int, int]]:
+    """(instructions, messages, periodic instructions) of each span dumped in ``outdir``'s process (the thread
+    that ran it; producer forms: the least per message of the form's spans). ``instructions`` leaves out the
+    periodic callbacks' (:func:`periodic`), which are given apart."""
+    out: dict[str, tuple[int, int, int]] = {}
     for path in outdir.glob("cg.*"):
         text = path.read_text(errors="replace")
         # the costs listed ("totals"), not the header's "summary": after a zeroing a span's summary can wrap below
@@ -272,7 +356,8 @@ def counted(outdir: Path) -> dict[str, tuple[int, int]]:
         trigger = re.search(r"^desc: Trigger: Client Request: (\S+):(\d+)$", text, re.M)
         if total is None or trigger is None:
             continue
-        name, span = trigger.group(1).split("#")[0], (int(total.group(1)), int(trigger.group(2)))
+        extra = periodic(path)
+        name, span = trigger.group(1).split("#")[0], (int(total.group(1)) - extra, int(trigger.group(2)), extra)
         if name not in out or span[0] / span[1] < out[name][0] / out[name][1]:
             out[name] = span
     return out
@@ -288,7 +373,8 @@ def measure(args: argparse.Namespace, helper: str, bootstrap: str, workdir: Path
            "--side", side, "--helper", helper, "--bootstrap", bootstrap, "--forms", ",".join(forms),
            "--messages", str(args.messages), "--consume-messages", str(args.consume_messages),
            "--warm", str(args.warm), "--topic", args.topic, *(["--ykafka-conf", args.ykafka_conf]
-                                                               if args.ykafka_conf else [])]
+                                                               if args.ykafka_conf else []),
+           *(["--empty-wrapper"] if args.empty_wrapper else [])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(outdir / "stdout", "wb") as out, open(outdir / "stderr", "wb") as err:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err)
@@ -318,6 +404,9 @@ def main() -> None:
     parser.add_argument("--topic", default=f"cg-budget-consume-{uuid.uuid4().hex[:8]}", help=argparse.SUPPRESS)
     parser.add_argument("--ykafka-conf", default=None,
                         help="JSON object of settings added to the measured ykafka Producer's (experiments)")
+    parser.add_argument("--empty-wrapper", action="store_true",
+                        help="measure the thinnest pure-Python wrapper (one frame a call, forwarding) in ykafka's "
+                             "place: the floor of any pure-Python drop-in (docs/benchmarks.md, Call forms)")
     parser.add_argument("--side", choices=["raw", "ykafka"], default="ykafka", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -326,6 +415,8 @@ def main() -> None:
     unknown = set(args.forms) - set(FORMS)
     if unknown:
         parser.error(f"unknown forms {sorted(unknown)}; known: {', '.join(FORMS)}")
+    if args.empty_wrapper and (args.check or args.record):
+        parser.error("--empty-wrapper measures a stand-in, not ykafka: no --check / --record")
     if args.child:
         child(args)
         return
@@ -363,7 +454,7 @@ def main() -> None:
             running.append((measure(args, helper, bootstrap, workdir, side, forms_), workdir / f"{side}-{forms_[0]}"))
         for proc, outdir in running:
             _wait(proc, outdir)
-        measured: dict[str, tuple[int, int]] = {}
+        measured: dict[str, tuple[int, int, int]] = {}
         for outdir in workdir.iterdir():
             if outdir.is_dir() and (outdir / "stdout").exists():
                 measured.update(counted(outdir))
@@ -372,12 +463,14 @@ def main() -> None:
             raise SystemExit(f"callgrind_budget: no counts for {missing} (does libpython keep its symbols?)")
         forms: dict[str, dict[str, Any]] = {}
         for form in args.forms:
-            (yk, yk_n), (raw, raw_n) = measured[f"{form}/ykafka"], measured[f"{form}/raw"]
+            (yk, yk_n, yk_p), (raw, raw_n, raw_p) = measured[f"{form}/ykafka"], measured[f"{form}/raw"]
             forms[form] = {"ykafka": round(yk / yk_n), "raw": round(raw / raw_n),
-                           "ratio": round(raw / raw_n * yk_n / yk, 3)}
+                           "ratio": round(raw / raw_n * yk_n / yk, 3),
+                           "periodic": {"ykafka": round(yk_p / yk_n), "raw": round(raw_p / raw_n)}}
         for form, fig in forms.items():
             print(f"{form:<11} ykafka {fig['ykafka']:>8,.0f} Ir/msg   raw {fig['raw']:>8,.0f}   raw/ykafka "
-                  f"{fig['ratio']:.3f}", flush=True)
+                  f"{fig['ratio']:.3f}   (left out, periodic callbacks: ykafka {fig['periodic']['ykafka']:,} "
+                  f"raw {fig['periodic']['raw']:,})", flush=True)
         over: list[str] = []
         if args.check or args.record:
             budgets: dict[str, Any] = {"tolerance": 0.05, "forms": {}}

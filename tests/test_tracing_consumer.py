@@ -296,6 +296,50 @@ def test_trace_switches_live_per_topic(obs_broker, tmp_path: Path) -> None:
     assert sorted(e["key"] for e in trace) == sorted(k for k, (_p, o) in where.items() if o >= 3)
 
 
+def test_dropin_poll_traces_a_topic_that_arrives_while_it_calls_librdkafka_directly(obs_broker,
+                                                                                     tmp_path: Path) -> None:
+    """While no topic is traced the drop-in poll is librdkafka's own poll (the session's gate armed: issue 39);
+    a traced topic joining the subscription (its partitions assigned inside such a call) gets every message's
+    ``consumed`` step again, the untraced one none."""
+    bs = obs_broker.bootstrap
+    plain, traced, group = unique("plain"), unique("traced"), unique("g-gate")
+    create_topic(bs, plain, 1)
+    create_topic(bs, traced, 1)
+    produce_traced(bs, plain, [f"p{i}" for i in range(6)])
+    where = produce_traced(bs, traced, [f"t{i}" for i in range(5)])
+    consumer = Consumer(consumer_config(bs, group, tmp_path, **{"ykafka.metrics.enabled": False}))
+    got: dict[str, int] = defaultdict(int)
+
+    def take(topic: str, n: int) -> None:
+        deadline = time.monotonic() + 30
+        while got[topic] < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got[msg.topic()] += 1
+        assert got[topic] == n, dict(got)
+
+    try:
+        runtime = consumer.runtime
+        runtime.hot.apply(runtime.hot.namespace(Scope(ScopeKind.TOPIC, traced)),
+                          {"trace.enabled": "true", "trace.sample.rate": "1.0"}, "r-traced")
+        consumer.subscribe([plain])
+        take(plain, 3)
+        gate = consumer._session.gate
+        assert gate.fast is not None  # armed: nothing traced, nothing pending
+        consumer.subscribe([plain, traced])
+        take(traced, 5)
+        assert consumer.observer.watches[traced].rate == 1.0
+        assert consumer.observer.watches[plain].rate == 0.0
+        assert gate.fast is None  # a traced topic: every call checked
+        wait_until(lambda: consumer.observer.stats().get("enqueued") == 5, 10, message="5 steps queued")
+    finally:
+        consumer.close()
+    trace = collect(bs, events.TRACE_TOPIC, lambda e: e["topic"] in (plain, traced) and e["kind"] == "consumed",
+                    lambda found: len(found) >= 5)
+    assert sorted((e["topic"], e["key"], e["offset"]) for e in trace) == sorted(
+        (traced, key, o) for key, (_p, o) in where.items())
+
+
 def test_fast_handler_is_timed_in_samples_with_exact_counts(obs_broker, running, tmp_path: Path) -> None:
     """A handler far below SAMPLED_TIMING_BELOW_S is timed one message in TIMING_STRIDE; the interval counts
     (handled, aged, failed) stay exact and the summary's handler time covers every message."""

@@ -74,6 +74,9 @@ class Consumer:
             self.engine = Engine(self._session, self.group or "", self.effective, self.settings, None,
                                  self._observer)
             self._hot = (self.engine, self._session, self._observer)
+            # an instance attribute: the class forwards unknown names to librdkafka (__getattr__), which makes
+            # every ``self.x`` in a method a generic lookup; the closure reads what it needs from its cells
+            self.__dict__["poll"] = _drop_in_poll(self.engine, self._session, self._observer)
             # the runtime's and the engine's threads reach this consumer only weakly: one nobody references is
             # collected, and its shutdown (on_collect below) runs without it (ykafka/lifecycle.py)
             self.engine.on_fatal = weak_method(self._on_fatal)
@@ -132,6 +135,7 @@ class Consumer:
     def _on_version(self, _version: int) -> None:
         """Hot config or grant moved: re-resolve and hand what changed to the engine (cheap, any thread)."""
         self._observer.invalidate()  # trace rates are resolved again per topic
+        self._session.gate.disarm()  # ... and the drop-in poll looks at each message until they are
         if self._closed:
             return
         try:
@@ -315,38 +319,12 @@ class Consumer:
         return self._raw().assignment()
 
     def poll(self, timeout: float | None = None) -> Message | None:
-        # The drop-in hot path. This class forwards unknown names to librdkafka (__getattr__), which makes every
-        # ``self.x`` here a generic, unspecialised lookup (~220 instructions each): what it needs is one attribute
-        # (``_hot``, None once closed), the checks of _maintain / _raw / the bucket are inlined
-        # (bench/callgrind_budget.py, form ``poll``).
+        # The drop-in hot path is the instance's own ``poll`` (a closure made in __init__, which shadows this
+        # method): see _drop_in_poll. This is the same call for code that reaches it through the class.
         hot = self._hot
         if hot is None:
             raise ClosedError("Consumer closed")  # confluent-kafka's words
-        engine, session, observer = hot
-        if engine._pending or engine._pending_switch is not None:
-            engine.apply_pending()
-        if session.left:
-            time.sleep(min(timeout if timeout is not None and timeout >= 0 else 0.1, 0.1))
-            return None
-        bucket = engine.bucket
-        if bucket._rate:  # consumer.rate.limit.msgs
-            wait = bucket.wait_time()
-            if wait:
-                time.sleep(min(wait, timeout) if timeout is not None and timeout >= 0 else wait)
-                if bucket.wait_time():
-                    return None
-        raw = session.consumer
-        if raw is None:
-            raw = session.require()
-        msg = raw.poll(-1 if timeout is None else timeout)
-        if msg is not None and msg.error() is None:
-            if bucket._rate:
-                bucket.take(1)
-            topic: Any = msg.topic()
-            watch = observer.watches.get(topic) or observer.watch(topic)
-            if watch.rate:  # the topic is traced at all: this message if the producer sampled it
-                observer.consumed(msg, watch.rate)
-        return msg
+        return _poll_checked(*hot, timeout)
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         hot = self._hot  # one attribute read, as in poll
@@ -435,6 +413,8 @@ class Consumer:
             self._stopped.wait()
         self._closed = True
         self._hot = None
+        self._session.gate.closed = True
+        self._session.gate.disarm()
         self._finalizer.detach()
         lifecycle.closed(self)
         # librdkafka fires the last revoke on this thread, inside the handle's close; an on_revoke that calls
@@ -508,6 +488,88 @@ class Consumer:
         self._check_open()
         if self.engine.has_pending():
             self.engine.apply_pending()
+
+
+def _drop_in_poll(engine: Engine, session: S.ConsumerSession,
+                  observer: ConsumerObserver) -> Callable[..., Message | None]:
+    """The drop-in ``poll``: librdkafka's own ``poll`` and two reads while the session's gate is armed (nothing
+    to apply, no rate limit, no traced topic: :class:`~ykafka.consumer.session.PollGate`), the checked call
+    otherwise. A message returned by a call during which the gate was disarmed (a rebalance inside the call gave
+    a new, perhaps traced, topic) gets the checked call's per-message work."""
+    gate = session.gate
+
+    def poll(timeout: float | None = None) -> Message | None:
+        fast = gate.fast
+        if fast is not None:
+            msg: Message | None = fast(-1 if timeout is None else timeout)
+            if gate.fast is fast:  # not disarmed meanwhile (arming again happens only here, on this thread, and
+                return msg         # binds a new method object)
+            _polled(engine, observer, msg)
+            return msg
+        if gate.closed:
+            raise ClosedError("Consumer closed")  # confluent-kafka's words
+        return _poll_checked(engine, session, observer, timeout)
+
+    return poll
+
+
+def _poll_checked(engine: Engine, session: S.ConsumerSession, observer: ConsumerObserver,
+                  timeout: float | None) -> Message | None:
+    """``poll`` with its per-call checks (live changes applied here, the consumer left, the rate limit) and
+    per-message work (the rate limit's token, the ``consumed`` trace step of a sampled message); arms the gate
+    when none of it is needed any more."""
+    if engine._pending or engine._pending_switch is not None:
+        engine.apply_pending()
+    if session.left:
+        time.sleep(min(timeout if timeout is not None and timeout >= 0 else 0.1, 0.1))
+        return None
+    bucket = engine.bucket
+    if bucket._rate:  # consumer.rate.limit.msgs
+        wait = bucket.wait_time()
+        if wait:
+            time.sleep(min(wait, timeout) if timeout is not None and timeout >= 0 else wait)
+            if bucket.wait_time():
+                return None
+    raw = session.consumer
+    if raw is None:
+        raw = session.require()
+    msg = raw.poll(-1 if timeout is None else timeout)
+    _polled(engine, observer, msg)
+    gate = session.gate
+    if gate.tried != gate.epoch:
+        _arm(engine, session, observer)
+    return msg
+
+
+def _polled(engine: Engine, observer: ConsumerObserver, msg: Message | None) -> None:
+    """The per-message work of a polled message (none for an event or an error)."""
+    if msg is not None and msg.error() is None:
+        if engine.bucket._rate:
+            engine.bucket.take(1)
+        topic: Any = msg.topic()
+        watch = observer.watches.get(topic) or observer.watch(topic)
+        if watch.rate:  # the topic is traced at all: this message if the producer sampled it
+            observer.consumed(msg, watch.rate)
+
+
+def _arm(engine: Engine, session: S.ConsumerSession, observer: ConsumerObserver) -> None:
+    """Let the drop-in poll call librdkafka directly if no call or message needs our checks (on the polling
+    thread): every topic the handle may return resolved, none traced. A disarm while this runs wins."""
+    gate = session.gate
+    epoch = gate.epoch
+    gate.tried = epoch  # whatever fails below holds until something moves the epoch
+    raw = session.consumer
+    if gate.closed or raw is None or engine._pending or engine._pending_switch is not None or session.left \
+            or engine.bucket._rate:
+        return
+    watches = observer.watches
+    for topic in session.fetchable_topics():
+        watch = watches.get(topic) or observer.watch(topic)
+        if watch.rate or watches.get(topic) is not watch:  # traced, or a version move raced its resolution
+            return
+    gate.fast = raw.poll
+    if gate.epoch != epoch:
+        gate.fast = None
 
 
 def _reap(session: S.ConsumerSession, observer: ConsumerObserver, runtime: Runtime | None) -> None:

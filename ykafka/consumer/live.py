@@ -93,11 +93,13 @@ class LiveChanges:
             self.router.policy = retry_policy(self.effective)
         with self._pending_lock:
             self._pending.update(accepted)
+        self.session.gate.disarm()  # the drop-in poll applies them on its next call
 
     def switch_cluster(self, props: Mapping[str, Any], router_factory: Callable[[], RetryRouter] | None) -> None:
         """Move to another cluster (``route.cluster`` changed): finish and commit here, rejoin there."""
         with self._pending_lock:
             self._pending_switch = (dict(props), router_factory)
+        self.session.gate.disarm()
 
     def has_pending(self) -> bool:
         return bool(self._pending) or self._pending_switch is not None

@@ -38,6 +38,31 @@ class RebalanceHooks(Protocol):
     def lost(self, partitions: list[TopicPartition]) -> None: ...
 
 
+class PollGate:
+    """Whether the drop-in ``Consumer.poll`` may hand the call straight to librdkafka's ``poll`` (``fast``: that
+    bound method, else None), and when it may ask again.
+
+    ``poll`` owes a call nothing but librdkafka's own work when no live change waits, the consumer has not left,
+    no rate limit holds, a handle is built and no topic the handle may return is traced; then the per-call checks
+    and the per-message trace test (``Message.topic`` builds a str a message, hashed for the look-up: ~2,700
+    instructions a call in all, docs/benchmarks.md *Call forms*) are skipped. Whatever could make one of those
+    untrue disarms the gate from any thread (:meth:`disarm`: a queued live change, a version move, a new
+    partition, a handle built or closed, ``close()``); the polling thread arms it again after the checks passed,
+    unless ``epoch`` moved meanwhile (a disarm that raced the arming wins)."""
+
+    __slots__ = ("closed", "epoch", "fast", "tried")
+
+    def __init__(self) -> None:
+        self.fast: Callable[[float], Any] | None = None
+        self.epoch = 0  # moved by every disarm
+        self.tried = -1  # the epoch at which arming last failed: not tried again until it moves
+        self.closed = False
+
+    def disarm(self) -> None:
+        self.epoch += 1
+        self.fast = None
+
+
 class ConsumerSession:
     """Owns the current confluent-kafka ``Consumer`` and rebuilds it when its settings change."""
 
@@ -76,6 +101,8 @@ class ConsumerSession:
         #: instructions, docs/benchmarks.md); a number two topics share is absent, and its runs are split by topic.
         #: Replaced, never mutated, so the fetch thread reads a consistent map without a lock.
         self.topic_of: dict[int, str] = {}
+        #: the drop-in poll's short cut (disarmed whenever the handle or the fetchable partitions change)
+        self.gate = PollGate()
 
     # -- handle -----------------------------------------------------------------------------------------
 
@@ -91,6 +118,7 @@ class ConsumerSession:
             self.client_config = dict(self.props)
             self.consumer = self.factory(self.client_config)
             self.generation += 1
+            self.gate.disarm()  # the short cut is the old handle's poll, or none
             log.debug("consumer built", generation=self.generation,
                       strategy=self.client_config.get("partition.assignment.strategy"))
             self._restore()
@@ -119,6 +147,7 @@ class ConsumerSession:
         block in close for 40 s and more, so a SIGTERM never ended the process; the watchdog's rebuild and
         ``Consumer.run``'s shutdown pass a bound."""
         consumer = self.consumer
+        self.gate.disarm()
         if consumer is not None:
             try:
                 if timeout is None:
@@ -153,10 +182,15 @@ class ConsumerSession:
         if not new:
             return
         self._fetchable = fetchable = self._fetchable | new
+        self.gate.disarm()  # a new topic may be traced: the drop-in poll looks at its messages until re-armed
         owners: dict[int, set[str]] = {}
         for topic, partition in fetchable:
             owners.setdefault(partition, set()).add(topic)
         self.topic_of = {partition: next(iter(topics)) for partition, topics in owners.items() if len(topics) == 1}
+
+    def fetchable_topics(self) -> set[str]:
+        """The topics of every partition the current handle was given (see ``_fetchable``)."""
+        return {topic for topic, _ in self._fetchable}
 
     # -- subscription -----------------------------------------------------------------------------------
 
@@ -261,6 +295,7 @@ class ConsumerSession:
         self.client_config = dict(props)
         self.consumer = fresh
         self.generation += 1
+        self.gate.disarm()
         self._restore()
         return True
 
