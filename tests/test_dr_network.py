@@ -78,13 +78,14 @@ def test_answers_cut_mid_request_store_no_second_copy(one_broker: Broker, proxie
 
 
 @pytest.mark.parametrize(("conf", "idempotent", "in_flight"), [
-    ({}, True, None),  # acks=all by default: idempotent, librdkafka's 5 requests in flight
-    ({"acks": "1"}, False, 1),  # librdkafka refuses idempotence without acks=all: one request at a time
-    ({"acks": -1}, True, None),
+    ({}, True, 1),  # acks=all by default: idempotent, one request at a time (docs/reliability.md, 3-node kills)
+    ({"acks": "1"}, False, 1),  # librdkafka refuses idempotence without acks=all
+    ({"acks": -1}, True, 1),
+    ({"max.in.flight.requests.per.connection": 5}, True, 5),  # the application's choice stands
     ({"enable.idempotence": False}, False, 1),  # the application's choice stands
 ])
 def test_engine_clients_are_idempotent_where_acks_allow(tmp_path: Path, conf: dict[str, object], idempotent: bool,
-                                                        in_flight: int | None) -> None:
+                                                        in_flight: int) -> None:
     """The settings of the engine's own clients, as librdkafka takes them (a client is built from them: a
     combination it refuses, idempotence with acks=1, raises here)."""
     from confluent_kafka import Producer as RawProducer

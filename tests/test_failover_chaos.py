@@ -304,8 +304,8 @@ def test_engine_clients_keep_key_order_across_retries_on_fresh_partitions(dc_bro
     engine = make_engine({"dc-a": a.bootstrap}, RouteSpec("dc-a"), tmp_path / "dr")
     sent = {topic: 0 for topic in topics}
     try:
-        # idempotent (acks=all by default): librdkafka's up to 5 requests in flight keep their order across retries
-        assert engine._direct_conf("dc-a")["enable.idempotence"] is True
+        conf = engine._direct_conf("dc-a")  # idempotent (acks=all by default), one request in flight
+        assert conf["enable.idempotence"] is True and conf["max.in.flight.requests.per.connection"] == 1
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             for topic in topics:

@@ -152,19 +152,21 @@ class DisasterRecovery:
         # produce request whose answer is lost (a connection cut or stalled after the broker stored it) is sent again
         # by librdkafka, and a plain producer then stores it twice: the soak's `lossy` network fault left 18
         # direct+direct copies in 2 minutes (seed 1), 0 idempotent; tests/test_dr_network.py cuts answers
-        # mid-request. The idempotent producer also keeps a key's order across its retries with up to 5 requests
-        # in flight. Without it (acks other than all: librdkafka refuses idempotence then; a Producer's client
+        # mid-request. Without it (acks other than all: librdkafka refuses idempotence then; a Producer's client
         # settings say enable.idempotence=false after a push of producer.acks=1) one request at a time keeps the
         # order: a pipelining plain producer stores a batch a just-restarted broker refused behind the next one
         # (issue 31's failback test: keys 5, 7 and 1 had 11685-11699 stored after 11701-11705; 86 of 57,202
         # records overtaken in one of three runs, 0 of 181,000 idempotent), but its retries can still be stored
         # twice. (An earlier attempt, d9c4b5e, was reverted for a red frozen-primary test whose cause was the
         # test's heal timing, 0d1975d.)
+        # One request in flight per connection either way (unless the application set it): a 3-node soak with
+        # idempotent clients pipelining up to 5 (seed 1, a node killed under load) had 9 direct writes stored behind
+        # a newer write of their key: older records of a partition timed out in the client while newer ones were
+        # stored, and the engine re-sent the older ones from the spill.
         acks = str(conf.get("acks", conf.get("request.required.acks", "all"))).lower()
         if acks in ("all", "-1"):
             conf.setdefault("enable.idempotence", True)
-        if str(conf.get("enable.idempotence", "false")).lower() not in ("true", "1"):
-            conf.setdefault("max.in.flight.requests.per.connection", 1)
+        conf.setdefault("max.in.flight.requests.per.connection", 1)
         conf["message.timeout.ms"] = int(self._spill_after_ms(cluster))
         conf["error_cb"] = self.health.error_cb(cluster, conf.get("error_cb"))
         return conf
