@@ -29,6 +29,7 @@ Each figure is plotted against the client count into ``--png`` (matplotlib). The
 caps the parked polls (each a socket on both ends): ``watchers`` says how many were parked at each size.
 
     python bench/control_plane_scale.py [--sizes 1000,10000,100000] [--seconds 10] [--png docs/img/...] [--quick]
+        [--max-rate 350] [--max-watchers 18000] [--phases fleet,console,fanout,week] [--plot-from OUT ...]
 
 Last line: RESULT {"sizes": [...], "by_size": {"1000": {...}, ...}, "targets": {...}}
 """
@@ -660,16 +661,17 @@ def console(stack: Stack, n: int, repeats: int) -> dict[str, Any]:
                       ) if n >= 1000 else None
     if found:
         urls["clients_page2"] = html.unescape(found.group(1))
-    pids = stack.pids("ms")
+    pids, pg_pids = stack.pids("ms"), stack.postgres_pids()
     out: dict[str, float | None] = {}
     cpu: dict[str, float] = {}
+    pg_cpu: dict[str, float] = {}  # PostgreSQL's share of a page (a scan is its CPU, not the MetaServer's)
     failed: dict[str, int] = {}
     for name, url in urls.items():
         if time.monotonic() - refreshed > 30:  # still every client live (seen within 3 heartbeats) page after page
             keep_live(stack)
             refreshed = time.monotonic()
         times = []
-        cpu0 = sum(cpu_s(p) for p in pids)
+        cpu0, pg0 = sum(cpu_s(p) for p in pids), sum(cpu_s(p) for p in pg_pids)
         for _ in range(repeats):
             t0 = time.perf_counter()
             r = sess.get(base + url, timeout=120)
@@ -678,17 +680,22 @@ def console(stack: Stack, n: int, repeats: int) -> dict[str, Any]:
                 failed[name] = r.status_code
         out[name] = pct(times, 0.95)
         cpu[name] = round((sum(cpu_s(p) for p in pids) - cpu0) * 1000 / repeats, 1)
+        pg_cpu[name] = round((sum(cpu_s(p) for p in pg_pids) - pg0) * 1000 / repeats, 1)
     ftimes = []
     keep_live(stack)
+    fcpu0 = sum(cpu_s(p) for p in pids) + sum(cpu_s(p) for p in pg_pids)
     for _ in range(repeats):
         for url in filters:
             t0 = time.perf_counter()
             if sess.get(base + url, timeout=120).status_code != 200:
                 failed[url] = 1
             ftimes.append((time.perf_counter() - t0) * 1000)
+    filter_cpu = (sum(cpu_s(p) for p in pids) + sum(cpu_s(p) for p in pg_pids) - fcpu0) * 1000 / max(1, len(ftimes))
     worst = max(out, key=lambda k: out[k] or 0)
     return {"console_live_clients": live, "console_s": round(time.time() - started, 1),
-            "console_p95_ms": out, "console_server_cpu_ms": cpu, "console_p95_max_ms": out[worst],
+            "console_p95_ms": out, "console_server_cpu_ms": cpu, "console_pg_cpu_ms": pg_cpu,
+            "console_cpu_max_ms": max(cpu[k] + pg_cpu[k] for k in cpu), "console_filter_cpu_ms": round(filter_cpu, 1),
+            "console_p95_max_ms": out[worst],
             "console_slowest": worst, "console_filter_p95_ms": pct(ftimes, 0.95), "console_failed": failed}
 
 
@@ -730,6 +737,7 @@ def week(stack: Stack, n: int, days: int, churn: float, change: float) -> dict[s
     from metaserver.storage import db
     from metaserver.storage.models import client_state
 
+    keep_live(stack)  # the seeded fleet reporting now (the phases before took minutes at 100,000 clients)
     engine = db.make_engine(stack.urls["ms"])
     settings = Settings()
     rng = random.Random(11)
@@ -848,8 +856,10 @@ def plot(by_size: dict[str, dict[str, Any]], png: Path) -> None:
                                                                      "cc_rss_parked_mb")], None),
               ("PostgreSQL (MB)", [("MetaServer schema", "ms_schema_mb"),
                                    ("inventory after a week", "week_inventory_mb")], None)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
-    for ax, (title, series, target) in zip(axes, panels, strict=True):
+    cols = 3
+    rows = math.ceil(len(panels) / cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    for ax, (title, series, target) in zip(grid.flat, panels, strict=True):
         for label, key in series:
             xs = [s for s in sizes if by_size[str(s)].get(key) is not None]
             ax.plot(xs, [by_size[str(s)][key] for s in xs], marker="o", label=label)
@@ -891,7 +901,21 @@ def main() -> None:
                         help="each config service's --max-parked-polls (default 0: from its open-file limit)")
     parser.add_argument("--png", default=str(ROOT / "docs" / "img" / "control_plane_scale.png"))
     parser.add_argument("--quick", action="store_true", help="300 clients, 3 s (the suite's check), no plot")
+    parser.add_argument("--plot-from", nargs="+", default=None, metavar="OUTPUT",
+                        help="draw --png from earlier runs' output (their `size N: {...}` lines; a later file's "
+                             "figures replace an earlier's, so a run of some --phases updates a full run's)")
     args = parser.parse_args()
+    if args.plot_from:
+        merged: dict[str, dict[str, Any]] = {}
+        for name in args.plot_from:
+            for line in Path(name).read_text().splitlines():
+                if line.startswith("size "):
+                    size, figures = line[len("size "):].split(": ", 1)
+                    merged.setdefault(size, {}).update(json.loads(figures))
+        plot(merged, Path(args.png))
+        print("RESULT " + json.dumps({"sizes": sorted(int(k) for k in merged), "by_size": merged,
+                                      "targets": TARGETS, "plotted_from": args.plot_from}), flush=True)
+        return
     if args.quick:
         args.sizes, args.seconds, args.repeats, args.gen_procs, args.week_days = "300", 3.0, 3, 1, 1
         args.age_s = 2.0
