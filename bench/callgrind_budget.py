@@ -60,6 +60,11 @@ BUDGETS = ROOT / "bench" / "callgrind_budget.json"
 PRODUCER_FORMS = ("keyword", "positional", "keyed1k", "keyed100k")
 CONSUMER_FORMS = ("run", "poll")
 FORMS = PRODUCER_FORMS + CONSUMER_FORMS
+#: measured on request (``--forms trace1,trace100``), not budgeted: the keyword form with the topic traced, 1 % and
+#: 100 % sampled (the producing thread only: the trace sink's batching and sending run on its own thread)
+TRACE_FORMS: dict[str, dict[str, Any]] = {"trace1": {"trace.enabled": True, "trace.sample.rate": 0.01},
+                                          "trace100": {"trace.enabled": True, "trace.sample.rate": 1.0}}
+SENDING_FORMS = PRODUCER_FORMS + tuple(TRACE_FORMS)
 SPANS = 2  # measured spans per producer form
 WARM_PRODUCE = 1000  # sends before a producer form's span: the topic's state, connections, the first batches
 KEYS = {"keyed1k": 1000, "keyed100k": 100_000}
@@ -69,7 +74,11 @@ RAW_PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batc
                 "compression.type": "none", "partitioner": "murmur2_random"}
 #: the cluster health probe's metadata request times out under valgrind's ~50x slow-down, which would take the
 #: disaster-recovery engine off its healthy direct path (the path being measured): it is told to be patient
-UNDER_VALGRIND = {"health.down.failures": 1000, "health.down.after.ms": 3_600_000}
+UNDER_VALGRIND = {"health.down.failures": 1000, "health.down.after.ms": 3_600_000,
+                  # the engine's clients' message.timeout.ms: since they are idempotent (acks=all) their first
+                  # sends wait for a producer id, which under valgrind at load 40 took longer than the default
+                  # 10 s, so the messages timed out and the cluster was marked down (208 of 1,000 delivered)
+                  "spill.after.ms": 600_000}
 #: the ``run`` form's pause before its span (uninstrumented, both sides): librdkafka prefetches the topic's rest,
 #: so the measured batches do not hang on how fast the broker answers under valgrind and the load
 SETTLE_S = 3.0
@@ -287,18 +296,20 @@ def child(args: argparse.Namespace) -> None:
     for form in args.forms:
         print(f"{time.process_time():.1f}s CPU: {form}/{side}", flush=True)
         if args.empty_wrapper and side == "ykafka":  # the floor of a pure-Python wrapper, in ykafka's place
-            if form in PRODUCER_FORMS:
+            if form in SENDING_FORMS:
                 produce_form(lambda: EmptyProducer(RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER,
                                                                 **PATIENT})), form, side, args.messages, cg)
             elif form == "poll":
                 consume_empty(args.bootstrap, args.topic, args.warm, args.consume_messages, cg)
             else:
                 raise SystemExit("--empty-wrapper measures the producer forms and poll")
-        elif form in PRODUCER_FORMS and side == "raw":
+        elif form in SENDING_FORMS and side == "raw":
             produce_form(lambda: RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER, **PATIENT}),
                          form, side, args.messages, cg)
-        elif form in PRODUCER_FORMS:
+        elif form in SENDING_FORMS:
+            traced = TRACE_FORMS.get(form, {})
             produce_form(lambda: Producer({"bootstrap.servers": args.bootstrap, **UNDER_VALGRIND, **PATIENT, **extra,
+                                           **traced,  # noqa: B023 (called at once, in this iteration)
                                            "ykafka.cache.dir": tempfile.mkdtemp(prefix="ykafka-cg-")}),
                          form, side, args.messages, cg)
         elif side == "raw":
@@ -412,9 +423,11 @@ def main() -> None:
     if args.quick:
         args.messages, args.consume_messages, args.warm = 1000, 1000, 500
     args.forms = [f for f in args.forms.split(",") if f]
-    unknown = set(args.forms) - set(FORMS)
+    unknown = set(args.forms) - set(FORMS) - set(TRACE_FORMS)
     if unknown:
-        parser.error(f"unknown forms {sorted(unknown)}; known: {', '.join(FORMS)}")
+        parser.error(f"unknown forms {sorted(unknown)}; known: {', '.join(FORMS + tuple(TRACE_FORMS))}")
+    if args.record and set(args.forms) & set(TRACE_FORMS):
+        parser.error("the trace forms are not budgeted: no --record")
     if args.empty_wrapper and (args.check or args.record):
         parser.error("--empty-wrapper measures a stand-in, not ykafka: no --check / --record")
     if args.child:

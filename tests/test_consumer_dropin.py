@@ -116,3 +116,42 @@ def test_revoke_fired_by_close_may_call_the_consumer(bootstrap: str, tmp_path: P
     assert revoked == [[0, 1]]
     with pytest.raises(RuntimeError, match="^Consumer closed$"):  # other threads, and later calls, are refused
         consumer.poll(0)
+
+
+def test_poll_applies_live_changes_while_it_calls_librdkafka_directly(bootstrap: str, tmp_path: Path) -> None:
+    """With nothing to check the drop-in poll is librdkafka's own (the session's gate armed: issue 39); a rate limit
+    and a leave / rejoin applied live still hold from the next call on, and the gate arms again after them."""
+    topic, group = unique("gate"), unique("g")
+    create_topic(bootstrap, topic, 1)
+    produce(bootstrap, topic, 60)
+    consumer = Consumer(consumer_config(bootstrap, group, tmp_path))
+    gate = consumer._session.gate
+    seen: list[int] = []
+
+    def take(n: int) -> None:
+        deadline = time.monotonic() + 30
+        want = len(seen) + n
+        while len(seen) < want and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                seen.append(int(msg.value()))
+        assert len(seen) == want
+
+    try:
+        consumer.subscribe([topic])
+        take(10)
+        assert gate.fast is not None  # armed
+        consumer.apply({"consumer.rate.limit.msgs": 10})
+        started = time.monotonic()
+        take(20)  # a second's burst of 10, then 10 a second
+        assert time.monotonic() - started >= 0.8
+        assert gate.fast is None  # a rate limit: every call checked
+        consumer.apply({"consumer.rate.limit.msgs": 0, "consumer.leave": True})
+        assert consumer.poll(0.1) is None and consumer.poll(0.1) is None
+        assert consumer._session.left and consumer._session.consumer is None
+        consumer.apply({"consumer.leave": False})
+        take(30)
+        assert sorted(seen) == list(range(60))  # committed on leave: nothing twice, nothing lost
+        assert gate.fast is not None  # armed again
+    finally:
+        consumer.close()
