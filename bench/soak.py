@@ -27,7 +27,8 @@ clusters are read back plainly:
 * ``callbacks_bad``: sends without exactly one delivery callback: must be 0;
 * ``not_on_primary``: records dc-b took that are not on dc-a: must be 0 (everything the standby took is back);
 * ``unhandled``: acknowledged records the consumer group never handled, and ``lag`` (dc-a's ends minus the group's
-  committed offsets) at the end: must be 0;
+  committed offsets) at the end: must be 0; the group gets as long as it keeps making progress (``drain_s``: how
+  long it took), and is stranded once it makes none for 120 s;
 * ``duplicates``: extra copies on dc-a (at-least-once: in flight at a break, or synced back in addition to a
   direct copy), ``overtaken_direct`` / ``overtaken_standby`` / ``overtaken_all``: records stored behind a newer
   write of their key, in dc-a's direct writes, on dc-b, and on dc-a as a whole (counted; synced records land behind
@@ -513,7 +514,7 @@ class Soak:
         for fault in self.faults:
             fault.pop("_span", None)
         ends = self.ends()
-        unhandled, lag = self.wait_consumed(acked, ends)
+        unhandled, lag, drain_s = self.wait_consumed(acked, ends)
         if unhandled:
             self.show_consumer_logs()
         for proc in self.consumers:
@@ -548,7 +549,7 @@ class Soak:
             "overtaken_direct": len(key_overtakes(direct)), "overtaken_standby": len(key_overtakes(on_b)),
             "overtaken_all": len(key_overtakes(on_a)),
             "overtaken_direct_examples": overtaken_examples,
-            "unhandled": unhandled, "lag": lag, "consumer_exit": consumer_exit,
+            "unhandled": unhandled, "lag": lag, "drain_s": drain_s, "consumer_exit": consumer_exit,
             "tracebacks": sum(tracebacks.values()), "tracebacks_in": {k: v for k, v in tracebacks.items() if v},
             "pushes": len(pushes), "pushes_unapplied": sum(1 for f in pushes if f["applied_s"] is None),
             "push_applied_s_max": max((f["applied_s"] for f in pushes if f["applied_s"] is not None), default=None),
@@ -629,7 +630,7 @@ class Soak:
                     print(f"  {line[:400]}", file=sys.stderr)
         try:  # the group as the coordinator sees it
             found = AdminClient({"bootstrap.servers": self.a.bootstrap}).describe_consumer_groups(
-                [self.group], request_timeout=10)[self.group].result()
+                [self.group], request_timeout=10)[self.group].result(timeout=30)  # it hung for good once
             print(f"group {self.group}: {found.state.name}, members "
                   f"{[(m.client_id, len(m.assignment.topic_partitions)) for m in found.members]}", file=sys.stderr)
         except Exception as exc:
@@ -643,10 +644,15 @@ class Soak:
         finally:
             probe.close()
 
-    def wait_consumed(self, acked: set[int], ends: dict[int, int], timeout: float = 300) -> tuple[int, int]:
-        """(acknowledged records never handled, dc-a's ends minus the group's commits) once both are 0 or at the
-        timeout."""
-        deadline = time.monotonic() + timeout
+    def wait_consumed(self, acked: set[int], ends: dict[int, int], stall_s: float = 120,
+                      cap_s: float = 1200) -> tuple[int, int, float]:
+        """(acknowledged records never handled, dc-a's ends minus the group's commits, seconds it took) once both
+        are 0; or, with records left, once the group made no progress (handled nothing new, committed nothing)
+        for ``stall_s``, or at ``cap_s``. A group that is slow (a backlog from the faults, one worker after a
+        push, a loaded machine) drains; only one that stopped is stranded: the bound is on the stall, not on
+        the drain (a 30-minute run at load 20 took 7 minutes to drain a backlog a 300 s bound called stranded)."""
+        started = time.monotonic()
+        last_progress, seen = started, (-1, -1)
         while True:
             handled: set[int] = set()
             for path in self.handled_files:
@@ -660,8 +666,11 @@ class Soak:
                 probe.close()
             lag = sum(max(0, ends[tp.partition] - max(tp.offset, 0)) for tp in committed)
             unhandled = len(acked - handled)
-            if (unhandled == 0 and lag == 0) or time.monotonic() > deadline:
-                return unhandled, lag
+            now = time.monotonic()
+            if (unhandled, lag) != seen:
+                last_progress, seen = now, (unhandled, lag)
+            if (unhandled == 0 and lag == 0) or now - last_progress > stall_s or now - started > cap_s:
+                return unhandled, lag, round(now - started, 1)
             self.sample_all()
             time.sleep(1.0)
 
