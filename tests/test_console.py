@@ -435,7 +435,9 @@ def test_an_admin_adds_a_viewer_who_can_log_in_and_an_operator_cannot_add_users(
 @pytest.mark.slow
 def test_trace_lookup_finds_a_produced_and_consumed_messages_full_timeline(console: Console, page: Any) -> None:
     """samples/trace_lookup.py sends traced messages, consumes them (order-1 fails once and is retried) and runs
-    the pipeline once into the MetaServer's store; the console's Trace page shows order-1's lifecycle."""
+    the pipeline once into the MetaServer's store; it prints order-1's timeline the way ``ykafka trace`` does and
+    the console's Trace page shows the same lifecycle. The sample's only run in the suite (one Spark pass; it was
+    also run on its own in tests/test_samples.py with the same checks of what it prints)."""
     import os
     import subprocess
     import sys
@@ -448,6 +450,16 @@ def test_trace_lookup_finds_a_produced_and_consumed_messages_full_timeline(conso
                              "--master", "local[1]"], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "YKAFKA_CACHE_DIR": str(st.home / "trace-sample")})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert any(line.startswith("pipeline done in ") for line in lines), lines
+    assert any(line.startswith("produced 5 messages to orders-") and line.endswith(": 0 not acknowledged")
+               for line in lines), lines
+    assert "handled 5 messages (order-1 after one retry)" in lines, lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("$ ykafka trace order-1"))
+    timeline = "\n".join(lines[start:])
+    for step in ("produced", "acked", "consumed", "retried", "processed"):  # all from the ykafka clients' own hooks
+        assert step in timeline, (step, timeline)
+    assert lines[-1].startswith("└"), lines[-1]  # the final line closes the key's timeline
     topic = re.search(r"ykafka trace order-1 --topic (\S+)", result.stdout)
     assert topic, result.stdout
     console.login(page, "viewer")

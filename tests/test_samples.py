@@ -104,19 +104,6 @@ def test_placements_sample_writes_where_the_topic_is_placed(stack: LocalStack, t
     assert lines[-1] == "20 sent, 20 read back on dc-b: OK", lines[-1]
 
 
-@pytest.mark.slow  # one Spark pass (about 40 s on 2 cores)
-def test_trace_lookup_sample_traces_a_key(stack: LocalStack, tmp_path: Path) -> None:
-    lines = _run_sample(stack, tmp_path, "trace_lookup.py", "--store", str(tmp_path / "store"),
-                        env={"YKAFKA_BOOTSTRAP_DC_A": stack.clusters["dc-a"]}, timeout=300)
-    assert any(line.startswith("pipeline done in ") for line in lines)
-    timeline = "\n".join(lines[lines.index(next(x for x in lines if x.startswith("$ ykafka trace order-1"))):])
-    assert "produced 5 messages to orders-" in "\n".join(lines)
-    assert "handled 5 messages (order-1 after one retry)" in lines
-    for step in ("produced", "acked", "consumed", "retried", "processed"):  # all from the ykafka clients' own hooks
-        assert step in timeline, (step, timeline)
-    assert lines[-1].startswith("└"), lines[-1]  # the final line closes the key's timeline
-
-
 def test_every_sample_runs_in_the_suite() -> None:
     source = "\n".join(p.read_text() for p in sorted(Path(__file__).parent.glob("test_*.py")))
     missing = [p.name for p in sorted((ROOT / "samples").glob("*.py")) if f'"{p.name}"' not in source]
