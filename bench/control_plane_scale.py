@@ -903,7 +903,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="300 clients, 3 s (the suite's check), no plot")
     parser.add_argument("--plot-from", nargs="+", default=None, metavar="OUTPUT",
                         help="draw --png from earlier runs' output (their `size N: {...}` lines; a later file's "
-                             "figures replace an earlier's, so a run of some --phases updates a full run's)")
+                             "figures replace an earlier's, so a run of some --phases updates a full run's; "
+                             "a figure a run did not measure, None, replaces nothing)")
     args = parser.parse_args()
     if args.plot_from:
         merged: dict[str, dict[str, Any]] = {}
@@ -911,7 +912,8 @@ def main() -> None:
             for line in Path(name).read_text().splitlines():
                 if line.startswith("size "):
                     size, figures = line[len("size "):].split(": ", 1)
-                    merged.setdefault(size, {}).update(json.loads(figures))
+                    merged.setdefault(size, {}).update(
+                        {k: v for k, v in json.loads(figures).items() if v is not None})  # a phase not run: None
         plot(merged, Path(args.png))
         print("RESULT " + json.dumps({"sizes": sorted(int(k) for k in merged), "by_size": merged,
                                       "targets": TARGETS, "plotted_from": args.plot_from}), flush=True)
