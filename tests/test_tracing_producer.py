@@ -9,6 +9,7 @@ import time
 
 from confluent_kafka import TopicPartition
 
+from tests.consumer_fixtures import create_topic
 from tests.pipeline_fixtures import consumer, read_events, unique, wait_until
 from ykafka import Producer, events
 from ykafka.events import MetricName
@@ -50,8 +51,9 @@ def test_sampled_messages_carry_the_trace_header_and_only_they_are_traced(obs_br
     topic, quiet, client_id = unique("half"), unique("off"), unique("producer")
     producer = Producer({"bootstrap.servers": bs, "ykafka.client.id": client_id, "trace.enabled": True,
                          "trace.sample.rate": 0.5, "ykafka.metrics.enabled": False})
-    for i in range(40):
-        producer.produce(topic, b"v", f"k{i}".encode(), partition=0)
+    create_topic(bs, topic, 1)
+    for i in range(40):  # odd ones without a partition: Producer.produce samples them inline (issue 39)
+        producer.produce(topic, b"v", f"k{i}".encode(), **({"partition": 0} if i % 2 == 0 else {}))
     producer.flush(10)
     producer.close()
     off = Producer({"bootstrap.servers": bs, "ykafka.metrics.enabled": False})  # P2 default: trace off
@@ -65,6 +67,8 @@ def test_sampled_messages_carry_the_trace_header_and_only_they_are_traced(obs_br
     c.close()
     marked = {dict(m.headers() or [])["ykafka-trace"].decode() for m in got if m.headers()}
     assert 5 <= len(marked) <= 35  # about half, decided once per message
+    parity = {int(m.key()[1:]) % 2 for m in got if m.headers()}
+    assert parity == {0, 1}  # sampled on both paths (20 sends each at 0.5: none sampled on one is 1e-6)
     steps = read_events(bs, events.TRACE_TOPIC, 2 * len(marked), lambda e: e["topic"] == topic)
     assert {e["msg_id"] for e in steps} == marked
     assert sorted(e["kind"] for e in steps) == ["acked"] * len(marked) + ["produced"] * len(marked)

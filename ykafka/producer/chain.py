@@ -63,7 +63,10 @@ def build(p: ProducerBase, st: _TopicState) -> None:
     st.send_reserved = st.send if reserved is inner else _outer(p, st, reserved, [], reserved=True)
     st.steps = tuple(reversed(steps))
     # the direct step alone: Producer.produce runs it inline (the same code as _direct's send, kept in step)
-    st.fast = (st.direct, st.client.rd.produce) if st.steps == ("dr-direct",) and st.direct is not None else None
+    # ... and with a sampled trace before it (rate under 1, no message id): the sampling too (_traced_sampled's send)
+    sampled = st.steps == ("trace", "dr-direct") and 0.0 < st.trace < 1.0 and not p._stamp_ids
+    st.fast = (st.direct, st.client.rd.produce, st.trace if sampled else 0.0) \
+        if (st.steps == ("dr-direct",) or sampled) and st.direct is not None else None
 
 
 def _outer(p: ProducerBase, st: _TopicState, chain: Send, steps: list[str], reserved: bool) -> Send:
@@ -148,6 +151,8 @@ def _traced_direct(p: ProducerBase, st: _TopicState, direct_step: Send) -> Send:
 
 
 def _traced_sampled(p: ProducerBase, st: _TopicState, nxt: Send) -> Send:
+    """A sampled trace (rate under 1). Before the direct step alone ``Producer.produce`` runs it inline
+    (``st.fast``'s rate): a change here goes there too."""
     rate = st.trace
 
     def send(topic: str, value: Any, key: Any, partition: int, on_delivery: Any, callback: Any, timestamp: int,

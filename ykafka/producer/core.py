@@ -53,6 +53,7 @@ from ykafka.producer.state import (
     SendHook,
     _Client,
     _freeze,
+    _random,
     _TopicState,
     _with_header,
     send_error,
@@ -182,8 +183,10 @@ class Producer(ClientSwaps, TopicResolver):
         try:
             if fast is None or partition >= 0:
                 st.send(topic, value, key, partition, on_delivery, None, timestamp, headers)  # its chain (chain.py)
-            else:  # the chain is the disaster-recovery direct step alone: chain._direct's send, inline
-                direct, produce = fast
+            else:  # the chain is the disaster-recovery direct step (after a sampled trace): chain's sends, inline
+                direct, produce, rate = fast
+                if rate and _random() < rate:  # chain._traced_sampled: sampled, decided once, here
+                    on_delivery, headers = self._traced(st, key, on_delivery, headers)
                 if on_delivery is None:
                     on_delivery = self._default_dr
                 if key is not None or timestamp:  # its produce order rides along (see chain._direct)

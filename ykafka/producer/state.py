@@ -98,7 +98,8 @@ class _TopicState:
         self.traced_pair: tuple[Any, DeliveryCallback | None] = (_NOTHING, None)
         #: (direct sender, its client's produce) when the chain is the disaster-recovery direct step alone:
         #: ``Producer.produce`` takes that step inline (one Python frame less per send); set by chain.build
-        self.fast: tuple[DirectSender, Callable[..., None]] | None = None
+        #: (engine's direct sender, its client's produce, sampled trace rate or 0.0): Producer.produce inlines them
+        self.fast: tuple[DirectSender, Callable[..., None], float] | None = None
 
 
 def _freeze(props: Mapping[str, Any]) -> tuple[Any, ...]:
