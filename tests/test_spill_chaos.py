@@ -257,3 +257,28 @@ def test_single_thread_sync_spill_sigkilled_mid_way_loses_nothing(tmp_path: Path
         assert counts["present"] + counts["acked"] - counts["acked_back"] >= counts["accepted"]
     else:
         assert counts["present"] - counts["extra"] == counts["accepted"]
+
+
+def test_a_spill_queue_the_disk_cannot_take_never_fails_a_send(one_broker: Broker, tmp_path: Path) -> None:
+    """Issue 38's 30-minute soak (seed 3): with the spill disk full, the engine opened the standby's link for a
+    re-routed send, its spill queue could not write its owner lock (``OSError: [Errno 28] No space left on
+    device`` out of ``produce``) and the producer process died with 956 sends unanswered. A queue that cannot be
+    made (here: a file where its directory goes) leaves the link without a spill: sends still go to the cluster
+    and are acknowledged."""
+    spill = tmp_path / "dr"
+    spill.mkdir()
+    (spill / "solo").write_text("not a directory")
+    topic = unique("spill-unwritable")
+    create_topic(one_broker.bootstrap, topic, 1)
+    engine = make_engine({"solo": one_broker.bootstrap}, RouteSpec("solo"), spill)
+    acked: list[int] = []
+    try:
+        for i in range(50):
+            engine.produce(topic, str(i).encode(), key=b"k",
+                           on_delivery=lambda err, msg: acked.append(int(msg.value())) if err is None else None)
+        assert engine.flush(30) == 0
+        status = engine.status()
+    finally:
+        engine.close()
+    assert sorted(acked) == list(range(50)), status
+    assert "solo" not in status["spill"], status  # no queue, reported as none

@@ -24,6 +24,7 @@ key's outage records reach A through the sync job, after A's new writes of that 
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -180,10 +181,18 @@ class DisasterRecovery:
             if link is not None:
                 return link
             health = self.health.cluster(cluster)
-            queue = SpillQueue(self.options.spill_dir, cluster, max_bytes=self.options.spill_max_bytes,
-                               commit="async" if self.options.spill_commit == "async" else "sync",
-                               fsync=self.options.spill_fsync,
-                               async_max_pending=self.options.spill_async_max_pending)
+            queue: SpillQueue | None = None
+            try:
+                queue = SpillQueue(self.options.spill_dir, cluster, max_bytes=self.options.spill_max_bytes,
+                                   commit="async" if self.options.spill_commit == "async" else "sync",
+                                   fsync=self.options.spill_fsync,
+                                   async_max_pending=self.options.spill_async_max_pending)
+            except (OSError, sqlite3.Error) as exc:
+                # a spill disk that is full or not writable: the link goes on without a spill (sends go to the
+                # cluster; what it cannot take fails through its callback) instead of raising out of produce().
+                # The 30-minute soak's disk-full fault: the standby's link opened for a re-routed send while the
+                # disk was full, ENOSPC writing the queue's owner lock, and the producer process died.
+                log.warning("spill.queue_unavailable", cluster=cluster, error=str(exc))
             link = ClusterLink(cluster, lambda: self._client_factory(cluster, self._direct_conf(cluster)), health,
                                queue, self._reroute, lambda topic: self._route(topic).spill, self.mailbox)
             link.on_available = self._link_available
@@ -197,6 +206,8 @@ class DisasterRecovery:
                 conf["error_cb"] = self.health.error_cb(cluster)
                 return self._client_factory(cluster, conf)
 
+            if queue is None:
+                return link
             replayer = self._replayers[cluster] = Replayer(
                 queue, replay_client, lambda: self.health.is_up(cluster) and not self._holding(cluster),
                 stall_s=self.options.replay_stall_s,

@@ -150,10 +150,11 @@ class SpillQueue:
             fh.close()
             raise ConfigError(f"spill directory {self.path} is in use by another client ({holder}); "
                               "give each producer process its own ykafka.spill.dir") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()}\n")
-        fh.flush()
+        try:  # who holds it, for the message above; the lock is the flock, a full disk must not undo it
+            os.ftruncate(fh.fileno(), 0)
+            os.pwrite(fh.fileno(), f"pid {os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
         return fh
 
     def _release_owner_lock(self) -> None:
