@@ -205,3 +205,4 @@ def test_killed_broker_under_the_direct_path_spills_and_replays(one_broker: Brok
     assert counts["lost"] == 0 and counts["duplicated"] == 0 and counts["unexpected"] == 0
     assert sorted(stream.acked) == stream.sent and not stream.errors
     assert _keyed_in_order(records)
+

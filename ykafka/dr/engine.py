@@ -111,6 +111,7 @@ class DisasterRecovery:
             self._lock = threading.RLock()
             self.mailbox = Mailbox(options.defer_callbacks)
             self._links: dict[str, ClusterLink] = {}
+            self._queueless: set[str] = set()  # links whose spill queue the disk refused (see _open_queue)
             self._replayers: dict[str, Replayer] = {}
             self._table = RouteTable(route, self.health.is_up)
             self._recommit = False  # health or a switch may have moved routes: the maintenance thread commits them
@@ -181,18 +182,7 @@ class DisasterRecovery:
             if link is not None:
                 return link
             health = self.health.cluster(cluster)
-            queue: SpillQueue | None = None
-            try:
-                queue = SpillQueue(self.options.spill_dir, cluster, max_bytes=self.options.spill_max_bytes,
-                                   commit="async" if self.options.spill_commit == "async" else "sync",
-                                   fsync=self.options.spill_fsync,
-                                   async_max_pending=self.options.spill_async_max_pending)
-            except (OSError, sqlite3.Error) as exc:
-                # a spill disk that is full or not writable: the link goes on without a spill (sends go to the
-                # cluster; what it cannot take fails through its callback) instead of raising out of produce().
-                # The 30-minute soak's disk-full fault: the standby's link opened for a re-routed send while the
-                # disk was full, ENOSPC writing the queue's owner lock, and the producer process died.
-                log.warning("spill.queue_unavailable", cluster=cluster, error=str(exc))
+            queue = self._open_queue(cluster)
             link = ClusterLink(cluster, lambda: self._client_factory(cluster, self._direct_conf(cluster)), health,
                                queue, self._reroute, lambda topic: self._route(topic).spill, self.mailbox)
             link.on_available = self._link_available
@@ -200,22 +190,58 @@ class DisasterRecovery:
             link.on_change = self._changed
             link.on_spilled = lambda msg: self._trace("spilled", cluster, msg.topic, msg.key, msg.headers, None)
             self._links[cluster] = link
-
-            def replay_client() -> RawProducer:
-                conf = replay_config(self._rdkafka_config(cluster))
-                conf["error_cb"] = self.health.error_cb(cluster)
-                return self._client_factory(cluster, conf)
-
-            if queue is None:
-                return link
-            replayer = self._replayers[cluster] = Replayer(
-                queue, replay_client, lambda: self.health.is_up(cluster) and not self._holding(cluster),
-                stall_s=self.options.replay_stall_s,
-                progress_interval_s=self.options.progress_interval_s, mailbox=self.mailbox)
-            replayer.on_replayed = lambda rec, m: self._trace("replayed", cluster, rec.topic, rec.key, rec.headers, m)
-            if queue.depth:
-                self._replayers[cluster].kick()
+            if queue is not None:
+                self._start_replayer(cluster, queue)
             return link
+
+    def _open_queue(self, cluster: str) -> SpillQueue | None:
+        """The cluster's spill queue; None while its disk refuses to open one (full, read-only, gone).
+
+        A link is made the first time a message needs its cluster, which may be in the middle of an outage on
+        a full disk: the queue's files cannot be created then. Raising there raised out of the caller's
+        ``produce`` (a 30-minute soak's producer died of ENOSPC at a failover), so the link starts without a
+        spill (its messages go straight to the cluster, or fail with their own error) and the maintenance
+        thread opens the queue once the disk takes it (docs/reliability.md, the seed-3 30-minute run)."""
+        try:
+            return SpillQueue(self.options.spill_dir, cluster, max_bytes=self.options.spill_max_bytes,
+                              commit="async" if self.options.spill_commit == "async" else "sync",
+                              fsync=self.options.spill_fsync,
+                              async_max_pending=self.options.spill_async_max_pending)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("spill.queue_unavailable", cluster=cluster, error=str(exc))
+            self._queueless.add(cluster)
+            return None
+
+    def _start_replayer(self, cluster: str, queue: SpillQueue) -> None:
+        def replay_client() -> RawProducer:
+            conf = replay_config(self._rdkafka_config(cluster))
+            conf["error_cb"] = self.health.error_cb(cluster)
+            return self._client_factory(cluster, conf)
+
+        replayer = self._replayers[cluster] = Replayer(
+            queue, replay_client, lambda: self.health.is_up(cluster) and not self._holding(cluster),
+            stall_s=self.options.replay_stall_s,
+            progress_interval_s=self.options.progress_interval_s, mailbox=self.mailbox)
+        replayer.on_replayed = lambda rec, m: self._trace("replayed", cluster, rec.topic, rec.key, rec.headers, m)
+        if queue.depth:
+            replayer.kick()
+
+    def _reopen_queues(self) -> None:
+        """Open the spill queues a refusing disk kept closed (maintenance thread)."""
+        for cluster in sorted(self._queueless):
+            with self._lock:
+                link = self._links.get(cluster)
+                if link is None or link.queue is not None:
+                    self._queueless.discard(cluster)
+                    continue
+                self._queueless.discard(cluster)
+                queue = self._open_queue(cluster)
+                if queue is None:
+                    continue
+                link.attach_queue(queue)
+                self._start_replayer(cluster, queue)
+                log.info("spill.available", cluster=cluster)
+            self._changed()
 
     def suspect_all(self, reason: str) -> None:
         """A client error that names no cluster: probe every cluster now."""
@@ -490,6 +516,8 @@ class DisasterRecovery:
                         self._failback = False
                         last_check = time.monotonic()
                         self._check_outages()
+                    if self._queueless and periodic:
+                        self._reopen_queues()
                 except Exception:
                     log.exception("failover.maintenance_error")
 

@@ -228,6 +228,11 @@ class ClusterLink:
         self.on_change: Callable[[], None] | None = None  # the owner drops cached direct routes
         self.on_spilled: Callable[[Outgoing], None] | None = None  # message trace: the "spilled" step
 
+    def attach_queue(self, queue: SpillQueue) -> None:
+        """The spill queue the disk refused at first (the engine's maintenance thread opens it later)."""
+        with self._lock:
+            self.queue = queue
+
     # --- sending ----------------------------------------------------------------------------------
 
     def client(self) -> RawProducer:
