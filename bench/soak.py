@@ -419,14 +419,16 @@ class Soak:
         assert self.spill_disk is not None, "disk-full needs the spill tmpfs"
         ballast = self.spill_disk / "ballast"
         chunk = b"\0" * (1 << 16)
-        with ballast.open("wb") as f:
-            try:
+        already_full = False
+        try:  # the spill may have filled the disk itself (a long outage): then even the ballast's open fails
+            with ballast.open("wb") as f:
                 while True:
                     f.write(chunk)
                     f.flush()
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            already_full = not ballast.exists()
         down = rng.uniform(3, 8)
         try:
             self.a.kill()
@@ -434,8 +436,8 @@ class Soak:
             self.a.start()
             self.wait(5)
         finally:
-            ballast.unlink()
-        return {"down_s": round(down, 1)}
+            ballast.unlink(missing_ok=True)
+        return {"down_s": round(down, 1), "already_full": already_full}
 
     def run(self) -> dict[str, Any]:
         args = self.args
