@@ -24,7 +24,8 @@ At the end the producers stop sending, wait until spills are replayed and failba
 clusters are read back plainly:
 
 * ``lost``: acknowledged records not on dc-a (directly or synced back from dc-b): must be 0;
-* ``callbacks_bad``: sends without exactly one delivery callback: must be 0;
+* ``callbacks_bad``: sends without exactly one delivery callback: must be 0 (``refused``: sends ``produce``
+  refused at the call with ``SpillFullError``, a full spill disk: they are not sends and get no callback);
 * ``not_on_primary``: records dc-b took that are not on dc-a: must be 0 (everything the standby took is back);
 * ``unhandled``: acknowledged records the consumer group never handled, and ``lag`` (dc-a's ends minus the group's
   committed offsets) at the end: must be 0; the group gets as long as it keeps making progress (``drain_s``: how
@@ -483,6 +484,7 @@ class Soak:
                 done.append({"error": line or f"exited {proc.poll()}", "log_tail": said[-3:]})
             proc.wait(60)
         sent: set[int] = set()
+        refused: set[int] = set()
         acked: set[int] = set()
         callbacks: Counter[int] = Counter()
         ack_times: list[list[float]] = []
@@ -492,12 +494,15 @@ class Soak:
                 parts = line.split()
                 if parts[0] == "S":
                     sent.add(int(parts[1]))
+                elif parts[0] == "R":  # refused at the call (SpillFullError): never sent, no callback due
+                    refused.add(int(parts[1]))
                 elif len(parts) == 3:
                     callbacks[int(parts[0])] += 1
                     if parts[1] == "ok":
                         acked.add(int(parts[0]))
                         times.append(float(parts[2]))
             ack_times.append(sorted(times))
+        sent -= refused
         for fault in self.faults:  # the longest time any producer went without an acknowledgement around the fault
             start, end = fault.pop("_window")
             fault["_span"] = (start, end)
@@ -543,7 +548,8 @@ class Soak:
             "dc_a_nodes": self.nodes,
             "consumers": self.args.consumers, "faults": len(self.faults),
             "fault_kinds": dict(Counter(f["fault"] for f in self.faults)),
-            "sent": len(sent), "acked": len(acked), "failed_callbacks": len(sent) - len(acked),
+            "sent": len(sent), "refused": len(refused), "acked": len(acked),
+            "failed_callbacks": len(sent) - len(acked),
             "callbacks_bad": sum(1 for v in sent if callbacks[v] != 1) + sum(1 for v in callbacks if v not in sent),
             "lost": len(acked - set(values_a)), "on_standby": len(values_b),
             "not_on_primary": len(values_b - set(values_a)), "synced": len(on_a) - len(direct),
