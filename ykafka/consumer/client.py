@@ -76,7 +76,10 @@ class Consumer:
             self._hot = (self.engine, self._session, self._observer)
             # an instance attribute: the class forwards unknown names to librdkafka (__getattr__), which makes
             # every ``self.x`` in a method a generic lookup; the closure reads what it needs from its cells
-            self.__dict__["poll"] = _drop_in_poll(self.engine, self._session, self._observer)
+            # ... unless a subclass has its own poll (DeserializingConsumer: the instance attribute shadowed it and
+            # its messages came back undeserialized), which reaches the checked call through Consumer.poll
+            if type(self).poll is Consumer.poll:
+                self.__dict__["poll"] = _drop_in_poll(self.engine, self._session, self._observer)
             # the runtime's and the engine's threads reach this consumer only weakly: one nobody references is
             # collected, and its shutdown (on_collect below) runs without it (ykafka/lifecycle.py)
             self.engine.on_fatal = weak_method(self._on_fatal)
