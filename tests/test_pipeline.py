@@ -220,7 +220,9 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
     # --- group lifecycle: ephemeral deleted in real time, idle found and removed on --apply ----------
     assert result["ephemeral"][g_eph] is None  # deleted (other tests' ephemeral clients may show up too)
     listed = runner.invoke(groups_cli, ["list", "--bootstrap", bs, "--store", store.root, "--idle", "1s", "--json"])
-    candidates = {json.loads(line)["candidate"] for line in listed.output.splitlines()}
+    rows = [json.loads(line) for line in listed.output.splitlines()]
+    assert "page" in rows[-1]  # the paged list's last line: where the next page starts
+    candidates = {row["candidate"] for row in rows[:-1]}
     assert {g_idle, g_main} <= candidates and g_stall not in candidates and g_eph not in candidates
     cleaned = runner.invoke(groups_cli, ["cleanup", "--bootstrap", bs, "--store", store.root, "--idle", "1s",
                                          "--apply", "--json"])
