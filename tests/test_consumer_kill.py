@@ -352,3 +352,43 @@ def test_a_late_rebalance_callback_of_a_replaced_handle_leaves_the_new_one_alone
         consumer.close()
         runner.join(30)
         assert not runner.is_alive() and time.monotonic() - began < 30
+
+
+def test_watchdog_rebuilds_a_client_whose_connections_stopped_answering_while_the_cluster_answers(
+        one_broker: Broker, tmp_path: Path) -> None:
+    """Issue 38's seed-1 soak: a consumer's requests went unanswered after the brokers came back while the cluster
+    answered everyone else; each watchdog look failed, was read as "the cluster is down", and the group stayed
+    stranded (713,218 records unhandled at the end). Here the consumer reaches the broker through a switchboard
+    (tests/switchboard.py). First every connection is wedged and new ones refused: the cluster is unreachable for
+    this client, a fresh client cannot reach it either, and the watchdog leaves the handle alone for 4 bounds. Then
+    new connections flow again while the old ones stay wedged: within 2 looks the handle is rebuilt and every record
+    is handled once. Before the fresh-client probe: no rebuild, records still unhandled 20 s later (librdkafka
+    gives up on a request after socket.timeout.ms, 60 s)."""
+    from tests.switchboard import Switchboard
+
+    assert one_broker.proxied is not None, "the durable pool's dc-a has a proxied listener"
+    inner, outer = one_broker.proxied
+    board = Switchboard(outer, f"127.0.0.1:{inner}")
+    topic, group = unique("wedge"), unique("g")
+    create_topic(one_broker.bootstrap, topic, 2)
+    handled: list[int] = []
+    consumer, runner = _running_consumer(f"127.0.0.1:{outer}", topic, group, tmp_path, 2000,
+                                         lambda m: handled.append(int(m.value())))
+    engine = consumer.engine
+    try:
+        produce(one_broker.bootstrap, topic, 100, keys=10)
+        wait_until(lambda: len(set(handled)) >= 100, 60, message="first 100 handled")
+        board.refuse()
+        assert board.wedge() >= 2  # bootstrap/broker and the group coordinator's connection at least
+        produce(one_broker.bootstrap, topic, 100, keys=10, start=100)
+        time.sleep(8)  # 4 watchdog bounds: every look fails and so does a fresh client's
+        assert (engine.watchdog_rebuilds, len(set(handled))) == (0, 100)
+        board.refuse(False)
+        wait_until(lambda: len(set(handled)) >= 200, 20, message="records after the wedge handled")
+        assert engine.watchdog_rebuilds == 1
+    finally:
+        consumer.close()
+        runner.join(30)
+        board.close()
+    counts = Counter(handled)
+    assert set(counts) == set(range(200)), sorted(set(range(200)) - set(counts))[:5]

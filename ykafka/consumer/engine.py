@@ -51,6 +51,10 @@ _partition: Callable[[Message], Any] = Message.partition
 _topic: Callable[[Message], Any] = Message.topic
 #: added to a bounded close's wait (librdkafka's own leave-group and final commit)
 CLOSE_GRACE_S = 10.0
+UNANSWERED = "this client's requests fail"  # the watchdog's verdict on a handle the cluster no longer answers
+UNANSWERED_CLOSE_S = 2.0
+#: settings a watchdog probe leaves out: callbacks that report into this consumer (its errors, statistics, commits)
+_PROBE_DROPPED = frozenset({"error_cb", "stats_cb", "throttle_cb", "on_commit", "statistics.interval.ms"})
 _IGNORED_ERRORS = (CKError._PARTITION_EOF, CKError.UNKNOWN_TOPIC_OR_PART, CKError._UNKNOWN_PARTITION,
                    CKError._UNKNOWN_TOPIC)
 
@@ -103,6 +107,7 @@ class Engine(LiveChanges):
         #: others do is invisible to the consumer-wide progress count
         self._part_marks: dict[S.TP, tuple[tuple[int | None, int | None], float]] = {}
         self._unassigned_seen: dict[S.TP, int] | None = None  # committed offsets at the last unassigned look
+        self._probe_answers = 0  # consecutive looks our handle failed while a fresh client's were answered
         self.watchdog_rebuilds = 0
 
     # -- control ----------------------------------------------------------------------------------------
@@ -310,7 +315,11 @@ class Engine(LiveChanges):
         metrics = self.observer.metrics if self.observer is not None else None
         if metrics is not None:
             metrics.count(str(MetricName.CONSUME_REJOINS), 1, None, self.group)
-        session.rebuild({}, close_timeout=min(self.settings.revoke_timeout_ms / 1000, 10.0) + CLOSE_GRACE_S)
+        # a handle that answers nothing would only spend the whole bound in close: its commits cannot land (what it
+        # held is handled again from the committed offsets, at-least-once)
+        close_s = UNANSWERED_CLOSE_S if reason.startswith(UNANSWERED) else \
+            min(self.settings.revoke_timeout_ms / 1000, 10.0) + CLOSE_GRACE_S
+        session.rebuild({}, close_timeout=close_s)
         self._progress_at = time.monotonic()
         self._part_marks.clear()
         self._unassigned_seen = None
@@ -346,26 +355,79 @@ class Engine(LiveChanges):
         if consumer is None:
             return None
         try:
-            if not session.assigned:
-                return self._unassigned_reason(consumer)
-            self._unassigned_seen = None
-            parts = [TopicPartition(t, p) for t, p in (stuck or sorted(session.assigned))]
-            behind = 0
-            for tp in consumer.committed(parts, timeout=5):
-                low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=2,
-                                                           cached=False)
-                behind += max(0, high - max(tp.offset, low))
-            if not behind:
-                return None
-            if stuck:
-                return (f"partitions fetching nothing ({', '.join(f'{t}[{p}]' for t, p in stuck)}: {behind} records "
-                        "behind the committed offsets)")
-            return f"no progress ({behind} records behind the committed offsets)"
-        except Exception as exc:  # the cluster does not answer: a new client would not either
-            log.info("consumer.watchdog_unknown", group=self.group, error=str(exc))
-            return None
+            look = self._assigned_reason if session.assigned else self._unassigned_reason
+            reason = look(consumer, stuck)
+        except Exception as exc:
+            return self._failed_look(exc)
+        self._probe_answers = 0
+        return reason
 
-    def _unassigned_reason(self, consumer: Any) -> str | None:
+    def _assigned_reason(self, consumer: Any, stuck: Sequence[S.TP]) -> str | None:
+        session = self.session
+        self._unassigned_seen = None
+        parts = [TopicPartition(t, p) for t, p in (stuck or sorted(session.assigned))]
+        behind = 0
+        for tp in consumer.committed(parts, timeout=5):
+            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=2,
+                                                       cached=False)
+            behind += max(0, high - max(tp.offset, low))
+        if not behind:
+            return None
+        if stuck:
+            return (f"partitions fetching nothing ({', '.join(f'{t}[{p}]' for t, p in stuck)}: {behind} records "
+                    "behind the committed offsets)")
+        return f"no progress ({behind} records behind the committed offsets)"
+
+    def _failed_look(self, exc: Exception) -> str | None:
+        """Our handle's look failed. Issue 38's seed-1 soak: a consumer's coordinator requests sat in its out-queue
+        after the brokers came back (the group EMPTY, 713,218 records unhandled) and every look timed out, which
+        the watchdog read as "the cluster does not answer, a new client would not either" for the rest of the run.
+        Whether the cluster answers is asked of a fresh client: when it answers the same questions at two looks in
+        a row while ours does not, the fault is in our handle and it is rebuilt; when the fresh client fails too,
+        the cluster is down and rebuilding would only churn (docs/reliability.md, "The consumer watchdog")."""
+        if self._fresh_client_answers():
+            self._probe_answers += 1
+            log.warning("consumer.watchdog_handle_unanswered", group=self.group, error=str(exc),
+                        looks=self._probe_answers)
+            if self._probe_answers >= 2:
+                self._probe_answers = 0
+                return f"{UNANSWERED} ({exc}) while a new client's are answered"
+            return None
+        self._probe_answers = 0
+        log.info("consumer.watchdog_unknown", group=self.group, error=str(exc))
+        return None
+
+    def _fresh_client_answers(self) -> bool:
+        """A short-lived client with our settings (no callbacks that report into this consumer, no group join)
+        asks the cluster what the watchdog's look asks: the topics' metadata and the group's committed offsets,
+        which go to the group coordinator."""
+        conf = {k: v for k, v in self.session.client_config.items() if k not in _PROBE_DROPPED}
+        conf["enable.auto.commit"] = False
+        probe = None
+        try:
+            probe = self.session.factory(conf)
+            parts: list[TopicPartition] = []
+            for topic in self.session.topics:
+                if not topic.startswith("^"):
+                    meta = probe.list_topics(topic, timeout=5).topics.get(topic)
+                    if meta is not None and meta.error is None:
+                        parts += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+            if parts:
+                probe.committed(parts, timeout=5)
+            else:
+                probe.list_topics(timeout=5)
+            return True
+        except Exception as exc:
+            log.debug("consumer.watchdog_probe_failed", group=self.group, error=str(exc))
+            return False
+        finally:
+            if probe is not None:
+                try:
+                    probe.close()
+                except Exception as exc:  # a probe that cannot close is dropped with its handle
+                    log.debug("consumer.watchdog_probe_close_failed", error=str(exc))
+
+    def _unassigned_reason(self, consumer: Any, _stuck: Sequence[S.TP] = ()) -> str | None:
         """A client without an assignment is stalled when its topics hold records beyond the group's committed
         offsets and those offsets have not moved since the watchdog's last look: nobody in the group consumes
         them. A member with nothing to do (more members than partitions) sees the others' offsets move, or none
