@@ -245,10 +245,11 @@ def seed(stack: Stack, n: int) -> dict[str, Any]:
     """N clients in the inventory (each reported within the last 2 minutes), 50 apps, a console admin."""
     from metaserver.console import users
     from metaserver.domain import sealing
+    from metaserver.domain.clients import release_key_rows
     from metaserver.routes.admin import insert_app
     from metaserver.settings import Settings
     from metaserver.storage import db
-    from metaserver.storage.models import client_state
+    from metaserver.storage.models import client_release_keys, client_state
 
     engine = db.make_engine(stack.urls["ms"])
     now = time.time()
@@ -256,15 +257,19 @@ def seed(stack: Stack, n: int) -> dict[str, Any]:
     n_topics, n_groups = max(10, n // 10), max(2, n // 50)
     started = time.monotonic()
     with db.write(engine) as conn:
-        batch = []
+        batch: list[dict[str, Any]] = []
+        held: list[dict[str, str]] = []  # the release keys each holds, as a report writes them (clients.store)
         for i in range(n):
-            batch.append({**client_row(i, n_topics, n_groups), "first_seen": now - 3600,
-                          "last_seen": now - rng.random() * 120})
+            row = client_row(i, n_topics, n_groups)
+            batch.append({**row, "first_seen": now - 3600, "last_seen": now - rng.random() * 120})
+            held += release_key_rows(row["app_id"], row["client_id"], row["config_release_keys"])
             if len(batch) == 5000:
                 conn.execute(client_state.insert(), batch)
-                batch = []
+                conn.execute(client_release_keys.insert(), held)
+                batch, held = [], []
         if batch:
             conn.execute(client_state.insert(), batch)
+            conn.execute(client_release_keys.insert(), held)
         for a in range(min(50, max(2, n // 100))):
             insert_app(conn, "bench", f"app-{a:02d}", acl={"produce": ["*"], "consume": ["*"], "group": ["*"]},
                        sealer=sealing.load(Settings(), b""))  # no sealing key: stored as the MetaServer reads it

@@ -111,12 +111,11 @@ def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
         else:
             # every client that holds the key but reports errors is classified (few, usually none: their count
             # must be exact); of the pending ones (counted by the summary) only the rows shown are read
-            unsettled = queries.reached(conn, beat, kind, scope.name, tgt.namespace, limit=5000,
-                                        where=queries.holding_with_errors(tgt.namespace, keys)
-                                        ) if errored_holders else []
+            unsettled = queries.errored_holders(conn, beat, kind, scope.name, tgt.namespace, keys
+                                                ) if errored_holders else []
             if counts["pending"]:
-                unsettled += queries.reached(conn, beat, kind, scope.name, tgt.namespace,
-                                             where=queries.pending(tgt.namespace, keys), limit=PANEL_ROWS)
+                unsettled += queries.pending_page(conn, beat, kind, scope.name, tgt.namespace, keys,
+                                                  counts["pending"], total, PANEL_ROWS)
             rows = loop.panel(unsettled, scope, tgt, rejections_of)
         for row in rows:  # errors reported, key held: rejected, or applied when the errors are not this release's
             if row["client"]["has_errors"] and row["status"] in ("applied", "rejected"):

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, Table, delete, select, tuple_
 
 from ..schemas import ClientReport
 from ..storage import db, hotpath
-from ..storage.models import CLIENT_FIELDS, client_reports, client_state
+from ..storage.models import CLIENT_FIELDS, client_release_keys, client_reports, client_state
 
 
 def _columns(report: ClientReport) -> dict[str, Any]:
@@ -30,6 +30,21 @@ def _columns(report: ClientReport) -> dict[str, Any]:
         "group_id": report.group, "cluster": report.cluster, "config_release_keys": report.config_release_keys,
         "state": report.state, "errors": report.errors, "extra": report.extra,
     }
+
+
+#: where ``config_release_keys`` is in the hot path's columns (a report's previous keys)
+_KEYS_AT = hotpath.CLIENT_COLUMNS.index("config_release_keys")
+#: the longest namespace and key part kept in ``ms_client_release_keys`` (its columns); a longer one (no config
+#: service makes one) is left out, so that client shows as pending on a panel
+KEY_MAX = 512
+
+
+def release_key_rows(app_id: str, client_id: str, held: dict[str, str]) -> list[dict[str, str]]:
+    """``ms_client_release_keys`` rows of one client: one per namespace and part of its key (the config service
+    joins the keys of the releases it merged with ``+``; a client holds a release when its key is one part)."""
+    return [{"app_id": app_id, "client_id": client_id, "namespace": namespace, "release_key": part}
+            for namespace, key in sorted(held.items()) if len(namespace) <= KEY_MAX
+            for part in sorted(set(str(key).split("+"))) if 0 < len(part) <= KEY_MAX]
 
 
 def store(engine: Engine, report: ClientReport, now: float | None = None) -> bool:
@@ -57,6 +72,11 @@ def store(engine: Engine, report: ClientReport, now: float | None = None) -> boo
                                  for k, v in zip(hotpath.CLIENT_COLUMNS, before[0], strict=True)} != values
         if changed:
             hotpath.rows(cur, dialect, hotpath.CLIENT_HISTORY, params)
+        held_before = hotpath.json_value(before[0][_KEYS_AT]) if before else None
+        if held_before != values["config_release_keys"]:
+            hotpath.rows(cur, dialect, hotpath.RELEASE_KEYS_DELETE, params)
+            hotpath.many(cur, dialect, hotpath.RELEASE_KEYS_INSERT, release_key_rows(
+                report.app_id, report.client_id, report.config_release_keys))
         raw.commit()
     finally:
         raw.close()  # back to the pool (rolled back if anything is left open)
@@ -81,7 +101,16 @@ def prune(engine: Engine, now: float, state_retention_s: float, history_retentio
         while True:
             with db.write(engine) as conn:
                 doomed = select(*keys).where(column < cutoff).limit(batch)
-                count = conn.execute(delete(table).where(key.in_(doomed))).rowcount
+                if table is client_state:  # the clients' held keys go with them: the same clients, read once
+                    gone = [tuple(row) for row in conn.execute(doomed)]
+                    if gone:
+                        conn.execute(delete(client_release_keys).where(tuple_(
+                            client_release_keys.c.app_id, client_release_keys.c.client_id).in_(gone)))
+                        count = conn.execute(delete(table).where(key.in_(gone))).rowcount
+                    else:
+                        count = 0
+                else:
+                    count = conn.execute(delete(table).where(key.in_(doomed))).rowcount
             removed[name] += count
             if count < batch:
                 break

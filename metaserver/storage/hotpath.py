@@ -44,6 +44,12 @@ CLIENT_UPSERT = (f"INSERT INTO ms_client_state (app_id, client_id, {', '.join(_C
 CLIENT_HISTORY = (f"INSERT INTO ms_client_reports (at, app_id, client_id, {', '.join(_CLIENT_COLS)}) "
                   f"VALUES (:now, :app_id, :client_id, {', '.join(':' + c for c in _CLIENT_COLS)})")
 
+# the release keys a client holds, one row per namespace and key part (models.client_release_keys): rewritten
+# only by a report whose keys changed
+RELEASE_KEYS_DELETE = "DELETE FROM ms_client_release_keys WHERE app_id = :app_id AND client_id = :client_id"
+RELEASE_KEYS_INSERT = ("INSERT INTO ms_client_release_keys (app_id, client_id, namespace, release_key) "
+                       "VALUES (:app_id, :client_id, :namespace, :release_key) ON CONFLICT DO NOTHING")
+
 
 @lru_cache(maxsize=64)
 def _for(dialect: str, sql: str) -> str:
@@ -55,6 +61,12 @@ def _for(dialect: str, sql: str) -> str:
 def rows(cursor: Any, dialect: str, sql: str, params: dict[str, Any]) -> list[Any]:
     cursor.execute(_for(dialect, sql), params)
     return list(cursor.fetchall()) if cursor.description is not None else []
+
+
+def many(cursor: Any, dialect: str, sql: str, params: list[dict[str, Any]]) -> None:
+    """One statement for each of ``params`` (nothing when there are none)."""
+    if params:
+        cursor.executemany(_for(dialect, sql), params)
 
 
 def json_value(value: Any) -> Any:

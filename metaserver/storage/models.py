@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 metadata = MetaData()
@@ -145,7 +146,24 @@ client_state = Table(
     Index("ix_ms_client_state_librdkafka", "librdkafka_version"),
     Index("ix_ms_client_state_group", "group_id"),
     Index("ix_ms_client_state_last_seen", "last_seen"),
+    # the clients reporting errors, a few of every live one (a config panel's holders with errors; migration 0016)
+    Index("ix_ms_client_state_errored", "app_id", "client_id",
+          postgresql_where=text("CAST(errors AS TEXT) NOT IN ('[]', 'null')"),
+          sqlite_where=text("CAST(errors AS TEXT) NOT IN ('[]', 'null')")),
     # PostgreSQL also has ix_ms_client_state_topics, a GIN index on (topics::jsonb) (migration 0013)
+)
+
+#: the release keys a client holds (its report's ``config_release_keys``), one row per namespace and key part
+#: (the config service joins merged releases' keys with ``+``): "who holds another key than the one in force"
+#: is an index range here, where the JSON column needs a read of every live client (migration 0016). Written
+#: by a report whose keys changed (domain/clients.store), deleted with the client (domain/clients.prune).
+client_release_keys = Table(
+    "ms_client_release_keys", metadata,
+    Column("app_id", String(128), primary_key=True),
+    Column("client_id", String(255), primary_key=True),
+    Column("namespace", String(512), primary_key=True),
+    Column("release_key", String(512), primary_key=True),
+    Index("ix_ms_client_release_keys_held", "namespace", "release_key"),
 )
 
 client_reports = Table(

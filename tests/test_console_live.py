@@ -1,0 +1,177 @@
+"""Which clients the console calls live, and the config panel's reads at a large fleet's size (issue 41).
+
+A client's last report (``close()``) says ``closed``; it is still within its 3 heartbeats for a while, and the
+overview counted it live while the clients page showed it closed. On the real MetaServer (SQLite and
+PostgreSQL): the overview, the clients page's "live only" filter and a config panel agree that it is not.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from metaserver.console import queries
+from metaserver.domain import clients
+from metaserver.schemas import ClientReport
+from metaserver.storage import db
+from metaserver.storage.models import client_release_keys, client_state
+from tests.helpers import unique
+from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, new_app, require_pg
+
+PASSWORD = "live-pass-123"
+
+
+def _console(server: MetaServer) -> requests.Session:
+    name = unique("live")
+    made = requests.post(server.url + "/v1/admin/users", json={"username": name, "password": PASSWORD,
+                                                                "role": "viewer"},
+                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)
+    assert made.status_code in (200, 201), made.text
+    sess = requests.Session()
+    assert sess.post(server.url + "/console/login", data={"username": name, "password": PASSWORD},
+                     allow_redirects=False, timeout=10).status_code == 303
+    return sess
+
+
+@pytest.fixture(scope="module")
+def ms(ms_backend: str, ms_factory: Callable[..., MetaServer], request: pytest.FixtureRequest) -> MetaServer:
+    """A MetaServer (SQLite, PostgreSQL) with a 30 s heartbeat: a running client stays live however slow the
+    machine is between its report and the page (the suite's default of 1 s makes that 3 s)."""
+    db_url = request.getfixturevalue("pg_schema_factory")() if ms_backend == "postgres" else None
+    return ms_factory(db_url=db_url, renew_interval=30)
+
+
+def test_a_client_that_reported_close_is_not_live_on_the_overview_nor_on_the_clients_page(ms: MetaServer) -> None:
+    app = new_app(ms)
+    sdk = ms.sdk(app.app_id, app.secret)
+    token = sdk.grant("open-1").json()["token"]
+    console = _console(ms)
+    before = console.get(ms.url + "/console/", timeout=10)
+    live_before = int(re.search(r'<b id="live-count">(\d+)</b>', before.text).group(1))  # type: ignore[union-attr]
+    # two running producers, then one closes (its last report, within its 3 heartbeats)
+    for client_id in ("open-1", "closing-1"):
+        assert sdk.report(token, client_id=client_id, role="producer").status_code == 204
+    assert sdk.report(token, client_id="closing-1", role="producer", state="closed").status_code == 204
+    overview = console.get(ms.url + "/console/", timeout=10)
+    clients = console.get(ms.url + f"/console/clients?app={app.app_id}", timeout=10)
+    live_only = console.get(ms.url + f"/console/clients?app={app.app_id}&online=1", timeout=10)
+    assert overview.status_code == clients.status_code == live_only.status_code == 200
+    # before the fix: live_before + 2 (the closed one counted for up to 3 heartbeats)
+    assert re.search(r'<b id="live-count">(\d+)</b>', overview.text).group(1) == str(  # type: ignore[union-attr]
+        live_before + 1)
+    row = re.search(r'data-client="closing-1".*?<span class="pill (\w+)">(\w+)</span>', clients.text, re.S)
+    assert row is not None and row.groups() == ("off", "closed")
+    assert re.findall(r'<tr class="client" data-client="([^"]+)"', live_only.text) == ["open-1"]
+
+
+# --- a config panel's unsettled rows: the held keys' table and the errored clients' partial index --------------
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[sa.Engine]:
+    if request.param == "postgres":
+        require_pg()
+        url = request.getfixturevalue("pg_schema_factory")()
+    else:
+        url = f"sqlite:///{tmp_path_factory.mktemp('panel') / 'ms.db'}"
+    eng = db.make_engine(url)
+    db.migrate(eng)
+    yield eng
+    eng.dispose()
+
+
+def _report(client_id: str, held: dict[str, str], **fields: Any) -> ClientReport:
+    return ClientReport.model_validate({"client_id": client_id, "app_id": "panel-app", "role": "producer",
+                                        "topics": ["orders"], "config_release_keys": held, **fields})
+
+
+def _held_rows(engine: sa.Engine, client_id: str) -> set[tuple[str, str]]:
+    with engine.connect() as conn:
+        return {(str(n), str(k)) for n, k in conn.execute(
+            sa.select(client_release_keys.c.namespace, client_release_keys.c.release_key)
+            .where(client_release_keys.c.client_id == client_id))}
+
+
+def test_a_reports_release_keys_are_one_row_per_namespace_and_part_rewritten_on_change_and_pruned(
+        engine: sa.Engine) -> None:
+    now = time.time()
+    clients.store(engine, _report("k-1", {"ykafka.global": "rk-1+rk-c", "ykafka.topic.orders": "t9"}), now=now)
+    assert _held_rows(engine, "k-1") == {("ykafka.global", "rk-1"), ("ykafka.global", "rk-c"),
+                                         ("ykafka.topic.orders", "t9")}
+    clients.store(engine, _report("k-1", {"ykafka.global": "rk-2"}), now=now + 1)  # a new release applied
+    assert _held_rows(engine, "k-1") == {("ykafka.global", "rk-2")}
+    clients.store(engine, _report("k-1", {"ykafka.global": "rk-2"}, state="degraded"), now=now + 2)
+    assert _held_rows(engine, "k-1") == {("ykafka.global", "rk-2")}
+    assert clients.prune(engine, now + 10 * 86400, 86400, 86400)["clients"] >= 1  # gone with the client
+    assert _held_rows(engine, "k-1") == set()
+
+
+def test_the_panels_pending_and_errored_rows_are_exact(engine: sa.Engine) -> None:
+    """rk-10 is pending for rk-1 (the JSON filter's LIKE '%rk-1%' took it for a holder: never listed, though
+    counted pending); a merged rk-1+rk-c holds rk-1; a client with no key is pending; a closed one is not live."""
+    now = time.time()
+    fleet = {"h-1": "rk-1", "h-2": "rk-1", "h-merged": "rk-1+rk-c", "p-old": "rk-0", "p-10": "rk-10",
+             "h-err": "rk-1", "p-err": "rk-0", "h-closed": "rk-0"}
+    for client_id, key in fleet.items():
+        clients.store(engine, _report(client_id, {"ykafka.global": key},
+                                      errors=["config rejected"] if client_id.endswith("err") else [],
+                                      state="closed" if client_id.endswith("closed") else "running"), now=now)
+    clients.store(engine, _report("p-none", {}), now=now)
+    ns, keys = "ykafka.global", ["rk-1"]
+    with db.read(engine) as conn:
+        held = {r["client_id"] for r in queries.errored_holders(conn, 30, "global", "", ns, keys)}
+        assert held == {"h-err"}
+        few = queries.pending_page(conn, 30, "global", "", ns, keys, pending_n=4, total=9, limit=100)
+        walked = queries.pending_page(conn, 30, "global", "", ns, keys, pending_n=4, total=9, limit=2)
+        rk10 = queries.pending_page(conn, 30, "global", "", ns, ["rk-1"], pending_n=1, total=1000, limit=100)
+    assert {r["client_id"] for r in few} == {"p-old", "p-10", "p-err", "p-none"}  # index path, then the walk
+    assert [r["client_id"] for r in walked] == ["p-10", "p-err"]  # key order, two rows
+    assert {"p-10", "p-old", "p-err"} <= {r["client_id"] for r in rk10}  # from the held keys' index
+
+
+def test_the_panels_reads_walk_the_indexes_on_postgresql(engine: sa.Engine) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("the plans are PostgreSQL's (SQLite's fleets are small)")
+    seen: list[tuple[str, Any]] = []
+
+    def record(_c: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
+        seen.append((statement, params))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        with db.read(engine) as conn:
+            queries.errored_holders(conn, 30, "global", "", "ykafka.global", ["rk-1"])
+            queries.pending_page(conn, 30, "global", "", "ykafka.global", ["rk-1"], 1, 1000, 100)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    plans = []
+    now = time.time()
+    with engine.begin() as conn:  # 5,000 live clients without errors, each holding rk-1: the planner's view of a
+        # fleet (on a handful of rows any plan is as cheap)
+        conn.execute(client_state.insert(), [
+            {"app_id": "plan-app", "client_id": f"plan-{i:05d}", "role": "producer", "state": "running",
+             "errors": [], "config_release_keys": {"ykafka.global": "rk-1"}, "first_seen": now, "last_seen": now}
+            for i in range(5000)])
+        conn.execute(client_release_keys.insert(), [
+            {"app_id": "plan-app", "client_id": f"plan-{i:05d}", "namespace": "ykafka.global", "release_key": "rk-1"}
+            for i in range(5000)])
+        conn.execute(sa.text("ANALYZE ms_client_state"))
+        conn.execute(sa.text("ANALYZE ms_client_release_keys"))
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        cur = raw.cursor()  # type: ignore[union-attr]
+        for statement, params in seen:
+            cur.execute("EXPLAIN " + statement, params)
+            plans.append("\n".join(str(r[0]) for r in cur.fetchall()))
+    errored = next(p for s, p in zip(seen, plans, strict=True) if "NOT IN ('[]', 'null')" in s[0] and
+                   "ms_client_release_keys" not in s[0])
+    assert "ix_ms_client_state_errored" in errored, errored  # the erring clients: a partial index, not a scan
+    ranges = [p for s, p in zip(seen, plans, strict=True) if s[0].lstrip().startswith(
+        "SELECT ms_client_release_keys.app_id")]
+    assert len(ranges) == 2 and all("ix_ms_client_release_keys_held" in p for p in ranges), ranges
