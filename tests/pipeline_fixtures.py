@@ -8,6 +8,7 @@ clients must not leak events into what these tests count. Spark starts once per 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,17 @@ from tests.helpers import unique as unique
 from tests.helpers import wait_until as wait_until
 from tests.support import Broker, broker_kind, tansu_group_quirk
 from ykafka import events
+
+#: the options of every JVM Spark starts for a test: the driver (``spark-submit``: SPARK_SUBMIT_OPTS, also the
+#: drivers ``ykafka pipeline run`` starts as subprocesses, which inherit the environment), a standalone cluster's
+#: master and workers (SPARK_DAEMON_JAVA_OPTS) and its executors (``spark.executor.extraJavaOptions``, in the
+#: cluster tests' ``--conf``). A test's Spark JVM lives a minute or two on tiny batches: C2's compile threads and
+#: the parallel GC's threads cost CPU that never pays back on 2 cores (test_pipeline_checkpoint: 94 CPU-s instead
+#: of 115, the same outcome; a master and two workers up: 17-19 CPU-s instead of 33-40, 77-104 s instead of
+#: 175-205 s at a load of 20). The product's defaults (pipeline/session.py) keep C2 for long-running drivers.
+SPARK_TEST_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_TEST_JVM)
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SPARK_TEST_JVM)
 
 
 def _obs_broker(tmp_path_factory: pytest.TempPathFactory, kind: str) -> Iterator[Broker]:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.pipeline_chaos import Driver, Traffic, caught_up, checkpoint, verify_exact
-from tests.pipeline_fixtures import unique, wait_until
+from tests.pipeline_fixtures import SPARK_TEST_JVM, unique, wait_until
 from tests.support import ROOT
 from ykafka.metrics import Metrics, local_versions
 from ykafka.sink import EventSink
@@ -71,7 +71,8 @@ def test_pipeline_on_a_spark_cluster_gives_the_local_mode_results(obs_broker: An
     proc = subprocess.run([str(Path(sys.executable).parent / "ykafka"), "pipeline", "run", "--once", "--no-sampler",
                            "--master", master_url, "--bootstrap", obs_broker.bootstrap, "--store", cluster_store,
                            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=512m",
-                           "--conf", "spark.cores.max=2", "--conf", "spark.sql.shuffle.partitions=2"],
+                           "--conf", "spark.cores.max=2", "--conf", "spark.sql.shuffle.partitions=2",
+                           "--conf", f"spark.executor.extraJavaOptions={SPARK_TEST_JVM}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "done in" in proc.stdout
@@ -102,7 +103,8 @@ def test_cluster_commands_show_and_guard_the_running_cluster(spark_cluster: Any)
     assert missing.exit_code == 1 and "ykafka pipeline cluster up" in missing.output
 
 
-CLUSTER_CONF = ("spark.driver.host=127.0.0.1", "spark.executor.memory=512m", "spark.cores.max=2")
+CLUSTER_CONF = ("spark.driver.host=127.0.0.1", "spark.executor.memory=512m", "spark.cores.max=2",
+                f"spark.executor.extraJavaOptions={SPARK_TEST_JVM}")
 
 
 def _pending(store: Path, query: str) -> set[int]:
