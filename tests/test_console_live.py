@@ -175,3 +175,43 @@ def test_the_panels_reads_walk_the_indexes_on_postgresql(engine: sa.Engine) -> N
     ranges = [p for s, p in zip(seen, plans, strict=True) if s[0].lstrip().startswith(
         "SELECT ms_client_release_keys.app_id")]
     assert len(ranges) == 2 and all("ix_ms_client_release_keys_held" in p for p in ranges), ranges
+
+
+def test_the_ip_and_host_filter_is_a_prefix_read_from_an_index_on_postgresql(engine: sa.Engine) -> None:
+    """The clients page's IP / host name filter matches the start of either (10.0.7. finds 10.0.7.x, not
+    10.10.0.7); on PostgreSQL an index range (migration 0017), where a substring read every live row."""
+    now = time.time()
+    with engine.begin() as conn:
+        conn.execute(client_state.insert(), [
+            {"app_id": "ip-app", "client_id": f"ip-{i:05d}", "role": "producer", "state": "running",
+             "ip": f"10.{i // 250 % 250}.{i % 250}.{i // 62500}", "hostname": f"node-{i:05d}.dc-a", "errors": [],
+             "first_seen": now, "last_seen": now} for i in range(5000)])
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.text("ANALYZE ms_client_state"))
+    seen: list[tuple[str, Any]] = []
+
+    def record(_c: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
+        seen.append((statement, params))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        with db.read(engine) as conn:
+            by_ip = queries.client_list(conn, 30, {"ip": "10.7.1"}, True, 200)
+            by_host = queries.client_list(conn, 30, {"ip": "node-0012"}, True, 200)
+            by_middle = queries.client_list(conn, 30, {"ip": "dc-a"}, True, 200)
+            quoted = queries.client_list(conn, 30, {"ip": "x' OR '1'='1"}, True, 200)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert sorted(r["ip"] for r in by_ip[0]) == sorted(f"10.7.{k}.0" for k in (1, *range(10, 20), *range(100, 200)))
+    assert by_ip[1] == 111 and sorted(r["client_id"] for r in by_host[0]) == [f"ip-0012{d}" for d in range(10)]
+    assert by_middle[1] == 0 and quoted[1] == 0  # no substring match; a quote is a character, not SQL
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        cur = raw.cursor()  # type: ignore[union-attr]
+        plans = []
+        for statement, params in seen[:2]:  # the capped count and the page of the IP filter
+            cur.execute("EXPLAIN " + statement, params)
+            plans.append("\n".join(str(r[0]) for r in cur.fetchall()))
+    assert all("ix_ms_client_state_ip_prefix" in p and "ix_ms_client_state_host_prefix" in p for p in plans), plans

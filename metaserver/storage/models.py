@@ -150,7 +150,8 @@ client_state = Table(
     Index("ix_ms_client_state_errored", "app_id", "client_id",
           postgresql_where=text("CAST(errors AS TEXT) NOT IN ('[]', 'null')"),
           sqlite_where=text("CAST(errors AS TEXT) NOT IN ('[]', 'null')")),
-    # PostgreSQL also has ix_ms_client_state_topics, a GIN index on (topics::jsonb) (migration 0013)
+    # PostgreSQL also has ix_ms_client_state_topics, a GIN index on (topics::jsonb) (migration 0013), and prefix
+    # indexes on ip and hostname (text_pattern_ops: the clients page's IP / host filter; migration 0017)
 )
 
 #: the release keys a client holds (its report's ``config_release_keys``), one row per namespace and key part
