@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--conf", action="append", default=[], help="extra Spark setting key=value")
     parser.add_argument("--quick", action="store_true", help="8,000 events (the suite's check)")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
+                        help="the source cluster: Tansu (memory) or one Apache Kafka KRaft node")
     parser.add_argument("--cluster", action="store_true",
                         help="local[2], then a 2-worker standalone cluster, then 3 workers, in one run")
     args = parser.parse_args()
@@ -88,7 +90,7 @@ def main() -> None:
         return
     conf = dict(item.split("=", 1) for item in args.conf)
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-pipeline-"))
-    broker = Broker("bench-pipeline", work / "logs").start()
+    broker = Broker("bench-pipeline", work / "logs", broker=args.broker).start()
     pipeline: Pipeline | None = None
     try:
         # 16 event batches: the warm-up is read in two tasks as the measured batch is (two Python workers)
@@ -152,7 +154,7 @@ def main() -> None:
                   "event_to_alert_s": round(event_to_alert, 2), "trace_events": trace_n, "metric_events": metric_n,
                   "batch_seconds": round(elapsed, 2), "spark_start_s": round(spark_start_s, 1),
                   "warmup_s": round(warmup_s, 1), "handler_seconds": {n: handled[n] for n in ("trace", "metrics")},
-                  "master": args.master}
+                  "master": args.master, "broker": args.broker}
     finally:
         if pipeline is not None:
             pipeline.close()
