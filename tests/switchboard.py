@@ -9,6 +9,7 @@ flow. :meth:`Switchboard.refuse` closes new connections at once (a cluster nobod
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -24,10 +25,8 @@ class _Link:
     def close(self) -> None:
         self.closed = True
         for sock in (self.client, self.upstream):
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
 
 class Switchboard:
