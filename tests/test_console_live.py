@@ -7,6 +7,7 @@ PostgreSQL): the overview, the clients page's "live only" filter and a config pa
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +47,21 @@ def ms(ms_backend: str, ms_factory: Callable[..., MetaServer], request: pytest.F
     machine is between its report and the page (the suite's default of 1 s makes that 3 s)."""
     db_url = request.getfixturevalue("pg_schema_factory")() if ms_backend == "postgres" else None
     return ms_factory(db_url=db_url, renew_interval=30)
+
+
+@contextlib.contextmanager
+def recorded(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement (and its parameters) the engine sends while the block runs."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(_c: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
+        seen.append((statement, params))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
 
 
 def test_a_client_that_reported_close_is_not_live_on_the_overview_nor_on_the_clients_page(ms: MetaServer) -> None:
@@ -138,18 +154,9 @@ def test_the_panels_pending_and_errored_rows_are_exact(engine: sa.Engine) -> Non
 def test_the_panels_reads_walk_the_indexes_on_postgresql(engine: sa.Engine) -> None:
     if engine.dialect.name != "postgresql":
         pytest.skip("the plans are PostgreSQL's (SQLite's fleets are small)")
-    seen: list[tuple[str, Any]] = []
-
-    def record(_c: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
-        seen.append((statement, params))
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        with db.read(engine) as conn:
-            queries.errored_holders(conn, 30, "global", "", "ykafka.global", ["rk-1"])
-            queries.pending_page(conn, 30, "global", "", "ykafka.global", ["rk-1"], 1, 1000, 100)
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+    with recorded(engine) as seen, db.read(engine) as conn:
+        queries.errored_holders(conn, 30, "global", "", "ykafka.global", ["rk-1"])
+        queries.pending_page(conn, 30, "global", "", "ykafka.global", ["rk-1"], 1, 1000, 100)
     plans = []
     now = time.time()
     with engine.begin() as conn:  # 5,000 live clients without errors, each holding rk-1: the planner's view of a
@@ -188,20 +195,11 @@ def test_the_ip_and_host_filter_is_a_prefix_read_from_an_index_on_postgresql(eng
              "first_seen": now, "last_seen": now} for i in range(5000)])
         if engine.dialect.name == "postgresql":
             conn.execute(sa.text("ANALYZE ms_client_state"))
-    seen: list[tuple[str, Any]] = []
-
-    def record(_c: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
-        seen.append((statement, params))
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        with db.read(engine) as conn:
-            by_ip = queries.client_list(conn, 30, {"ip": "10.7.1"}, True, 200)
-            by_host = queries.client_list(conn, 30, {"ip": "node-0012"}, True, 200)
-            by_middle = queries.client_list(conn, 30, {"ip": "dc-a"}, True, 200)
-            quoted = queries.client_list(conn, 30, {"ip": "x' OR '1'='1"}, True, 200)
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+    with recorded(engine) as seen, db.read(engine) as conn:
+        by_ip = queries.client_list(conn, 30, {"ip": "10.7.1"}, True, 200)
+        by_host = queries.client_list(conn, 30, {"ip": "node-0012"}, True, 200)
+        by_middle = queries.client_list(conn, 30, {"ip": "dc-a"}, True, 200)
+        quoted = queries.client_list(conn, 30, {"ip": "x' OR '1'='1"}, True, 200)
     assert sorted(r["ip"] for r in by_ip[0]) == sorted(f"10.7.{k}.0" for k in (1, *range(10, 20), *range(100, 200)))
     assert by_ip[1] == 111 and sorted(r["client_id"] for r in by_host[0]) == [f"ip-0012{d}" for d in range(10)]
     assert by_middle[1] == 0 and quoted[1] == 0  # no substring match; a quote is a character, not SQL
