@@ -406,12 +406,7 @@ class Engine(LiveChanges):
         probe = None
         try:
             probe = self.session.factory(conf)
-            parts: list[TopicPartition] = []
-            for topic in self.session.topics:
-                if not topic.startswith("^"):
-                    meta = probe.list_topics(topic, timeout=5).topics.get(topic)
-                    if meta is not None and meta.error is None:
-                        parts += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+            parts = self._subscribed_partitions(probe)
             if parts:
                 probe.committed(parts, timeout=5)
             else:
@@ -427,6 +422,18 @@ class Engine(LiveChanges):
                 except Exception as exc:  # a probe that cannot close is dropped with its handle
                     log.debug("consumer.watchdog_probe_close_failed", error=str(exc))
 
+    def _subscribed_partitions(self, client: Any) -> list[TopicPartition]:
+        """Every partition of the subscribed topics, from ``client``'s metadata (a pattern is left out: its topics
+        are not known without an assignment)."""
+        parts: list[TopicPartition] = []
+        for topic in self.session.topics:
+            if topic.startswith("^"):
+                continue
+            meta = client.list_topics(topic, timeout=5).topics.get(topic)
+            if meta is not None and meta.error is None:
+                parts += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        return parts
+
     def _unassigned_reason(self, consumer: Any, _stuck: Sequence[S.TP] = ()) -> str | None:
         """A client without an assignment is stalled when its topics hold records beyond the group's committed
         offsets and those offsets have not moved since the watchdog's last look: nobody in the group consumes
@@ -437,13 +444,7 @@ class Engine(LiveChanges):
         ``AdminClient.describe_consumer_groups``: librdkafka's coordinator admin requests can abort the whole
         process when a connection drops under them (librdkafka issue 4605, open in 2.16), and this check runs
         exactly when connections are failing (docs/architecture.md, "Coordinator admin requests")."""
-        parts: list[TopicPartition] = []
-        for topic in self.session.topics:
-            if topic.startswith("^"):
-                continue  # a pattern: its topics are not known without an assignment
-            meta = consumer.list_topics(topic, timeout=5).topics.get(topic)
-            if meta is not None and meta.error is None:
-                parts += [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        parts = self._subscribed_partitions(consumer)
         behind: dict[S.TP, int] = {}
         for tp in consumer.committed(parts, timeout=5) if parts else []:
             low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=2,
