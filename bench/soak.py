@@ -33,7 +33,11 @@ clusters are read back plainly:
 * ``duplicates``: extra copies on dc-a (at-least-once: in flight at a break, or synced back in addition to a
   direct copy), ``overtaken_direct`` / ``overtaken_standby`` / ``overtaken_all``: records stored behind a newer
   write of their key, in dc-a's direct writes, on dc-b, and on dc-a as a whole (counted; synced records land behind
-  newer direct writes by design: writes come first);
+  newer direct writes by design: writes come first). ``overtaken_direct`` counts records the producers sent while
+  idempotent (``producer.acks=all``, the default): must be 0; ``overtaken_direct_not_idempotent`` those sent while a
+  pushed ``producer.acks`` other than ``all`` was in force (and ``PLAIN_TAIL_S`` after the push back): counted.
+  librdkafka refuses idempotence without ``acks=all``, and a plain producer's request in doubt (sent, unanswered,
+  purged at a failover) can still be stored after newer writes: only the broker's sequence check refuses it;
 * per fault, ``recovery_s``: from the heal until every producer had a record acknowledged again, and
   ``write_gap_s``: the longest any producer went without an acknowledgement from the fault to its recovery (the
   failover's pause, a frozen cluster's detection);
@@ -122,6 +126,11 @@ def sample(pid: int) -> dict[str, float] | None:
         return None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     return {"threads": int(fields["Threads"]), "fds": fds, "rss_mb": round(int(fields["VmRSS"].split()[0]) / 1024, 1)}
+
+
+#: after a push of ``producer.acks=all``, how long records of the plain (not idempotent) client may still be stored:
+#: held ``spill.after.ms`` (10 s) and re-sent, with margin
+PLAIN_TAIL_S = 30.0
 
 
 def key_overtakes(records: list[Any]) -> list[tuple[bytes | None, int, int]]:
@@ -518,6 +527,9 @@ class Soak:
         direct = [m for m in on_a if not H.synced_from(m.headers())]
         duplicates = self.explain_duplicates(on_a, values_a)
         overtaken_examples = self.explain_overtaken(direct, values_a)
+        overtaken_direct = key_overtakes(direct)
+        stored_at = {int(m.value() or b"0"): m.timestamp()[1] / 1000 for m in direct}
+        plain = [v for _key, v, _newer in overtaken_direct if self.acks_at(stored_at[v]) != "all"]
         for fault in self.faults:
             fault.pop("_span", None)
         ends = self.ends()
@@ -554,7 +566,8 @@ class Soak:
             "lost": len(acked - set(values_a)), "on_standby": len(values_b),
             "not_on_primary": len(values_b - set(values_a)), "synced": len(on_a) - len(direct),
             "duplicates": sum(n - 1 for n in values_a.values() if n > 1), **duplicates,
-            "overtaken_direct": len(key_overtakes(direct)), "overtaken_standby": len(key_overtakes(on_b)),
+            "overtaken_direct": len(overtaken_direct) - len(plain), "overtaken_direct_not_idempotent": len(plain),
+            "overtaken_standby": len(key_overtakes(on_b)),
             "overtaken_all": len(key_overtakes(on_a)),
             "overtaken_direct_examples": overtaken_examples,
             "unhandled": unhandled, "lag": lag, "drain_s": drain_s, "consumer_exit": consumer_exit,
@@ -573,6 +586,22 @@ class Soak:
             "clients": bounds, "fault_log": self.faults,
         }
 
+    def acks_at(self, at: float) -> str:
+        """The ``producer.acks`` the producers had in force at wall time ``at``, as the pushes set it: a push is in
+        force from its start; after a push back to ``all``, records can still come from the plain client for
+        ``PLAIN_TAIL_S`` (held, timed out, re-sent), so that tail counts as the plain client's too."""
+        acks = "all"
+        for fault in sorted((f for f in self.faults if f["fault"] == "config-push" and f.get("key") == "producer.acks"),
+                            key=lambda f: f["at_s"]):
+            start = self.started + fault["at_s"]
+            if at < start:
+                break
+            if fault["value"] != "all":
+                acks = str(fault["value"])
+            elif at >= start + (fault.get("applied_s") or 0) + PLAIN_TAIL_S:
+                acks = "all"
+        return acks
+
     def explain_overtaken(self, direct: list[Any], counts: Counter[int], most: int = 12) -> list[dict[str, Any]]:
         """Each direct write of dc-a stored behind a newer write of its key (up to ``most``): where both are
         (partition, offset, the record's timestamp relative to the run's start), how many copies each has on dc-a,
@@ -589,7 +618,8 @@ class Soak:
                         "copies": counts[value], "behind": newer,
                         "behind_at": (early.partition(), early.offset(),
                                       round(early.timestamp()[1] / 1000 - self.started, 3)),
-                        "behind_copies": counts[newer], "fault": fault[0] if fault else None})
+                        "behind_copies": counts[newer], "fault": fault[0] if fault else None,
+                        "acks": self.acks_at(at)})
         return out
 
     def explain_duplicates(self, on_a: list[Any], counts: Counter[int]) -> dict[str, Any]:

@@ -79,7 +79,9 @@ def test_acks_change_takes_effect_live_and_back(sdk_stack: LocalStack) -> None:
         after = stream.delivered[mark:]
         # acks=0: librdkafka gets no broker response, so no offset is known for the message
         assert after and all(m.offset() is None or m.offset() < 0 for m in after[-50:])
-        assert [c["settings"]["acks"] for c in producer.clients() if not c["retiring"]] == ["0"]
+        # acks other than all: not idempotent, so one request in flight (per-key order across retries and re-sends)
+        assert [(c["settings"]["acks"], c["settings"].get("max.in.flight.requests.per.connection"))
+                for c in producer.clients() if not c["retiring"]] == [("0", 1)]
 
         sdk_stack.push(f"topic:{topic}", {"producer.acks": "all"})
         stream.until(lambda: (producer.in_force(topic) or {}).get("producer.acks") == "all")
@@ -88,6 +90,9 @@ def test_acks_change_takes_effect_live_and_back(sdk_stack: LocalStack) -> None:
         stream.send(20)
         assert producer.flush(15) == 0
         assert all(m.offset() >= 0 for m in stream.delivered[mark:])
+        # idempotent again: librdkafka's own ordering, up to 5 requests in flight (its default)
+        assert [c["settings"].get("max.in.flight.requests.per.connection") for c in producer.clients()
+                if not c["retiring"]] == [None]
     assert not stream.failed
     result = check_stream(read_topic(sdk_stack.clusters["dc-a"], topic, stream.sent), stream.sent)
     assert result["lost"] == 0 and result["duplicated"] == 0 and result["disorder"] == 0
@@ -269,8 +274,10 @@ def test_idempotence_socket_buffer_compression_and_byte_limit_live(sdk_stack: Lo
                                           "producer.socket.send.buffer.bytes": "262144"})
         stream.until(lambda: (producer.in_force(topic) or {}).get("producer.compression") == "zstd")
         live = [c["settings"] for c in producer.clients() if not c["retiring"]]
+        # not idempotent: one request in flight keeps a key's records in order across retries (disaster recovery)
         assert live == [{"acks": "all", "enable.idempotence": "false", "linger.ms": 5, "batch.size": 1_000_000,
-                         "compression.type": "zstd", "socket.send.buffer.bytes": 262144}]
+                         "compression.type": "zstd", "socket.send.buffer.bytes": 262144,
+                         "max.in.flight.requests.per.connection": 1}]
         sdk_stack.push(f"topic:{topic}", {"producer.rate.limit.bytes": "500"})
         stream.until(lambda: (producer.in_force(topic) or {}).get("producer.rate.limit.bytes") == 500.0, batch=1)
         stream.send(100)  # ~5 bytes each: about the 500-byte burst

@@ -67,7 +67,8 @@ class _Client:
         shown = {k: v for k, v in self.props.items() if not callable(v) and "password" not in k}
         return {"cluster": self.cluster, "retiring": self.retiring_since is not None, "in_queue": len(self.rd),
                 "settings": {k: shown[k] for k in ("acks", "enable.idempotence", "linger.ms", "batch.size",
-                                                   "compression.type", "socket.send.buffer.bytes") if k in shown}}
+                                                   "compression.type", "socket.send.buffer.bytes",
+                                                   "max.in.flight.requests.per.connection") if k in shown}}
 
 
 class _TopicState:
