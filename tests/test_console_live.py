@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -213,3 +214,85 @@ def test_the_ip_and_host_filter_is_a_prefix_read_from_an_index_on_postgresql(eng
             cur.execute("EXPLAIN " + statement, params)
             plans.append("\n".join(str(r[0]) for r in cur.fetchall()))
     assert all("ix_ms_client_state_ip_prefix" in p and "ix_ms_client_state_host_prefix" in p for p in plans), plans
+
+
+# --- summaries over every live client: answered while they are read again off the request ---------------------
+
+def test_an_expired_summary_is_answered_while_a_thread_of_its_own_reads_it_again(
+        engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config panel's counts per status are a scan of every live client (100-300 ms of PostgreSQL at 100,000
+    clients). Reused for a few seconds, the view that found them expired still ran the scan itself: that view
+    was the panel's p95 (290 ms, bench/control_plane_scale.py). Now the expired counts are answered and read
+    again on a thread of their own; only a view after STALE_MAX_S of nobody looking reads them itself. Here
+    every scan counts as slow and large (the thresholds set to 0), the TTL is 0.3 s."""
+    monkeypatch.setattr(queries, "SUMMARY_SLOW_S", 0.0)
+    monkeypatch.setattr(queries, "SUMMARY_MIN_CLIENTS", 0)
+    monkeypatch.setattr(queries, "PANEL_TTL_S", 0.3)
+    monkeypatch.setattr(queries, "STALE_MAX_S", 3.0)
+    queries._reused.clear()
+    cluster, ns, now = unique("dc-swr"), "ykafka.global", time.time()
+    for i in range(3):
+        clients.store(engine, _report(f"swr-a-{i}-{cluster}", {ns: "rk-1"}, cluster=cluster), now=now)
+    scans: list[str] = []  # the thread each scan of ms_client_state ran on
+
+    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if "ms_client_state" in statement and "count(" in statement.lower():
+            scans.append(threading.current_thread().name)
+
+    def counts() -> list[tuple[Any, ...]]:
+        with db.read(engine) as conn:
+            return sorted(queries.reached_summary(conn, 30, "cluster", cluster, ns, ()))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        main = threading.current_thread().name
+        assert counts() == [("rk-1", False, False, 3)] and scans == [main]  # the first view reads them itself
+        for i in range(2):  # two more clients, on another release
+            clients.store(engine, _report(f"swr-b-{i}-{cluster}", {ns: "rk-2"}, cluster=cluster), now=time.time())
+        assert counts() == [("rk-1", False, False, 3)] and scans == [main]  # within the TTL: reused
+        time.sleep(0.4)
+        assert counts() == [("rk-1", False, False, 3)]  # expired: answered at once, the old counts ...
+        assert queries.settle(10.0)
+        assert scans[:1] == [main] and len(scans) == 2 and scans[1].startswith("console-summary"), scans
+        # ... and read again on its own thread (before: on the view's, which waited for it)
+        assert counts() == [("rk-1", False, False, 3), ("rk-2", False, False, 2)] and len(scans) == 2
+        time.sleep(3.2)  # nobody looked for longer than STALE_MAX_S: the view reads them itself
+        clients.store(engine, _report(f"swr-c-{cluster}", {ns: "rk-2"}, cluster=cluster), now=time.time())
+        assert counts() == [("rk-1", False, False, 3), ("rk-2", False, False, 3)] and scans[2:] == [main]
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+        assert queries.settle(10.0)
+        queries._reused.clear()
+
+
+def test_the_topics_pages_clients_per_cluster_count_live_clients_and_are_reused(
+        engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The topics page's move form (an admin's) counts live clients per cluster: a scan of every live client,
+    80 ms of PostgreSQL per view at 100,000 clients, read on every view (the slowest statement of the page,
+    bench/control_plane_scale.py). Now a summary like the overview's; and a closed client is not counted."""
+    from metaserver.console import provision
+
+    monkeypatch.setattr(queries, "SUMMARY_SLOW_S", 0.0)
+    monkeypatch.setattr(queries, "SUMMARY_MIN_CLIENTS", 0)
+    queries._reused.clear()
+    cluster, now = unique("dc-load"), time.time()
+    for i in range(3):
+        clients.store(engine, _report(f"load-{i}-{cluster}", {}, cluster=cluster,
+                                      state="closed" if i == 2 else "running"), now=now)
+    scans: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if "ms_client_state" in statement and "count(" in statement.lower():
+            scans.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        with db.read(engine) as conn:
+            assert dict(provision.live_per_cluster(conn, 30))[cluster] == 2  # before: 3 (the closed one too)
+            scans.clear()
+            provision.cluster_loads(conn, 30)
+            provision.cluster_loads(conn, 30)
+        assert len(scans) == 1, scans  # before: one scan per view
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+        queries._reused.clear()

@@ -42,7 +42,7 @@ def overview(request: Request) -> Response:
                               .order_by(alerts.c.last_seen.desc()).limit(20)).mappings().all()
         beat = svc.settings.renew_interval
         drifting = queries.reuse_when_slow(conn, ("drift_count", beat), queries.OVERVIEW_TTL_S,
-                                           lambda: drift.drift_count(conn, beat),
+                                           lambda c: drift.drift_count(c, beat),
                                            lambda _n: queries.many(roles))
     for c in clusters.values():  # the failover state: where the cluster's writes go now
         c["writes_to"] = writes_to(svc, c["name"]) if c.get("standby") else "primary"

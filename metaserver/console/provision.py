@@ -82,12 +82,23 @@ def listing(conn: Connection, app_id: str | None = None, limit: int = 200) -> li
     return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
+def live_per_cluster(conn: Connection, heartbeat_s: int) -> list[tuple[str | None, int]]:
+    """(cluster, live clients): a count over every live client (80 ms of PostgreSQL at 100,000 clients, on every
+    view of the topics page before it was reused: :func:`cluster_loads`)."""
+    return [(c, int(n)) for c, n in conn.execute(select(cs.c.cluster, func.count()).where(
+        queries.live(heartbeat_s)).group_by(cs.c.cluster))]
+
+
 def cluster_loads(conn: Connection, heartbeat_s: int) -> list[dict[str, Any]]:
     """Every active registered cluster with its load — live clients in the reports, approved topics and
-    their expected rate — least loaded first (the page's suggestion)."""
+    their expected rate — least loaded first (the page's suggestion). The clients per cluster are a summary
+    over every live client, reused as the overview's counts are (``queries.reuse_when_slow``): the topics page
+    shows this to an admin on every view."""
     clusters = [c for c in registry.all_clusters(conn).values() if c.get("status", "active") == "active"]
-    live: dict[str, int] = dict(conn.execute(select(cs.c.cluster, func.count()).where(
-        cs.c.last_seen >= queries.online_after(heartbeat_s)).group_by(cs.c.cluster)).tuples().all())
+    counts: list[tuple[str | None, int]] = queries.reuse_when_slow(
+        conn, ("cluster_loads", heartbeat_s), queries.OVERVIEW_TTL_S, lambda c: live_per_cluster(c, heartbeat_s),
+        queries.many)
+    live = dict(counts)
     placed = {c: (int(n), float(r or 0)) for c, n, r in conn.execute(
         select(reqs.c.cluster, func.count(), func.sum(reqs.c.expected_rate)).where(
             reqs.c.status == "approved", reqs.c.kind == "topic").group_by(reqs.c.cluster)).all()}

@@ -16,14 +16,18 @@ the same way (:func:`reuse_when_slow`).
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 import typing
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import structlog
 from sqlalchemy import (
     Connection,
+    Engine,
     String,
     Text,
     and_,
@@ -106,29 +110,57 @@ TOPIC_NAMES_SLOW_S = SUMMARY_SLOW_S = 0.05
 TOPIC_NAMES_TTL_S = 10.0
 #: summaries kept at most (a panel's counts are kept per scope: 10,000 topics must not grow the process)
 SUMMARY_KEEP = 512
+#: a summary past its TTL is still answered, while it is read again in the background, up to this age
+STALE_MAX_S = 30.0
 _reused: dict[tuple[Any, ...], tuple[float, float, Any]] = {}
 _reused_lock = threading.Lock()
+_refreshing: set[tuple[Any, ...]] = set()  # the summaries being read again now (one read each at a time)
+_settled = threading.Condition()
+#: where expired summaries are read again: two at a time per process at most (each is one scan)
+_REFRESH = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-summary")
+log = structlog.get_logger("metaserver.console")
 T = TypeVar("T")
 
 
-def reuse_when_slow(conn: Connection, key: tuple[Any, ...], ttl_s: float, read: Callable[[], T],
+def reuse_when_slow(conn: Connection, key: tuple[Any, ...], ttl_s: float, read: Callable[[Connection], T],
                     large: Callable[[T], bool] | None = None) -> T:
-    """``read()``, or its result of at most ``ttl_s`` ago when that read took longer than
+    """``read(conn)``, or its result of at most ``ttl_s`` ago when that read took longer than
     :data:`SUMMARY_SLOW_S` (and, given ``large``, the result says the fleet is large: a small fleet's scan slowed
-    by a busy machine is still read fresh, so a change shows at once there).
+    by a busy machine is still read fresh, so a change shows at once there). Once that result is older than
+    ``ttl_s`` (but at most :data:`STALE_MAX_S`), it is still answered while one read runs again on a thread of
+    its own (:func:`_refresh`), so no page view waits for the scan once one has been made.
 
     Why: a few console reads must look at every live client (the overview's counts per role and of drifting
-    clients, a config panel's counts per status, the topics page's names); at 100,000 clients each is a scan
-    of 50-250 ms on every page view, more than a page may take. A fleet that large changes its counts by a
-    handful a second, so a summary a few seconds old says the same; a small fleet, whose scan is fast, is
-    always read fresh (the tests' and the demo's)."""
-    full = (conn.engine.url.render_as_string(hide_password=True), *key)
+    clients, a config panel's counts per status, the topics page's names and its clusters' counts); at 100,000
+    clients each is a scan of 50-500 ms of PostgreSQL. Reused per process, the view that found it expired
+    still paid it: a config panel's p95 at 100,000 clients was that scan (290 ms at load 9-10,
+    bench/control_plane_scale.py). A fleet that large changes its counts by a handful a second, so a summary a
+    few seconds old says the same; a small fleet, whose scan is fast, is always read fresh (the tests' and the
+    demo's). A view after :data:`STALE_MAX_S` of nobody looking reads it again before answering."""
+    engine = conn.engine
+    full = (engine.url.render_as_string(hide_password=True), *key)
     now = time.monotonic()
     with _reused_lock:
         cached = _reused.get(full)
-    if cached is not None and now - cached[0] <= cached[1]:
+        age = now - cached[0] if cached is not None else math.inf
+        if cached is not None and age <= cached[1]:
+            return typing.cast(T, cached[2])
+        stale = cached is not None and age <= STALE_MAX_S
+        again = stale and full not in _refreshing
+        if again:
+            _refreshing.add(full)
+    if again:
+        _REFRESH.submit(_refresh, engine, full, ttl_s, read, large)
+    if stale and cached is not None:
         return typing.cast(T, cached[2])
-    value = read()
+    return _keep(conn, full, ttl_s, read, large)
+
+
+def _keep(conn: Connection, full: tuple[Any, ...], ttl_s: float, read: Callable[[Connection], T],
+          large: Callable[[T], bool] | None) -> T:
+    """``read(conn)``, kept for reuse when it was slow and large (:func:`reuse_when_slow`), else forgotten."""
+    now = time.monotonic()
+    value = read(conn)
     took = time.monotonic() - now
     with _reused_lock:
         if took > SUMMARY_SLOW_S and (large is None or large(value)):
@@ -142,9 +174,41 @@ def reuse_when_slow(conn: Connection, key: tuple[Any, ...], ttl_s: float, read: 
     return value
 
 
+def _refresh(engine: Engine, full: tuple[Any, ...], ttl_s: float, read: Callable[[Connection], T],
+             large: Callable[[T], bool] | None) -> None:
+    """A summary read again off the request path, on a connection of its own; a failure forgets it (the next
+    view reads it itself and shows the error) rather than keep answering an old count."""
+    try:
+        with engine.connect() as conn, conn.begin():
+            _keep(conn, full, ttl_s, read, large)
+    except Exception as exc:  # noqa: BLE001 - any failure: the next view reads in the foreground
+        log.warning("console.summary_refresh_failed", summary=str(full[1]), error=f"{type(exc).__name__}: {exc}")
+        with _reused_lock:
+            _reused.pop(full, None)
+    finally:
+        with _reused_lock:
+            _refreshing.discard(full)
+        with _settled:
+            _settled.notify_all()
+
+
+def settle(timeout_s: float = 10.0) -> bool:
+    """Wait until no summary is being read again in the background (the tests); whether none is."""
+    deadline = time.monotonic() + timeout_s
+    with _settled:
+        while True:
+            with _reused_lock:
+                if not _refreshing:
+                    return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _settled.wait(min(0.2, left))
+
+
 def topic_names(conn: Connection, heartbeat_s: int, needle: str = "") -> list[str]:
     """Every topic in live clients' reports containing ``needle`` (any case), sorted."""
-    def read() -> list[str]:
+    def read(conn: Connection) -> list[str]:
         rows = conn.execute(text(f"SELECT DISTINCT t.value {_TOPIC_ELEMENTS[conn.dialect.name]} "
                                  f"WHERE c.last_seen >= :after AND {_NOT_CLOSED} ORDER BY 1"),
                                  {"after": online_after(heartbeat_s)})
@@ -339,7 +403,7 @@ def many(rows: list[Any]) -> bool:
 
 def live_roles(conn: Connection, heartbeat_s: int) -> list[tuple[str, int]]:
     """(role, live clients): a count over every live client, reused when slow (:func:`reuse_when_slow`)."""
-    def read() -> list[tuple[str, int]]:
+    def read(conn: Connection) -> list[tuple[str, int]]:
         stmt = (select(func.coalesce(cs.c.role, cast("?", String)), func.count()).where(
             live(heartbeat_s)).group_by(cs.c.role))
         return sorted((str(role), int(n)) for role, n in conn.execute(stmt))
@@ -397,7 +461,7 @@ def reached_summary(conn: Connection, heartbeat_s: int, kind: str, name: str, na
     stmt = select(*groups, func.count()).where(live(heartbeat_s))
     stmt = _scope_filter(stmt, kind, name).group_by(*groups)
     rows = reuse_when_slow(conn, ("reached_summary", heartbeat_s, kind, name, namespace, gray_ips, gray_labels),
-                           PANEL_TTL_S, lambda: [tuple(r) for r in conn.execute(stmt)], many)
+                           PANEL_TTL_S, lambda c: [tuple(r) for r in c.execute(stmt)], many)
     if gray_ips or gray_labels:
         return [(h, bool(e), bool(g), int(n)) for h, e, g, n in rows]
     return [(h, bool(e), False, int(n)) for h, e, n in rows]
