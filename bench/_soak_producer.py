@@ -40,7 +40,7 @@ from ykafka.logs import configure  # noqa: E402
 KEYS = 16
 #: the producer keys the soak's config pushes change (bench/soak.py PUSHES), reported in OUT.applied
 WATCHED = ("producer.acks", "producer.linger.ms", "producer.batch.size", "producer.partitioner",
-           "producer.rate.limit.msgs")
+           "producer.rate.limit.msgs", "producer.partitions.exclude", "route.active")
 
 
 def report_applied(producer: Producer, topic: str, path: Path, stop: threading.Event) -> None:

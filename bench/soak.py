@@ -55,11 +55,15 @@ force every second:
 
 * ``metaserver-kill`` / ``config-kill``: the MetaServer / the config service SIGKILLed by pid, restarted 3-10 s later;
 * ``config-push``: one hot key of ``PUSHES`` pushed through the MetaServer while the load runs; ``applied_s`` until
-  every live client shows it (``pushes_unapplied``, ``config_not_applied`` at the end: must be 0).
+  every live client shows it (``pushes_unapplied``, ``config_not_applied`` at the end: must be 0). The keys: acks,
+  linger, batch size, partitioner, rate limit, ``producer.partitions.exclude``, the consumers' workers, and a manual
+  route switch (``route.active=standby``, held 5-15 s, then ``primary``: ``back_applied_s``; the failback syncs
+  what dc-b took).
 
 ``--dc-a-nodes 3``: dc-a is three Kafka nodes (RF 3, min.insync.replicas 2); ``kill`` / ``freeze`` hit one node, and
-nothing may fail over (``on_standby`` must be 0). ``duplicates_by_path`` / ``duplicates_by_fault`` say where the
-extra copies came from; ``tracebacks`` counts unhandled errors in the clients' logs.
+nothing may fail over by itself (``on_standby`` must be 0 without a pushed route switch). ``duplicates_by_path`` /
+``duplicates_by_fault`` say where the extra copies came from; ``tracebacks`` counts unhandled errors in the clients'
+logs.
 
 Last line: RESULT {"lost": 0, ...}
 """
@@ -109,11 +113,16 @@ PUSHES: dict[str, tuple[str, list[str]]] = {
     "producer.batch.size": ("topic", ["16384", "131072", "1000000"]),
     "producer.partitioner": ("topic", ["murmur2", "consistent"]),
     "producer.rate.limit.msgs": ("topic", ["0", "0.8"]),
+    "producer.partitions.exclude": ("topic", ["", "0", "2,5"]),
+    # a manual switch of the topic's writes to dc-b, held ROUTE_HOLD_S, then back (its failback syncs them to dc-a)
+    "route.active": ("topic", ["standby"]),
     "consumer.workers": ("group", ["1", "2", "3", "4"]),
 }
 #: a pushed producer key's librdkafka property, which the client in force must then carry (REBUILD keys)
 PUSHED_SETTING = {"producer.acks": "acks", "producer.linger.ms": "linger.ms", "producer.batch.size": "batch.size"}
 SPILL_DISK_MB = 32
+#: how long a pushed ``route.active=standby`` stays before the push back to ``primary``
+ROUTE_HOLD_S = (5.0, 15.0)
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
 
 
@@ -358,7 +367,7 @@ class Soak:
                 missing.append(f"{path.name}: no report since {after:.1f}")
                 continue
             for key, value in self.pushed.items():
-                if not key.startswith(kind):
+                if not key.startswith(kind) and not (kind == "producer" and key.startswith("route.")):
                     continue
                 if state["applied"].get(key) != value:
                     missing.append(f"{path.name}: {key}={state['applied'].get(key)} (pushed {value})")
@@ -383,6 +392,19 @@ class Soak:
         if key == "producer.rate.limit.msgs" and value != "0":
             value = str(int(float(value) * self.args.rate))
         scope = f"topic:{self.topic}" if scope_kind == "topic" else f"group:{self.group}"
+        said = self.push_and_wait(scope, key, value, limit)
+        if key == "route.active":  # a manual switch: held, then back to the primary (whose failback syncs it)
+            held = rng.uniform(*ROUTE_HOLD_S)
+            self.wait(held)
+            back = self.push_and_wait(scope, key, "primary", limit)
+            said.update({"held_s": round(held, 1), "back_applied_s": back["applied_s"],
+                         **({"back_missing": back["missing"]} if "missing" in back else {})})
+        return said
+
+    def push_and_wait(self, scope: str, key: str, value: str, limit: float) -> dict[str, Any]:
+        """Push ``key=value`` and wait until every live client shows it in force (``applied_s``, None after
+        ``limit`` seconds with what was missing)."""
+        assert self.control is not None
         pushed_at = time.time()
         self.control.push(scope, {key: value})
         self.pushed[key] = value
@@ -572,7 +594,8 @@ class Soak:
             "overtaken_direct_examples": overtaken_examples,
             "unhandled": unhandled, "lag": lag, "drain_s": drain_s, "consumer_exit": consumer_exit,
             "tracebacks": sum(tracebacks.values()), "tracebacks_in": {k: v for k, v in tracebacks.items() if v},
-            "pushes": len(pushes), "pushes_unapplied": sum(1 for f in pushes if f["applied_s"] is None),
+            "pushes": len(pushes), "pushes_unapplied": sum(1 for f in pushes if f["applied_s"] is None
+                                                            or ("back_applied_s" in f and f["back_applied_s"] is None)),
             "push_applied_s_max": max((f["applied_s"] for f in pushes if f["applied_s"] is not None), default=None),
             "pushed": dict(self.pushed), "config_not_applied": not_applied,
             "write_gap_s_max": max((f["write_gap_s"] for f in self.faults), default=None),
@@ -744,8 +767,8 @@ def main() -> int:
                         help="the producers' spill.after.ms without the control plane (default 10,000: DEFAULT_HEALTH)")
     parser.add_argument("--dc-a-nodes", type=int, choices=(1, 3), default=1,
                         help="3: dc-a is three Kafka nodes (RF 3, min.insync.replicas 2), a kill or freeze hits one "
-                             "node, and nothing may fail over to dc-b (on_standby must be 0); no network or disk-full "
-                             "faults then (they take the whole cluster)")
+                             "node, and nothing may fail over to dc-b by itself (on_standby 0 without a pushed route "
+                             "switch); no network or disk-full faults then (they take the whole cluster)")
     parser.add_argument("--quick", action="store_true", help="one minute, seed 7 (what tests/test_soak.py runs)")
     args = parser.parse_args()
     # stopped from outside (SIGTERM, or SIGINT of a background job, which a shell starts with SIGINT ignored): the
