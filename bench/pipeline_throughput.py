@@ -18,7 +18,12 @@ time from an event to its alert.
 ``ykafka pipeline cluster up`` starts) and on the same cluster with a third worker added, and reports the three
 side by side (``by_master``) with the cluster's ratio to local mode.
 
-Last line: RESULT {"events", "events_s", "event_to_alert_s", ...}
+The measured batch's CPU time is read from ``/proc`` (this process and its descendants: the Spark JVM and its
+Python workers; the broker apart): ``cpu_s``, ``cpu_s_per_1k_events`` (what the figure costs, comparable between
+runs on a loaded machine where events/s is not), ``jit_cpu_s`` (the JVM's JIT compiler threads, part of
+``cpu_s``), ``broker_cpu_s`` and the load average before and after (``load``).
+
+Last line: RESULT {"events", "events_s", "event_to_alert_s", "cpu_s_per_1k_events", ...}
 """
 
 from __future__ import annotations
@@ -45,6 +50,44 @@ from ykafka.events import MetricName  # noqa: E402
 from ykafka.sink import EventSink  # noqa: E402
 
 KINDS = ("produced", "acked", "consumed", "processed")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(path: str) -> list[str]:
+    """The fields of a /proc stat file after the command name (which may hold spaces)."""
+    with open(path) as f:
+        text = f.read()
+    return text[text.rfind(")") + 2:].split()
+
+
+def cpu_seconds(root: int, apart: set[int]) -> dict[str, float]:
+    """CPU seconds (user + system, with reaped children's) of ``root`` and its descendants, those under a pid of
+    ``apart`` counted as ``apart``; ``jit``: the JIT compiler threads of every Java process among them."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent[int(entry)] = int(_stat(f"/proc/{entry}/stat")[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out = {"tree": 0.0, "apart": 0.0, "jit": 0.0}
+    for pid in parent:
+        node, key = pid, ""
+        while node > 1 and not key:
+            key = "apart" if node in apart else "tree" if node == root else ""
+            node = parent.get(node, 0)
+        if not key:
+            continue
+        try:
+            fields = _stat(f"/proc/{pid}/stat")
+            out[key] += sum(int(x) for x in fields[11:15]) / TICK
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/comm") as f:
+                    if "CompilerThre" in f.read():
+                        out["jit"] += sum(int(x) for x in _stat(f"/proc/{pid}/task/{task}/stat")[11:13]) / TICK
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+    return out
 
 
 def write_events(bootstrap: str, trace_events: int, prefix: str = "m") -> tuple[int, int]:
@@ -121,11 +164,17 @@ def main() -> None:
         warmup_s = once()  # first batch: JVM code generation and JIT, Python workers start
         print(f"warm-up: {warm_n} events in {warmup_s:.1f}s", flush=True)
         trace_n, metric_n = write_events(broker.bootstrap, args.events)
+        apart = {pid for pid in broker.pids if pid}
+        load_before = os.getloadavg()[0]
+        cpu_before = cpu_seconds(os.getpid(), apart)
         elapsed = once()
+        cpu = {k: v - cpu_before[k] for k, v in cpu_seconds(os.getpid(), apart).items()}
+        load_after = os.getloadavg()[0]
         stored = pipeline.store.read("trace").num_rows
         if stored != trace_n + 16_000:
             raise RuntimeError(f"trace store holds {stored} rows, expected {trace_n + 16_000}")
-        print(f"{trace_n + metric_n} events in {elapsed:.1f}s; in micro-batch handlers: "
+        print(f"{trace_n + metric_n} events in {elapsed:.1f}s ({cpu['tree']:.1f} CPU-s, JIT {cpu['jit']:.1f}; "
+              f"load {load_before:.1f}-{load_after:.1f}); in micro-batch handlers: "
               + ", ".join(f"{n} {handled[n]:.1f}s" for n in ("trace", "metrics")), flush=True)
 
         runner = threading.Thread(target=pipeline.run, daemon=True)
@@ -154,6 +203,10 @@ def main() -> None:
                   "event_to_alert_s": round(event_to_alert, 2), "trace_events": trace_n, "metric_events": metric_n,
                   "batch_seconds": round(elapsed, 2), "spark_start_s": round(spark_start_s, 1),
                   "warmup_s": round(warmup_s, 1), "handler_seconds": {n: handled[n] for n in ("trace", "metrics")},
+                  "cpu_s": round(cpu["tree"], 2),
+                  "cpu_s_per_1k_events": round(cpu["tree"] * 1000 / (trace_n + metric_n), 4),
+                  "jit_cpu_s": round(cpu["jit"], 2), "broker_cpu_s": round(cpu["apart"], 2),
+                  "load": [round(load_before, 1), round(load_after, 1)],
                   "master": args.master, "broker": args.broker}
     finally:
         if pipeline is not None:

@@ -30,31 +30,64 @@ WINDOW_S = 60
 GROUP_COLS = ("name", "topic", "group", "client_id", "cluster")
 
 
+#: the partials' columns and Arrow types, in the order every aggregates file has them
+PARTIAL_TYPES: tuple[tuple[str, str], ...] = (
+    ("window_start", "int64"), *((c, "string") for c in GROUP_COLS), ("count", "int64"), ("sum", "float64"),
+    ("max", "float64"), ("p50w", "float64"), ("p95w", "float64"), ("p99w", "float64"), ("pcount", "int64"),
+    ("p99_max", "float64"), ("value", "float64"), ("events", "int64"), ("date", "string"))
+
+
 def partials(metrics: Any, window_s: int = WINDOW_S) -> Any:
-    """Spark: partial aggregates of one micro-batch of metric events, per window and dimension."""
-    from pyspark.sql import functions as F
+    """Partial aggregates of one micro-batch of metric events (an Arrow table), per window and dimension.
+
+    Computed with pyarrow on the table the micro-batch already collected for the metric history, not as a
+    second Spark job: that job cached the decoded batch, shuffled it and started its own tasks, and cost the
+    metrics micro-batch more than the few thousand rows it groups (docs/benchmarks.md, issue 39)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     window_ms = window_s * 1000
-    count = F.coalesce(F.col("count"), F.lit(0))
-    df = metrics.withColumn("window_start", (F.floor(F.col("ts") / window_ms) * window_ms).cast("bigint"))
-    lag = F.col("name") == F.lit(str(MetricName.LAG))
-    out = df.groupBy("window_start", *GROUP_COLS).agg(
-        F.sum(F.when(lag, F.lit(0)).otherwise(count)).cast("bigint").alias("count"),
-        F.sum(F.coalesce(F.col("sum"), F.lit(0.0))).alias("sum"),
-        F.max(F.when(lag, F.col("value")).otherwise(F.col("max"))).alias("max"),
-        F.sum(F.col("p50") * count).alias("p50w"),
-        F.sum(F.col("p95") * count).alias("p95w"),
-        F.sum(F.col("p99") * count).alias("p99w"),
-        F.sum(F.when(F.col("p50").isNotNull(), count).otherwise(F.lit(0))).cast("bigint").alias("pcount"),
-        F.max("p99").alias("p99_max"),
-        F.sum(F.when(lag, F.lit(None)).otherwise(F.col("value"))).alias("value"),
-        F.count(F.lit(1)).cast("bigint").alias("events"),
-    )
-    return out.withColumn("date", F.date_format(F.timestamp_millis(F.col("window_start")), "yyyy-MM-dd"))
+    n = metrics.num_rows
+    col = {name: metrics.column(name) if name in metrics.column_names else pa.nulls(n, typ)
+           for name, typ in (("ts", pa.int64()), ("name", pa.string()), ("count", pa.int64()),
+                             ("sum", pa.float64()), ("max", pa.float64()), ("value", pa.float64()),
+                             ("p50", pa.float64()), ("p95", pa.float64()), ("p99", pa.float64()),
+                             *((c, pa.string()) for c in GROUP_COLS if c != "name"))}
+    count = pc.fill_null(pc.cast(col["count"], pa.int64()), 0)
+    lag = pc.fill_null(pc.equal(col["name"], str(MetricName.LAG)), False)
+    window_start = pc.multiply(pc.cast(pc.floor(pc.divide(pc.cast(col["ts"], pa.float64()), float(window_ms))),
+                                       pa.int64()), window_ms)
+    zero = pa.scalar(0, pa.int64())
+    work = pa.table({
+        "window_start": window_start, **{c: col[c] for c in GROUP_COLS},
+        "count": pc.if_else(lag, zero, count),
+        "sum": pc.fill_null(pc.cast(col["sum"], pa.float64()), 0.0),
+        "max": pc.if_else(lag, col["value"], col["max"]),
+        **{f"{p}w": pc.multiply(pc.cast(col[p], pa.float64()), pc.cast(count, pa.float64()))
+           for p in ("p50", "p95", "p99")},
+        "pcount": pc.if_else(pc.is_valid(col["p50"]), count, zero),
+        "p99_max": col["p99"],
+        "value": pc.if_else(lag, pa.scalar(None, pa.float64()), col["value"]),
+        "events": pa.repeat(pa.scalar(1, pa.int64()), n),
+    })
+    keys = ["window_start", *GROUP_COLS]
+    how = {"count": "sum", "sum": "sum", "max": "max", "p50w": "sum", "p95w": "sum", "p99w": "sum", "pcount": "sum",
+           "p99_max": "max", "value": "sum", "events": "sum"}
+    # sums and maxima skip nulls and are null when every input is (as Spark's sum / max)
+    out = work.group_by(keys, use_threads=False).aggregate([(c, f) for c, f in how.items()])
+    out = out.rename_columns([{f"{c}_{f}": c for c, f in how.items()}.get(c, c) for c in out.column_names])
+    date = pc.cast(pc.cast(pc.cast(out.column("window_start"), pa.timestamp("ms")), pa.date32()), pa.string())
+    out = out.append_column("date", date)
+    # the schema Spark's groupBy wrote before (``events``, a count, is never null), so old and new files read as one
+    schema = pa.schema([pa.field(name, typ, nullable=name != "events") for name, typ in PARTIAL_TYPES])
+    return pa.Table.from_arrays([pc.cast(out.column(f.name), f.type) for f in schema], schema=schema)
 
 
 def write_batch(store: Store, metrics: Any, batch_id: int, window_s: int = WINDOW_S) -> int:
-    return store.write(partials(metrics, window_s).toArrow(), "aggregates", ["date"], batch_id, "agg")
+    """Write one micro-batch's partials; ``metrics`` is an Arrow table of metric events (or a Spark DataFrame of
+    them, collected here). Returns the partial rows written."""
+    table = metrics if hasattr(metrics, "num_rows") else metrics.toArrow()
+    return store.write(partials(table, window_s), "aggregates", ["date"], batch_id, "agg")
 
 
 def read_aggregates(store: Store | str, since: dt.timedelta = dt.timedelta(minutes=15),

@@ -117,9 +117,15 @@ def drop_forged(table: Any) -> tuple[Any, dict[tuple[str, str], int]]:
     return table.drop_columns([FORGED]), found
 
 
-def with_time_partitions(df: Any, ts_col: str = "ts") -> Any:
-    """Add ``date`` (yyyy-MM-dd) and ``hour`` (HH) of an epoch-ms column (UTC): the store's layout."""
-    from pyspark.sql import functions as F
+def with_time_partitions(table: Any, ts_col: str = "ts") -> Any:
+    """Add ``date`` (yyyy-MM-dd) and ``hour`` (HH) of an epoch-ms column (UTC), the store's layout, to an Arrow
+    table (null where the time is null). Done on the collected table with Arrow's vectorised casts: Spark's
+    ``date_format`` formats every row through a ``DateTimeFormatter`` and the two columns then travel to the
+    driver as strings (issue 39)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    stamp = F.timestamp_millis(F.col(ts_col))
-    return df.withColumn("date", F.date_format(stamp, "yyyy-MM-dd")).withColumn("hour", F.date_format(stamp, "HH"))
+    stamp = pc.cast(pc.cast(table.column(ts_col), pa.int64()), pa.timestamp("ms"))
+    date = pc.cast(pc.cast(stamp, pa.date32()), pa.string())
+    hour = pc.utf8_lpad(pc.cast(pc.hour(stamp), pa.string()), 2, "0")
+    return table.append_column("date", date).append_column("hour", hour)

@@ -31,7 +31,7 @@ from ykafka import events
 
 from . import aggregates, audit, groups, inventory, trace_store
 from .alerts import Alert, AlertConfig, AlertManager, error_rate_alerts, lag_alerts, latency_alerts
-from .decode import FORGED, decode, drop_forged, with_time_partitions
+from .decode import decode, drop_forged, with_time_partitions
 from .lag_sampler import LagSampler
 from .session import spark_session
 from .store import Store, days_between
@@ -147,18 +147,13 @@ class Pipeline:
 
     def on_metrics(self, raw: Any, batch_id: int) -> None:
         def work() -> int:
-            from pyspark.sql import functions as F
-
-            metrics = decode(raw, "metric").persist()
-            try:
-                table, found = drop_forged(with_time_partitions(metrics).toArrow())
-                if found:
-                    self.on_forged("metrics", found)
-                rows = self.store.write(table, "metrics", ["date", "hour"], batch_id, "metrics")
-                honest = metrics.where(F.col(FORGED).isNull()).drop(FORGED) if found else metrics.drop(FORGED)
-                aggregates.write_batch(self.store, honest, batch_id, self.cfg.aggregate_window_s)
-            finally:
-                metrics.unpersist()
+            # one Spark job: the decoded batch collected once; the aggregates' partials are grouped from the same
+            # Arrow table (pyarrow), not by a second job over a cached copy (issue 39)
+            table, found = drop_forged(with_time_partitions(decode(raw, "metric").toArrow()))
+            if found:
+                self.on_forged("metrics", found)
+            rows = self.store.write(table, "metrics", ["date", "hour"], batch_id, "metrics")
+            aggregates.write_batch(self.store, table, batch_id, self.cfg.aggregate_window_s)
             return rows
 
         self._timed("metrics", batch_id, work)

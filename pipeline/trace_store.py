@@ -25,8 +25,8 @@ def write_batch(store: Store, trace: Any, batch_id: int,
     topic claiming another app, ``decode.drop_forged``) are left out and handed to ``forged``."""
     from pyspark.sql import functions as F
 
-    df = with_time_partitions(trace.withColumn("topic", F.coalesce(F.col("topic"), F.lit("_unknown"))))
-    table, found = drop_forged(df.toArrow())
+    table, found = drop_forged(with_time_partitions(
+        trace.withColumn("topic", F.coalesce(F.col("topic"), F.lit("_unknown"))).toArrow()))
     if found and forged is not None:
         forged(found)
     return store.write(table, "trace", PARTITIONS, batch_id, "trace")

@@ -11,8 +11,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.aggregates import error_rates, read_aggregates
+from pipeline.aggregates import error_rates, partials, read_aggregates
 from pipeline.alerts import Alert, AlertConfig, AlertManager
+from pipeline.decode import with_time_partitions
 from pipeline.store import Store
 from pipeline.trace_store import lookup
 from ykafka import events
@@ -93,6 +94,45 @@ def test_aggregate_partials_merge_across_batches(tmp_path: Path) -> None:
     assert [(r["client_id"], r["count"]) for r in per_client] == [("c1", 100), ("c2", 300)]
     rates = error_rates(store, dt.timedelta(minutes=5), NOW, whole_range=True)
     assert [(r["topic"], r["errors"], r["msgs"], r["rate"]) for r in rates] == [("orders", 20.0, 980.0, 0.02)]
+
+
+def test_partials_and_time_partitions_of_a_metrics_batch(tmp_path: Path) -> None:
+    """The metrics micro-batch's partials, grouped with pyarrow from its collected table (issue 39: was a second
+    Spark job), keep Spark's rules: a lag row counts 0 messages and gives its value as the window's max, a null
+    count is 0, a null percentile adds nothing to ``pcount``, null keys and a null time are groups of their own."""
+    window = NOW_MS // 60_000 * 60_000
+    base = {n: None for n in events.METRIC_NAMES}
+    one = {"topic": "orders", "client_id": "c1", "cluster": "dc-a"}
+    rows = [
+        {**base, **one, "ts": window + 1_000, "name": "send.latency_ms", "count": 10, "sum": 50.0, "max": 9.0,
+         "p50": 4.0, "p95": 8.0, "p99": 9.0},
+        {**base, **one, "ts": window + 2_000, "name": "send.latency_ms", "max": 3.0},
+        {**base, **one, "ts": window + 3_000, "name": str(events.MetricName.LAG), "group": "g1", "count": 1,
+         "value": 42.0},
+        {**base, **one, "ts": window + 4_000, "name": str(events.MetricName.LAG), "group": "g1", "count": 1,
+         "value": 17.0},
+        {**base, **one, "ts": None, "name": "send.msgs", "count": 5, "value": 5.0},
+    ]
+    table = with_time_partitions(pa.Table.from_pylist(rows, schema=events.arrow_schema("metric")))
+    assert table.column("date").to_pylist() == ["2026-05-04"] * 4 + [None]
+    assert table.column("hour").to_pylist() == ["10"] * 4 + [None]
+    out = partials(table, 60)
+    assert out.column_names == ["window_start", "name", "topic", "group", "client_id", "cluster", "count", "sum",
+                                "max", "p50w", "p95w", "p99w", "pcount", "p99_max", "value", "events", "date"]
+    assert not out.schema.field("events").nullable and out.schema.field("count").type == pa.int64()
+    got = {r["name"]: {k: v for k, v in r.items() if k not in ("name", "topic", "client_id", "cluster")}
+           for r in out.to_pylist()}
+    assert got == {
+        "send.latency_ms": {"window_start": window, "group": None, "count": 10, "sum": 50.0, "max": 9.0,
+                            "p50w": 40.0, "p95w": 80.0, "p99w": 90.0, "pcount": 10, "p99_max": 9.0, "value": None,
+                            "events": 2, "date": "2026-05-04"},
+        str(events.MetricName.LAG): {"window_start": window, "group": "g1", "count": 0, "sum": 0.0, "max": 42.0,
+                                     "p50w": None, "p95w": None, "p99w": None, "pcount": 0, "p99_max": None,
+                                     "value": None, "events": 2, "date": "2026-05-04"},
+        "send.msgs": {"window_start": None, "group": None, "count": 5, "sum": 0.0, "max": None, "p50w": None,
+                      "p95w": None, "p99w": None, "pcount": 0, "p99_max": None, "value": 5.0, "events": 1,
+                      "date": None},
+    }
 
 
 class _Hook(BaseHTTPRequestHandler):
