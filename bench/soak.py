@@ -184,6 +184,9 @@ class Soak:
         route = {"route.cluster": "dc-a", "route.standby": "dc-b", "route.failover": "auto",
                  "route.failback.order": getattr(self.args, "failback_order", "writes-first")}
         control.push(f"topic:{self.topic}", route)
+        spill_after = getattr(self.args, "spill_after_ms", None)
+        if spill_after:  # as an operator of a multi-node primary sets it (above the brokers' fencing time)
+            control.push("cluster:dc-a", {"spill.after.ms": str(spill_after)})
         return {"ykafka.app.id": app_id, "ykafka.app.secret": secret,
                 "ykafka.metaserver": ",".join(control.cfg.metaserver_urls)}
 
@@ -764,7 +767,8 @@ def main() -> int:
     parser.add_argument("--failback-order", choices=("writes-first", "strict"), default="writes-first",
                         help="the producers' route.failback.order: strict must end with overtaken_all 0")
     parser.add_argument("--spill-after-ms", type=int, default=None,
-                        help="the producers' spill.after.ms without the control plane (default 10,000: DEFAULT_HEALTH)")
+                        help="the producers' spill.after.ms (default 10,000: DEFAULT_HEALTH and the catalog's); "
+                             "with the control plane pushed at dc-a's cluster scope")
     parser.add_argument("--dc-a-nodes", type=int, choices=(1, 3), default=1,
                         help="3: dc-a is three Kafka nodes (RF 3, min.insync.replicas 2), a kill or freeze hits one "
                              "node, and nothing may fail over to dc-b by itself (on_standby 0 without a pushed route "
