@@ -144,10 +144,11 @@ class TopicResolver(ProducerBase):
         self._obs.add_statistics(props)  # statistics -> __ykafka_metrics (beside the application's stats_cb)
         if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled
             props["message.timeout.ms"] = max(effective["spill.after.ms"], effective["producer.linger.ms"] + 1000)
-            if str(props.get("enable.idempotence", "")).lower() not in ("true", "1"):
-                # a plain producer (acks other than all) pipelining requests stores a batch a broker refused with a
-                # retriable error behind the next batch of its partition: per-key order needs one request in flight
-                # (docs/disaster-recovery.md, *Guarantees and limits*; the engine's own clients do the same)
+            # a plain producer (acks other than all) pipelining requests stores a batch a broker refused with a
+            # retriable error behind the next batch of its partition: per-key order needs one request in flight
+            # (docs/disaster-recovery.md, *Guarantees and limits*; the engine's own clients do the same), unless the
+            # application set it (either name: ``max.in.flight`` is librdkafka's alias)
+            if str(props.get("enable.idempotence", "")).lower() not in ("true", "1") and "max.in.flight" not in props:
                 props.setdefault("max.in.flight.requests.per.connection", 1)
         return props
 
