@@ -2,8 +2,9 @@
 ``all`` librdkafka refuses idempotence, and a plain producer pipelining requests can store a batch the broker refused
 with a retriable error behind the next batch of its partition. With disaster recovery on (the default) the client
 keeps one request in flight then, unless the application set it under either of librdkafka's names
-(docs/disaster-recovery.md, *Guarantees and limits*). The live push of ``producer.acks`` is tests/test_producer_hot.py's;
-here the settings come from the application's own config, nothing reachable needed (the client is built by the send)."""
+(docs/disaster-recovery.md, *Guarantees and limits*). The live push of ``producer.acks`` is
+tests/test_producer_hot.py's; here the settings come from the application's own config, nothing reachable needed (the
+client is built by the send)."""
 
 from __future__ import annotations
 
