@@ -551,8 +551,8 @@ class Soak:
         values_b = {int(m.value() or b"0") for m in on_b}
         direct = [m for m in on_a if not H.synced_from(m.headers())]
         duplicates = self.explain_duplicates(on_a, values_a)
-        overtaken_examples = self.explain_overtaken(direct, values_a)
         overtaken_direct = key_overtakes(direct)
+        overtaken_examples = self.explain_overtaken(direct, overtaken_direct, values_a)
         stored_at = {int(m.value() or b"0"): m.timestamp()[1] / 1000 for m in direct}
         plain = [v for _key, v, _newer in overtaken_direct if self.acks_at(stored_at[v]) != "all"]
         for fault in self.faults:
@@ -628,7 +628,8 @@ class Soak:
                 acks = "all"
         return acks
 
-    def explain_overtaken(self, direct: list[Any], counts: Counter[int], most: int = 12) -> list[dict[str, Any]]:
+    def explain_overtaken(self, direct: list[Any], overtaken: list[tuple[bytes | None, int, int]], counts: Counter[int],
+                          most: int = 12) -> list[dict[str, Any]]:
         """Each direct write of dc-a stored behind a newer write of its key (up to ``most``): where both are
         (partition, offset, the record's timestamp relative to the run's start), how many copies each has on dc-a,
         and the fault whose window (from 10 s before it) holds the overtaken record's timestamp."""
@@ -636,7 +637,7 @@ class Soak:
         for m in sorted(direct, key=lambda m: (m.partition() or 0, m.offset() or 0)):
             where.setdefault(int(m.value() or b"0"), m)
         out: list[dict[str, Any]] = []
-        for _key, value, newer in key_overtakes(direct)[:most]:
+        for _key, value, newer in overtaken[:most]:
             late, early = where[value], where[newer]
             at = late.timestamp()[1] / 1000
             fault = [f["fault"] for f in self.faults if f["_span"][0] - 10 <= at <= f["_span"][1]]
