@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from fastapi import Request
@@ -59,13 +59,15 @@ PANEL_ROWS = 100  # rows of the live panel (polled every second); the counts cov
 APOLLO_FRESH_S = 600
 
 
-def apollo_clients(svc: Services, tgt: loop.Target) -> list[dict[str, Any]]:
+def apollo_clients(svc: Services, tgt: loop.Target, main: Future[list[dict[str, Any]]] | None = None
+                   ) -> list[dict[str, Any]]:
     """Third-party Apollo clients holding a release of the target's namespace (main line, and the gray
-    branch's holders), from the config service's instance records; [] when it cannot tell."""
+    branch's holders), from the config service's instance records; [] when it cannot tell. ``main``: the main
+    line's records, asked already (:func:`config_panel` asks them with the release, not after it)."""
     if svc.apollo is None:
         return []
     try:
-        found = svc.apollo.instances(tgt.namespace)
+        found = main.result() if main is not None else svc.apollo.instances(tgt.namespace)
         if tgt.gray_branch:
             found += svc.apollo.instances(tgt.namespace, cluster=tgt.gray_branch)
     except ApolloError as exc:
@@ -78,14 +80,18 @@ def apollo_clients(svc: Services, tgt: loop.Target) -> list[dict[str, Any]]:
 
 #: the config service's instance records are fetched on these threads while the panel's SQL runs
 _INSTANCES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="console-instances")
+#: the main line's records asked before the release is read (config_panel): a pool of their own, since the
+#: tasks on _INSTANCES wait for them (on one pool, four panels at once could wait for each other for ever)
+_MAIN_INSTANCES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="console-main-instances")
 
 
-def _live(svc: Services, scope: Scope, tgt: loop.Target) -> dict[str, Any]:
+def _live(svc: Services, scope: Scope, tgt: loop.Target, main: Future[list[dict[str, Any]]] | None = None
+          ) -> dict[str, Any]:
     """The panel: counts per status over every live client the scope reaches (grouped in SQL), rows for the
     first hundred, the unsettled ones (pending, rejected) first since those need the operator. A scope
     reaching at most a panel's worth of clients is read in one query; a larger one reads only what the
     counts say is there (the clients holding the release with errors, a page of the pending ones)."""
-    third_party = _INSTANCES.submit(apollo_clients, svc, tgt)  # an HTTP call: overlap it with the SQL below
+    third_party = _INSTANCES.submit(apollo_clients, svc, tgt, main)  # HTTP: overlap it with the SQL below
     beat, kind = svc.settings.renew_interval, scope.kind.value
     counts = {"applied": 0, "pending": 0, "rejected": 0}
     total = 0
@@ -206,12 +212,16 @@ def config_panel(request: Request) -> Response:
     sess = _session(request)
     if sess is None:
         return Response(status_code=401)
+    svc = _svc(request)
     try:
         scope = _scope(request.query_params.get("scope", "global"))
-        _, tgt = _state(_svc(request), scope)
+        # the main line's instance records asked with the release (they need only the namespace): the panel
+        # waits for the slower of the config service's answers, not for each in turn
+        main = _MAIN_INSTANCES.submit(svc.apollo.instances, scope.namespace()) if svc.apollo is not None else None
+        _, tgt = _state(svc, scope)
     except (ConfigRejected, ApolloError):
         return Response(status_code=400)
-    return _page(request, "panel.html", sess, panel=_live(_svc(request), scope, tgt))
+    return _page(request, "panel.html", sess, panel=_live(svc, scope, tgt, main))
 
 
 def _plan(form: dict[str, str], svc: Services) -> hotconfig.PushPlan:

@@ -30,7 +30,7 @@ from ..storage.models import client_state as cs
 from . import queries
 from .brokers import connection
 from .pipeline_reads import StoreUnavailable, pipeline_store, read_store
-from .views import _api, _audit, _form, _page, _query, _signed_in, _svc, router
+from .views import _api, _audit, _form, _page, _query, _signed_in, _svc, fmt_time, router
 
 STATUS_PILL = {"OK": "ok", "WARN": "warn", "STALL": "warn", "ERR": "bad", "STOP": "bad"}
 
@@ -167,7 +167,7 @@ async def group_page(request: Request, group: str) -> Response:
 def _members(svc: Any, group: str) -> list[dict[str, Any]]:
     """The group's live ykafka consumers (their reports), grouped by the process holding each."""
     with db.read(svc.engine) as conn:
-        return queries.by_process(queries.group_clients(conn, svc.settings.renew_interval, group))
+        return queries.by_process(queries.group_clients(conn, svc.settings.renew_interval, group), fmt_time)
 
 
 def _paused(svc: Any, group: str) -> str | None:

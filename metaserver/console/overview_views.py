@@ -24,7 +24,7 @@ from ..storage.models import alerts, apps
 from . import queries
 from .config_views import readable_change
 from .pipeline_reads import StoreUnavailable, read_store, traffic_charts
-from .views import _api, _page, _query, _session, _signed_in, _svc, router
+from .views import _api, _page, _query, _session, _signed_in, _svc, fmt_time, router
 
 # --- overview, clients, alerts, audit ------------------------------------------------------------
 
@@ -107,7 +107,7 @@ def client_list(request: Request) -> Response:
     next_url = (f"/console/clients?{urlencode({**kept, 'after': json.dumps(list(cursor))})}"
                 if cursor is not None else None)
     first_url = f"/console/clients?{urlencode(kept)}" if after is not None else None
-    return _page(request, "clients.html", sess, rows=rows, procs=queries.by_process(rows), total=total,
+    return _page(request, "clients.html", sess, rows=rows, procs=queries.by_process(rows, fmt_time), total=total,
                  more=more, f=f, online=online, next_url=next_url, first_url=first_url, page_rows=PAGE_ROWS)
 
 

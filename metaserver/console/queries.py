@@ -353,15 +353,27 @@ def client_list(conn: Connection, heartbeat_s: int, f: dict[str, str], online_on
     return rows, total, more_than, cursor
 
 
-def by_process(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_process(rows: list[dict[str, Any]], fmt_time: Callable[[float | None], str]) -> list[dict[str, Any]]:
     """Rows grouped by the process holding each client (host, pid, start time), in the order of each process's
-    first row: ``{"host", "pid", "started", "clients", "roles": {role: n}}``."""
+    first row: ``{"host", "pid", "started", "clients", "roles": {role: n}, "name", "roles_text"}``.
+
+    ``name`` (as ``_process.html``'s ``process_name`` writes it, times by ``fmt_time``) and ``roles_text`` are
+    written here, not by a template macro per process: on the clients page, 200 clients are usually 200
+    processes, and those two macro calls per process were a third of its rendering (25 -> 17 ms of CPU for 200)."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in rows:
         key = (row.get("hostname") or "", row.get("pid"), row.get("process_started"))
-        proc = out.setdefault(key, {"host": key[0], "pid": key[1], "started": key[2], "clients": [], "roles": {}})
+        proc = out.get(key)
+        if proc is None:
+            host, pid, started = key
+            name = f"{host or '?'} · pid {pid if pid is not None else '?'}"
+            out[key] = proc = {"host": host, "pid": pid, "started": started, "clients": [], "roles": {},
+                               "name": name + (f" · started {fmt_time(started)}" if started else "")}
         proc["clients"].append(row)
         proc["roles"][row.get("role") or "?"] = proc["roles"].get(row.get("role") or "?", 0) + 1
+    for proc in out.values():
+        roles = sorted(proc["roles"].items(), key=lambda kv: kv[0].lower())  # Jinja's dictsort: by key, any case
+        proc["roles_text"] = ", ".join(f"{n} {role}{'s' if n != 1 else ''}" for role, n in roles)
     return list(out.values())
 
 
