@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import KafkaError, Message, TopicPartition
 from confluent_kafka import Producer as RawProducer
@@ -298,16 +299,20 @@ def test_trace_switches_live_per_topic(obs_broker, tmp_path: Path) -> None:
 
 def test_dropin_poll_traces_a_topic_that_arrives_while_it_calls_librdkafka_directly(obs_broker,
                                                                                      tmp_path: Path) -> None:
-    """While no topic is traced the drop-in poll is librdkafka's own poll (the session's gate armed: issue 39);
-    a traced topic joining the subscription (its partitions assigned inside such a call) gets every message's
-    ``consumed`` step again, the untraced one none."""
+    """While no topic is traced the drop-in poll is librdkafka's own poll (the session's gate armed: issue 39),
+    reached from C with nothing of ours after it, so a rebalance inside such a call must not give a traced topic:
+    a subscribed topic counts before it has partitions here. The traced topic is subscribed before it exists;
+    when it is created the rebalance that assigns it runs inside a call whose only message to return is its
+    first, and every traced message gets its ``consumed`` step, the untraced topic none. A pattern subscription
+    never arms (the rebalance may give any topic); ``poll(None)`` is refused armed or not, as librdkafka's poll
+    refuses it."""
     bs = obs_broker.bootstrap
     plain, traced, group = unique("plain"), unique("traced"), unique("g-gate")
     create_topic(bs, plain, 1)
-    create_topic(bs, traced, 1)
     produce_traced(bs, plain, [f"p{i}" for i in range(6)])
-    where = produce_traced(bs, traced, [f"t{i}" for i in range(5)])
-    consumer = Consumer(consumer_config(bs, group, tmp_path, **{"ykafka.metrics.enabled": False}))
+    # metadata every second: the subscribed topic's creation is seen (librdkafka's default is 5 minutes)
+    consumer = Consumer(consumer_config(bs, group, tmp_path, **{"ykafka.metrics.enabled": False,
+                                                                "topic.metadata.refresh.interval.ms": 1000}))
     got: dict[str, int] = defaultdict(int)
 
     def take(topic: str, n: int) -> None:
@@ -326,12 +331,26 @@ def test_dropin_poll_traces_a_topic_that_arrives_while_it_calls_librdkafka_direc
         take(plain, 3)
         gate = consumer._session.gate
         assert gate.fast is not None  # armed: nothing traced, nothing pending
-        consumer.subscribe([plain, traced])
+        with pytest.raises(TypeError, match="must be real number, not NoneType"):
+            consumer.poll(None)  # librdkafka's own answer
+        consumer.subscribe([plain, traced])  # the traced topic does not exist yet
+        take(plain, 6)
+        assert consumer.poll(0.5) is None
+        assert gate.fast is None  # the subscription holds a traced topic: every call checked
+        with pytest.raises(TypeError, match="must be real number, not NoneType"):
+            consumer.poll(None)  # the checked call answers the same
+        create_topic(bs, traced, 1)
+        where = produce_traced(bs, traced, [f"t{i}" for i in range(5)])
+        first = consumer.poll(30)  # the rebalance that assigns it, then its first message, in one call
+        assert first is not None and first.topic() == traced and first.error() is None
+        got[traced] += 1
         take(traced, 5)
         assert consumer.observer.watches[traced].rate == 1.0
-        assert consumer.observer.watches[plain].rate == 0.0
-        assert gate.fast is None  # a traced topic: every call checked
+        assert consumer.observer.watch(plain).rate == 0.0
         wait_until(lambda: consumer.observer.stats().get("enqueued") == 5, 10, message="5 steps queued")
+        consumer.subscribe([f"^{plain}$"])
+        assert consumer.poll(1.0) is None and consumer.poll(0.5) is None
+        assert gate.fast is None  # a pattern: its topics are known only after the rebalance, so never armed
     finally:
         consumer.close()
     trace = collect(bs, events.TRACE_TOPIC, lambda e: e["topic"] in (plain, traced) and e["kind"] == "consumed",

@@ -494,26 +494,23 @@ class Consumer:
 
 
 def _drop_in_poll(engine: Engine, session: S.ConsumerSession,
-                  observer: ConsumerObserver) -> Callable[..., Message | None]:
-    """The drop-in ``poll``: librdkafka's own ``poll`` and two reads while the session's gate is armed (nothing
-    to apply, no rate limit, no traced topic: :class:`~ykafka.consumer.session.PollGate`), the checked call
-    otherwise. A message returned by a call during which the gate was disarmed (a rebalance inside the call gave
-    a new, perhaps traced, topic) gets the checked call's per-message work."""
+                  observer: ConsumerObserver) -> functools.partial[Message | None]:
+    """The drop-in ``poll``: a ``functools.partial`` the session's gate points at librdkafka's own ``poll`` while
+    nothing needs our checks (no live change to apply, no rate limit, no traced topic:
+    :class:`~ykafka.consumer.session.PollGate`), at the checked call otherwise. Armed, a call is librdkafka's
+    ``poll`` reached from C: no Python frame of ours, and nothing after it."""
     gate = session.gate
 
-    def poll(timeout: float | None = None) -> Message | None:
-        fast = gate.fast
-        if fast is not None:
-            msg: Message | None = fast(-1 if timeout is None else timeout)
-            if gate.fast is fast:  # not disarmed meanwhile (arming again happens only here, on this thread, and
-                return msg         # binds a new method object)
-            _polled(engine, observer, msg)
-            return msg
+    def checked(timeout: float = -1.0) -> Message | None:
         if gate.closed:
             raise ClosedError("Consumer closed")  # confluent-kafka's words
+        if timeout is None:  # what the armed call (librdkafka's poll) answers: the same whichever runs
+            raise TypeError("must be real number, not NoneType")
         return _poll_checked(engine, session, observer, timeout)
 
-    return poll
+    entry = functools.partial(checked)
+    gate.bind(entry, checked)
+    return entry
 
 
 def _poll_checked(engine: Engine, session: S.ConsumerSession, observer: ConsumerObserver,
@@ -557,7 +554,8 @@ def _polled(engine: Engine, observer: ConsumerObserver, msg: Message | None) -> 
 
 def _arm(engine: Engine, session: S.ConsumerSession, observer: ConsumerObserver) -> None:
     """Let the drop-in poll call librdkafka directly if no call or message needs our checks (on the polling
-    thread): every topic the handle may return resolved, none traced. A disarm while this runs wins."""
+    thread): every topic the handle may return (given or subscribed: a rebalance inside an armed call may give
+    any of them) resolved, none traced. A disarm while this runs wins."""
     gate = session.gate
     epoch = gate.epoch
     gate.tried = epoch  # whatever fails below holds until something moves the epoch
@@ -565,14 +563,17 @@ def _arm(engine: Engine, session: S.ConsumerSession, observer: ConsumerObserver)
     if gate.closed or raw is None or engine._pending or engine._pending_switch is not None or session.left \
             or engine.bucket._rate:
         return
+    subscribed = session.topics
+    if any(topic.startswith("^") for topic in subscribed):  # a pattern: the rebalance may give any topic
+        return
     watches = observer.watches
-    for topic in session.fetchable_topics():
+    for topic in session.fetchable_topics().union(subscribed):
         watch = watches.get(topic) or observer.watch(topic)
         if watch.rate or watches.get(topic) is not watch:  # traced, or a version move raced its resolution
             return
-    gate.fast = raw.poll
+    gate.arm(raw.poll)
     if gate.epoch != epoch:
-        gate.fast = None
+        gate.unarm()
 
 
 def _reap(session: S.ConsumerSession, observer: ConsumerObserver, runtime: Runtime | None) -> None:

@@ -9,6 +9,7 @@ the thread that polls the consumer.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,19 +49,58 @@ class PollGate:
     instructions a call in all, docs/benchmarks.md *Call forms*) are skipped. Whatever could make one of those
     untrue disarms the gate from any thread (:meth:`disarm`: a queued live change, a version move, a new
     partition, a handle built or closed, ``close()``); the polling thread arms it again after the checks passed,
-    unless ``epoch`` moved meanwhile (a disarm that raced the arming wins)."""
+    unless ``epoch`` moved meanwhile (a disarm that raced the arming wins).
 
-    __slots__ = ("closed", "epoch", "fast", "tried")
+    The consumer's ``poll`` is ``entry``, a ``functools.partial`` whose target the gate swaps: librdkafka's bound
+    ``poll`` while armed, the checked call (``checked``) otherwise. A partial calls its target from C, so an armed
+    call costs no Python frame (one frame a call was ~500-700 instructions, more than 5 % of librdkafka's own
+    ``poll``: docs/benchmarks.md). Nothing of ours runs after an armed call either, so a message it returns must
+    need nothing: the gate arms only while every topic of the subscription is resolved and untraced too (a
+    rebalance inside the call can give a partition of any of them; a pattern subscription, whose topics are not
+    known before, never arms) and every subscription change disarms it.
+"""
+
+    __slots__ = ("checked", "closed", "entry", "epoch", "fast", "handles", "tried")
 
     def __init__(self) -> None:
-        self.fast: Callable[[float], Any] | None = None
+        self.fast: Callable[..., Any] | None = None
         self.epoch = 0  # moved by every disarm
         self.tried = -1  # the epoch at which arming last failed: not tried again until it moves
         self.closed = False
+        self.entry: functools.partial[Any] | None = None
+        self.checked: Callable[..., Any] | None = None
+        #: every handle's ``poll`` ever armed: a call may still be inside one when another thread disarms, and the
+        #: partial holds its target only by its own reference (one a handle built, so a few)
+        self.handles: list[Callable[..., Any]] = []
+
+    def bind(self, entry: functools.partial[Any], checked: Callable[..., Any]) -> None:
+        """The drop-in ``poll`` this gate steers (its target is ``checked`` until armed)."""
+        self.entry, self.checked = entry, checked
+        if self.fast is not None:
+            _retarget(entry, self.fast)
+
+    def arm(self, fast: Callable[..., Any]) -> None:
+        """Let the drop-in ``poll`` be ``fast`` (librdkafka's bound ``poll``; the polling thread, checks done)."""
+        if not self.handles or self.handles[-1] != fast:
+            self.handles.append(fast)
+        self.fast = fast
+        if self.entry is not None:
+            _retarget(self.entry, fast)
+
+    def unarm(self) -> None:
+        """Back to the checked call without moving ``epoch`` (an arming that a disarm raced)."""
+        self.fast = None
+        if self.entry is not None and self.checked is not None:
+            _retarget(self.entry, self.checked)
 
     def disarm(self) -> None:
         self.epoch += 1
-        self.fast = None
+        self.unarm()
+
+
+def _retarget(entry: functools.partial[Any], target: Callable[..., Any]) -> None:
+    """Point ``entry`` at ``target`` (the pickling protocol's ``__setstate__``: atomic under the GIL)."""
+    entry.__setstate__((target, (), None, None))  # type: ignore[attr-defined]  # (typeshed omits it)
 
 
 class ConsumerSession:
@@ -196,6 +236,7 @@ class ConsumerSession:
 
     def subscribe(self, topics: Sequence[str], on_assign: RebalanceCallback | None = None,
                   on_revoke: RebalanceCallback | None = None, on_lost: RebalanceCallback | None = None) -> None:
+        self.gate.disarm()  # a new topic may be traced (PollGate: the armed poll runs the rebalances)
         self._topics = list(topics)
         self._manual = None
         self._user = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
@@ -204,6 +245,7 @@ class ConsumerSession:
 
     def resubscribe(self, topics: Sequence[str]) -> None:
         """Change the topic list keeping the user's callbacks (the framework adds retry topics this way)."""
+        self.gate.disarm()
         self._topics = list(topics)
         if self.consumer is not None and not self.left:
             self._subscribe()
