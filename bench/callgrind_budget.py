@@ -28,7 +28,7 @@ Each figure is the form's instructions divided by its messages. ``--check`` comp
 ``--record`` writes the measured figures as the new budgets. tests/test_callgrind_budget.py runs it.
 
     python bench/callgrind_budget.py [--quick] [--broker tansu|kafka] [--check] [--record] [--forms keyword,run]
-                                     [--empty-wrapper]
+                                     [--empty-wrapper [calls|reports]]
 
 ``--empty-wrapper`` puts the thinnest pure-Python drop-in (:class:`EmptyProducer`, :class:`EmptyConsumer`: one
 Python frame a call, forwarding) in ykafka's place: what no pure-Python wrapper can go under.
@@ -127,15 +127,31 @@ def _noop(_msg: Any) -> None:
 class EmptyProducer:
     """``--empty-wrapper``: the thinnest pure-Python drop-in of a producer, the floor of any wrapper that sees each
     send: ``produce`` one Python frame forwarding its arguments positionally, ``poll`` / ``flush`` librdkafka's own
-    (as ykafka's one-client ``poll`` is)."""
+    (as ykafka's one-client ``poll`` is). ``--empty-wrapper reports`` adds what any wrapper that must see each
+    delivery report (disaster recovery: a failed message is re-routed) cannot go under either: one Python frame a
+    report, a bound method forwarding a success to the user's callback (as ykafka's ``_direct_report``)."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, reports: bool = False) -> None:
         self._raw = raw
         self.poll, self.flush = raw.poll, raw.flush
+        self._reports = reports
+        self._bound: dict[Any, Any] = {}
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1, on_delivery: Any = None,
                 callback: Any = None, timestamp: int = 0, headers: Any = None) -> None:
-        self._raw.produce(topic, value, key, partition, on_delivery or callback, None, timestamp, headers)
+        on_delivery = on_delivery or callback
+        if self._reports:
+            on_delivery = self._bound.get(on_delivery) or self._bound.setdefault(on_delivery,
+                                                                                 _forward.__get__(on_delivery))
+        self._raw.produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
+
+
+def _forward(user: Any, err: Any, msg: Any) -> None:
+    """A delivery report seen by the wrapper: failures would be handled here; a success goes to the user."""
+    if err is None:
+        user(None, msg)
+        return
+    user(err, msg)
 
 
 class EmptyConsumer:
@@ -298,7 +314,8 @@ def child(args: argparse.Namespace) -> None:
         if args.empty_wrapper and side == "ykafka":  # the floor of a pure-Python wrapper, in ykafka's place
             if form in SENDING_FORMS:
                 produce_form(lambda: EmptyProducer(RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER,
-                                                                **PATIENT})), form, side, args.messages, cg)
+                                                                **PATIENT}), reports=args.empty_wrapper == "reports"),
+                             form, side, args.messages, cg)
             elif form == "poll":
                 consume_empty(args.bootstrap, args.topic, args.warm, args.consume_messages, cg)
             else:
@@ -385,7 +402,7 @@ def measure(args: argparse.Namespace, helper: str, bootstrap: str, workdir: Path
            "--messages", str(args.messages), "--consume-messages", str(args.consume_messages),
            "--warm", str(args.warm), "--topic", args.topic, *(["--ykafka-conf", args.ykafka_conf]
                                                                if args.ykafka_conf else []),
-           *(["--empty-wrapper"] if args.empty_wrapper else [])]
+           *(["--empty-wrapper", args.empty_wrapper] if args.empty_wrapper else [])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(outdir / "stdout", "wb") as out, open(outdir / "stderr", "wb") as err:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err)
@@ -415,9 +432,10 @@ def main() -> None:
     parser.add_argument("--topic", default=f"cg-budget-consume-{uuid.uuid4().hex[:8]}", help=argparse.SUPPRESS)
     parser.add_argument("--ykafka-conf", default=None,
                         help="JSON object of settings added to the measured ykafka Producer's (experiments)")
-    parser.add_argument("--empty-wrapper", action="store_true",
+    parser.add_argument("--empty-wrapper", nargs="?", const="calls", default=None, choices=["calls", "reports"],
                         help="measure the thinnest pure-Python wrapper (one frame a call, forwarding) in ykafka's "
-                             "place: the floor of any pure-Python drop-in (docs/benchmarks.md, Call forms)")
+                             "place: the floor of any pure-Python drop-in (docs/benchmarks.md, Call forms); "
+                             "'reports': and one frame a delivery report (the floor with disaster recovery)")
     parser.add_argument("--side", choices=["raw", "ykafka"], default="ykafka", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:

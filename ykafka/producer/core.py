@@ -174,11 +174,12 @@ class Producer(ClientSwaps, TopicResolver):
         :class:`BufferFullError` (also a ``BufferError``), :class:`ClosedError`, or a mapped
         :class:`KafkaError`.
         """
-        st = self._states.get(topic)
+        try:
+            st = self._states[topic]  # a subscript, not .get(): no method call (an uncached topic is transient)
+        except KeyError:
+            st = self._resolve_for_send(topic)
         if on_delivery is None:
             on_delivery = callback
-        if st is None:
-            st = self._resolve_for_send(topic)
         fast = st.fast
         try:
             if fast is None or partition >= 0:
