@@ -126,7 +126,9 @@ def merge_statistics(props: dict[str, Any], ours: Mapping[str, Any]) -> None:
         props.update(ours)
         return
     our_cb, our_ms = ours["stats_cb"], int(ours["statistics.interval.ms"])
-    props["stats_cb"] = ChainedStats(((our_cb, our_ms), (user_cb, user_ms)))
+    # chained once more (metrics, then the DR engine's stall watch): one flat chain, each callback at its interval
+    theirs = user_cb.callbacks if isinstance(user_cb, ChainedStats) else ((user_cb, user_ms),)
+    props["stats_cb"] = ChainedStats(((our_cb, our_ms), *theirs))
     props["statistics.interval.ms"] = min(user_ms, our_ms)
 
 

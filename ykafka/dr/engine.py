@@ -43,8 +43,10 @@ from ykafka.dr.queue import SpillQueue
 from ykafka.dr.replay import Replayer, replay_config
 from ykafka.dr.routes import RouteSpec, RouteTable
 from ykafka.dr.spilldir import SPILL_DEFAULTS
+from ykafka.dr.stall import StallWatch, backstop_timeout_ms, stats_interval_ms
 from ykafka.dr.sync import connection_only
 from ykafka.errors import ClosedError, SpillFullError
+from ykafka.observability import merge_statistics
 from ykafka.transport import (
     Message,
     RawKafkaError,
@@ -127,6 +129,7 @@ class DisasterRecovery:
             self.epoch = 0  # bumped with every change: a direct path computed before one is stale
             #: (primary, topic) -> when strict failback order began holding its writes (see _holds)
             self._held: dict[tuple[str, str], float] = {}
+            self._watches: dict[tuple[str, int], StallWatch] = {}  # (cluster, spill.after.ms): see watch_stalls
             self._hold_expired: set[tuple[str, str]] = set()
             self._maint = threading.Thread(target=self._maintain, name="ykafka-dr", daemon=True)
             self._exit.callback(self._close_links)
@@ -169,9 +172,30 @@ class DisasterRecovery:
         if acks in ("all", "-1"):
             conf.setdefault("enable.idempotence", True)
         conf.setdefault("max.in.flight.requests.per.connection", 1)
-        conf["message.timeout.ms"] = int(self._spill_after_ms(cluster))
+        # spill.after.ms is the link's stall watch (ykafka.dr.stall), not librdkafka's per-message timeout: a
+        # message timed out alone lets newer ones of its partition be stored ahead of it (an epoch bump)
+        self.watch_stalls(conf, cluster, int(self._spill_after_ms(cluster)))
         conf["error_cb"] = self.health.error_cb(cluster, conf.get("error_cb"))
         return conf
+
+    def watch_stalls(self, conf: dict[str, Any], cluster: str, stall_ms: int) -> None:
+        """Make ``conf`` (a direct client's librdkafka settings on ``cluster``) give its messages back after
+        ``stall_ms`` without delivery: an idempotent client through the link's stall watch, with librdkafka's
+        per-message timeout only a backstop past it (see :mod:`ykafka.dr.stall`). The watch is one object per
+        cluster and threshold, so the settings, a client's cache key, compare equal across resolutions."""
+        conf.pop("delivery.timeout.ms", None)  # librdkafka's alias would override what is set here
+        if str(conf.get("enable.idempotence", "")).lower() not in ("true", "1"):
+            # a plain producer reports no acknowledged ids to watch, and keeps no order across failures anyway
+            # (docs/disaster-recovery.md, *Guarantees and limits*): librdkafka's per-message timeout it is
+            conf["message.timeout.ms"] = stall_ms
+            return
+        key = (cluster, stall_ms)
+        watch = self._watches.get(key)
+        if watch is None:
+            watch = self._watches.setdefault(key, StallWatch(cluster, stall_ms,
+                                                             lambda reason: self.link(cluster).stalled(reason)))
+        conf["message.timeout.ms"] = backstop_timeout_ms(stall_ms)
+        merge_statistics(conf, {"statistics.interval.ms": stats_interval_ms(stall_ms), "stats_cb": watch})
 
     def link(self, cluster: str) -> ClusterLink:
         found = self._links.get(cluster)

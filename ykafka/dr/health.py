@@ -190,6 +190,13 @@ class ClusterHealth:
         if down:
             self._transition(ClusterState.DOWN, reason)
 
+    def stalled(self, reason: str) -> None:
+        """The cluster's link saw nothing delivered for ``spill.after.ms`` (:mod:`ykafka.dr.stall`): what the
+        timed-out messages of that window did before the watch replaced librdkafka's per-message timeout, as many
+        failures as make the cluster down (a probe that answers brings it back)."""
+        for _ in range(max(1, self.policy.down_failures)):
+            self.record_failure(reason)
+
     def record_success(self, probe: bool = False) -> None:
         """A probe answered, or a delivery was acknowledged. Only a probe brings a DOWN cluster back: an
         acknowledgement may be old news served after the cluster died."""

@@ -219,7 +219,7 @@ class ClusterLink:
         self.available = health.state is ClusterState.UP
         self._recovering = False
         self._down_since = 0.0
-        self.counts = {"spilled": 0, "rerouted": 0, "failed": 0, "refused": 0}
+        self.counts = {"spilled": 0, "rerouted": 0, "failed": 0, "refused": 0, "stalled": 0}
         self.app_id: str | None = None  # named in a refusal's report
         health.on_refused = self._on_refused
         self.direct = 0  # hot-path counters as plain attributes
@@ -458,6 +458,15 @@ class ClusterLink:
                     client.purge(in_queue=True, in_flight=in_flight, blocking=False)
         log.warning("cluster.link_down", cluster=self.cluster, reason=reason, held=held)
         self.health.suspect(reason)  # probe now: the link comes back after the next successful probe
+
+    def stalled(self, reason: str) -> None:
+        """A partition of one of the link's clients held messages and delivered none for ``spill.after.ms``
+        (:class:`ykafka.dr.stall.StallWatch`, on the thread polling that client): the cluster is failing, as
+        librdkafka's timeouts said before, and every client is purged at once, so everything comes back in
+        produce order (none of it timed out inside librdkafka, so nothing newer was stored ahead of it)."""
+        self.counts["stalled"] += 1
+        self.health.stalled(reason)
+        self.mark_unavailable(reason)
 
     def mark_available(self) -> None:
         with self._lock:

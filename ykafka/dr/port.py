@@ -94,6 +94,11 @@ class DrEngine(Protocol):
         """The healthy-cluster fast path of ``topic`` through the producer's ``client``, or None."""
         ...
 
+    def watch_stalls(self, conf: dict[str, Any], cluster: str, stall_ms: int) -> None:
+        """Give a client's messages back after ``stall_ms`` without delivery: the link's stall watch in its
+        settings, librdkafka's per-message timeout a backstop only (ykafka.dr.stall)."""
+        ...
+
     def handing_over(self, topic: str) -> bool:
         """A send of ``topic`` may wait now (a hand-over between clusters, an outage's start offsets)."""
         ...

@@ -143,7 +143,12 @@ class TopicResolver(ProducerBase):
         props["error_cb"] = error_cb
         self._obs.add_statistics(props)  # statistics -> __ykafka_metrics (beside the application's stats_cb)
         if self._conf.get("ykafka.dr.enabled"):  # not delivered this long while unreachable: spilled
-            props["message.timeout.ms"] = max(effective["spill.after.ms"], effective["producer.linger.ms"] + 1000)
+            # ...through the engine's stall watch (no per-message timeout in that window: ykafka.dr.stall)
+            stall_ms = max(effective["spill.after.ms"], effective["producer.linger.ms"] + 1000)
+            if self._dr is not None:
+                self._dr.watch_stalls(props, cluster, stall_ms)
+            else:
+                props["message.timeout.ms"] = stall_ms
             # a plain producer (acks other than all) pipelining requests stores a batch a broker refused with a
             # retriable error behind the next batch of its partition: per-key order needs one request in flight
             # (docs/disaster-recovery.md, *Guarantees and limits*; the engine's own clients do the same), unless the

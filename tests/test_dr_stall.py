@@ -1,0 +1,87 @@
+"""The link's stall watch (ykafka.dr.stall): a partition holding messages with none acknowledged for
+``spill.after.ms`` is a stall; an acknowledgement, or nothing held, is not. Pure logic over librdkafka statistics
+documents, plus the settings it gives a direct client."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ykafka.dr.stall import StallWatch, backstop_timeout_ms, stats_interval_ms
+from ykafka.observability import ChainedStats, merge_statistics
+
+
+def _doc(ts_ms: int, parts: dict[str, tuple[int, int, int, int]], name: str = "rdkafka#producer-1") -> dict[str, Any]:
+    """parts: partition -> (acked_msgid, msgq_cnt, xmit_msgq_cnt, msgs_inflight)"""
+    return {"name": name, "ts": ts_ms * 1000, "topics": {"t": {"partitions": {
+        p: {"acked_msgid": a, "msgq_cnt": q, "xmit_msgq_cnt": x, "msgs_inflight": f}
+        for p, (a, q, x, f) in parts.items()}}}}
+
+
+def test_a_partition_holding_messages_with_none_acknowledged_for_the_threshold_is_a_stall() -> None:
+    stalls: list[str] = []
+    watch = StallWatch("dc-a", 10_000, stalls.append)
+    watch(json.dumps(_doc(0, {"0": (100, 0, 0, 0), "1": (100, 0, 0, 0)})))
+    watch(json.dumps(_doc(1_000, {"0": (100, 40, 5, 5), "1": (150, 0, 0, 0)})))  # p0 holds 50
+    for t in range(2_000, 11_000, 1_000):  # p0 acknowledges nothing more (new sends queue up); p1 keeps delivering
+        watch(json.dumps(_doc(t, {"0": (100, 40 + t // 100, 5, 5), "1": (150 + t // 10, 0, 0, 0)})))
+    assert stalls == []  # 9 s since p0 was first seen holding: not yet
+    watch(json.dumps(_doc(11_000, {"0": (100, 190, 5, 5), "1": (1250, 0, 0, 0)})))
+    assert len(stalls) == 1 and "t [0] holds 200 messages" in stalls[0] and "10000 ms" in stalls[0], stalls
+    for t in range(12_000, 30_000, 1_000):
+        watch(json.dumps(_doc(t, {"0": (100, 200, 5, 5)})))
+    assert len(stalls) == 1  # once per client: the purge retires it, whatever it reports afterwards
+
+
+def test_progress_nothing_held_or_the_unpartitioned_queue_is_no_stall() -> None:
+    stalls: list[str] = []
+    watch = StallWatch("dc-a", 2_000, stalls.append)
+    for t in range(0, 20_000, 500):
+        # p0 acknowledges every half second; p1 holds nothing; -1 (no metadata yet) holds for ever
+        watch(json.dumps(_doc(t, {"0": (t, 900, 0, 1), "1": (7, 0, 0, 0), "-1": (0, 50, 0, 0)})))
+    # counts that read 0 while messages wait (a built batch behind a stuck request) restart the clock only
+    for t in range(20_000, 40_000, 500):
+        watch(json.dumps(_doc(t, {"0": (20_000, 0 if t % 1_500 == 0 else 5, 0, 0)})))
+    assert stalls == []
+
+
+def test_two_clients_of_one_cluster_are_told_apart_by_name() -> None:
+    watch = StallWatch("dc-a", 1_000, lambda _r: None)
+    # client a delivers, client b does not: interleaved documents must not let a's progress hide b's stall
+    found = []
+    for t in range(0, 3_000, 250):
+        found.append(watch.observe(_doc(t, {"0": (t, 1, 0, 0)}, name="a")))
+        found.append(watch.observe(_doc(t, {"0": (10, 10, 0, 0)}, name="b")))
+    reasons = [r for r in found if r]
+    assert len(reasons) == 1 and "holds 10 messages" in reasons[0], reasons
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 50)), min_size=1, max_size=40))
+def test_a_partition_acknowledging_between_any_two_documents_never_stalls(steps: list[tuple[int, int]]) -> None:
+    watch = StallWatch("dc-a", 1_000, lambda _r: None)
+    ts = 0
+    for acked, (gap_s, held) in enumerate(steps, start=1):  # at least one acknowledgement between two documents
+        ts += gap_s * 1000
+        assert watch.observe(_doc(ts, {"0": (acked, held, 0, 1)})) is None
+
+
+def test_a_watched_client_gets_a_backstop_timeout_and_the_watch_beside_the_metrics_and_the_applications() -> None:
+    def app_cb(_s: str) -> None:
+        return None
+
+    def metrics_cb(_s: str) -> None:
+        return None
+
+    watch = StallWatch("dc-a", 10_000, lambda _r: None)
+    props: dict[str, Any] = {"stats_cb": app_cb, "statistics.interval.ms": 5_000}
+    merge_statistics(props, {"stats_cb": metrics_cb, "statistics.interval.ms": 10_000})
+    merge_statistics(props, {"stats_cb": watch, "statistics.interval.ms": stats_interval_ms(10_000)})
+    chained = props["stats_cb"]
+    assert isinstance(chained, ChainedStats)
+    assert chained.callbacks == ((watch, 1000), (metrics_cb, 10_000), (app_cb, 5_000))  # one flat chain
+    assert props["statistics.interval.ms"] == 1000
+    assert backstop_timeout_ms(10_000) == 40_000 and backstop_timeout_ms(120_000) == 240_000
+    assert stats_interval_ms(2_000) == 400 and stats_interval_ms(100) == 100
