@@ -296,8 +296,8 @@ _KEYS: list[Key] = [
     Key("spill.enabled", boolean, Apply.IN_PLACE, True,
         "spill undeliverable messages to the local disk queue (false: report them failed)", _PRODUCER_SCOPES),
     Key("spill.after.ms", int_range(100, 86_400_000), Apply.REBUILD, 10_000,
-        "a message not delivered within this while its cluster is unreachable is spilled to disk "
-        "(librdkafka message.timeout.ms of the cluster's producer)",
+        "a partition holding messages with none acknowledged this long is a stalled cluster: everything its "
+        "client holds is spilled (or sent to the standby) at once, in produce order (docs/disaster-recovery.md)",
         frozenset({ScopeKind.GLOBAL, ScopeKind.CLUSTER})),
     Key("health.down.failures", int_range(1, 1000), Apply.IN_PLACE, 3,
         "consecutive failed probes / transport errors that mark a cluster down",
