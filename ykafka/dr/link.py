@@ -207,6 +207,7 @@ class ClusterLink:
         self._poll_lock = threading.Lock()
         self._local = threading.local()
         self._client: RawProducer | None = None  # built on first direct send without a caller-owned client
+        self._own_sent = self._own_reported = 0  # messages produced into / reported by the current _client
         self._external: list[RawProducer] = []  # caller-owned clients this link sent through
         self._last_external: RawProducer | None = None
         self.on_available: Callable[[str], None] | None = None
@@ -239,7 +240,15 @@ class ClusterLink:
         with self._lock:
             if self._client is None:
                 self._client = self._factory()
+                self._own_sent = self._own_reported = 0
             return self._client
+
+    def _own_holds(self) -> bool:
+        """The link's own client holds messages not yet reported. Counted here, not by ``len()``: librdkafka's count
+        includes events such as the statistics the stall watch reads every second, and taking one for a message made
+        a caller's newer sends of a key follow into this client while older ones waited in the caller's (a node
+        killed under load then stored them interleaved: the three-node soak's ``kill+control``)."""
+        return self._client is not None and self._own_sent != self._own_reported
 
     def send(self, msg: Outgoing, spill_wait: bool | None = None, client: RawProducer | None = None) -> None:
         """Hand one message to the cluster (or to its spill queue while it cannot take it).
@@ -259,7 +268,7 @@ class ClusterLink:
                     or not self._spill_enabled(msg[0]):
                 if client is None:
                     client = self.client()
-                elif self._client is not None and len(self._client):
+                elif self._own_holds():
                     # our own client still holds messages (re-routed here from the partner cluster): a caller's
                     # client could deliver a newer message of their key first, so stay behind them until it is empty
                     client = self._client
@@ -270,6 +279,8 @@ class ClusterLink:
                 # the hot path, inlined: (topic, value, key, partition, callback, on_delivery, ts, headers)
                 client.produce(msg[0], msg[1], msg[2], msg[3], functools.partial(
                     self._on_delivery, msg, next(self._order), client), None, msg[4], msg[5])
+                if client is self._client:  # produced (a refused produce raised above): its report will come
+                    self._own_sent += 1
                 self.direct += 1
                 return
         if self._retired or self._undelivered or self._rerouting:
@@ -286,7 +297,7 @@ class ClusterLink:
             if not self.available or self._retired or self._undelivered or self._rerouting \
                     or self.health.refused is not None \
                     or (self.queue is not None and self.queue.depth) \
-                    or (self._client is not None and len(self._client)):  # re-routed messages still in our client
+                    or self._own_holds():  # re-routed messages still in our client
                 return None
             if client not in self._external:
                 self._external.append(client)
@@ -365,6 +376,8 @@ class ClusterLink:
 
     def _on_delivery(self, msg: Outgoing, order: int, client: RawProducer, err: RawKafkaError | None,
                      m: Message) -> None:
+        if client is self._client:  # served by this link's poll only (one at a time): see _own_holds
+            self._own_reported += 1
         if err is None:
             self.delivered += 1
             self.health.record_success()
