@@ -268,7 +268,7 @@ class ClusterLink:
                     or not self._spill_enabled(msg[0]):
                 if client is None:
                     client = self.client()
-                elif self._own_holds():
+                elif self._client is not None and self._own_holds():
                     # our own client still holds messages (re-routed here from the partner cluster): a caller's
                     # client could deliver a newer message of their key first, so stay behind them until it is empty
                     client = self._client
