@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from .console import install as install_console
 from .console.sso import OidcClient
 from .console.sso import enabled as sso_enabled
+from .console.warm import SummaryWarmer
 from .domain import clients, sealing
 from .domain.apollo import ApolloError, ApolloOpenApi
 from .domain.auth import AuthFailed, RateLimited
@@ -131,10 +132,14 @@ def create_app(settings: Settings) -> FastAPI:
         svc.reconciler.kick()  # a first pass at start-up repairs whatever drifted while no MetaServer ran
         driver = RolloutDriver(svc).start()  # drives rollout plans while this process holds the lease
         _app.state.rollout_driver = driver
+        # the console's summaries over every live client read now, off the request path: no first view pays
+        # a large fleet's scan (docs/deployment.md, "First views")
+        warmer = SummaryWarmer(svc).start()
         pruner = asyncio.create_task(_prune_clients(svc)) if settings.client_prune_s > 0 else None
         yield
         if pruner is not None:
             pruner.cancel()
+        warmer.stop()
         driver.stop()
         svc.reconciler.stop()
         svc.engine.dispose()

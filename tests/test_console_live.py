@@ -361,3 +361,90 @@ def test_a_config_panel_asks_the_config_service_its_questions_at_once(ms: MetaSe
     (_, a0, a1), (_, b0, b1) = calls
     assert max(a0, b0) < min(a1, b1), calls  # before: one after the other, never overlapping
     assert took < 0.75, took  # before: 0.8 s and more (two waits of 0.4 s)
+
+
+# --- first views: the summaries are read when the MetaServer starts, not by the first view ----------------------
+
+def test_the_warmer_reads_the_summaries_so_a_first_view_runs_no_scan(
+        engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MetaServer's first overview and topics page read the summaries over every live client themselves (at
+    100,000 clients 625 ms and 491-647 ms, bench/control_plane_scale.py). Now the warmer reads them when the
+    MetaServer starts: the first view's own statements include no scan of ``ms_client_state``. Every scan counts
+    as slow and large here (the thresholds set to 0)."""
+    from types import SimpleNamespace
+
+    from metaserver.console import provision
+    from metaserver.console.warm import SummaryWarmer
+    from metaserver.rollouts import drift
+
+    monkeypatch.setattr(queries, "SUMMARY_SLOW_S", 0.0)
+    monkeypatch.setattr(queries, "SUMMARY_MIN_CLIENTS", 0)
+    queries._reused.clear()
+    cluster, now = unique("dc-warm"), time.time()
+    for i in range(4):
+        clients.store(engine, _report(f"warm-{i}-{cluster}", {}, cluster=cluster,
+                                      topics=[f"warm-{cluster}"], role="producer" if i else "consumer"), now=now)
+    beat = 29  # a heartbeat no other test's summaries use
+    # the MetaServer's services as far as the warmer reads them (its database and heartbeat); with no config
+    # service the global panel's read fails and is logged: views read that one themselves
+    svc = SimpleNamespace(engine=engine, settings=SimpleNamespace(renew_interval=beat), apollo=None)
+    warmer = SummaryWarmer(svc).start()  # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and queries.warming(engine):
+            time.sleep(0.05)
+        assert queries.settle(10.0)
+        with recorded(engine) as seen, db.read(engine) as conn:
+            roles = dict(queries.live_roles(conn, beat))
+            drifting = drift.drifting(conn, beat, True)
+            names = queries.topic_names(conn, beat)
+            loads = provision.cluster_loads(conn, beat)
+        scans = [s for s, _ in seen if "ms_client_state" in s]
+        assert scans == [], scans  # before: the first view ran each scan itself
+        assert roles["producer"] >= 3 and roles["consumer"] >= 1 and drifting == 0
+        assert f"warm-{cluster}" in names and isinstance(loads, list)
+    finally:
+        warmer.stop()
+        assert queries.settle(10.0)
+        queries._reused.clear()
+
+
+def test_a_first_view_while_the_first_count_runs_is_answered_counting_on_postgresql(
+        ms_factory: Callable[..., MetaServer], request: pytest.FixtureRequest) -> None:
+    """A MetaServer that has just started reads the summaries in the background; a view that comes before that
+    read finishes is answered at once with its counts shown "counting…", never waiting on the scan. Here the
+    scan is held by a lock on ``ms_client_state`` taken before the MetaServer starts (PostgreSQL: SQLite's
+    readers do not wait for a writer); before the warmer, the first overview waited on it (the scan ran on the
+    request). Once the lock is released the same page shows the count."""
+    require_pg()
+    url = request.getfixturevalue("pg_schema_factory")()
+    eng = db.make_engine(url)
+    db.migrate(eng)
+    now = time.time()
+    for i in range(3):
+        clients.store(eng, _report(f"first-{i}", {}), now=now)
+    holder = eng.connect()
+    tx = holder.begin()
+    holder.execute(sa.text("LOCK TABLE ms_client_state IN ACCESS EXCLUSIVE MODE"))
+    try:
+        server = ms_factory(db_url=url, renew_interval=30)
+        sess = _console(server)
+        t0 = time.monotonic()
+        page = sess.get(server.url + "/console/", timeout=10)
+        took = time.monotonic() - t0
+        assert page.status_code == 200 and took < 3.0, (page.status_code, took)
+        assert re.search(r'id="live-count">counting…<', page.text) and 'id="counting"' in page.text
+        topics = sess.get(server.url + "/console/topics", timeout=10)
+        assert topics.status_code == 200 and 'id="counting"' in topics.text
+    finally:
+        tx.rollback()
+        holder.close()
+    deadline = time.monotonic() + 20
+    text_ = ""
+    while time.monotonic() < deadline:
+        text_ = sess.get(server.url + "/console/", timeout=10).text
+        if 'id="counting"' not in text_:
+            break
+        time.sleep(0.2)
+    assert re.search(r'id="live-count">3<', text_), text_[:2000]
+    eng.dispose()

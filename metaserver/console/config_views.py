@@ -101,8 +101,14 @@ def _live(svc: Services, scope: Scope, tgt: loop.Target, main: Future[list[dict[
             return queries.rejections(conn, c["app_id"], c["client_id"])
 
         errored_holders = False  # any client holding a key in force and reporting errors
-        for held, has_errors, gray, n in queries.reached_summary(conn, beat, kind, scope.name, tgt.namespace,
-                                                                   tgt.gray_ips, tgt.gray_labels):
+        try:
+            summary = queries.reached_summary(conn, beat, kind, scope.name, tgt.namespace, tgt.gray_ips,
+                                              tgt.gray_labels)
+        except queries.Counting:  # just started, a large fleet's first count under way: a page of rows, no counts
+            rows = loop.panel(queries.reached(conn, beat, kind, scope.name, tgt.namespace, limit=PANEL_ROWS),
+                              scope, tgt, rejections_of)
+            return {"rows": rows, "total": None, "counts": None, "counting": True}
+        for held, has_errors, gray, n in summary:
             total += n
             parts = (held or "").split("+")
             errored_holders |= has_errors and any(k in parts for k in keys)

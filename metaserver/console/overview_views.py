@@ -35,19 +35,26 @@ def overview(request: Request) -> Response:
     with db.read(svc.engine) as conn:
         clusters = registry.all_clusters(conn)
         app_count = conn.execute(select(func.count()).select_from(apps)).scalar_one()
-        roles = queries.live_roles(conn, svc.settings.renew_interval)
+        beat = svc.settings.renew_interval
+        roles: list[tuple[str, int]] | None
+        drifting: int | None
+        try:  # None: this MetaServer has just started and a large fleet's first count is under way
+            roles = queries.live_roles(conn, beat)
+        except queries.Counting:
+            roles = None
         firing_count = conn.execute(select(func.count()).select_from(alerts)
                                     .where(alerts.c.status == "firing")).scalar_one()
         firing = conn.execute(select(alerts).where(alerts.c.status == "firing")
                               .order_by(alerts.c.last_seen.desc()).limit(20)).mappings().all()
-        beat = svc.settings.renew_interval
-        drifting = queries.reuse_when_slow(conn, ("drift_count", beat), queries.OVERVIEW_TTL_S,
-                                           lambda c: drift.drift_count(c, beat),
-                                           lambda _n: queries.many(roles))
+        try:
+            drifting = drift.drifting(conn, beat, roles is None or queries.many(roles))
+        except queries.Counting:
+            drifting = None
     for c in clusters.values():  # the failover state: where the cluster's writes go now
         c["writes_to"] = writes_to(svc, c["name"]) if c.get("standby") else "primary"
     return _page(request, "overview.html", sess, clusters=list(clusters.values()), app_count=app_count,
-                 live_count=sum(n for _, n in roles), roles=roles, firing=firing, firing_count=firing_count,
+                 live_count=None if roles is None else sum(n for _, n in roles), roles=roles or [],
+                 firing=firing, firing_count=firing_count,
                  drift_count=drifting)
 
 

@@ -95,17 +95,21 @@ def cluster_loads(conn: Connection, heartbeat_s: int) -> list[dict[str, Any]]:
     over every live client, reused as the overview's counts are (``queries.reuse_when_slow``): the topics page
     shows this to an admin on every view."""
     clusters = [c for c in registry.all_clusters(conn).values() if c.get("status", "active") == "active"]
-    counts: list[tuple[str | None, int]] = queries.reuse_when_slow(
-        conn, ("cluster_loads", heartbeat_s), queries.OVERVIEW_TTL_S, lambda c: live_per_cluster(c, heartbeat_s),
-        queries.many)
-    live = dict(counts)
+    try:
+        counts: list[tuple[str | None, int]] | None = queries.reuse_when_slow(
+            conn, ("cluster_loads", heartbeat_s), queries.OVERVIEW_TTL_S,
+            lambda c: live_per_cluster(c, heartbeat_s), queries.many)
+    except queries.Counting:  # just started: a large fleet's first count is under way (clients shown as "?")
+        counts = None
+    live = dict(counts or [])
     placed = {c: (int(n), float(r or 0)) for c, n, r in conn.execute(
         select(reqs.c.cluster, func.count(), func.sum(reqs.c.expected_rate)).where(
             reqs.c.status == "approved", reqs.c.kind == "topic").group_by(reqs.c.cluster)).all()}
-    rows = [{"name": c["name"], "dc": c.get("dc") or "", "clients": int(live.get(c["name"], 0)),
+    rows = [{"name": c["name"], "dc": c.get("dc") or "",
+             "clients": int(live.get(c["name"], 0)) if counts is not None else None,
              "topics": placed.get(c["name"], (0, 0.0))[0], "rate": placed.get(c["name"], (0, 0.0))[1]}
             for c in clusters]
-    return sorted(rows, key=lambda r: (r["rate"], r["clients"], r["topics"], r["name"]))
+    return sorted(rows, key=lambda r: (r["rate"], r["clients"] or 0, r["topics"], r["name"]))
 
 
 def _pending(conn: Connection, req_id: int) -> dict[str, Any]:

@@ -112,6 +112,9 @@ TOPIC_NAMES_TTL_S = 10.0
 SUMMARY_KEEP = 512
 #: a summary past its TTL is still answered, while it is read again in the background, up to this age
 STALE_MAX_S = 30.0
+#: the warmer (metaserver/console/warm.py) reads the summaries every console's first view needs this often:
+#: less than :data:`STALE_MAX_S`, so a view never finds them too old to answer and reads them itself
+WARM_EVERY_S = 20.0
 _reused: dict[tuple[Any, ...], tuple[float, float, Any]] = {}
 _reused_lock = threading.Lock()
 _refreshing: set[tuple[Any, ...]] = set()  # the summaries being read again now (one read each at a time)
@@ -120,6 +123,56 @@ _settled = threading.Condition()
 _REFRESH = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-summary")
 log = structlog.get_logger("metaserver.console")
 T = TypeVar("T")
+#: summaries whose first read at start-up (metaserver/console/warm.py) has not finished: (database, name, ...)
+#: prefixes of their keys. A view of one of them waits at most :data:`FIRST_WAIT_S` for it, then is answered
+#: "counting" (:class:`Counting`) rather than run the scan itself
+_warming: set[tuple[Any, ...]] = set()
+#: how long a view waits for a summary's first read under way before it is answered without it
+FIRST_WAIT_S = 0.2
+_forced = threading.local()  # set on the warmer's thread: every summary it asks for is read and kept
+
+
+class Counting(Exception):  # noqa: N818 - a state, not a failure: the page shows "counting..."
+    """The summary asked for is being read for the first time since this process started (a large fleet's
+    scan, off the request path): the page shows its counts as "counting..." rather than wait for it."""
+
+
+def _db(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+def begin_warming(engine: Engine, prefixes: list[tuple[Any, ...]]) -> None:
+    """Mark these summaries (key prefixes, e.g. ``("live_roles", 30)``) as read for the first time now."""
+    with _reused_lock:
+        _warming.update((_db(engine), *p) for p in prefixes)
+
+
+def end_warming(engine: Engine, prefix: tuple[Any, ...]) -> None:
+    """The first read of a summary has finished (kept, forgotten as fast, or failed): views read it as usual."""
+    with _reused_lock:
+        _warming.discard((_db(engine), *prefix))
+    with _settled:
+        _settled.notify_all()
+
+
+def warming(engine: Engine) -> bool:
+    """Whether a summary's first read since start-up is still under way on this database."""
+    with _reused_lock:
+        return any(p[0] == _db(engine) for p in _warming)
+
+
+def read_and_keep(read: Callable[[], T]) -> T:
+    """``read()`` with every summary it asks :func:`reuse_when_slow` for read now and kept when slow and large
+    (the warmer's pass: it keeps the summaries fresh whether or not anyone looks)."""
+    _forced.on = True
+    try:
+        return read()
+    finally:
+        _forced.on = False
+
+
+def _warming_for(full: tuple[Any, ...]) -> bool:
+    return any(full[:len(p)] == p for p in _warming)
 
 
 def reuse_when_slow(conn: Connection, key: tuple[Any, ...], ttl_s: float, read: Callable[[Connection], T],
@@ -136,9 +189,34 @@ def reuse_when_slow(conn: Connection, key: tuple[Any, ...], ttl_s: float, read: 
     still paid it: a config panel's p95 at 100,000 clients was that scan (290 ms at load 9-10,
     bench/control_plane_scale.py). A fleet that large changes its counts by a handful a second, so a summary a
     few seconds old says the same; a small fleet, whose scan is fast, is always read fresh (the tests' and the
-    demo's). A view after :data:`STALE_MAX_S` of nobody looking reads it again before answering."""
+    demo's). A view after :data:`STALE_MAX_S` of nobody looking reads it again before answering; the summaries
+    every console's first view needs are read at start-up and every :data:`WARM_EVERY_S` by the warmer
+    (metaserver/console/warm.py), so that does not happen to them. A view of one whose first read since
+    start-up is still under way waits at most :data:`FIRST_WAIT_S`, then gets :class:`Counting`."""
     engine = conn.engine
-    full = (engine.url.render_as_string(hide_password=True), *key)
+    full = (_db(engine), *key)
+    if getattr(_forced, "on", False):
+        with _reused_lock:
+            _refreshing.add(full)
+        try:
+            return _keep(conn, full, ttl_s, read, large)
+        finally:
+            with _reused_lock:
+                _refreshing.discard(full)
+            with _settled:
+                _settled.notify_all()
+    now = time.monotonic()
+    deadline = now + FIRST_WAIT_S
+    with _settled:  # a summary's first read since start-up under way: wait a little for it, never for the scan
+        while True:
+            with _reused_lock:
+                warming, cached = _warming_for(full), _reused.get(full)
+            if not warming or cached is not None:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Counting(str(key[0]))
+            _settled.wait(left)
     now = time.monotonic()
     with _reused_lock:
         cached = _reused.get(full)

@@ -70,7 +70,11 @@ def topic_list(request: Request) -> Response:
         page = 0
     topics: dict[str, dict[str, Any]] = {}
     with db.read(svc.engine) as conn:
-        names = queries.topic_names(conn, svc.settings.renew_interval, needle)
+        try:
+            names = queries.topic_names(conn, svc.settings.renew_interval, needle)
+            counting = False
+        except queries.Counting:  # just started: a large fleet's first read of the names is under way
+            names, counting = [], True
         page = min(page, max(0, (len(names) - 1) // TOPICS_SHOWN))
         shown = names[page * TOPICS_SHOWN:(page + 1) * TOPICS_SHOWN]
         for name in shown:
@@ -91,7 +95,8 @@ def topic_list(request: Request) -> Response:
             for name, t in topics.items()]
     return _page(request, "topics.html", sess, rows=rows, q=needle, total=len(names), lag_note=lag_note,
                  page=page, first=page * TOPICS_SHOWN, pages=(len(names) + TOPICS_SHOWN - 1) // TOPICS_SHOWN,
-                 can_move=sess.can("admin"), clusters=clusters, moved=request.query_params.get("moved"))
+                 can_move=sess.can("admin"), clusters=clusters, moved=request.query_params.get("moved"),
+                 counting=counting)
 
 
 def _route(svc: Any, topic: str) -> tuple[str | None, str | None]:
