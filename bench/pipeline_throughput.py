@@ -10,7 +10,7 @@ time from an event to its alert.
 3. Starts the pipeline continuously (1 s triggers, alert evaluation every second), then writes one metric
    event whose handler latency breaks a rule and measures until the alert is delivered.
 
-    python bench/pipeline_throughput.py [--events 200000] [--master local[2]] [--conf k=v ...] [--quick]
+    python bench/pipeline_throughput.py [--events 200000] [--master local[2]] [--conf k=v ...] [--batches N] [--quick]
     python bench/pipeline_throughput.py --cluster [--events 200000] [--quick]
 
 ``--cluster`` runs the same measurement three times, each in its own driver process, in one run: on
@@ -121,6 +121,9 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--conf", action="append", default=[], help="extra Spark setting key=value")
     parser.add_argument("--quick", action="store_true", help="8,000 events (the suite's check)")
+    parser.add_argument("--batches", type=int, default=1,
+                        help="measured batches of --events each (the first is the headline figure; the later ones, "
+                             "in later_batches, show a long-lived pipeline's cost once the JIT has compiled)")
     parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
                         help="the source cluster: Tansu (memory) or one Apache Kafka KRaft node")
     parser.add_argument("--cluster", action="store_true",
@@ -163,19 +166,28 @@ def main() -> None:
 
         warmup_s = once()  # first batch: JVM code generation and JIT, Python workers start
         print(f"warm-up: {warm_n} events in {warmup_s:.1f}s", flush=True)
-        trace_n, metric_n = write_events(broker.bootstrap, args.events)
         apart = {pid for pid in broker.pids if pid}
-        load_before = os.getloadavg()[0]
-        cpu_before = cpu_seconds(os.getpid(), apart)
-        elapsed = once()
-        cpu = {k: v - cpu_before[k] for k, v in cpu_seconds(os.getpid(), apart).items()}
-        load_after = os.getloadavg()[0]
-        stored = pipeline.store.read("trace").num_rows
-        if stored != trace_n + 16_000:
-            raise RuntimeError(f"trace store holds {stored} rows, expected {trace_n + 16_000}")
-        print(f"{trace_n + metric_n} events in {elapsed:.1f}s ({cpu['tree']:.1f} CPU-s, JIT {cpu['jit']:.1f}; "
-              f"load {load_before:.1f}-{load_after:.1f}); in micro-batch handlers: "
-              + ", ".join(f"{n} {handled[n]:.1f}s" for n in ("trace", "metrics")), flush=True)
+        later: list[dict[str, Any]] = []  # --batches: the same batch again, JIT and caches warmer each time
+        for batch in range(args.batches):
+            trace_n, metric_n = write_events(broker.bootstrap, args.events, prefix="m" if batch == 0 else f"m{batch}-")
+            load_before = os.getloadavg()[0]
+            cpu_before = cpu_seconds(os.getpid(), apart)
+            elapsed = once()
+            cpu = {k: v - cpu_before[k] for k, v in cpu_seconds(os.getpid(), apart).items()}
+            load_after = os.getloadavg()[0]
+            stored = pipeline.store.read("trace").num_rows
+            if stored != (batch + 1) * trace_n + 16_000:
+                raise RuntimeError(f"trace store holds {stored} rows, expected {(batch + 1) * trace_n + 16_000}")
+            print(f"{trace_n + metric_n} events in {elapsed:.1f}s ({cpu['tree']:.1f} CPU-s, JIT {cpu['jit']:.1f}; "
+                  f"load {load_before:.1f}-{load_after:.1f}); in micro-batch handlers: "
+                  + ", ".join(f"{n} {handled[n]:.1f}s" for n in ("trace", "metrics")), flush=True)
+            if batch == 0:
+                first = (elapsed, cpu, load_before, load_after, dict(handled))
+            else:
+                later.append({"events_s": round((trace_n + metric_n) / elapsed),
+                              "cpu_s_per_1k_events": round(cpu["tree"] * 1000 / (trace_n + metric_n), 4),
+                              "jit_cpu_s": round(cpu["jit"], 2), "load": [round(load_before, 1), round(load_after, 1)]})
+        elapsed, cpu, load_before, load_after, handled = first
 
         runner = threading.Thread(target=pipeline.run, daemon=True)
         runner.start()
@@ -207,7 +219,7 @@ def main() -> None:
                   "cpu_s_per_1k_events": round(cpu["tree"] * 1000 / (trace_n + metric_n), 4),
                   "jit_cpu_s": round(cpu["jit"], 2), "broker_cpu_s": round(cpu["apart"], 2),
                   "load": [round(load_before, 1), round(load_after, 1)],
-                  "master": args.master, "broker": args.broker}
+                  "master": args.master, "broker": args.broker, **({"later_batches": later} if later else {})}
     finally:
         if pipeline is not None:
             pipeline.close()

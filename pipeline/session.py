@@ -34,6 +34,19 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+#: the driver JVM of a one-shot run (``ykafka pipeline run --once``): C1 only. Such a JVM lives one batch, so C2's
+#: compilations never pay back: on Kafka, 220,000 events after a 17,600-event warm-up took 0.048-0.059 CPU-s a
+#: 1,000 events with C1 against 0.069-0.084 with C2 (its JIT threads 5-7.5 CPU-s of it), the warm-up batch 14-18 s
+#: against 30-81 s (docs/benchmarks.md, issue 39). A continuous pipeline keeps the JVM's default (C2 still
+#: compiled 2.8 CPU-s a batch in its third batch; what it gains over hours was not measured).
+ONE_SHOT_JVM = "-XX:+UseSerialGC -Xss4m -XX:TieredStopAtLevel=1"
+
+
+def one_shot(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` for a one-shot run: the C1-only driver JVM (:data:`ONE_SHOT_JVM`) unless ``conf`` sets its own."""
+    return {"spark.driver.extraJavaOptions": ONE_SHOT_JVM, **conf}
+
+
 def local_cores(master: str) -> int | None:
     """Cores of a ``local[N]`` / ``local[*]`` / ``local`` master (None for a cluster master)."""
     found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())

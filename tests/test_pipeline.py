@@ -289,3 +289,14 @@ def test_pipeline_commands_run_once_and_read_the_store(obs_broker, spark, tmp_pa
     inv = runner.invoke(pipeline_cli, ["inventory", "--store", store, "--cached", "--json"])
     clients = {json.loads(line)["client_id"]: json.loads(line) for line in inv.output.splitlines()}
     assert clients["cli-1"]["group"] == "g-cli" and clients["cli-1"]["librdkafka_version"]
+
+
+def test_a_one_shot_run_gets_a_c1_only_driver_jvm_unless_its_conf_names_one() -> None:
+    """``ykafka pipeline run --once``: its driver JVM lives one batch, so C2's compilations never pay back (issue 39,
+    docs/benchmarks.md); an application's own ``spark.driver.extraJavaOptions`` is kept."""
+    from pipeline.session import ONE_SHOT_JVM, one_shot
+
+    assert "-XX:TieredStopAtLevel=1" in ONE_SHOT_JVM.split()
+    assert one_shot({"spark.sql.shuffle.partitions": "2"}) == {
+        "spark.driver.extraJavaOptions": ONE_SHOT_JVM, "spark.sql.shuffle.partitions": "2"}
+    assert one_shot({"spark.driver.extraJavaOptions": "-Xss8m"}) == {"spark.driver.extraJavaOptions": "-Xss8m"}
