@@ -163,11 +163,18 @@ class ClientSwaps(ProducerBase):
         return list(self._clients.values()) + list(self._retiring)
 
     def _rebind_poll(self) -> None:
-        """With one client and nothing to service, ``poll`` IS that client's poll (no Python per call)."""
-        if (len(self._clients) == 1 and not self._retiring and not self._held and not self._closed
-                and self._delivery_hook is None and (self._dr is None or not self._dr.needs_poll)):
-            self.__dict__["poll"] = next(iter(self._clients.values())).rd.poll
-            if self._dr is not None and self._dr.needs_poll:  # work arrived meanwhile: poll() serves it
+        """With one client and nothing to service, ``poll`` IS that client's poll (no Python per call).
+
+        Under the producer's lock: ``poll()`` calls it on the application's thread while the DR engine's thread
+        retires clients (a cluster recovered: fresh clients). Without it the client count was read as 1 and the
+        dict found empty a moment later: a 30-minute soak's producer died of ``StopIteration`` in ``poll()``
+        (seed 3, round 7), and a poll bound to a client retired meanwhile would have served only that client."""
+        with self._lock:
+            clients = list(self._clients.values())
+            if (len(clients) == 1 and not self._retiring and not self._held and not self._closed
+                    and self._delivery_hook is None and (self._dr is None or not self._dr.needs_poll)):
+                self.__dict__["poll"] = clients[0].rd.poll
+                if self._dr is not None and self._dr.needs_poll:  # work arrived meanwhile: poll() serves it
+                    self.__dict__.pop("poll", None)
+            else:
                 self.__dict__.pop("poll", None)
-        else:
-            self.__dict__.pop("poll", None)
