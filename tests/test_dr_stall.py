@@ -81,10 +81,10 @@ def test_a_watched_client_gets_a_backstop_timeout_and_the_watch_beside_the_metri
     merge_statistics(props, {"stats_cb": watch, "statistics.interval.ms": stats_interval_ms(10_000)})
     chained = props["stats_cb"]
     assert isinstance(chained, ChainedStats)
-    assert chained.callbacks == ((watch, 1000), (metrics_cb, 10_000), (app_cb, 5_000))  # one flat chain
-    assert props["statistics.interval.ms"] == 1000
+    assert chained.callbacks == ((watch, 10_000), (metrics_cb, 10_000), (app_cb, 5_000))  # one flat chain
+    assert props["statistics.interval.ms"] == 5000
     assert backstop_timeout_ms(10_000) == 40_000 and backstop_timeout_ms(120_000) == 240_000
-    assert stats_interval_ms(2_000) == 400 and stats_interval_ms(100) == 100
+    assert stats_interval_ms(2_000) == 2_000 and stats_interval_ms(60_000) == 10_000 and stats_interval_ms(50) == 100
 
 
 class _EventfulClient:

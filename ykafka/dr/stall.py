@@ -14,8 +14,8 @@ owner never polls), and :class:`StallWatch` watches their statistics instead: a 
 is a stalled cluster, and the link purges the whole client at once
 (:meth:`ykafka.dr.link.ClusterLink.stalled`). Nothing timed out inside librdkafka, so no epoch was bumped and
 no newer message of the partition can have been stored before the older ones: the purge gives every message
-back in produce order. It costs nothing per message: librdkafka counts, and one statistics document a
-second (at most) is read.
+back in produce order. It costs nothing per message: librdkafka counts, and one statistics document per
+``spill.after.ms`` (at most every 10 s, the metrics' cadence) is read.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ FORGET_AFTER_US = 300 * 1_000_000
 
 
 def stats_interval_ms(stall_ms: int) -> int:
-    """Statistics often enough to see a stall within a fifth of ``stall_ms``, at most one document a second."""
-    return max(100, min(1000, stall_ms // 5))
+    """One document per ``stall_ms``, at most the metrics' 10 s: a stall is seen within two of them. Not more
+    often: a statistics event counts in the client's ``len()`` until its owner polls, and callers that wait for
+    ``len()`` to reach 0 without polling (``DisasterRecovery.wait_idle``) never saw it at one a second."""
+    return max(100, min(10_000, stall_ms))
 
 
 def backstop_timeout_ms(stall_ms: int) -> int:
