@@ -10,7 +10,12 @@ app), stopped by pid at the end.
   flight (``consumer.workers=64``, ordering ``none``); ideal = 64 / 5 ms = 12,800 msgs/s. Timed from the
   first handled message to the last.
 
-    python bench/aio_throughput.py [--messages 100000] [--consume 20000] [--rounds 3] [--quick]
+- Consumer peer: the same filled topic read to its end with ``await consumer.consume(500, 1.0)`` by
+  confluent-kafka's ``AIOConsumer`` and ykafka's (its defaults: metrics and client reports on), each in a group
+  of its own, timed from the first message (median of the rounds).
+
+    python bench/aio_throughput.py [--messages 100000] [--consume 20000] [--peer-messages 200000] [--rounds 3]
+        [--broker tansu|kafka] [--quick]
 
 Last line: RESULT {"confluent_aio_msgs_s": ..., "ykafka_aio_msgs_s": ..., "ratio": ...,
                    "async_handler_msgs_s": ..., "async_handler_ideal_msgs_s": 12800, "async_handler_ratio": ...}
@@ -32,9 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Producer as RawProducer  # noqa: E402
+from confluent_kafka.aio import AIOConsumer as ConfluentAIOConsumer  # noqa: E402
 from confluent_kafka.aio import AIOProducer as ConfluentAIOProducer  # noqa: E402
 
-from tests.support import local_stack  # noqa: E402
+from tests.support import local_stack, tansu_group_quirk  # noqa: E402
 from ykafka.aio import AIOConsumer, AIOProducer  # noqa: E402
 from ykafka.logs import configure  # noqa: E402
 
@@ -109,19 +115,53 @@ async def consumer_round(bench: Any, messages: int) -> float:
     return messages / (last[0] - first[0])
 
 
+async def drain(consumer: Any, topic: str, messages: int) -> float:
+    """``await consumer.consume(500, 1.0)`` until ``messages`` are read (timed from the first message: the
+    group's join is not the loop's cost); msgs/s."""
+    await consumer.subscribe([topic])
+    got, started = 0, 0.0
+    deadline = time.monotonic() + 120
+    while got < messages:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"read {got} of {messages} in 120 s")
+        batch = await consumer.consume(500, 1.0)
+        if batch and not started:
+            started = time.perf_counter()
+        got += sum(1 for m in batch if m.error() is None)
+    rate = messages / (time.perf_counter() - started)
+    await consumer.close()
+    return rate
+
+
+async def consume_peer_round(bench: Any, topic: str, messages: int) -> tuple[float, float]:
+    """The same topic read to its end by confluent-kafka's ``AIOConsumer`` and ykafka's, each in a group of its
+    own, with the same fetch settings (ykafka's defaults otherwise: its metrics and client reports on)."""
+    common = {"bootstrap.servers": bench.bootstrap(), "auto.offset.reset": "earliest", "enable.auto.commit": True,
+              **tansu_group_quirk(bench.bootstrap())}
+    raw = ConfluentAIOConsumer({**common, "group.id": f"bench-raw-{uuid.uuid4().hex[:6]}"})
+    raw_rate = await drain(raw, topic, messages)
+    yk = AIOConsumer({**common, "group.id": f"bench-yk-{uuid.uuid4().hex[:6]}",
+                      "ykafka.cache.dir": str(bench.home / "consumer-peer")})
+    yk_rate = await drain(yk, topic, messages)
+    return raw_rate, yk_rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--consume", type=int, default=20_000)
+    parser.add_argument("--peer-messages", type=int, default=200_000,
+                        help="messages each AIOConsumer reads in the consumer peer rounds")
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small sizes, one round (the suite's check)")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu", help="the cluster kind")
     args = parser.parse_args()
     if args.quick:
-        args.messages, args.consume, args.rounds = 5_000, 2_000, 1
+        args.messages, args.consume, args.rounds, args.peer_messages = 5_000, 2_000, 1, 5_000
     configure("warning")
     value = b"x" * args.size
-    with local_stack(["dc-a", "control"]) as bench:
+    with local_stack(["dc-a", "control"], broker=args.broker) as bench:
         raw_rates: list[float] = []
         yk_rates: list[float] = []
         for _ in range(args.rounds):
@@ -129,6 +169,15 @@ def main() -> None:
             raw_rates.append(raw_rate)
             yk_rates.append(yk_rate)
             print(f"producer round: confluent AIOProducer {raw_rate:,.0f}/s, ykafka AIOProducer {yk_rate:,.0f}/s")
+        peer_topic = f"bench-aio-peer-{uuid.uuid4().hex[:6]}"
+        fill(bench.bootstrap(), peer_topic, args.peer_messages)
+        raw_c: list[float] = []
+        yk_c: list[float] = []
+        for _ in range(args.rounds):
+            raw_rate, yk_rate = asyncio.run(consume_peer_round(bench, peer_topic, args.peer_messages))
+            raw_c.append(raw_rate)
+            yk_c.append(yk_rate)
+            print(f"consumer round: confluent AIOConsumer {raw_rate:,.0f}/s, ykafka AIOConsumer {yk_rate:,.0f}/s")
         handler_rate = asyncio.run(consumer_round(bench, args.consume))
         ideal = IN_FLIGHT / HANDLER_S
         print(f"async handler: {handler_rate:,.0f}/s of ideal {ideal:,.0f}/s")
@@ -137,7 +186,10 @@ def main() -> None:
         "confluent_aio_msgs_s": round(raw), "ykafka_aio_msgs_s": round(yk), "ratio": round(yk / raw, 3),
         "async_handler_msgs_s": round(handler_rate), "async_handler_ideal_msgs_s": round(ideal),
         "async_handler_ratio": round(handler_rate / ideal, 3), "messages": args.messages,
-        "consumed": args.consume}))
+        "consumed": args.consume, "confluent_aio_consume_msgs_s": round(statistics.median(raw_c)),
+        "ykafka_aio_consume_msgs_s": round(statistics.median(yk_c)),
+        "consume_ratio": round(statistics.median(yk_c) / statistics.median(raw_c), 3),
+        "consume_messages": args.peer_messages, "broker": args.broker}))
 
 
 if __name__ == "__main__":

@@ -673,6 +673,7 @@ def console(stack: Stack, n: int, repeats: int) -> dict[str, Any]:
             "topics": "/console/topics", "topic": f"/console/topics/{topic}",
             "config_panel": "/console/config/panel?scope=global",
             "topic_panel": f"/console/config/panel?scope=topic:{topic}",
+            "group_panel": f"/console/config/panel?scope=group:{group}",
             "apps": f"/console/apps?op=produce&name={topic}", "app": "/console/apps/app-01",
             "alerts": "/console/alerts", "audit": "/console/audit"}
     filters = [f"/console/clients?topic={topic}", f"/console/clients?group={group}",

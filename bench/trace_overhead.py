@@ -74,7 +74,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--positional", action="store_true",
                         help="call produce() positionally (confluent-kafka's fastest form) instead of by keyword")
-    parser.add_argument("--bootstrap", default=None, help="use this cluster instead of a private Tansu broker")
+    parser.add_argument("--bootstrap", default=None, help="use this cluster instead of a private broker")
+    parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
+                        help="the private broker's kind (without --bootstrap)")
     parser.add_argument("--only", default=None, help="comma-separated modes to run (default: all; raw always)")
     parser.add_argument("--quick", action="store_true", help="10,000 messages, one round (the suite's check)")
     args = parser.parse_args()
@@ -84,7 +86,7 @@ def main() -> None:
     value = b"x" * args.size
     broker = None
     if args.bootstrap is None:
-        broker = Broker("bench-trace", Path(tempfile.mkdtemp(prefix="ykafka-bench-"))).start()
+        broker = Broker("bench-trace", Path(tempfile.mkdtemp(prefix="ykafka-bench-")), broker=args.broker).start()
     bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
     try:
         producer = Producer({"bootstrap.servers": bootstrap, **SETTINGS})
@@ -157,7 +159,7 @@ def main() -> None:
     finally:
         if broker is not None:
             broker.close()
-    print("RESULT " + json.dumps(result))
+    print("RESULT " + json.dumps({**result, "broker": args.broker if args.bootstrap is None else "given"}))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ BENCHES = sorted(p.stem for p in (ROOT / "bench").glob("*.py")
 
 #: fields each benchmark's RESULT must carry (the figures docs/benchmarks.md quotes)
 EXPECTED: dict[str, set[str]] = {
-    "aio_throughput": {"confluent_aio_msgs_s", "ykafka_aio_msgs_s", "ratio"},
+    "aio_throughput": {"confluent_aio_msgs_s", "ykafka_aio_msgs_s", "ratio", "consume_ratio"},
     "broker_startup": {"kafka_fresh_start_s", "kafka_fresh_cpu_s", "kafka_fresh_rss_mb", "kafka_restart_start_s",
                        "tansu_start_s", "tansu_rss_mb"},
     "capacity_memory": {"raw_producer_mb", "ykafka_producer_mb", "spill_messages", "spill_msgs_s"},

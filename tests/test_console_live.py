@@ -30,6 +30,14 @@ from tests.ms_fixtures import ADMIN_TOKEN, MetaServer, new_app, require_pg
 PASSWORD = "live-pass-123"
 
 
+def _every_summary_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every summary's scan counts as slow and large (the thresholds at 0, as at 100,000 clients), and none is
+    left from an earlier test."""
+    monkeypatch.setattr(queries, "SUMMARY_SLOW_S", 0.0)
+    monkeypatch.setattr(queries, "SUMMARY_MIN_CLIENTS", 0)
+    queries._reused.clear()
+
+
 def _console(server: MetaServer) -> requests.Session:
     name = unique("live")
     made = requests.post(server.url + "/v1/admin/users", json={"username": name, "password": PASSWORD,
@@ -225,11 +233,9 @@ def test_an_expired_summary_is_answered_while_a_thread_of_its_own_reads_it_again
     was the panel's p95 (290 ms, bench/control_plane_scale.py). Now the expired counts are answered and read
     again on a thread of their own; only a view after STALE_MAX_S of nobody looking reads them itself. Here
     every scan counts as slow and large (the thresholds set to 0), the TTL is 0.3 s."""
-    monkeypatch.setattr(queries, "SUMMARY_SLOW_S", 0.0)
-    monkeypatch.setattr(queries, "SUMMARY_MIN_CLIENTS", 0)
+    _every_summary_kept(monkeypatch)
     monkeypatch.setattr(queries, "PANEL_TTL_S", 0.3)
     monkeypatch.setattr(queries, "STALE_MAX_S", 3.0)
-    queries._reused.clear()
     cluster, ns, now = unique("dc-swr"), "ykafka.global", time.time()
     for i in range(3):
         clients.store(engine, _report(f"swr-a-{i}-{cluster}", {ns: "rk-1"}, cluster=cluster), now=now)
@@ -272,9 +278,7 @@ def test_the_topics_pages_clients_per_cluster_count_live_clients_and_are_reused(
     bench/control_plane_scale.py). Now a summary like the overview's; and a closed client is not counted."""
     from metaserver.console import provision
 
-    monkeypatch.setattr(queries, "SUMMARY_SLOW_S", 0.0)
-    monkeypatch.setattr(queries, "SUMMARY_MIN_CLIENTS", 0)
-    queries._reused.clear()
+    _every_summary_kept(monkeypatch)
     cluster, now = unique("dc-load"), time.time()
     for i in range(3):
         clients.store(engine, _report(f"load-{i}-{cluster}", {}, cluster=cluster,
@@ -377,9 +381,7 @@ def test_the_warmer_reads_the_summaries_so_a_first_view_runs_no_scan(
     from metaserver.console.warm import SummaryWarmer
     from metaserver.rollouts import drift
 
-    monkeypatch.setattr(queries, "SUMMARY_SLOW_S", 0.0)
-    monkeypatch.setattr(queries, "SUMMARY_MIN_CLIENTS", 0)
-    queries._reused.clear()
+    _every_summary_kept(monkeypatch)
     cluster, now = unique("dc-warm"), time.time()
     for i in range(4):
         clients.store(engine, _report(f"warm-{i}-{cluster}", {}, cluster=cluster,
