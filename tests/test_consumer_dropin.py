@@ -118,9 +118,12 @@ def test_revoke_fired_by_close_may_call_the_consumer(bootstrap: str, tmp_path: P
         consumer.poll(0)
 
 
-def test_poll_applies_live_changes_while_it_calls_librdkafka_directly(bootstrap: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["poll", "consume"])
+def test_poll_applies_live_changes_while_it_calls_librdkafka_directly(bootstrap: str, tmp_path: Path,
+                                                                      form: str) -> None:
     """With nothing to check the drop-in poll is librdkafka's own (the session's gate armed: issue 39); a rate limit
-    and a leave / rejoin applied live still hold from the next call on, and the gate arms again after them."""
+    and a leave / rejoin applied live still hold from the next call on, and the gate arms again after them.
+    ``consume`` is armed by the same gate (and arms it: a consume-only loop), and held to the same."""
     topic, group = unique("gate"), unique("g")
     create_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, 60)
@@ -132,9 +135,8 @@ def test_poll_applies_live_changes_while_it_calls_librdkafka_directly(bootstrap:
         deadline = time.monotonic() + 30
         want = len(seen) + n
         while len(seen) < want and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is not None and msg.error() is None:
-                seen.append(int(msg.value()))
+            msgs = [consumer.poll(0.2)] if form == "poll" else consumer.consume(min(5, want - len(seen)), 0.2)
+            seen.extend(int(m.value()) for m in msgs if m is not None and m.error() is None)
         assert len(seen) == want
 
     try:
@@ -147,7 +149,10 @@ def test_poll_applies_live_changes_while_it_calls_librdkafka_directly(bootstrap:
         assert time.monotonic() - started >= 0.8
         assert gate.fast is None  # a rate limit: every call checked
         consumer.apply({"consumer.rate.limit.msgs": 0, "consumer.leave": True})
-        assert consumer.poll(0.1) is None and consumer.poll(0.1) is None
+        if form == "poll":
+            assert consumer.poll(0.1) is None and consumer.poll(0.1) is None
+        else:
+            assert consumer.consume(5, 0.1) == [] and consumer.consume(5, 0.1) == []
         assert consumer._session.left and consumer._session.consumer is None
         consumer.apply({"consumer.leave": False})
         take(30)

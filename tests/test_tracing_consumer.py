@@ -297,15 +297,17 @@ def test_trace_switches_live_per_topic(obs_broker, tmp_path: Path) -> None:
     assert sorted(e["key"] for e in trace) == sorted(k for k, (_p, o) in where.items() if o >= 3)
 
 
-def test_dropin_poll_traces_a_topic_that_arrives_while_it_calls_librdkafka_directly(obs_broker,
-                                                                                     tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["poll", "consume"])
+def test_dropin_poll_traces_a_topic_that_arrives_while_it_calls_librdkafka_directly(obs_broker, tmp_path: Path,
+                                                                                     form: str) -> None:
     """While no topic is traced the drop-in poll is librdkafka's own poll (the session's gate armed: issue 39),
     reached from C with nothing of ours after it, so a rebalance inside such a call must not give a traced topic:
     a subscribed topic counts before it has partitions here. The traced topic is subscribed before it exists;
     when it is created the rebalance that assigns it runs inside a call whose only message to return is its
     first, and every traced message gets its ``consumed`` step, the untraced topic none. A pattern subscription
     never arms (the rebalance may give any topic); ``poll(None)`` is refused armed or not, as librdkafka's poll
-    refuses it."""
+    refuses it. ``consume`` skips the same checks and per-message test while the gate is armed, and is held to
+    the same: its traced messages get their ``consumed`` step."""
     bs = obs_broker.bootstrap
     plain, traced, group = unique("plain"), unique("traced"), unique("g-gate")
     create_topic(bs, plain, 1)
@@ -315,10 +317,16 @@ def test_dropin_poll_traces_a_topic_that_arrives_while_it_calls_librdkafka_direc
                                                                 "topic.metadata.refresh.interval.ms": 1000}))
     got: dict[str, int] = defaultdict(int)
 
+    def read(timeout: float) -> Any:
+        if form == "poll":
+            return consumer.poll(timeout)
+        msgs = consumer.consume(1, timeout)
+        return msgs[0] if msgs else None
+
     def take(topic: str, n: int) -> None:
         deadline = time.monotonic() + 30
         while got[topic] < n and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
+            msg = read(0.5)
             if msg is not None and msg.error() is None:
                 got[msg.topic()] += 1
         assert got[topic] == n, dict(got)
@@ -331,17 +339,19 @@ def test_dropin_poll_traces_a_topic_that_arrives_while_it_calls_librdkafka_direc
         take(plain, 3)
         gate = consumer._session.gate
         assert gate.fast is not None  # armed: nothing traced, nothing pending
-        with pytest.raises(TypeError, match="must be real number, not NoneType"):
-            consumer.poll(None)  # librdkafka's own answer
+        if form == "poll":
+            with pytest.raises(TypeError, match="must be real number, not NoneType"):
+                consumer.poll(None)  # librdkafka's own answer
         consumer.subscribe([plain, traced])  # the traced topic does not exist yet
         take(plain, 6)
-        assert consumer.poll(0.5) is None
+        assert read(0.5) is None
         assert gate.fast is None  # the subscription holds a traced topic: every call checked
-        with pytest.raises(TypeError, match="must be real number, not NoneType"):
-            consumer.poll(None)  # the checked call answers the same
+        if form == "poll":
+            with pytest.raises(TypeError, match="must be real number, not NoneType"):
+                consumer.poll(None)  # the checked call answers the same
         create_topic(bs, traced, 1)
         where = produce_traced(bs, traced, [f"t{i}" for i in range(5)])
-        first = consumer.poll(30)  # the rebalance that assigns it, then its first message, in one call
+        first = read(30)  # the rebalance that assigns it, then its first message, in one call
         assert first is not None and first.topic() == traced and first.error() is None
         got[traced] += 1
         take(traced, 5)
@@ -349,7 +359,7 @@ def test_dropin_poll_traces_a_topic_that_arrives_while_it_calls_librdkafka_direc
         assert consumer.observer.watch(plain).rate == 0.0
         wait_until(lambda: consumer.observer.stats().get("enqueued") == 5, 10, message="5 steps queued")
         consumer.subscribe([f"^{plain}$"])
-        assert consumer.poll(1.0) is None and consumer.poll(0.5) is None
+        assert read(1.0) is None and read(0.5) is None
         assert gate.fast is None  # a pattern: its topics are known only after the rebalance, so never armed
     finally:
         consumer.close()

@@ -334,6 +334,11 @@ class Consumer:
         if hot is None:
             raise ClosedError("Consumer closed")
         engine, session, observer = hot
+        gate = session.gate
+        fast = gate.fast
+        if fast is not None:  # armed (see PollGate): no change to apply, no rate limit, no traced topic
+            raw: Any = fast.__self__  # type: ignore[attr-defined]  # the handle whose poll it is
+            return raw.consume(num_messages, -1 if timeout is None else timeout)
         if engine._pending or engine._pending_switch is not None:
             engine.apply_pending()
         if session.left:
@@ -349,10 +354,12 @@ class Consumer:
         raw = session.consumer
         if raw is None:
             raw = session.require()
-        msgs = raw.consume(allowed, -1 if timeout is None else timeout)
+        msgs: list[Message] = raw.consume(allowed, -1 if timeout is None else timeout)
         bucket.take(len(msgs))
         if msgs:
             observer.polled(msgs)
+        if gate.tried != gate.epoch:  # the next call may skip the checks and the per-message trace test
+            _arm(engine, session, observer)
         return msgs
 
     def commit(self, message: Message | None = None, offsets: list[TopicPartition] | None = None,
