@@ -133,17 +133,19 @@ async def drain(consumer: Any, topic: str, messages: int) -> float:
     return rate
 
 
-async def consume_peer_round(bench: Any, topic: str, messages: int) -> tuple[float, float]:
+async def consume_peer_round(bench: Any, topic: str, messages: int, ykafka_first: bool) -> tuple[float, float]:
     """The same topic read to its end by confluent-kafka's ``AIOConsumer`` and ykafka's, each in a group of its
-    own, with the same fetch settings (ykafka's defaults otherwise: its metrics and client reports on)."""
+    own, with the same fetch settings (ykafka's defaults otherwise: its metrics and client reports on); which
+    reads first alternates from round to round."""
     common = {"bootstrap.servers": bench.bootstrap(), "auto.offset.reset": "earliest", "enable.auto.commit": True,
               **tansu_group_quirk(bench.bootstrap())}
-    raw = ConfluentAIOConsumer({**common, "group.id": f"bench-raw-{uuid.uuid4().hex[:6]}"})
-    raw_rate = await drain(raw, topic, messages)
-    yk = AIOConsumer({**common, "group.id": f"bench-yk-{uuid.uuid4().hex[:6]}",
-                      "ykafka.cache.dir": str(bench.home / "consumer-peer")})
-    yk_rate = await drain(yk, topic, messages)
-    return raw_rate, yk_rate
+    rates: dict[str, float] = {}
+    for side in (["ykafka", "raw"] if ykafka_first else ["raw", "ykafka"]):
+        consumer: Any = ConfluentAIOConsumer({**common, "group.id": f"bench-raw-{uuid.uuid4().hex[:6]}"}) \
+            if side == "raw" else AIOConsumer({**common, "group.id": f"bench-yk-{uuid.uuid4().hex[:6]}",
+                                               "ykafka.cache.dir": str(bench.home / "consumer-peer")})
+        rates[side] = await drain(consumer, topic, messages)
+    return rates["raw"], rates["ykafka"]
 
 
 def main() -> None:
@@ -173,8 +175,8 @@ def main() -> None:
         fill(bench.bootstrap(), peer_topic, args.peer_messages)
         raw_c: list[float] = []
         yk_c: list[float] = []
-        for _ in range(args.rounds):
-            raw_rate, yk_rate = asyncio.run(consume_peer_round(bench, peer_topic, args.peer_messages))
+        for i in range(args.rounds):
+            raw_rate, yk_rate = asyncio.run(consume_peer_round(bench, peer_topic, args.peer_messages, i % 2 == 1))
             raw_c.append(raw_rate)
             yk_c.append(yk_rate)
             print(f"consumer round: confluent AIOConsumer {raw_rate:,.0f}/s, ykafka AIOConsumer {yk_rate:,.0f}/s")

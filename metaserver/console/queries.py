@@ -7,10 +7,10 @@ filter, against 1-20 ms with the index (bench/control_plane_scale.py). On SQLite
 ``LIKE`` on the JSON text of ``topics`` (quoted name), checked exactly in Python.
 
 The list of topic names live clients report (the topics page) is the one read that must look at every live
-client; once that read takes longer than :data:`TOPIC_NAMES_SLOW_S` (a large fleet: 240 ms at 100,000
-clients), its result is reused for :data:`TOPIC_NAMES_TTL_S` per process instead of read on every page. The
-other summaries over every live client (the overview's counts, a config panel's counts per status) are reused
-the same way (:func:`reuse_when_slow`).
+client; once that read takes longer than :data:`TOPIC_NAMES_SLOW_S` and finds :data:`SUMMARY_MIN_TOPICS` or
+more (a large fleet: 240 ms at 100,000 clients), its result is reused for :data:`TOPIC_NAMES_TTL_S` per process
+instead of read on every page. The other summaries over every live client (the overview's counts, a config
+panel's counts per status) are reused the same way (:func:`reuse_when_slow`).
 """
 
 from __future__ import annotations
@@ -105,8 +105,14 @@ _TOPIC_ELEMENTS = {  # one row per (live client, topic in its report)
 _ANY_TOPIC = {"sqlite": "", "postgresql": "AND (c.topics)::jsonb ?| CAST(:wanted AS text[]) "}
 
 #: a read over every live client (a summary: a count, the topic names) slower than this is reused for a few
-#: seconds per process (the TTL each caller gives); a faster one (a small fleet) is read fresh on every page
-TOPIC_NAMES_SLOW_S = SUMMARY_SLOW_S = 0.05
+#: seconds per process (the TTL each caller gives), when its result says the fleet is large (``large``:
+#: :data:`SUMMARY_MIN_CLIENTS`, :data:`SUMMARY_MIN_TOPICS`); a faster one, or a small fleet's, is read fresh on
+#: every page. Was 50 ms: at 13,333 live clients (1,000 topics) the topics page's summaries each came in under it
+#: and were read on every view, 116 ms of PostgreSQL a view and the page's p95 207 ms, twice its p95 at 100,000
+#: clients, whose summaries were reused (bench/control_plane_scale.py, docs/deployment.md)
+TOPIC_NAMES_SLOW_S = SUMMARY_SLOW_S = 0.02
+#: the topic names are reused only when there are at least this many (a test's or a demo's handful: read fresh)
+SUMMARY_MIN_TOPICS = 1_000
 TOPIC_NAMES_TTL_S = 10.0
 #: summaries kept at most (a panel's counts are kept per scope: 10,000 topics must not grow the process)
 SUMMARY_KEEP = 512
@@ -292,7 +298,8 @@ def topic_names(conn: Connection, heartbeat_s: int, needle: str = "") -> list[st
                                  {"after": online_after(heartbeat_s)})
         return [str(name) for (name,) in rows]
 
-    names = reuse_when_slow(conn, ("topic_names", heartbeat_s), TOPIC_NAMES_TTL_S, read)
+    names = reuse_when_slow(conn, ("topic_names", heartbeat_s), TOPIC_NAMES_TTL_S, read,
+                            lambda found: len(found) >= SUMMARY_MIN_TOPICS)
     needle = needle.lower()
     return [name for name in names if needle in name.lower()] if needle else list(names)
 
