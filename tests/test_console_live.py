@@ -476,3 +476,24 @@ def test_the_topic_names_are_reused_only_when_there_are_many(engine: sa.Engine,
         assert scans_of_two_views() == 1  # read once, the second view answered from it
     finally:
         queries._reused.clear()
+
+
+def test_the_topics_pages_counts_are_the_same_asked_in_chunks(engine: sa.Engine,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The topics page's counts per topic, role and group are asked about 1 % of the fleet's topics at a time on
+    PostgreSQL (at least ``TOPIC_USAGE_CHUNK``; so each statement reads the GIN index rather than parse every
+    client's topics): the same counts as asked topic by topic, however many at a time."""
+    tag, now = unique("usage"), time.time()
+    topics = [f"{tag}-{i:02d}" for i in range(23)]
+    for i in range(30):
+        clients.store(engine, _report(f"usage-{i}-{tag}", {}, topics=[topics[i % 23], topics[(i * 7) % 23]],
+                                      role="consumer" if i % 3 == 0 else "producer",
+                                      group=f"g-{i % 2}" if i % 3 == 0 else None), now=now)
+    with db.read(engine) as conn:
+        one_by_one = sorted(row for t in topics for row in queries.topic_usage(conn, 30, [t]))
+        assert sum(n for *_, n in one_by_one) == 60  # each client names two topics (a repeated one twice)
+        for chunk in (1, 4, 10, 100):
+            monkeypatch.setattr(queries, "TOPIC_USAGE_CHUNK", chunk)
+            for among in (0, 100 * chunk, 1000 * chunk):  # one statement; chunk topics at a time; 10 x chunk
+                assert sorted(queries.topic_usage(conn, 30, topics, among)) == one_by_one, (chunk, among)
+        assert queries.topic_usage(conn, 30, []) == []

@@ -304,21 +304,36 @@ def topic_names(conn: Connection, heartbeat_s: int, needle: str = "") -> list[st
     return [name for name in names if needle in name.lower()] if needle else list(names)
 
 
-def topic_usage(conn: Connection, heartbeat_s: int, topics: list[str]) -> list[tuple[str, str, str | None, int]]:
-    """(topic, role, group, live clients) for the given topics, counted by the database (the page reads only
-    the rows of the topics it shows)."""
-    if not topics:
-        return []
+#: PostgreSQL: the topics page's counts are asked for about 1 % of the fleet's topics at a time, at least this
+#: many. For the 100 shown at once out of 1,000 the planner, rightly estimating a fifth of a 13,333-client
+#: fleet's rows, chose a sequential scan that parses every client's topics (88 ms a page); ten at a time each
+#: reads the GIN index (1.4 ms a statement, 41-45 ms the page). Out of 10,000 topics 100 are 1 %: one statement
+#: on the index (19-26 ms; ten of them 32-35 ms); under 1,000 topics the table is small: one statement too.
+#: Disjoint topics, so the counts are the same (a row per topic, role and group)
+TOPIC_USAGE_CHUNK = 10
+
+
+def topic_usage(conn: Connection, heartbeat_s: int, topics: list[str],
+                among: int = 0) -> list[tuple[str, str, str | None, int]]:
+    """(topic, role, group, live clients) for the given topics (of ``among`` live topics in all: how many to
+    ask at a time, :data:`TOPIC_USAGE_CHUNK`), counted by the database (the page reads only the rows of the
+    topics it shows)."""
     dialect = conn.dialect.name
     stmt = text(f"SELECT t.value, c.role, c.group_id, count(*) {_TOPIC_ELEMENTS[dialect]} "
                 f"WHERE c.last_seen >= :after AND {_NOT_CLOSED} {_ANY_TOPIC[dialect]}AND t.value IN :topics "
                 "GROUP BY 1, 2, 3"
                 ).bindparams(bindparam("topics", expanding=True))
-    params: dict[str, Any] = {"after": online_after(heartbeat_s), "topics": list(topics)}
-    if _ANY_TOPIC[dialect]:
-        params["wanted"] = list(topics)
-    rows = conn.execute(stmt, params)
-    return [(str(topic), str(role), group, int(count)) for topic, role, group, count in rows]
+    step = max(1, len(topics))  # SQLite scans anyway: once
+    if _ANY_TOPIC[dialect] and among // 100 >= TOPIC_USAGE_CHUNK:
+        step = among // 100
+    out: list[tuple[str, str, str | None, int]] = []
+    for i in range(0, len(topics), step):
+        chunk = list(topics[i:i + step])
+        params: dict[str, Any] = {"after": online_after(heartbeat_s), "topics": chunk}
+        if _ANY_TOPIC[dialect]:
+            params["wanted"] = chunk
+        out += [(str(topic), str(role), group, int(count)) for topic, role, group, count in conn.execute(stmt, params)]
+    return out
 
 
 def topic_clients(conn: Connection, heartbeat_s: int, topic: str, limit: int) -> tuple[list[dict[str, Any]], int]:

@@ -79,7 +79,7 @@ def topic_list(request: Request) -> Response:
         shown = names[page * TOPICS_SHOWN:(page + 1) * TOPICS_SHOWN]
         for name in shown:
             topics[name] = {"producers": 0, "groups": {}}
-        for name, role, group, count in queries.topic_usage(conn, svc.settings.renew_interval, shown):
+        for name, role, group, count in queries.topic_usage(conn, svc.settings.renew_interval, shown, len(names)):
             t = topics[name]
             if role == "producer":
                 t["producers"] += count
