@@ -246,6 +246,8 @@ def client_row(i: int, n_topics: int, n_groups: int) -> dict[str, Any]:
 
 def seed(stack: Stack, n: int) -> dict[str, Any]:
     """N clients in the inventory (each reported within the last 2 minutes), 50 apps, a console admin."""
+    from sqlalchemy import text
+
     from metaserver.console import users
     from metaserver.domain import sealing
     from metaserver.domain.clients import release_key_rows
@@ -277,6 +279,13 @@ def seed(stack: Stack, n: int) -> dict[str, Any]:
             insert_app(conn, "bench", f"app-{a:02d}", acl={"produce": ["*"], "consume": ["*"], "group": ["*"]},
                        sealer=sealing.load(Settings(), b""))  # no sealing key: stored as the MetaServer reads it
     users.create(engine, "bench", "bench-password", "admin")
+    # analysed now, as a running inventory's tables are: else autovacuum analyses the fresh rows (100,000
+    # clients, 200,000 held keys) while the console is timed, and a page's plan and PostgreSQL CPU with it (the
+    # clients page's second page at 100,000 read 110-367 ms of PostgreSQL a view in --phases console runs,
+    # 9 ms after the fleet phase had given autovacuum that time)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for table in ("ms_client_state", "ms_client_release_keys"):
+            conn.execute(text(f"VACUUM ANALYZE {table}"))
     engine.dispose()
     return {"topics": n_topics, "groups": n_groups, "seed_s": round(time.monotonic() - started, 1)}
 
@@ -649,11 +658,6 @@ def keep_live(stack: Stack) -> int:
     # its CPU counted as the pages' (the filters' 145 ms of CPU per request at 100,000 clients was mostly that)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("VACUUM ANALYZE ms_client_state"))
-        # and their pages written now: else the checkpointer writes them while a page is timed (one run's second
-        # clients page at 100,000 clients read 367 ms of PostgreSQL CPU a view, 9 ms in the run before). Needs a
-        # superuser (or pg_checkpoint), as the private server's is; another database's user skips it
-        with contextlib.suppress(sa.exc.DBAPIError):
-            conn.execute(sa.text("CHECKPOINT"))
         backend = int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
     engine.dispose()
     # its CPU (seconds, at 100,000 clients) is added to the postmaster's when the backend is reaped: wait for
