@@ -57,7 +57,8 @@ class PollGate:
     ``poll``: docs/benchmarks.md). Nothing of ours runs after an armed call either, so a message it returns must
     need nothing: the gate arms only while every topic of the subscription is resolved and untraced too (a
     rebalance inside the call can give a partition of any of them; a pattern subscription, whose topics are not
-    known before, never arms) and every subscription change disarms it.
+    known before, never arms) and every subscription change disarms it. The drop-in ``consume`` reads the same
+    gate: armed, it is the handle's own ``consume`` (``fast.__self__``), without the per-message trace test.
 """
 
     __slots__ = ("checked", "closed", "entry", "epoch", "fast", "handles", "tried")
