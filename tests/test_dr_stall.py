@@ -36,6 +36,19 @@ def test_a_partition_holding_messages_with_none_acknowledged_for_the_threshold_i
     assert len(stalls) == 1  # once per client: the purge retires it, whatever it reports afterwards
 
 
+def test_a_stalled_client_is_remembered_while_it_reports_and_forgotten_once_it_is_gone() -> None:
+    watch = StallWatch("dc-a", 1_000, lambda _r: None)
+    stalled = [watch.observe(_doc(t, {"0": (10, 10, 0, 0)}, name=f"retired-{n}"))
+               for n in range(3) for t in (0, 1_500)]
+    assert sum(r is not None for r in stalled) == 3
+    # retired-0 still reports (its purge is under way) for 10 minutes: never a second stall, still remembered
+    for t in range(2_000, 600_000, 10_000):
+        assert watch.observe(_doc(t, {"0": (10, 10, 0, 0)}, name="retired-0")) is None
+        watch.observe(_doc(t, {"0": (t, 1, 0, 0)}, name="live"))
+    # retired-1 and -2 said nothing for 5 minutes: forgotten, as a closed client's partitions are
+    assert sorted(watch._fired) == ["retired-0"]
+
+
 def test_progress_nothing_held_or_the_unpartitioned_queue_is_no_stall() -> None:
     stalls: list[str] = []
     watch = StallWatch("dc-a", 2_000, stalls.append)

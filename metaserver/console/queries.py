@@ -328,7 +328,7 @@ def topic_usage(conn: Connection, heartbeat_s: int, topics: list[str],
         step = among // 100
     out: list[tuple[str, str, str | None, int]] = []
     for i in range(0, len(topics), step):
-        chunk = list(topics[i:i + step])
+        chunk = topics[i:i + step]
         params: dict[str, Any] = {"after": online_after(heartbeat_s), "topics": chunk}
         if _ANY_TOPIC[dialect]:
             params["wanted"] = chunk

@@ -15,6 +15,7 @@ and not kept, so its pages still read it fresh on every view (docs/deployment.md
 from __future__ import annotations
 
 import functools
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -33,10 +34,12 @@ log = structlog.get_logger("metaserver.console")
 
 
 class SummaryWarmer:
-    """A daemon thread reading the console's summaries now and every ``queries.WARM_EVERY_S``."""
+    """A daemon thread reading the console's summaries now, then each again within ``queries.WARM_EVERY_S``
+(one at a time, spread over it)."""
 
     def __init__(self, svc: Services) -> None:
         self._svc = svc
+        self._rng = random.Random()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         beat = svc.settings.renew_interval
@@ -77,9 +80,21 @@ class SummaryWarmer:
 
     def _run(self) -> None:
         self._small_fleet()
+        self.read_all()  # at start-up all at once: no view pays for them
+        # then one at a time, spread over the interval, from a random point in it: MetaServers started together
+        # (a deployment) no longer scan in step. At 100,000 clients three warmers' five scans each at once took
+        # 0.4-1.0 s of PostgreSQL apiece, and the topics page views that met them 240-370 ms against ~55 ms
+        # (bench/control_plane_scale.py, docs/deployment.md). The last summary is read again within
+        # 0.4 + 4/5 x 0.95 of the interval (23 s) of its first read, each after that within 0.95 of it: under
+        # STALE_MAX_S, so a view never scans for one
+        step = queries.WARM_EVERY_S / len(self._summaries)
+        if self._stop.wait(self._rng.uniform(0.0, 0.4) * queries.WARM_EVERY_S):
+            return
         while not self._stop.is_set():
-            self.read_all()
-            self._stop.wait(queries.WARM_EVERY_S)
+            for prefix, read in self._summaries:
+                self._read(prefix, read)
+                if self._stop.wait(self._rng.uniform(0.7, 0.95) * step):
+                    return
 
     def _small_fleet(self) -> None:
         """A table of fewer than ``queries.SUMMARY_MIN_CLIENTS`` clients (a count capped there: a few ms at any
@@ -103,11 +118,13 @@ class SummaryWarmer:
         for prefix, read in self._summaries:
             if self._stop.is_set():
                 return
-            try:
-                with self._svc.engine.connect() as conn, conn.begin():
-                    queries.read_and_keep(functools.partial(read, conn))
-            except Exception as exc:  # noqa: BLE001 - the database or the config service away: next pass
-                log.warning("console.summary_warm_failed", summary=str(prefix[0]),
-                            error=f"{type(exc).__name__}: {exc}")
-            finally:
-                queries.end_warming(self._svc.engine, prefix)
+            self._read(prefix, read)
+
+    def _read(self, prefix: tuple[Any, ...], read: Callable[[Connection], object]) -> None:
+        try:
+            with self._svc.engine.connect() as conn, conn.begin():
+                queries.read_and_keep(functools.partial(read, conn))
+        except Exception as exc:  # noqa: BLE001 - the database or the config service away: next pass
+            log.warning("console.summary_warm_failed", summary=str(prefix[0]), error=f"{type(exc).__name__}: {exc}")
+        finally:
+            queries.end_warming(self._svc.engine, prefix)

@@ -59,7 +59,10 @@ class StallWatch:
         self._lock = threading.Lock()
         #: client name -> (its last document's ts, {(topic, partition): (last acknowledged msgid, since, in us)})
         self._clients: dict[str, tuple[int, dict[tuple[str, str], tuple[int, int]]]] = {}
-        self._fired: set[str] = set()  # clients whose stall was reported (one report each: the purge retires them)
+        #: clients whose stall was reported (one report each: the purge retires them) -> their last document's ts;
+        #: forgotten like any client once they report nothing for :data:`FORGET_AFTER_US` (closed), so a
+        #: long-lived process on a flapping cluster does not keep one name per stall for ever
+        self._fired: dict[str, int] = {}
         self.stalls = 0
 
     def __call__(self, stats_json: str) -> None:
@@ -86,6 +89,7 @@ class StallWatch:
         worst: tuple[int, str, str, int] | None = None
         with self._lock:
             if name in self._fired:  # purged and retired at its stall: what it still reports is not news
+                self._fired[name] = now
                 return None
             _last, previous = self._clients.get(name, (now, {}))
             current: dict[tuple[str, str], tuple[int, int]] = {}
@@ -107,8 +111,11 @@ class StallWatch:
             for other, (ts, _parts) in list(self._clients.items()):
                 if now - ts > FORGET_AFTER_US:
                     del self._clients[other]
+            for other, ts in list(self._fired.items()):
+                if now - ts > FORGET_AFTER_US:
+                    del self._fired[other]
             if worst is not None:
-                self._fired.add(name)
+                self._fired[name] = now
                 self._clients.pop(name, None)
         if worst is None:
             return None
