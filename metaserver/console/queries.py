@@ -317,7 +317,10 @@ def topic_usage(conn: Connection, heartbeat_s: int, topics: list[str],
                 among: int = 0) -> list[tuple[str, str, str | None, int]]:
     """(topic, role, group, live clients) for the given topics (of ``among`` live topics in all: how many to
     ask at a time, :data:`TOPIC_USAGE_CHUNK`), counted by the database (the page reads only the rows of the
-    topics it shows)."""
+    topics it shows). Among :data:`SUMMARY_MIN_TOPICS` or more, a read slower than :data:`SUMMARY_SLOW_S` is
+    reused as the topic names are (:func:`reuse_when_slow`, per page of names): at 100,000 clients and 10,000
+    topics the page's 100 cost 20-30 ms of PostgreSQL on every view, the page's largest part after its rendering
+    (py-spy over bench/control_plane_scale.py's views), for counts that move by a handful a second there."""
     dialect = conn.dialect.name
     stmt = text(f"SELECT t.value, c.role, c.group_id, count(*) {_TOPIC_ELEMENTS[dialect]} "
                 f"WHERE c.last_seen >= :after AND {_NOT_CLOSED} {_ANY_TOPIC[dialect]}AND t.value IN :topics "
@@ -326,14 +329,21 @@ def topic_usage(conn: Connection, heartbeat_s: int, topics: list[str],
     step = max(1, len(topics))  # SQLite scans anyway: once
     if _ANY_TOPIC[dialect] and among // 100 >= TOPIC_USAGE_CHUNK:
         step = among // 100
-    out: list[tuple[str, str, str | None, int]] = []
-    for i in range(0, len(topics), step):
-        chunk = topics[i:i + step]
-        params: dict[str, Any] = {"after": online_after(heartbeat_s), "topics": chunk}
-        if _ANY_TOPIC[dialect]:
-            params["wanted"] = chunk
-        out += [(str(topic), str(role), group, int(count)) for topic, role, group, count in conn.execute(stmt, params)]
-    return out
+
+    def read(conn: Connection) -> list[tuple[str, str, str | None, int]]:
+        out: list[tuple[str, str, str | None, int]] = []
+        for i in range(0, len(topics), step):
+            chunk = topics[i:i + step]
+            params: dict[str, Any] = {"after": online_after(heartbeat_s), "topics": chunk}
+            if _ANY_TOPIC[dialect]:
+                params["wanted"] = chunk
+            out += [(str(topic), str(role), group, int(count))
+                    for topic, role, group, count in conn.execute(stmt, params)]
+        return out
+
+    if among < SUMMARY_MIN_TOPICS:
+        return read(conn)
+    return reuse_when_slow(conn, ("topic_usage", heartbeat_s, tuple(topics)), TOPIC_NAMES_TTL_S, read)
 
 
 def topic_clients(conn: Connection, heartbeat_s: int, topic: str, limit: int) -> tuple[list[dict[str, Any]], int]:
