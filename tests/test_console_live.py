@@ -413,6 +413,42 @@ def test_the_warmer_reads_the_summaries_so_a_first_view_runs_no_scan(
         queries._reused.clear()
 
 
+def test_a_summary_another_metaserver_read_lately_is_taken_from_the_database_not_scanned(
+        engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each MetaServer's warmer scanned every summary itself: at 100,000 clients about a second of PostgreSQL a
+    round per MetaServer, paid N times over by N MetaServers for the same counts. Now a warmer leaves what it
+    scanned in ``ms_console_summaries``, and another MetaServer's warmer (here: the same process with nothing
+    in memory) takes it from there while it is younger than half the interval, scanning nothing; its views then
+    answer from it. Older than that, the warmer scans again. Every scan counts as slow and large here."""
+    _every_summary_kept(monkeypatch)
+    beat = 28  # a heartbeat no other test's summaries use
+    tag, now = unique("shared"), time.time()
+    for i in range(3):
+        clients.store(engine, _report(f"shared-{i}-{tag}", {}, topics=[f"shared-{tag}"],
+                                      role="consumer" if i else "producer"), now=now)
+
+    def warm() -> tuple[list[str], list[tuple[str, int]], int]:
+        with recorded(engine) as seen, engine.connect() as conn, conn.begin():
+            names, roles = queries.read_and_keep(lambda: (queries.topic_names(conn, beat),
+                                                          queries.live_roles(conn, beat)))
+        return names, roles, sum(1 for st, _ in seen if "ms_client_state" in st)
+
+    try:
+        names, roles, scans = warm()  # MetaServer A: two scans, both left in the database
+        assert scans == 2 and f"shared-{tag}" in names and dict(roles)["consumer"] >= 2
+        queries._reused.clear()  # MetaServer B: nothing of A's in its memory
+        names_b, roles_b, scans_b = warm()
+        assert scans_b == 0 and names_b == names and roles_b == roles  # the same values, tuples as read
+        with recorded(engine) as seen, db.read(engine) as conn:  # and B's views answer from them
+            assert queries.topic_names(conn, beat) == names and queries.live_roles(conn, beat) == roles
+        assert [st for st, _ in seen if "ms_client_state" in st] == []
+        queries._reused.clear()
+        monkeypatch.setattr(queries, "WARM_EVERY_S", 0.0)  # what is in the database is too old now: scanned
+        assert warm()[2] == 2
+    finally:
+        queries._reused.clear()
+
+
 def test_after_start_up_the_warmer_reads_one_summary_at_a_time_spread_over_the_interval(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Three MetaServers started together each read their five summaries at once every 20 s: at 100,000 clients

@@ -197,6 +197,16 @@ audit = Table(
 
 CLIENT_FIELDS: tuple[str, ...] = tuple(name for name, _ in _CLIENT_COLUMNS)
 
+#: the console's summaries over every live client as the MetaServer that last read one left them, so the other
+#: MetaServers' warmers take them from here rather than scan (metaserver/console/queries.py, migration 0018);
+#: ``key`` is the SHA-256 of the summary's key, ``value`` its JSON, ``read_at`` when it was read (epoch seconds)
+console_summaries = Table(
+    "ms_console_summaries", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("read_at", Float, nullable=False),
+)
+
 alerts = Table(
     "ms_alerts", metadata,
     # the pipeline's alert id, stable per (rule, subject, level): a re-post updates this row
