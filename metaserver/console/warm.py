@@ -9,7 +9,9 @@ took 491-647 ms, its first overview 625 ms (bench/control_plane_scale.py). Read 
 them; a view that comes before the first read finishes is answered at once with its counts shown as
 "counting..." (``queries.Counting``). Read again every ``WARM_EVERY_S`` (less than ``STALE_MAX_S``), a
 console nobody has looked at for a while is not read in the foreground either. A small fleet's scan is fast
-and not kept, so its pages still read it fresh on every view (docs/deployment.md, "First views").
+and not kept, so its pages still read it fresh on every view (docs/deployment.md, "First views"). The
+MetaServers of a deployment share what their warmers read through the database (``queries._shared``): one scan
+of a summary serves them all.
 """
 
 from __future__ import annotations
