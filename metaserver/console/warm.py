@@ -37,7 +37,7 @@ log = structlog.get_logger("metaserver.console")
 
 class SummaryWarmer:
     """A daemon thread reading the console's summaries now, then each again within ``queries.WARM_EVERY_S``
-(one at a time, spread over it)."""
+    (one at a time, spread over it)."""
 
     def __init__(self, svc: Services) -> None:
         self._svc = svc
