@@ -28,10 +28,12 @@ Each figure is the form's instructions divided by its messages. ``--check`` comp
 ``--record`` writes the measured figures as the new budgets. tests/test_callgrind_budget.py runs it.
 
     python bench/callgrind_budget.py [--quick] [--broker tansu|kafka] [--check] [--record] [--forms keyword,run]
-                                     [--empty-wrapper [calls|reports]]
+                                     [--empty-wrapper [calls|reports|compiled]]
 
 ``--empty-wrapper`` puts the thinnest pure-Python drop-in (:class:`EmptyProducer`, :class:`EmptyConsumer`: one
-Python frame a call, forwarding) in ykafka's place: what no pure-Python wrapper can go under.
+Python frame a call, forwarding) in ykafka's place: what no pure-Python wrapper can go under. ``compiled``: the
+thinnest compiled one (``bench/_cfloor.c``, built here with the interpreter's headers: one C call a send and one
+a report), what a C-accelerated step could at best reach.
 
 Last line: RESULT {"forms": {form: {"ykafka": Ir/msg, "raw": Ir/msg, "ratio": raw/ykafka}}, "over_budget": [...],
 "broker": ...}
@@ -144,6 +146,31 @@ class EmptyProducer:
             on_delivery = self._bound.get(on_delivery) or self._bound.setdefault(on_delivery,
                                                                                  _forward.__get__(on_delivery))
         self._raw.produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
+
+
+def compiled_producer(raw: Any) -> Any:
+    """``--empty-wrapper compiled``: :class:`EmptyProducer`'s place taken by ``bench/_cfloor.c``'s ``Fast`` (a C
+    ``produce`` that swaps the callback for a C forwarder), loaded from ``YKAFKA_CFLOOR_DIR`` (:func:`build_cfloor`)."""
+    sys.path.insert(0, os.environ["YKAFKA_CFLOOR_DIR"])
+    from _cfloor import Fast  # type: ignore[import-not-found]
+
+    wrapper = EmptyProducer(raw)
+    wrapper.produce = Fast(raw.produce)  # type: ignore[method-assign]
+    return wrapper
+
+
+def build_cfloor(workdir: Path) -> Path:
+    """Compile ``bench/_cfloor.c`` against this interpreter (gcc and its headers), into ``workdir``."""
+    import sysconfig
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    include = sysconfig.get_paths()["include"]
+    if cc is None or not (Path(include) / "Python.h").exists():
+        raise SystemExit("callgrind_budget: --empty-wrapper compiled needs a C compiler and Python.h")
+    out = workdir / f"_cfloor{sysconfig.get_config_var('EXT_SUFFIX')}"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-I{include}", "-o", str(out), str(ROOT / "bench" / "_cfloor.c")],
+                   check=True)
+    return workdir
 
 
 def _forward(user: Any, err: Any, msg: Any) -> None:
@@ -312,7 +339,11 @@ def child(args: argparse.Namespace) -> None:
     for form in args.forms:
         print(f"{time.process_time():.1f}s CPU: {form}/{side}", flush=True)
         if args.empty_wrapper and side == "ykafka":  # the floor of a pure-Python wrapper, in ykafka's place
-            if form in SENDING_FORMS:
+            if form in SENDING_FORMS and args.empty_wrapper == "compiled":
+                produce_form(lambda: compiled_producer(RawProducer({"bootstrap.servers": args.bootstrap,
+                                                                    **RAW_PRODUCER, **PATIENT})),
+                             form, side, args.messages, cg)
+            elif form in SENDING_FORMS:
                 produce_form(lambda: EmptyProducer(RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER,
                                                                 **PATIENT}), reports=args.empty_wrapper == "reports"),
                              form, side, args.messages, cg)
@@ -432,10 +463,12 @@ def main() -> None:
     parser.add_argument("--topic", default=f"cg-budget-consume-{uuid.uuid4().hex[:8]}", help=argparse.SUPPRESS)
     parser.add_argument("--ykafka-conf", default=None,
                         help="JSON object of settings added to the measured ykafka Producer's (experiments)")
-    parser.add_argument("--empty-wrapper", nargs="?", const="calls", default=None, choices=["calls", "reports"],
+    parser.add_argument("--empty-wrapper", nargs="?", const="calls", default=None,
+                        choices=["calls", "reports", "compiled"],
                         help="measure the thinnest pure-Python wrapper (one frame a call, forwarding) in ykafka's "
                              "place: the floor of any pure-Python drop-in (docs/benchmarks.md, Call forms); "
-                             "'reports': and one frame a delivery report (the floor with disaster recovery)")
+                             "'reports': and one frame a delivery report (the floor with disaster recovery); "
+                             "'compiled': one C call a send and one a report (bench/_cfloor.c)")
     parser.add_argument("--side", choices=["raw", "ykafka"], default="ykafka", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -457,6 +490,8 @@ def main() -> None:
 
     configure("warning")
     workdir = Path(tempfile.mkdtemp(prefix="ykafka-cg-budget-"))
+    if args.empty_wrapper == "compiled":  # the children load it from here
+        os.environ["YKAFKA_CFLOOR_DIR"] = str(build_cfloor(workdir))
     broker = None
     try:
         helper = build_helper(workdir)

@@ -35,7 +35,7 @@ EXPECTED: dict[str, set[str]] = {
                               "applied_after_cc_kill_ms", "applied_after_ms_kill_ms", "lost", "survivor_rss_mb"},
     "console_pages": {"pages_p95_ms", "pages_cpu_p95_ms", "clients_filter_p95_ms", "pages_p95_max_ms",
                       "slowest_page", "targets_met", "publish_applied_p50_ms", "publish_applied_p99_ms"},
-    "consumer_scaling": {"runs", "raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio"},
+    "consumer_scaling": {"runs", "raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio", "noop_ratio_median"},
     "failover": {"failover_s", "failback_s", "sent", "delivered", "lost", "duplicated", "retried", "key_order",
                  "overtaken", "health"},
     "install_footprint": {"packages", "mb", "toplevel", "servers_present", "import_ykafka_ms",

@@ -49,3 +49,41 @@ def test_every_call_form_within_its_instruction_budget() -> None:
         # raw confluent-kafka is not ours to budget, but a figure far off means the loop measured something else
         assert 0.8 * raw_budget < fig["raw"] < 1.25 * raw_budget, f"{form}: raw {fig['raw']} vs {raw_budget}"
     assert result["over_budget"] == [], "\n".join(result["over_budget"])
+
+
+def test_the_compiled_floor_forwards_what_it_is_given(tmp_path: Path) -> None:
+    """``--empty-wrapper compiled`` (bench/_cfloor.c) is what docs/benchmarks.md quotes as the floor of a compiled
+    wrapper: it must hand librdkafka's produce every argument in its positional order, whatever the call form, and
+    forward each report to the user's callback through one shared forwarder per callback."""
+    from bench.callgrind_budget import build_cfloor
+
+    build_cfloor(tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from _cfloor import Fast  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    sent: list[tuple[object, ...]] = []
+    reports: list[tuple[object, object]] = []
+
+    def produce(*args: object) -> None:
+        sent.append(args)
+
+    def user(err: object, msg: object) -> None:
+        reports.append((err, msg))
+
+    fast = Fast(produce)
+    fast("t", b"v", None, -1, user, None, 0, None)
+    fast("t", b"v", key=b"k", on_delivery=user)
+    fast("t", value=b"w", callback=user, headers=[("h", b"1")], timestamp=7, partition=2)
+    fast("t", b"x")
+    assert [a[:4] + a[5:] for a in sent] == [("t", b"v", None, -1, None, 0, None), ("t", b"v", b"k", -1, None, 0, None),
+                                            ("t", b"w", None, 2, None, 7, [("h", b"1")]),
+                                            ("t", b"x", None, -1, None, 0, None)]
+    forwarder = sent[0][4]
+    assert forwarder is not user and sent[1][4] is forwarder and sent[2][4] is forwarder and sent[3][4] is None
+    forwarder(None, "m1")
+    forwarder("err", "m2")
+    assert reports == [(None, "m1"), ("err", "m2")]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        fast("t", b"v", bogus=1)
