@@ -15,13 +15,16 @@ Starts its own Tansu broker on a free port (stopped by pid at the end), unless `
   take turns (``--noop-repeats`` rounds): ``noop_ratio`` is the best round's rate over the best, and
   ``noop_ratio_median`` the median of each round's ratio (on 2 cores shared with the broker a single round's
   ratio spread 0.65-1.17 on 2026-11-30, so one round decides little). ``--noop-only``: the overhead alone.
+* The drop-in ``poll()``: a loop calling ``Consumer.poll()`` a message at a time against the same loop on raw
+  ``poll()``, the same fetch setting on both, in the same rounds (``poll_ratio_median``).
 
     python bench/consumer_scaling.py [--bootstrap HOST:PORT] [--seconds 2.5] [--noop-messages 400000] [--quick]
                                      [--noop-repeats 5] [--noop-only]
 
 Last line: RESULT {"runs": [{"workers", "ordering", "msgs_s", "ratio_to_ideal"}, ...],
 "raw_noop_msgs_s", "ykafka_noop_msgs_s", "noop_ratio", "noop_ratio_median", "noop_ratios",
-"raw_default_noop_msgs_s", "noop_ratio_vs_default"}
+"raw_default_noop_msgs_s", "noop_ratio_vs_default", "raw_poll_msgs_s", "ykafka_poll_msgs_s", "poll_ratio_median",
+"poll_ratios"}
 """
 
 from __future__ import annotations
@@ -146,6 +149,46 @@ def _noop(_msg: Any) -> None:
     return None
 
 
+def poll_noop(consumer: Any, topic: str, count: int) -> float:
+    """The drop-in ``poll()`` loop, the same code for both sides: a message a call, the no-op on each, timed from
+    the first message to the last (``count`` of them) and closed after."""
+    consumer.subscribe([topic])
+    poll, noop = consumer.poll, _noop
+    got, start = 0, 0.0
+    try:
+        while got < count:
+            msg = poll(1.0)
+            if msg is None:
+                continue
+            if not start:
+                start = time.monotonic()
+            if msg.error() is None:
+                noop(msg)
+                got += 1
+        return (count - 1) / (time.monotonic() - start)
+    finally:
+        consumer.close()
+
+
+def poll_pair(bootstrap: str, topic: str, count: int, ykafka_first: bool) -> tuple[float, float]:
+    """(raw ``poll()``, ykafka's ``Consumer.poll()``) rates, both with ``RUN_FETCH`` (the drop-in consumer keeps
+    librdkafka's 1 s default fetch back-off, on which both sides stall alike and the figure measures the stalls);
+    who reads first alternates between rounds. Each side is a group of its own (a shared one starts at its end)."""
+    conf = consumer_conf(bootstrap, **RUN_FETCH)
+
+    def raw() -> float:
+        return poll_noop(RawConsumer({k: v for k, v in conf.items() if not k.startswith("ykafka.")}), topic, count)
+
+    def ours() -> float:
+        return poll_noop(Consumer(consumer_conf(bootstrap, **RUN_FETCH)), topic, count)
+
+    if ykafka_first:
+        first = ours()
+        return raw(), first
+    first = raw()
+    return first, ours()
+
+
 def ykafka_noop(bootstrap: str, topic: str, count: int, sample_s: float = 0.02) -> float:
     """``Consumer.run`` calling the raw loop's own no-op; this thread reads ``engine.processed`` (counted per task)
     every ``sample_s``, so the handler does no counting or time-stamping the raw loop does not do. The rate is taken
@@ -215,20 +258,27 @@ def main() -> None:
                       f"ratio_to_ideal={run['ratio_to_ideal']:.3f}", flush=True)
 
         raw, raw_default, ours = [], [], []
-        for _ in range(args.noop_repeats):  # interleaved so machine load hits both alike
+        polls: list[tuple[float, float]] = []
+        for round_ in range(args.noop_repeats):  # interleaved so machine load hits both alike
             raw.append(raw_noop(bootstrap, noop_topic, args.noop_messages, RUN_FETCH))
             raw_default.append(raw_noop(bootstrap, noop_topic, args.noop_messages))
             # 400,000 messages take ~0.5-0.8 s: 25-40 readings inside at 20 ms; --quick's 20,000 need them finer
             ours.append(ykafka_noop(bootstrap, noop_topic, args.noop_messages, 0.002 if args.quick else 0.02))
+            polls.append(poll_pair(bootstrap, noop_topic, args.noop_messages, ykafka_first=round_ % 2 == 1))
             print(f"no-op: raw {raw[-1]:,.0f} msg/s (librdkafka defaults {raw_default[-1]:,.0f}), "
-                  f"ykafka {ours[-1]:,.0f} msg/s", flush=True)
+                  f"ykafka {ours[-1]:,.0f} msg/s; poll(): raw {polls[-1][0]:,.0f}, ykafka {polls[-1][1]:,.0f} msg/s",
+                  flush=True)
         ratios = sorted(o / r for o, r in zip(ours, raw, strict=True))
+        poll_ratios = sorted(o / r for r, o in polls)
         result = {
             "runs": [{k: r[k] for k in ("workers", "ordering", "msgs_s", "ratio_to_ideal")} for r in runs],
             "raw_noop_msgs_s": round(max(raw)), "ykafka_noop_msgs_s": round(max(ours)),
             "noop_ratio": round(max(ours) / max(raw), 3), "noop_ratio_median": round(statistics.median(ratios), 3),
             "noop_ratios": [round(r, 3) for r in ratios], "raw_default_noop_msgs_s": round(max(raw_default)),
             "noop_ratio_vs_default": round(max(ours) / max(raw_default), 3),
+            "raw_poll_msgs_s": round(max(r for r, _ in polls)), "ykafka_poll_msgs_s": round(max(o for _, o in polls)),
+            "poll_ratio_median": round(statistics.median(poll_ratios), 3),
+            "poll_ratios": [round(r, 3) for r in poll_ratios],
         }
         print("RESULT " + json.dumps({**result, "broker": args.broker}), flush=True)
     finally:
