@@ -14,7 +14,7 @@ Starts its own Tansu broker on a free port (stopped by pid at the end), unless `
   at the default 1 s back-off stalls each time its prefetch queue passes ``queued.min.messages``. The sides
   take turns (``--noop-repeats`` rounds): ``noop_ratio`` is the best round's rate over the best, and
   ``noop_ratio_median`` the median of each round's ratio (on 2 cores shared with the broker a single round's
-  ratio spread 0.65-1.17 on 2026-11-30, so one round decides little). ``--noop-only``: the overhead alone.
+  ratio spread 0.64-1.43 on 2026-11-30, so one round decides little). ``--noop-only``: the overhead alone.
 * The drop-in ``poll()``: a loop calling ``Consumer.poll()`` a message at a time against the same loop on raw
   ``poll()``, the same fetch setting on both, in the same rounds (``poll_ratio_median``).
 
