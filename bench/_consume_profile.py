@@ -72,10 +72,9 @@ def _noop(_msg: Any) -> None:
 def consume_raw(bootstrap: str, count: int) -> None:
     from confluent_kafka import Consumer as RawConsumer
 
-    from bench.consumer_scaling import RUN_FETCH, consumer_conf
+    from bench.consumer_scaling import RUN_FETCH, raw_conf
 
-    conf = {k: v for k, v in consumer_conf(bootstrap).items() if not k.startswith("ykafka.")}
-    consumer = RawConsumer({**conf, **RUN_FETCH})
+    consumer = RawConsumer(raw_conf(bootstrap, **RUN_FETCH))
     consumer.subscribe([TOPIC])
     noop, got = _noop, 0
     try:

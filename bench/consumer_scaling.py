@@ -125,9 +125,13 @@ def scaling_run(bootstrap: str, topic: str, workers: int, ordering: str, seconds
 RUN_FETCH = {"fetch.queue.backoff.ms": 20}
 
 
+def raw_conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    """:func:`consumer_conf` for a raw confluent-kafka consumer (without ykafka's own settings)."""
+    return {k: v for k, v in consumer_conf(bootstrap, **extra).items() if not k.startswith("ykafka.")}
+
+
 def raw_noop(bootstrap: str, topic: str, count: int, extra: dict[str, Any] | None = None) -> float:
-    conf = {k: v for k, v in consumer_conf(bootstrap).items() if not k.startswith("ykafka.")}
-    consumer = RawConsumer({**conf, **(extra or {})})
+    consumer = RawConsumer(raw_conf(bootstrap, **(extra or {})))
     consumer.subscribe([topic])
     noop = _noop
     got, start = 0, 0.0
@@ -174,10 +178,8 @@ def poll_pair(bootstrap: str, topic: str, count: int, ykafka_first: bool) -> tup
     """(raw ``poll()``, ykafka's ``Consumer.poll()``) rates, both with ``RUN_FETCH`` (the drop-in consumer keeps
     librdkafka's 1 s default fetch back-off, on which both sides stall alike and the figure measures the stalls);
     who reads first alternates between rounds. Each side is a group of its own (a shared one starts at its end)."""
-    conf = consumer_conf(bootstrap, **RUN_FETCH)
-
     def raw() -> float:
-        return poll_noop(RawConsumer({k: v for k, v in conf.items() if not k.startswith("ykafka.")}), topic, count)
+        return poll_noop(RawConsumer(raw_conf(bootstrap, **RUN_FETCH)), topic, count)
 
     def ours() -> float:
         return poll_noop(Consumer(consumer_conf(bootstrap, **RUN_FETCH)), topic, count)
