@@ -65,6 +65,11 @@ class Stream:
         self._stop.set()
         self._thread.join(10)
 
+    @property
+    def running(self) -> bool:
+        """The sending thread is still alive (``stop`` waited for it in vain): ``sent`` may still grow."""
+        return self._thread.is_alive()
+
 
 def test_broker_killed_mid_stream_spills_then_replays_in_order(one_broker: Broker, tmp_path: Path) -> None:
     """Every broker SIGKILLed mid-stream: sends spill to disk; the brokers restart on the same bucket and the
