@@ -8,6 +8,7 @@ Each librdkafka producer holds a handful of each, so a leaked client shows at on
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import threading
@@ -83,6 +84,14 @@ def _flap(engine: DisasterRecovery, cluster: str) -> None:
     assert not link.available
 
 
+def _replayed(engine: DisasterRecovery, cluster: str, after_round: int | None) -> bool:
+    """The spill is empty and no replay runs, and (unless None) a replay round after ``after_round`` ended."""
+    status = engine.status()
+    replay = status["replay"][cluster]
+    return (after_round is None or replay["rounds"] > after_round) and status["spill"][cluster]["depth"] == 0 \
+        and not replay["active"]
+
+
 def test_replay_rounds_of_a_flapping_cluster_leave_no_client_behind(brokers: dict[str, str], tmp_path: Path) -> None:
     bootstrap = brokers["dc-a"]
     topic = unique("leak-replay")
@@ -93,19 +102,23 @@ def test_replay_rounds_of_a_flapping_cluster_leave_no_client_behind(brokers: dic
         assert engine is not None
         cluster = producer.route(topic)
         sent = 0
+        spilled_rounds = 0
 
         def round_trip(rounds: int) -> None:
-            nonlocal sent
+            nonlocal sent, spilled_rounds
             for _ in range(rounds):
                 replayer_rounds = engine.status()["replay"].get(cluster, {}).get("rounds", 0)
+                spilled = engine.status()["spill"][cluster]["spilled"]
                 _flap(engine, cluster)
                 for _ in range(5):  # the link is down: these spill to disk
                     producer.produce(topic, f"k:{sent}".encode(), on_delivery=lambda err, m: delivered.append(err))
                     sent += 1
                 producer.flush(30)
-                wait_until(lambda r=replayer_rounds: engine.status()["replay"][cluster]["rounds"] > r
-                           and engine.status()["spill"][cluster]["depth"] == 0
-                           and not engine.status()["replay"][cluster]["active"], 30,
+                # the probe may find the cluster up before the first of the five is sent: then all went direct,
+                # nothing spilled and no replay round comes (stop 52's CI waited 30 s for one, twice)
+                spilled_now = engine.status()["spill"][cluster]["spilled"] > spilled
+                spilled_rounds += spilled_now
+                wait_until(functools.partial(_replayed, engine, cluster, replayer_rounds if spilled_now else None), 30,
                            message="the spill replayed")
                 wait_until(lambda: engine.link(cluster).available, 30, message="the link back up")
 
@@ -120,10 +133,11 @@ def test_replay_rounds_of_a_flapping_cluster_leave_no_client_behind(brokers: dic
         threads1, fds1 = resources()
         print(f"20 replay rounds: threads {threads0} -> {threads1}, descriptors {fds0} -> {fds1}")
         replayed = engine.status()["replay"][cluster]["replayed"]
-    # every round replayed (each waited for its replay round above), nearly all 110 through the spill: the link
-    # probes at once when it goes down, so a send the test thread makes after that probe answered goes direct
-    # (106 of 110 on both attempts of one CI run on 2 loaded cores); what this test holds is no client left behind
-    assert 22 <= replayed <= sent, (replayed, sent)
+    # every round that spilled replayed (each waited for its replay round above), nearly all 110 through the spill:
+    # the link probes at once when it goes down, so a send the test thread makes after that probe answered goes
+    # direct (106 of 110 on both attempts of one CI run on 2 loaded cores; a whole round of five, rarely); what this
+    # test holds is no client left behind, over rounds most of which really replayed
+    assert 15 <= spilled_rounds <= replayed <= sent, (spilled_rounds, replayed, sent)
     assert delivered == [None] * sent
     assert threads1 <= threads0 + THREAD_SLACK, (threads0, threads1)
     assert fds1 <= fds0 + FD_SLACK, (fds0, fds1)
