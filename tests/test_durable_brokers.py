@@ -51,25 +51,27 @@ def _produce(bootstrap: str, topic: str, count: int) -> int:
     return acked
 
 
-def _read_all(bootstrap: str, topic: str, expected: int, stall_s: float = 15.0,
-              attempts: int = 4) -> list[tuple[str, int]]:
+def _read_all(bootstrap: str, topic: str, expected: int, stall_s: float = 15.0, attempts: int = 4,
+              or_from: str | None = None) -> list[tuple[str, int]]:
     """Every record of ``topic`` from the beginning, from ``bootstrap``, in partition order.
 
     A read that gains nothing for ``stall_s`` while short of ``expected`` starts over with a fresh consumer (a read
-    changes nothing, so a second one proves the same). CI serial passes (stop 48's; stop 52's twice, once with the
+    changes nothing, so a second one proves the same), on ``or_from`` (another broker of the cluster) every other
+    time when given. CI serial passes (stop 48's; stop 52's twice, once with the
     killed broker restarted) timed out after 60 s reading the acknowledged records back, every assertion on the sends
     passed; never alone, beside the neighbouring modules or under two busy-looping cores. A fetch the broker leaves
     unanswered holds a reader for librdkafka's ``socket.timeout.ms`` (60 s, the whole old wait); a fresh consumer
     asks on a fresh connection. Each stall is printed with where the reader stood, a final failure with all of them."""
     stalls: list[str] = []
-    for _attempt in range(attempts):
-        seen, stall = _read_once(bootstrap, topic, expected, stall_s)
+    for attempt in range(attempts):
+        address = or_from if or_from is not None and attempt % 2 else bootstrap
+        seen, stall = _read_once(address, topic, expected, stall_s)
         if stall is None:
             if stalls:
-                print(f"read of {topic} from {bootstrap} started over after a stall:", *stalls, sep="\n  ")
+                print(f"read of {topic} from {address} started over after a stall:", *stalls, sep="\n  ")
             return seen
-        stalls.append(stall)
-    raise AssertionError(f"{expected} messages from {bootstrap}: every read stalled:\n  " + "\n  ".join(stalls))
+        stalls.append(f"from {address}: {stall}")
+    raise AssertionError(f"{expected} messages of {topic}: every read stalled:\n  " + "\n  ".join(stalls))
 
 
 def _read_once(bootstrap: str, topic: str, expected: int, stall_s: float) -> tuple[list[tuple[str, int]], str | None]:
@@ -177,7 +179,7 @@ def test_one_broker_sigkilled_under_load_clients_continue_on_the_other(stack: St
     # sends above had passed; not reproduced alone or beside its neighbours (12 passed). Both brokers serving the
     # same records after kills is test_acked_messages_survive_sigkill_of_every_broker_and_both_brokers_serve_them's
     stack.up([brokers[0]["name"]], seed=False)
-    records = _read_all(brokers[1]["address"], topic, len(stream.sent))  # partition order kept
+    records = _read_all(brokers[1]["address"], topic, len(stream.sent), or_from=brokers[0]["address"])
     values = [value for _, value in records]
     counts = tally(stream.sent, values)
     retried = {v: n for v, n in Counter(values).items() if n > 1}
