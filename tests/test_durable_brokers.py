@@ -57,11 +57,11 @@ def _read_all(bootstrap: str, topic: str, expected: int, stall_s: float = 15.0, 
 
     A read that gains nothing for ``stall_s`` while short of ``expected`` starts over with a fresh consumer (a read
     changes nothing, so a second one proves the same), on ``or_from`` (another broker of the cluster) every other
-    time when given. CI serial passes (stop 48's; stop 52's twice, once with the
-    killed broker restarted) timed out after 60 s reading the acknowledged records back, every assertion on the sends
-    passed; never alone, beside the neighbouring modules or under two busy-looping cores. A fetch the broker leaves
-    unanswered holds a reader for librdkafka's ``socket.timeout.ms`` (60 s, the whole old wait); a fresh consumer
-    asks on a fresh connection. Each stall is printed with where the reader stood, a final failure with all of them."""
+    time when given. CI serial passes (stop 48's; stop 52's twice, once with the killed broker restarted) timed out
+    after 60 s reading the acknowledged records back, every assertion on the sends passed; never alone, beside the
+    neighbouring modules or under two busy-looping cores. A fetch the broker leaves unanswered holds a reader for
+    librdkafka's ``socket.timeout.ms`` (60 s, the whole old wait); a fresh consumer asks on a fresh connection.
+    Each stall is printed with where the reader stood, a final failure with all of them."""
     stalls: list[str] = []
     for attempt in range(attempts):
         address = or_from if or_from is not None and attempt % 2 else bootstrap
