@@ -115,7 +115,7 @@ def test_replay_rounds_of_a_flapping_cluster_leave_no_client_behind(brokers: dic
                     sent += 1
                 producer.flush(30)
                 # the probe may find the cluster up before the first of the five is sent: then all went direct,
-                # nothing spilled and no replay round comes (stop 52's CI waited 30 s for one, twice)
+                # nothing spilled and no replay round comes (stop 52's CI waited 30 s for one; passed rerun)
                 spilled_now = engine.status()["spill"][cluster]["spilled"] > spilled
                 spilled_rounds += spilled_now
                 wait_until(functools.partial(_replayed, engine, cluster, replayer_rounds if spilled_now else None), 30,
