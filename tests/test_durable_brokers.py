@@ -14,9 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from tests.dr_fixtures import DEFAULT_HEALTH, first_occurrence_ordered, make_engine, tally
+from tests.dr_fixtures import DEFAULT_HEALTH, first_occurrence_ordered, make_engine, read_all, tally
 from tests.helpers import create_topic, unique
 from tests.support import Broker
 from tests.test_spill_chaos import Stream
@@ -51,58 +51,11 @@ def _produce(bootstrap: str, topic: str, count: int) -> int:
     return acked
 
 
-def _read_all(bootstrap: str, topic: str, expected: int, stall_s: float = 15.0, attempts: int = 4,
-              or_from: str | None = None) -> list[tuple[str, int]]:
-    """Every record of ``topic`` from the beginning, from ``bootstrap``, in partition order.
-
-    A read that gains nothing for ``stall_s`` while short of ``expected`` starts over with a fresh consumer (a read
-    changes nothing, so a second one proves the same), on ``or_from`` (another broker of the cluster) every other
-    time when given. CI serial passes (stop 48's; stop 52's twice, once with the killed broker restarted) timed out
-    after 60 s reading the acknowledged records back, every assertion on the sends passed; never alone, beside the
-    neighbouring modules or under two busy-looping cores. A fetch the broker leaves unanswered holds a reader for
-    librdkafka's ``socket.timeout.ms`` (60 s, the whole old wait); a fresh consumer asks on a fresh connection.
-    Each stall is printed with where the reader stood, a final failure with all of them."""
-    stalls: list[str] = []
-    for attempt in range(attempts):
-        address = or_from if or_from is not None and attempt % 2 else bootstrap
-        seen, stall = _read_once(address, topic, expected, stall_s)
-        if stall is None:
-            if stalls:
-                print(f"read of {topic} from {address} started over after a stall:", *stalls, sep="\n  ")
-            return seen
-        stalls.append(f"from {address}: {stall}")
-    raise AssertionError(f"{expected} messages of {topic}: every read stalled:\n  " + "\n  ".join(stalls))
-
-
-def _read_once(bootstrap: str, topic: str, expected: int, stall_s: float) -> tuple[list[tuple[str, int]], str | None]:
-    """What one consumer reads (assign, no group join: faster), and None, or where it stood when it stalled."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    seen: list[tuple[str, int]] = []
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        progress = time.monotonic()
-        while len(seen) < expected:
-            before = len(seen)
-            _take(consumer, seen)
-            if len(seen) > before:
-                progress = time.monotonic()
-            elif time.monotonic() - progress > stall_s:
-                positions = {tp.partition: tp.offset for tp in consumer.position(consumer.assignment())}
-                marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5) for p in partitions}
-                return seen, (f"read {len(seen)} of {expected}, nothing for {stall_s:g}s; positions {positions}, "
-                              f"watermarks {marks}")
-        _take(consumer, seen)  # one more round: duplicates beyond the expected count are counted too
-    finally:
-        consumer.close()
-    return seen, None
-
-
-def _take(consumer: Consumer, seen: list[tuple[str, int]]) -> None:
-    for msg in consumer.consume(500, 1.0):
-        if msg.error() is None:
-            seen.append(((msg.key() or b"").decode(), int(msg.value() or b"-1")))  # no value: -1, unexpected
+def _records(bootstrap: str, topic: str, expected: int) -> list[tuple[str, int]]:
+    """Every record of ``topic`` from the beginning, from ``bootstrap``, in partition order, as (key, value); a
+    record short of ``expected`` after a minute is missing (what the counts below then say)."""
+    return [((m.key() or b"").decode(), int(m.value() or b"-1"))  # no value: -1, unexpected
+            for m in read_all(bootstrap, topic, expect=expected, timeout_s=60)]
 
 
 def _check_exact(seen: list[tuple[str, int]], count: int) -> None:
@@ -128,8 +81,8 @@ def test_acked_messages_survive_sigkill_of_every_broker_and_both_brokers_serve_t
         stack.kill(broker["name"])
     assert not any(b["pid"] for b in stack.status()["brokers"]["dc-a"]["brokers"])
     stack.up(["dc-a", "dc-a-b2"], seed=False)
-    _check_exact(_read_all(first, topic, count), count)
-    _check_exact(_read_all(second, topic, count), count)  # the other broker on the same bucket
+    _check_exact(_records(first, topic, count), count)
+    _check_exact(_records(second, topic, count), count)  # the other broker on the same bucket
 
 
 def test_down_stops_every_broker_and_the_s3_server(tmp_path: Path) -> None:
@@ -146,14 +99,23 @@ def test_down_stops_every_broker_and_the_s3_server(tmp_path: Path) -> None:
 
 def test_one_broker_sigkilled_under_load_clients_continue_on_the_other(stack: Stack, tmp_path: Path) -> None:
     """Bootstrap = both brokers: SIGKILL one mid-stream; the DR engine's producer moves to the other broker,
-    nothing spills, every message is read back exactly once, in per-key order."""
+    nothing spills, every message is read back, in per-key order.
+
+    The engine's clients are plain (``enable.idempotence=false``) here, as they must be on Tansu's S3 engine
+    (docs/disaster-recovery.md, *Guarantees and limits*): Tansu advances an idempotent producer's sequence number
+    in the bucket before it stores the batch, so a broker killed between the two answers the client's retry on the
+    other broker with DUPLICATE_SEQUENCE_NUMBER, which librdkafka counts as delivered, and the batch is gone. With
+    idempotent clients, a CI serial pass and 3 of 7 local runs read back all but one acknowledged batch (13-26
+    records; one run: 21 records of partition 0, values 765-817, offsets contiguous around the hole: never written).
+    With plain clients, 12 of 12 local runs lost nothing."""
     brokers = stack.status()["brokers"]["dc-a"]["brokers"]
     bootstrap = stack.cfg.bootstrap("dc-a")
     topic = unique("durable-kill1")
     create_topic(bootstrap, topic, partitions=3)
     # the default health settings and spill.after.ms: tighter ones declared the cluster down on a loaded machine
     # when a probe or a delivery hit the dead broker before the client moved to the other one, and spilled
-    engine = make_engine({"solo": bootstrap}, RouteSpec("solo"), tmp_path / "spill", **DEFAULT_HEALTH)
+    engine = make_engine({"solo": bootstrap}, RouteSpec("solo"), tmp_path / "spill",
+                         client_conf={"enable.idempotence": False}, **DEFAULT_HEALTH)
     try:
         stream = Stream(engine, topic).start()
         time.sleep(1.0)
@@ -173,17 +135,16 @@ def test_one_broker_sigkilled_under_load_clients_continue_on_the_other(stack: St
     assert status["spill"]["solo"]["spilled"] == 0 and status["replay"]["solo"]["replayed"] == 0, (  # no spill
         status["spill"]["solo"], status["replay"]["solo"], status["links"]["solo"], stall)
     # lost = 0; a duplicate only from a retry: a send in flight to the killed broker was stored (durable) but its
-    # acknowledgement died with the broker, so the client resent it to the other one (counted apart, 2 copies)
-    # read back with the killed broker restarted, as the next test's setup would: a CI serial pass (stop 48) timed
-    # out twice reading the 2,418 acknowledged records from the surviving broker alone, after every assertion on the
-    # sends above had passed; not reproduced alone or beside its neighbours (12 passed). Both brokers serving the
-    # same records after kills is test_acked_messages_survive_sigkill_of_every_broker_and_both_brokers_serve_them's
+    # acknowledgement died with the broker, so the client resent it to the other one (counted apart, 2 copies).
+    # Read back with the killed broker restarted, as the next test's setup would
     stack.up([brokers[0]["name"]], seed=False)
-    records = _read_all(brokers[1]["address"], topic, len(stream.sent), or_from=brokers[0]["address"])
+    records = _records(brokers[1]["address"], topic, len(stream.sent))
     values = [value for _, value in records]
     counts = tally(stream.sent, values)
     retried = {v: n for v, n in Counter(values).items() if n > 1}
     print("one broker of two killed:", counts, "retry duplicates:", sorted(retried))
-    assert counts["lost"] == 0 and counts["unexpected"] == 0 and set(retried.values()) <= {2}
-    assert counts["duplicated"] == len(retried) <= 10
+    assert counts["lost"] == 0 and counts["unexpected"] == 0, (counts, sorted(set(stream.sent) - set(values))[:50])
+    # at most the one request in flight to the killed broker, stored and retried: a batch per partition (9 records
+    # in one of 12 runs; the batches lost with idempotent clients held 13-26)
+    assert set(retried.values()) <= {2} and counts["duplicated"] == len(retried) <= 3 * 30
     assert first_occurrence_ordered((key.encode(), str(value).encode()) for key, value in records)
