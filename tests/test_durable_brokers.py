@@ -18,8 +18,10 @@ from confluent_kafka import Producer
 
 from tests.dr_fixtures import DEFAULT_HEALTH, first_occurrence_ordered, make_engine, read_all, tally
 from tests.helpers import create_topic, unique
-from tests.support import Broker
+from tests.support import Broker, local_stack
 from tests.test_spill_chaos import Stream
+from ykafka import Producer as YProducer
+from ykafka.admin.client import AdminClient
 from ykafka.devstack import Stack, ephemeral_config
 from ykafka.devstack.procs import pid_alive
 from ykafka.dr.engine import RouteSpec
@@ -148,3 +150,25 @@ def test_one_broker_sigkilled_under_load_clients_continue_on_the_other(stack: St
     # in one of 12 runs; the batches lost with idempotent clients held 13-26)
     assert set(retried.values()) <= {2} and counts["duplicated"] == len(retried) <= 3 * 30
     assert first_occurrence_ordered((key.encode(), str(value).encode()) for key, value in records)
+
+
+def test_the_stack_seeds_durable_tansu_clusters_with_plain_producers_once(tmp_path: Path) -> None:
+    """`ykafka dev up --broker tansu --storage durable`: the seed pushes ``producer.idempotence=false`` to each
+    cluster's scope (the loss above), a Producer there builds a plain client (one request in flight, the engine's
+    order guard), and a value an operator set since is left alone by the next seed."""
+    with local_stack(home=tmp_path / "stack", storage="durable") as st:
+        admin = AdminClient(st.metaserver, st.admin_token)
+        for cluster in ("dc-a", "dc-b"):
+            assert admin.get_config(f"cluster:{cluster}")["released"] == {"producer.idempotence": "false"}
+        topic = unique("durable-seeded")
+        create_topic(st.bootstrap("dc-a"), topic, partitions=1)
+        with YProducer(st.client_config()) as producer:
+            producer.produce(topic, b"v", b"k")
+            assert producer.flush(30) == 0
+            settings = [client["settings"] for client in producer.clients()]
+        assert [(str(s["enable.idempotence"]).lower(), s["max.in.flight.requests.per.connection"])
+                for s in settings] == [("false", 1)], settings
+        admin.push_config("cluster:dc-a", {"producer.idempotence": "true"}, comment="an operator's choice")
+        st.stack.seed()
+        assert admin.get_config("cluster:dc-a")["released"] == {"producer.idempotence": "true"}
+        assert admin.get_config("cluster:dc-b")["released"] == {"producer.idempotence": "false"}

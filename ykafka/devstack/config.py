@@ -80,6 +80,12 @@ class ClusterSpec:
     security: str = "none"
 
     @property
+    def shared_bucket(self) -> bool:
+        """Tansu brokers on one S3 bucket: an idempotent producer's batch in flight to a broker that dies can be
+        lost (docs/disaster-recovery.md, *Guarantees and limits*), so the stack seeds it non-idempotent."""
+        return self.broker == "tansu" and self.storage == "durable"
+
+    @property
     def quorum_ports(self) -> list[int]:
         """The controller listener of each Kafka node (loopback)."""
         given = list(self.controller_ports)

@@ -388,6 +388,8 @@ class Stack:
         for spec in self.cfg.clusters.values():
             admin.set_cluster(spec.name, bootstrap_servers=self.cfg.bootstrap(spec.name), dc=spec.dc,
                               standby=spec.standby, status="active", security=self.security(spec))
+            if spec.shared_bucket and not self.cfg.external_bootstrap:
+                self._plain_producers(admin, spec.name)
         existing = self.read_env()
         app_ids = {app["app_id"] for app in admin.list_apps()}
         if existing.get("YKAFKA_APP_ID") == self.cfg.app_id and self.cfg.app_id in app_ids:
@@ -404,6 +406,19 @@ class Stack:
         admin.create_user(env["YKAFKA_CONSOLE_USER"], env["YKAFKA_CONSOLE_PASSWORD"], "admin", replace=True)
         write_private(self.env_file, "".join(f"export {k}={v}\n" for k, v in env.items()))
         return env
+
+    @staticmethod
+    def _plain_producers(admin: Any, cluster: str) -> None:
+        """``producer.idempotence=false`` at ``cluster:<name>``, once: Tansu's S3 engine records an idempotent
+        producer's sequence number before it stores the batch, so a broker killed between the two answers the
+        retry as a duplicate and an acknowledged batch is lost; a plain producer's retry is stored (perhaps twice).
+        A value an operator set since (either way) is left alone."""
+        scope = f"cluster:{cluster}"
+        if "producer.idempotence" not in admin.get_config(scope).get("released", {}):
+            admin.push_config(scope, {"producer.idempotence": "false"},
+                              comment="ykafka dev: Tansu on S3 loses an idempotent producer's in-flight batch "
+                                      "when its broker dies (docs/disaster-recovery.md)")
+            log.info("stack.seed.plain_producers", cluster=cluster)
 
     def security(self, spec: ClusterSpec) -> dict[str, Any] | None:
         """The registry's ``security`` of a cluster (its CA for SASL_SSL), None when it is open."""
