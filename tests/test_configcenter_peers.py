@@ -85,7 +85,10 @@ def test_release_through_a_wakes_200_polls_parked_on_b(tmp_path: Path, shared_db
         assert len(out) == PARKED
         assert all(nid > seen for _, nid in out)
         worst = max(at for at, _ in out) - published
-        assert worst <= 1.0, worst
+        # woken by the release (B's 0.5 s scan or A's NOTIFY), not by the 20 s long-poll timeout. How fast is
+        # bench/controlplane_failover.py's figure: a 1 s bound here failed a CI parallel pass at 1.08 s (200
+        # answers on a loaded machine)
+        assert worst <= 5.0, worst
         served = _served(b.url, ns)
         assert served == ({"k": "2"}, out[0][1])
         if not shared_db.startswith("postgresql"):
