@@ -74,7 +74,7 @@ def run(a: Broker, b: Broker, work: Path, health: str, rate: int, outage: float)
         create_topic(broker.bootstrap, topic, 3)
     # plain clients on Tansu's S3 engine, as `ykafka dev up` seeds them (docs/disaster-recovery.md, *Guarantees and
     # limits*: an idempotent client's batch in flight at a kill can be answered as a duplicate and lost)
-    plain = {"enable.idempotence": False} if a.kind == "tansu" and a.storage == "durable" else {}
+    plain = {"enable.idempotence": False} if a.stack.cfg.clusters[a.name].shared_bucket else {}
     engine = make_engine({"dc-a": a.bootstrap, "dc-b": b.bootstrap}, RouteSpec("dc-a", "dc-b", "auto"),
                          work / f"dr-{health}", progress_interval_s=2.0, client_conf=plain, **HEALTH[health])
     sent: list[int] = []
