@@ -7,10 +7,13 @@ time from an event to its alert.
    many metric events to a private Tansu broker through the SDK's own EventSink, runs the trace-store and
    metrics/aggregate queries (``availableNow``, continuing from the warm-up's checkpoints) and divides the
    events by the wall time (planning, reading, parsing, writing, checkpoint commits).
-3. Starts the pipeline continuously (1 s triggers, alert evaluation every second), then writes one metric
-   event whose handler latency breaks a rule and measures until the alert is delivered.
+3. Starts the pipeline continuously (1 s triggers, alert evaluation every second), feeds it ~4,000 trace events
+   a second for ``--trickle-s`` (``continuous``: the trace query's micro-batches a minute and the CPU a second over
+   the second half; a standing query's fixed cost a batch decides how fresh the stores are), then writes one
+   metric event whose handler latency breaks a rule and measures until the alert is delivered.
 
-    python bench/pipeline_throughput.py [--events 200000] [--master local[2]] [--conf k=v ...] [--batches N] [--quick]
+    python bench/pipeline_throughput.py [--events 200000] [--master local[2]] [--conf k=v ...] [--batches N]
+        [--source python|jvm] [--trickle-s 60] [--broker tansu|kafka] [--quick]
     python bench/pipeline_throughput.py --cluster [--events 200000] [--quick]
 
 ``--cluster`` runs the same measurement three times, each in its own driver process, in one run: on
@@ -115,6 +118,46 @@ def write_events(bootstrap: str, trace_events: int, prefix: str = "m") -> tuple[
     return messages * len(KINDS), metrics
 
 
+def trickle(pipeline: Pipeline, broker: Broker, seconds: float, apart: set[int]) -> dict[str, Any]:
+    """The running pipeline under a steady trickle: how often each query's micro-batch comes round (a standing
+    query's fixed cost a batch: its cadence is how fresh the stores are) and what the whole costs a second."""
+    stop = threading.Event()
+    sent = [0]
+
+    def feed() -> None:
+        sink = EventSink({"bootstrap.servers": broker.bootstrap, "linger.ms": 50})
+        put = sink.channel("trace", {"client_id": "bench-2", "app": "bench", "ip": "10.0.0.1"}).put
+        i = 0
+        while not stop.is_set():
+            now = events.now_ms()
+            for _ in range(100):
+                for step, kind in enumerate(KINDS):
+                    put((now + step, kind, f"t{i:09d}", f"topic-{i % 8}", f"key-{i}", i % 4, i, now,
+                         1.5 if step else None, "g1" if step >= 2 else None, None, None, None, "dc-a"))
+                i += 1
+            sent[0] = i * len(KINDS)
+            time.sleep(0.1)
+        sink.flush(30)
+        sink.close()
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        time.sleep(seconds / 2)  # queries settle into the trickle's cadence
+        batches = pipeline.stats["trace"].batches
+        cpu, events_before, started = cpu_seconds(os.getpid(), apart), sent[0], time.monotonic()
+        time.sleep(seconds / 2)
+        elapsed = time.monotonic() - started
+        used = cpu_seconds(os.getpid(), apart)
+        return {"events_s": round((sent[0] - events_before) / elapsed),
+                "trace_batches_per_min": round((pipeline.stats["trace"].batches - batches) * 60 / elapsed, 1),
+                "cpu_s_per_s": round((used["tree"] - cpu["tree"]) / elapsed, 3),
+                "jit_cpu_s_per_s": round((used["jit"] - cpu["jit"]) / elapsed, 3)}
+    finally:
+        stop.set()
+        feeder.join(60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=200_000, help="trace events (plus 10%% metric events)")
@@ -126,11 +169,18 @@ def main() -> None:
                              "in later_batches, show a long-lived pipeline's cost once the JIT has compiled)")
     parser.add_argument("--broker", choices=["tansu", "kafka"], default="tansu",
                         help="the source cluster: Tansu (memory) or one Apache Kafka KRaft node")
+    parser.add_argument("--source", choices=["python", "jvm"], default="python",
+                        help="the pipeline's Kafka reader: ykafka-kafka (Python workers) or Spark's own kafka source "
+                             "(its jar on the classpath, e.g. --conf spark.jars.packages=...)")
+    parser.add_argument("--trickle-s", type=float, default=60.0,
+                        help="seconds of the continuous pipeline (1 s triggers) under a trickle of ~4,000 events/s; "
+                             "the second half is measured (micro-batches a minute, CPU a second)")
     parser.add_argument("--cluster", action="store_true",
                         help="local[2], then a 2-worker standalone cluster, then 3 workers, in one run")
     args = parser.parse_args()
     if args.quick:
         args.events = 8_000
+        args.trickle_s = min(args.trickle_s, 12.0)
     if args.cluster:
         compare_on_cluster(args.events)
         return
@@ -146,7 +196,7 @@ def main() -> None:
         spark_start_s = time.monotonic() - started
         cfg = PipelineConfig(
             bootstrap=broker.bootstrap, store=str(work / "store"), master=args.master, sample_lag=False,
-            spark_conf=conf,
+            spark_conf=conf, source=args.source,
             trigger_s=1.0, eval_interval_s=1.0,
             alert_overrides={"window_s": 120, "latency": [
                 {"name": "slow-handler", "metric": "process.latency_ms", "stat": "p95", "threshold_ms": 1000}],
@@ -192,6 +242,8 @@ def main() -> None:
         runner = threading.Thread(target=pipeline.run, daemon=True)
         runner.start()
         time.sleep(3)  # queries started and idle
+        continuous = trickle(pipeline, broker, args.trickle_s, apart)
+        print(f"continuous: {continuous}", flush=True)
         sink = EventSink({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
         sent_at = time.monotonic()
         sink.put("metric", events.row("metric", {
@@ -219,7 +271,8 @@ def main() -> None:
                   "cpu_s_per_1k_events": round(cpu["tree"] * 1000 / (trace_n + metric_n), 4),
                   "jit_cpu_s": round(cpu["jit"], 2), "broker_cpu_s": round(cpu["apart"], 2),
                   "load": [round(load_before, 1), round(load_after, 1)],
-                  "master": args.master, "broker": args.broker, **({"later_batches": later} if later else {})}
+                  "continuous": continuous, "master": args.master, "broker": args.broker, "source": args.source,
+                  **({"later_batches": later} if later else {})}
     finally:
         if pipeline is not None:
             pipeline.close()

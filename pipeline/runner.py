@@ -141,15 +141,37 @@ class Pipeline:
                                                       "events": count}, extra_subject=f"{query}:{owner}:{claimed}")
                 for (query, owner, claimed), count in sorted(counts.items())]
 
-    def on_trace(self, raw: Any, batch_id: int) -> None:
-        self._timed("trace", batch_id, lambda: trace_store.write_batch(
-            self.store, decode(raw, "trace"), batch_id, lambda found: self.on_forged("trace", found)))
+    # Each handler gets its micro-batch decoded (:meth:`decoded`). A standing query decodes in its own plan,
+    # analysed once: built in Python per batch (``from_json``, explode, ~12 analysed steps) the plan cost the driver
+    # 0.6-1.2 s a batch and a query, and under a trickle of 4,000 events/s the trace query came round 32-42 times
+    # a minute on 1.22-1.27 CPU-s a second, against 60 (its 1 s trigger) on 0.86-0.88 decoding in the plan. A
+    # one-shot query (``availableNow``: one batch) decodes in its handler: ``foreachBatch`` materialises the
+    # batch's rows before the handler sees them, and the decoded rows (one a trace event, ~30 columns) cost more
+    # to carry across that than the raw records do (the 220,000-event batch: +10-15 % CPU) (issue 39,
+    # docs/benchmarks.md).
 
-    def on_metrics(self, raw: Any, batch_id: int) -> None:
+    @staticmethod
+    def decoded(name: str, raw: Any) -> Any:
+        """The typed events a query's handler gets, from its source's Kafka rows (a streaming or batch frame)."""
+        from pyspark.sql import functions as F
+
+        if name == "trace":
+            return decode(raw, "trace").withColumn("topic", F.coalesce(F.col("topic"), F.lit("_unknown")))
+        if name == "metrics":
+            return decode(raw, "metric")
+        if name == "clients":
+            return decode(raw, "client").withColumn("date", F.date_format(F.timestamp_millis("ts"), "yyyy-MM-dd"))
+        raise ValueError(f"no query named {name!r}")
+
+    def on_trace(self, trace: Any, batch_id: int) -> None:
+        self._timed("trace", batch_id, lambda: trace_store.write_batch(
+            self.store, trace.toArrow(), batch_id, lambda found: self.on_forged("trace", found)))
+
+    def on_metrics(self, metrics: Any, batch_id: int) -> None:
         def work() -> int:
             # one Spark job: the decoded batch collected once; the aggregates' partials are grouped from the same
             # Arrow table (pyarrow), not by a second job over a cached copy (issue 39)
-            table, found = drop_forged(with_time_partitions(decode(raw, "metric").toArrow()))
+            table, found = drop_forged(with_time_partitions(metrics.toArrow()))
             if found:
                 self.on_forged("metrics", found)
             rows = self.store.write(table, "metrics", ["date", "hour"], batch_id, "metrics")
@@ -158,13 +180,9 @@ class Pipeline:
 
         self._timed("metrics", batch_id, work)
 
-    def on_clients(self, raw: Any, batch_id: int) -> None:
+    def on_clients(self, clients: Any, batch_id: int) -> None:
         def work() -> int:
-            from pyspark.sql import functions as F
-
-            clients = decode(raw, "client")
-            table, found = drop_forged(
-                clients.withColumn("date", F.date_format(F.timestamp_millis("ts"), "yyyy-MM-dd")).toArrow())
+            table, found = drop_forged(clients.toArrow())
             if found:
                 self.on_forged("clients", found)
             rows = self.store.write(table, "clients", ["date"], batch_id, "clients")
@@ -199,8 +217,16 @@ class Pipeline:
             reader = reader.option(f"kafka.{key}", str(value))
         if self.cfg.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.cfg.max_offsets_per_trigger))
-        handler = {"trace": self.on_trace, "metrics": self.on_metrics, "clients": self.on_clients}[name]
-        writer = (reader.load().writeStream.queryName(f"ykafka-{name}").foreachBatch(handler)
+        handle: Callable[[Any, int], None] = {"trace": self.on_trace, "metrics": self.on_metrics,
+                                              "clients": self.on_clients}[name]
+        frame = reader.load()
+        handler = handle
+        if once:
+            def handler(raw: Any, batch_id: int) -> None:
+                handle(self.decoded(name, raw), batch_id)
+        else:
+            frame = self.decoded(name, frame)
+        writer = (frame.writeStream.queryName(f"ykafka-{name}").foreachBatch(handler)
                   .option("checkpointLocation", self.store.uri("_checkpoints", name)))
         writer = writer.trigger(availableNow=True) if once else writer.trigger(
             processingTime=f"{int(self.cfg.trigger_s * 1000)} milliseconds")

@@ -21,12 +21,10 @@ PARTITIONS = ("date", "hour", "topic")
 
 def write_batch(store: Store, trace: Any, batch_id: int,
                 forged: Callable[[dict[tuple[str, str], int]], None] | None = None) -> int:
-    """Write one micro-batch of decoded trace events; returns the rows written. Forged events (an app's own
-    topic claiming another app, ``decode.drop_forged``) are left out and handed to ``forged``."""
-    from pyspark.sql import functions as F
-
-    table, found = drop_forged(with_time_partitions(
-        trace.withColumn("topic", F.coalesce(F.col("topic"), F.lit("_unknown"))).toArrow()))
+    """Write one micro-batch of decoded trace events (an Arrow table, ``topic`` never null: the pipeline's
+    ``Pipeline.decoded``); returns the rows written. Forged events (an app's own topic claiming another app,
+    ``decode.drop_forged``) are left out and handed to ``forged``."""
+    table, found = drop_forged(with_time_partitions(trace))
     if found and forged is not None:
         forged(found)
     return store.write(table, "trace", PARTITIONS, batch_id, "trace")

@@ -43,7 +43,7 @@ EXPECTED: dict[str, set[str]] = {
                           "import_confluent_kafka_ms", "ratio", "client_ratio", "targets_met"},
     "metaserver_auth": {"sqlite", "target"},
     "metaserver_clients": {"clients", "reports_s", "grants_s", "sqlite"},
-    "pipeline_throughput": {"events", "events_s", "event_to_alert_s", "cpu_s_per_1k_events", "jit_cpu_s"},
+    "pipeline_throughput": {"events", "events_s", "event_to_alert_s", "cpu_s_per_1k_events", "jit_cpu_s", "continuous"},
     "placement_scale": {"topics", "clusters", "lookup_p50_ms", "lookup_p99_ms", "rss_mb"},
     "producer_throughput": {"raw_msgs_s", "ykafka_msgs_s", "ratio", "messages"},
     "rollout": {"clients", "applied_s", "decision_s", "cpu_per_1000_clients_s", "state"},
