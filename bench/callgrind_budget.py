@@ -33,7 +33,8 @@ Each figure is the form's instructions divided by its messages. ``--check`` comp
 ``--empty-wrapper`` puts the thinnest pure-Python drop-in (:class:`EmptyProducer`, :class:`EmptyConsumer`: one
 Python frame a call, forwarding) in ykafka's place: what no pure-Python wrapper can go under. ``compiled``: the
 thinnest compiled one (``bench/_cfloor.c``, built here with the interpreter's headers: one C call a send and one
-a report), what a C-accelerated step could at best reach.
+a report), what a C-accelerated step could at best reach. For ``run`` it is the least an exact handler loop does
+(:func:`consume_run_floor`: the error and partition scans, the partition runs, an offset stored a run).
 
 Last line: RESULT {"forms": {form: {"ykafka": Ir/msg, "raw": Ir/msg, "ratio": raw/ykafka}}, "over_budget": [...],
 "broker": ...}
@@ -269,6 +270,55 @@ def consume_empty(bootstrap: str, topic: str, warm: int, messages: int, cg: Coun
         consumer.close()
 
 
+def consume_run_floor(bootstrap: str, topic: str, warm: int, messages: int, cg: Counters,
+                      handler: Callable[[Any], None] = _noop) -> dict[int, int]:
+    """The ``run`` form's floor (``--empty-wrapper``), counted as ykafka's: the least a handler loop must do to
+    commit each partition exactly (at least once) and keep its order: take the errors out without running the
+    handler on them (one C call a message, ``map``), learn each message's partition (one more: a batch may hold
+    several, and one partition's failure must not commit another's), cut the batch into partition runs, call the
+    handler on each message of a run, then store the run's last offset (one call a run). No workers, no metrics,
+    no retries, no rebalance bookkeeping. Returns the offsets it committed at the end, by partition
+    (tests/test_callgrind_budget.py holds it to being exact)."""
+    from itertools import compress, islice, pairwise
+    from operator import ne
+
+    from confluent_kafka import Consumer as RawConsumer
+    from confluent_kafka import Message
+
+    error, partition = Message.error, Message.partition
+    consumer = RawConsumer({**consumer_conf(bootstrap), **RUN_FETCH, "enable.auto.offset.store": False})
+    consumer.subscribe([topic])
+    noop, got, target, zeroed, start = handler, 0, warm + messages, False, 0
+    try:
+        while got < target:
+            if got >= warm and not zeroed:
+                time.sleep(SETTLE_S)
+                cg.zero()
+                zeroed, start = True, got
+            msgs = consumer.consume(500, 1.0)
+            if any(map(error, msgs)):
+                msgs = [m for m in msgs if m.error() is None]
+            if not msgs:
+                continue
+            parts = list(map(partition, msgs))
+            n = len(parts)
+            if parts.count(parts[0]) == n:
+                runs: Any = (msgs,)
+            else:
+                cuts = [0, *compress(range(1, n), map(ne, parts, islice(parts, 1, None))), n]
+                runs = (msgs[a:b] for a, b in pairwise(cuts))
+            for run in runs:
+                for msg in run:
+                    noop(msg)
+                consumer.store_offsets(run[-1])
+            got += n
+        cg.dump("run/ykafka", got - start)
+        consumer.commit(asynchronous=False)
+        return {tp.partition: tp.offset for tp in consumer.committed(consumer.assignment(), timeout=10)}
+    finally:
+        consumer.close()
+
+
 def consume_ykafka(bootstrap: str, topic: str, form: str, warm: int, messages: int, cg: Counters) -> None:
     from ykafka.consumer import Consumer
 
@@ -349,8 +399,10 @@ def child(args: argparse.Namespace) -> None:
                              form, side, args.messages, cg)
             elif form == "poll":
                 consume_empty(args.bootstrap, args.topic, args.warm, args.consume_messages, cg)
+            elif form == "run":
+                consume_run_floor(args.bootstrap, args.topic, args.warm, args.consume_messages, cg)
             else:
-                raise SystemExit("--empty-wrapper measures the producer forms and poll")
+                raise SystemExit("--empty-wrapper measures the producer forms, poll and run")
         elif form in SENDING_FORMS and side == "raw":
             produce_form(lambda: RawProducer({"bootstrap.servers": args.bootstrap, **RAW_PRODUCER, **PATIENT}),
                          form, side, args.messages, cg)

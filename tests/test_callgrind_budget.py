@@ -51,6 +51,30 @@ def test_every_call_form_within_its_instruction_budget() -> None:
     assert result["over_budget"] == [], "\n".join(result["over_budget"])
 
 
+def test_the_run_floor_handles_every_message_once_and_commits_each_partition_exactly(brokers: dict[str, str]) -> None:
+    """``--empty-wrapper`` for ``run`` (``consume_run_floor``) is what docs/benchmarks.md quotes as the least an exact
+    handler loop costs: on a real broker it must hand the handler every message of a three-partition topic once,
+    in each partition's order, and commit each partition at its end (the partition scan is what it pays for)."""
+    from confluent_kafka import Producer as RawProducer
+
+    from bench.callgrind_budget import Counters, consume_run_floor
+    from tests.helpers import create_topic, unique
+
+    bootstrap = brokers["dc-a"]
+    topic = unique("floor")
+    create_topic(bootstrap, topic, partitions=3)
+    producer = RawProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(2100):  # 700 a partition: consume(500) batches straddle partitions
+        producer.produce(topic, str(i).encode(), partition=i % 3)
+    assert producer.flush(30) == 0
+    seen: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    committed = consume_run_floor(bootstrap, topic, 0, 2100, Counters(None),
+                                  lambda msg: seen[msg.partition()].append(int(msg.value())))
+    assert {p: len(v) for p, v in seen.items()} == {0: 700, 1: 700, 2: 700}
+    assert all(v == list(range(p, 2100, 3)) for p, v in seen.items()), "a partition's messages out of order or twice"
+    assert committed == {0: 700, 1: 700, 2: 700}
+
+
 def test_the_compiled_floor_forwards_what_it_is_given(tmp_path: Path) -> None:
     """``--empty-wrapper compiled`` (bench/_cfloor.c) is what docs/benchmarks.md quotes as the floor of a compiled
     wrapper: it must hand librdkafka's produce every argument in its positional order, whatever the call form, and
