@@ -16,6 +16,7 @@ forgery as app B's, and the pipeline raises an alert (``telemetry.forged``) nami
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ykafka import events
@@ -45,59 +46,92 @@ def event_columns(kind: str) -> list[Any]:
 def decode(raw: Any, kind: str, keep_source: bool = False) -> Any:
     """Typed events of ``kind`` from a DataFrame of Kafka rows (``value`` binary), attributed to the app of the
     topic they came from (see the module docstring: a forged event's claim is in :data:`FORGED`)."""
+    plan = _plan(kind, keep_source, "topic" in raw.columns)
+    typed = raw.select(*plan.parsed).where(plan.wanted).select(*plan.exploded).select(*plan.typed)
+    if plan.derived:
+        typed = typed.withColumns(plan.derived).select(plan.both).select(*plan.unpacked)
+    return typed.withColumns(plan.attributed).drop("_src_owner")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The Column expressions of :func:`decode` for one kind. Built in Python they are a few hundred calls into
+    the JVM (0.6-0.75 s of a micro-batch's 0.8-1.0 s of plan building on the driver); they name columns, not a
+    DataFrame, so they are built once a Spark context and reused by every batch (issue 39)."""
+
+    parsed: list[Any]
+    wanted: Any
+    exploded: list[Any]
+    typed: list[Any]
+    derived: dict[str, Any]  # trace: the times and id derived from the row (empty for the other kinds)
+    both: Any  # trace: [row] or [row, its produced step], exploded
+    unpacked: list[Any]
+    attributed: dict[str, Any]
+
+
+_PLANS: dict[tuple[str, bool, bool, int], _Plan] = {}
+
+
+def _plan(kind: str, keep_source: bool, has_topic: bool) -> _Plan:
+    from pyspark import SparkContext
+
+    key = (kind, keep_source, has_topic, id(SparkContext._active_spark_context))
+    found = _PLANS.get(key)
+    if found is None:
+        found = _PLANS[key] = _build(kind, keep_source, has_topic)
+    return found
+
+
+def _build(kind: str, keep_source: bool, has_topic: bool) -> _Plan:
     from pyspark.sql import functions as F
 
-    parsed = raw.select(
-        *( [F.col("topic").alias("_src_topic"), F.col("partition").alias("_src_partition"),
-            F.col("offset").alias("_src_offset")] if keep_source else []),
-        (F.regexp_extract(F.col("topic"), OWNER_PATTERN, 1) if "topic" in raw.columns else F.lit("")).alias(
-            "_src_owner"),
-        F.from_json(F.col("value").cast("string"), ENVELOPE).alias("_b"))
-    exploded = parsed.where(F.col("_b.type") == F.lit(kind)).select(
-        *([F.col("_src_topic"), F.col("_src_partition"), F.col("_src_offset")] if keep_source else []),
-        F.col("_src_owner"), F.col("_b.c").alias("_c"), F.explode(F.col("_b.r")).alias("_row"))
-    extra = [F.col("_src_topic"), F.col("_src_partition"), F.col("_src_offset")] if keep_source else []
-    typed = exploded.select(*extra, F.col("_src_owner"), *event_columns(kind))
-    if kind != "trace":
-        return _attribute(typed)
-    # an acked row written without its times: sent at its create timestamp, acked latency_ms later
-    # (events.derive_times)
-    timeless = F.col("ts").isNull() & (F.col("kind") == F.lit(events.TraceKind.ACKED.value)) & \
-        F.col("msg_ts").isNotNull()
-    typed = typed.withColumn("sent_ts", F.when(timeless, F.col("msg_ts")).otherwise(F.col("sent_ts"))).withColumn(
-        "ts", F.when(timeless, F.col("msg_ts") + F.floor(F.coalesce(F.col("latency_ms"), F.lit(0.0))))
-        .otherwise(F.col("ts")))
-    # no msg_id: the message is identified by its coordinates (rate-1.0 acks of producers without ids)
-    typed = typed.withColumn("msg_id", F.coalesce(F.col("msg_id"), F.when(
-        F.col("partition").isNotNull() & F.col("offset").isNotNull(),
-        F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")))))
-    # acked / failed rows of the producer's delivery wrapper imply the produced step (events.sent_ts): both
-    # come out of one explode over [row] or [row, produced], so the JSON is parsed once (a union of two
-    # selections over ``typed`` would parse every batch twice)
-    names = typed.columns
-    row = F.struct(*[F.col(name) for name in names])
-    types = dict(events.FIELDS["trace"])
-    produced = F.struct(*[
-        F.col("sent_ts").alias("ts") if name == "ts"
-        else F.lit(events.TraceKind.PRODUCED.value).alias("kind") if name == "kind"
-        else F.col(name) if name in events.PRODUCED_KEEPS or name.startswith("_src_")
-        else F.lit(None).cast(types[name]).alias(name)
-        for name in names])
-    both = F.when(F.col("sent_ts").isNotNull(), F.array(row, produced)).otherwise(F.array(row))
-    return _attribute(
-        typed.select(F.explode(both).alias("_e")).select(*[F.col(f"_e.{name}").alias(name) for name in names]))
-
-
-def _attribute(typed: Any) -> Any:
-    """``app`` := the topic's app on a per-app topic; :data:`FORGED` := the payload's claim where it names
-    another app (an empty or missing claim is the topic's app's)."""
-    from pyspark.sql import functions as F
-
+    source = ["_src_topic", "_src_partition", "_src_offset"] if keep_source else []
+    parsed = [
+        *([F.col("topic").alias("_src_topic"), F.col("partition").alias("_src_partition"),
+           F.col("offset").alias("_src_offset")] if keep_source else []),
+        (F.regexp_extract(F.col("topic"), OWNER_PATTERN, 1) if has_topic else F.lit("")).alias("_src_owner"),
+        F.from_json(F.col("value").cast("string"), ENVELOPE).alias("_b")]
+    exploded = [*map(F.col, source), F.col("_src_owner"), F.col("_b.c").alias("_c"),
+                F.explode(F.col("_b.r")).alias("_row")]
+    typed = [*map(F.col, source), F.col("_src_owner"), *event_columns(kind)]
+    names = [*source, "_src_owner", *(name for name, _ in events.FIELDS[kind])]
+    derived: dict[str, Any] = {}
+    both: Any = None
+    unpacked: list[Any] = []
+    if kind == "trace":
+        # an acked row written without its times: sent at its create timestamp, acked latency_ms later
+        # (events.derive_times); every derived value reads the row as written
+        timeless = F.col("ts").isNull() & (F.col("kind") == F.lit(events.TraceKind.ACKED.value)) & \
+            F.col("msg_ts").isNotNull()
+        derived = {
+            "sent_ts": F.when(timeless, F.col("msg_ts")).otherwise(F.col("sent_ts")),
+            "ts": F.when(timeless, F.col("msg_ts") + F.floor(F.coalesce(F.col("latency_ms"), F.lit(0.0))))
+            .otherwise(F.col("ts")),
+            # no msg_id: the message is identified by its coordinates (rate-1.0 acks of producers without ids)
+            "msg_id": F.coalesce(F.col("msg_id"), F.when(
+                F.col("partition").isNotNull() & F.col("offset").isNotNull(),
+                F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))))}
+        # acked / failed rows of the producer's delivery wrapper imply the produced step (events.sent_ts): both
+        # come out of one explode over [row] or [row, produced], so the JSON is parsed once (a union of two
+        # selections would parse every batch twice)
+        row = F.struct(*[F.col(name) for name in names])
+        types = dict(events.FIELDS["trace"])
+        produced = F.struct(*[
+            F.col("sent_ts").alias("ts") if name == "ts"
+            else F.lit(events.TraceKind.PRODUCED.value).alias("kind") if name == "kind"
+            else F.col(name) if name in events.PRODUCED_KEEPS or name.startswith("_src_")
+            else F.lit(None).cast(types[name]).alias(name)
+            for name in names])
+        both = F.explode(F.when(F.col("sent_ts").isNotNull(), F.array(row, produced)).otherwise(F.array(row))) \
+            .alias("_e")
+        unpacked = [F.col(f"_e.{name}").alias(name) for name in names]
+    # ``app`` := the topic's app on a per-app topic; FORGED := the payload's claim where it names another app (an
+    # empty or missing claim is the topic's app's)
     owner, claimed = F.col("_src_owner"), F.col("app")
     per_app = owner != F.lit("")
     forged = per_app & claimed.isNotNull() & (claimed != F.lit("")) & (claimed != owner)
-    return (typed.withColumn(FORGED, F.when(forged, claimed))
-            .withColumn("app", F.when(per_app, owner).otherwise(claimed)).drop("_src_owner"))
+    attributed = {FORGED: F.when(forged, claimed), "app": F.when(per_app, owner).otherwise(claimed)}
+    return _Plan(parsed, F.col("_b.type") == F.lit(kind), exploded, typed, derived, both, unpacked, attributed)
 
 
 def drop_forged(table: Any) -> tuple[Any, dict[tuple[str, str], int]]:
