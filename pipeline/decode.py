@@ -69,17 +69,19 @@ class _Plan:
     attributed: dict[str, Any]
 
 
-_PLANS: dict[tuple[str, bool, bool, int], _Plan] = {}
+#: (kind, keep_source, has_topic) -> (the Spark context they were built under, the expressions)
+_PLANS: dict[tuple[str, bool, bool], tuple[Any, _Plan]] = {}
 
 
 def _plan(kind: str, keep_source: bool, has_topic: bool) -> _Plan:
     from pyspark import SparkContext
 
-    key = (kind, keep_source, has_topic, id(SparkContext._active_spark_context))
+    context = SparkContext._active_spark_context
+    key = (kind, keep_source, has_topic)
     found = _PLANS.get(key)
-    if found is None:
-        found = _PLANS[key] = _build(kind, keep_source, has_topic)
-    return found
+    if found is None or found[0] is not context:  # a new context: its own JVM objects
+        found = _PLANS[key] = (context, _build(kind, keep_source, has_topic))
+    return found[1]
 
 
 def _build(kind: str, keep_source: bool, has_topic: bool) -> _Plan:

@@ -145,11 +145,10 @@ class Pipeline:
     # analysed once: built in Python per batch (``from_json``, explode, ~12 analysed steps) the plan cost the driver
     # 0.6-1.2 s a batch and a query (0.2-0.4 s since decode's expressions are built once), and under a trickle of
     # 4,000 events/s the trace query came round 32-42 times a minute on 1.22-1.27 CPU-s a second, against 60 (its
-    # 1 s trigger) on 0.86-0.90 decoding in the plan. A
-    # one-shot query (``availableNow``: one batch) decodes in its handler: ``foreachBatch`` materialises the
-    # batch's rows before the handler sees them, and the decoded rows (one an event, 18-21 columns) cost more to
-    # carry across that than the raw records do (the 220,000-event batch: +10-15 % CPU) (issue 39,
-    # docs/benchmarks.md).
+    # 1 s trigger) on 0.86-0.90 decoding in the plan. A one-shot query (``availableNow``: one batch) decodes in its
+    # handler: ``foreachBatch`` materialises the batch's rows before the handler sees them, and the decoded rows
+    # (one an event, 18-21 columns) cost more to carry across that than the raw records do (the 220,000-event
+    # batch: +10-15 % CPU) (issue 39, docs/benchmarks.md).
 
     @staticmethod
     def decoded(name: str, raw: Any) -> Any:

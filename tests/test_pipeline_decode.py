@@ -51,3 +51,14 @@ def test_events_of_an_apps_own_topic_are_its_own_and_a_claim_of_another_app_is_l
     raw = spark.createDataFrame([(events.app_topic("trace", "app-a"), bytearray(trace))], "topic string, value binary")
     kept, found = drop_forged(decode(raw, "trace").toArrow())
     assert kept.num_rows == 0 and found == {("app-a", "app-b"): 1}
+    # decode's expressions are built once and every later batch reuses them (issue 39): another frame of the same
+    # shape gets its own rows, attributed by its own topics
+    again = spark.createDataFrame([
+        (events.app_topic("client", "app-c"), bytearray(events.encode_rows("client", [[now, "c-c", None]]))),
+        (events.CLIENTS_TOPIC, bytearray(events.encode_rows("client", [[now, "c-open2", "app-d"]])))],
+        "topic string, value binary")
+    from pipeline.decode import _plan
+
+    assert _plan("client", False, True) is _plan("client", False, True)
+    assert sorted(tuple(r) for r in decode(again, "client").select("client_id", "app", FORGED).collect()) == [
+        ("c-c", "app-c", None), ("c-open2", "app-d", None)]
