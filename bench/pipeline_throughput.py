@@ -93,17 +93,20 @@ def cpu_seconds(root: int, apart: set[int]) -> dict[str, float]:
     return out
 
 
+def put_steps(put: Any, i: int, at: int, mid: str) -> None:
+    """Message ``i``'s four trace steps (:data:`KINDS`), from ``at`` on, one row each."""
+    for step, kind in enumerate(KINDS):
+        put((at + step, kind, mid, f"topic-{i % 8}", f"key-{i}", i % 4, i, at, 1.5 if step else None,
+             "g1" if step >= 2 else None, None, None, None, "dc-a"))
+
+
 def write_events(bootstrap: str, trace_events: int, prefix: str = "m") -> tuple[int, int]:
     sink = EventSink({"bootstrap.servers": bootstrap, "linger.ms": 50}, queue_max=10_000_000)
     put_trace = sink.channel("trace", {"client_id": "bench-1", "app": "bench", "ip": "10.0.0.1"}).put
     now = events.now_ms() - 60_000
     messages = trace_events // len(KINDS)
     for i in range(messages):
-        mid = f"{prefix}{i:09d}"
-        topic = f"topic-{i % 8}"
-        for step, kind in enumerate(KINDS):
-            put_trace((now + i // 100 + step, kind, mid, topic, f"key-{i}", i % 4, i, now + i // 100,
-                       1.5 if step else None, "g1" if step >= 2 else None, None, None, None, "dc-a"))
+        put_steps(put_trace, i, now + i // 100, f"{prefix}{i:09d}")
     metrics = trace_events // 10
     for i in range(metrics):
         sink.put("metric", events.row("metric", {
@@ -131,9 +134,7 @@ def trickle(pipeline: Pipeline, broker: Broker, seconds: float, apart: set[int])
         while not stop.is_set():
             now = events.now_ms()
             for _ in range(100):
-                for step, kind in enumerate(KINDS):
-                    put((now + step, kind, f"t{i:09d}", f"topic-{i % 8}", f"key-{i}", i % 4, i, now,
-                         1.5 if step else None, "g1" if step >= 2 else None, None, None, None, "dc-a"))
+                put_steps(put, i, now, f"t{i:09d}")
                 i += 1
             sent[0] = i * len(KINDS)
             time.sleep(0.1)

@@ -220,12 +220,11 @@ class Pipeline:
         handle: Callable[[Any, int], None] = {"trace": self.on_trace, "metrics": self.on_metrics,
                                               "clients": self.on_clients}[name]
         frame = reader.load()
-        handler = handle
         if once:
             def handler(raw: Any, batch_id: int) -> None:
                 handle(self.decoded(name, raw), batch_id)
         else:
-            frame = self.decoded(name, frame)
+            frame, handler = self.decoded(name, frame), handle  # type: ignore[assignment]
         writer = (frame.writeStream.queryName(f"ykafka-{name}").foreachBatch(handler)
                   .option("checkpointLocation", self.store.uri("_checkpoints", name)))
         writer = writer.trigger(availableNow=True) if once else writer.trigger(
