@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.runner import Pipeline, PipelineConfig  # noqa: E402
-from pipeline.session import spark_session  # noqa: E402
+from pipeline.session import one_shot, spark_session  # noqa: E402
 from tests.support import Broker  # noqa: E402
 from ykafka import events  # noqa: E402
 from ykafka.events import MetricName  # noqa: E402
@@ -176,6 +176,10 @@ def main() -> None:
     parser.add_argument("--trickle-s", type=float, default=60.0,
                         help="seconds of the continuous pipeline (1 s triggers) under a trickle of ~4,000 events/s; "
                              "the second half is measured (micro-batches a minute, CPU a second)")
+    parser.add_argument("--jvm", choices=["one-shot", "default"], default="one-shot",
+                        help="the driver JVM: as `ykafka pipeline run --once` starts it (C1 only, "
+                             "pipeline.session.one_shot; the headline batch is such a run) or the JVM's default (C2, "
+                             "as a continuous `ykafka pipeline run`)")
     parser.add_argument("--cluster", action="store_true",
                         help="local[2], then a 2-worker standalone cluster, then 3 workers, in one run")
     args = parser.parse_args()
@@ -186,6 +190,8 @@ def main() -> None:
         compare_on_cluster(args.events)
         return
     conf = dict(item.split("=", 1) for item in args.conf)
+    if args.jvm == "one-shot":
+        conf = one_shot(conf)
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-pipeline-"))
     broker = Broker("bench-pipeline", work / "logs", broker=args.broker).start()
     pipeline: Pipeline | None = None
@@ -273,6 +279,7 @@ def main() -> None:
                   "jit_cpu_s": round(cpu["jit"], 2), "broker_cpu_s": round(cpu["apart"], 2),
                   "load": [round(load_before, 1), round(load_after, 1)],
                   "continuous": continuous, "master": args.master, "broker": args.broker, "source": args.source,
+                  "jvm": args.jvm,
                   **({"later_batches": later} if later else {})}
     finally:
         if pipeline is not None:

@@ -1,9 +1,20 @@
-"""Raw Kafka rows -> typed event rows, in the JVM (``from_json`` + positional columns, no Python per event).
+"""The SDK's event batches -> typed events, decoded where Spark's Python workers read them, handed on packed.
 
-A message value is an :mod:`ykafka.events` batch ``{"v", "type", "f", "r"}``. Rows are parsed as arrays of
-strings (Spark keeps numbers' text and nested JSON as text for string elements) and cast by the position
-:mod:`ykafka.events` defines. Batches of another type than asked for are dropped (a topic holds one type;
-this guards against mistakes), so are values that are not batches.
+A message value is an :mod:`ykafka.events` batch ``{"v", "type", "f", "c", "r"}``. Each value is parsed once
+(orjson) and its positional rows become Arrow columns a field at a time, cast by the type :mod:`ykafka.events`
+gives the field's position: a column of well-formed values is converted by Arrow in C, only a column holding
+a value of the wrong kind is converted value by value, and a value that does not convert becomes null (never
+a failed batch). Batches of another type than asked for are dropped (a topic holds one type; this guards
+against mistakes), so are values that are not batches.
+
+Why here and packed (issue 39; docs/architecture.md *Pipeline*, docs/benchmarks.md): every handler collects
+its micro-batch to the driver as Arrow and writes the stores with pyarrow. Decoded by Spark (``from_json``,
+``explode``, casts) and carried as Spark rows, each event was parsed by Jackson, turned into a row, and turned
+back into Arrow for the driver: ~0.09 CPU-s a 1,000 events, most of it the JVM and its JIT. The executors'
+Python workers decode it instead (:func:`decode_batch`, ~0.005 CPU-s a 1,000 events) and hand Spark one row per
+:data:`PACK_ROWS` events: an Arrow IPC stream of the typed events (:func:`packed`), which the handler opens
+(:func:`unpack`). Spark still plans the offsets, schedules the reads on its executors, keeps the checkpoint and
+retries a failed task; it no longer copies every event twice.
 
 Attribution (issue 37): on a secured cluster each app writes its events to its own topics
 (``__ykafka_trace.<app>``, ``ykafka.events.app_topic``), which no other app's principal may write. An event
@@ -16,124 +27,247 @@ forgery as app B's, and the pipeline raises an alert (``telemetry.forged``) nami
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from itertools import zip_longest
 from typing import Any
 
 from ykafka import events
 
-ENVELOPE = "struct<v:int,type:string,f:array<string>,c:map<string,string>,r:array<array<string>>>"
 #: the column holding a forged event's claimed app (null for the others); never stored
 FORGED = "_forged_claim"
-#: the app a per-app telemetry topic's name gives (Java regex: the shared names, the separator, the app id)
-OWNER_PATTERN = "^(?:" + "|".join(t.replace(".", "\\.") for t in events.TELEMETRY_TOPICS) + ")" + \
-    events.TELEMETRY_SEPARATOR.replace(".", "\\.") + "(.+)$"
+#: the schema of a packed frame: one row per Arrow IPC stream of typed events (:func:`packed`)
+PACKED_DDL = "events binary"
+#: events a pack holds at most (the last of a read task holds the rest): ~4-8 MB of Arrow
+PACK_ROWS = 50_000
+_INTEGRAL = re.compile(r"\s*[+-]?\d+\s*")
+_LIMITS = {"bigint": 2**63, "int": 2**31}
 
 
-def event_columns(kind: str) -> list[Any]:
-    from pyspark.sql import functions as F
-
-    cols = []
-    for i, (name, typ) in enumerate(events.FIELDS[kind]):
-        # short rows: trailing fields come from the envelope's constants ("c"); get() is null past the end
-        item = F.coalesce(F.get(F.col("_row"), i), F.col("_c").getItem(name))
-        if typ == "boolean":
-            cols.append((F.lower(item) == F.lit("true")).alias(name))
-        else:
-            cols.append(item.try_cast(typ).alias(name))  # a malformed value becomes null, not a failed batch
-    return cols
+def decode(raw: Any, kind: str) -> Any:
+    """A packed frame (:data:`PACKED_DDL`) of typed events of ``kind`` from a DataFrame of Kafka rows (``value``
+    binary, ``topic`` if it has one), such as Spark's own ``kafka`` source reads; decoded in the executors'
+    Python workers (``mapInArrow``, which needs pandas installed)."""
+    _check(kind)
+    columns = ["topic", "value"] if "topic" in raw.columns else ["value"]
+    return raw.select(*columns).mapInArrow(partial(packed, kind), PACKED_DDL)
 
 
-def decode(raw: Any, kind: str, keep_source: bool = False) -> Any:
-    """Typed events of ``kind`` from a DataFrame of Kafka rows (``value`` binary), attributed to the app of the
-    topic they came from (see the module docstring: a forged event's claim is in :data:`FORGED`)."""
-    plan = _plan(kind, keep_source, "topic" in raw.columns)
-    typed = raw.select(*plan.parsed).where(plan.wanted).select(*plan.exploded).select(*plan.typed)
-    if plan.derived:
-        typed = typed.withColumns(plan.derived).select(plan.both).select(*plan.unpacked)
-    return typed.withColumns(plan.attributed).drop("_src_owner")
+def packed(kind: str, batches: Iterable[Any], rows: int = PACK_ROWS) -> Iterator[Any]:
+    """Arrow record batches of Kafka rows -> one-row record batches (:data:`PACKED_DDL`), each an Arrow IPC
+    stream of up to ``rows`` typed events of ``kind`` (:func:`decode_batch`); nothing for no events."""
+    _check(kind)
+    held: list[Any] = []
+    count = 0
+    for batch in batches:
+        for part in decode_parts(kind, batch):
+            held.append(part)
+            count += part.num_rows
+            if count >= rows:
+                yield _pack(held)
+                held, count = [], 0
+    if held:
+        yield _pack(held)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """The Column expressions of :func:`decode` for one kind. Built in Python they are a few hundred calls into
-    the JVM (0.6-0.75 s of a micro-batch's 0.8-1.0 s of plan building on the driver); they name columns, not a
-    DataFrame, so they are built once a Spark context and reused by every batch (issue 39)."""
+def _pack(parts: list[Any]) -> Any:
+    import pyarrow as pa
 
-    parsed: list[Any]
-    wanted: Any
-    exploded: list[Any]
-    typed: list[Any]
-    derived: dict[str, Any]  # trace: the times and id derived from the row (empty for the other kinds)
-    both: Any  # trace: [row] or [row, its produced step], exploded
-    unpacked: list[Any]
-    attributed: dict[str, Any]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, parts[0].schema) as writer:
+        for part in parts:
+            writer.write_batch(part)
+    blob = sink.getvalue()  # one binary value over the stream's own buffer (no copy)
+    offsets = pa.array([0, blob.size], pa.int32()).buffers()[1]
+    return pa.RecordBatch.from_arrays([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, blob])], names=["events"])
 
 
-#: (kind, keep_source, has_topic) -> (the Spark context they were built under, the expressions)
-_PLANS: dict[tuple[str, bool, bool], tuple[Any, _Plan]] = {}
+def unpack(kind: str, table: Any) -> Any:
+    """The typed events (an Arrow table: :mod:`ykafka.events`' fields of ``kind`` and :data:`FORGED`) of a
+    collected packed frame."""
+    import pyarrow as pa
+
+    tables = [pa.ipc.open_stream(blob.as_buffer()).read_all()  # over the collected buffer: no copy
+              for chunk in table.column("events").chunks for blob in chunk if blob.is_valid]
+    if not tables:
+        return _SCHEMAS[_check(kind)].empty_table()
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
-def _plan(kind: str, keep_source: bool, has_topic: bool) -> _Plan:
-    from pyspark import SparkContext
-
-    context = SparkContext._active_spark_context
-    key = (kind, keep_source, has_topic)
-    found = _PLANS.get(key)
-    if found is None or found[0] is not context:  # a new context: its own JVM objects
-        found = _PLANS[key] = (context, _build(kind, keep_source, has_topic))
-    return found[1]
+def _check(kind: str) -> str:
+    if kind not in events.TELEMETRY_KINDS:
+        raise ValueError(f"no telemetry events of kind {kind!r} (one of {', '.join(events.TELEMETRY_KINDS)})")
+    return kind
 
 
-def _build(kind: str, keep_source: bool, has_topic: bool) -> _Plan:
-    from pyspark.sql import functions as F
+def decode_batch(kind: str, batch: Any) -> Any:
+    """One Arrow batch of Kafka rows (``value``, optionally ``topic``) -> one record batch of typed events."""
+    import pyarrow as pa
 
-    source = ["_src_topic", "_src_partition", "_src_offset"] if keep_source else []
-    parsed = [
-        *([F.col("topic").alias("_src_topic"), F.col("partition").alias("_src_partition"),
-           F.col("offset").alias("_src_offset")] if keep_source else []),
-        (F.regexp_extract(F.col("topic"), OWNER_PATTERN, 1) if has_topic else F.lit("")).alias("_src_owner"),
-        F.from_json(F.col("value").cast("string"), ENVELOPE).alias("_b")]
-    exploded = [*map(F.col, source), F.col("_src_owner"), F.col("_b.c").alias("_c"),
-                F.explode(F.col("_b.r")).alias("_row")]
-    typed = [*map(F.col, source), F.col("_src_owner"), *event_columns(kind)]
-    names = [*source, "_src_owner", *(name for name, _ in events.FIELDS[kind])]
-    derived: dict[str, Any] = {}
-    both: Any = None
-    unpacked: list[Any] = []
+    parts = list(decode_parts(kind, batch))
+    if not parts:
+        return pa.RecordBatch.from_pylist([], schema=_SCHEMAS[_check(kind)])
+    return pa.concat_batches(parts) if len(parts) > 1 else parts[0]
+
+
+def decode_parts(kind: str, batch: Any) -> Iterator[Any]:
+    """The typed events of each well-formed event batch of ``kind`` among an Arrow batch of Kafka rows, a
+    record batch each."""
+    import orjson
+
+    values = batch.column("value").to_pylist()
+    topics = batch.column("topic").to_pylist() if "topic" in batch.schema.names else [None] * len(values)
+    for topic, value in zip(topics, values, strict=True):
+        try:
+            doc = orjson.loads(value)
+        except (orjson.JSONDecodeError, TypeError):
+            continue
+        if not isinstance(doc, dict) or _text(doc.get("type")) != kind:
+            continue
+        rows = doc.get("r")
+        if not rows or not isinstance(rows, list) or set(map(type, rows)) != {list}:
+            continue  # Spark's JSON reader too dropped a batch whose rows are not all arrays
+        constants = doc.get("c")
+        yield _typed(kind, rows, constants if isinstance(constants, dict) else {},
+                     (topic and events.topic_owner(topic)) or "")
+
+
+def _typed(kind: str, rows: list[list[Any]], constants: dict[str, Any], owner: str) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(rows)
+    fields = events.FIELDS[kind]
+    columns = list(zip_longest(*rows))  # a short row's missing fields are null, then the envelope's constants
+    arrays: dict[str, Any] = {}
+    for i, (name, typ) in enumerate(fields):
+        array = _array(columns[i], typ) if i < len(columns) else None
+        constant = _CONVERT[typ](constants[name]) if constants.get(name) is not None else None
+        if array is None:
+            array = pa.nulls(n, _ARROW[typ]) if constant is None else pa.array([constant] * n, _ARROW[typ])
+        elif constant is not None and array.null_count:
+            array = pc.fill_null(array, pa.scalar(constant, _ARROW[typ]))
+        arrays[name] = array
     if kind == "trace":
-        # an acked row written without its times: sent at its create timestamp, acked latency_ms later
-        # (events.derive_times); every derived value reads the row as written
-        timeless = F.col("ts").isNull() & (F.col("kind") == F.lit(events.TraceKind.ACKED.value)) & \
-            F.col("msg_ts").isNotNull()
-        derived = {
-            "sent_ts": F.when(timeless, F.col("msg_ts")).otherwise(F.col("sent_ts")),
-            "ts": F.when(timeless, F.col("msg_ts") + F.floor(F.coalesce(F.col("latency_ms"), F.lit(0.0))))
-            .otherwise(F.col("ts")),
-            # no msg_id: the message is identified by its coordinates (rate-1.0 acks of producers without ids)
-            "msg_id": F.coalesce(F.col("msg_id"), F.when(
-                F.col("partition").isNotNull() & F.col("offset").isNotNull(),
-                F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))))}
-        # acked / failed rows of the producer's delivery wrapper imply the produced step (events.sent_ts): both
-        # come out of one explode over [row] or [row, produced], so the JSON is parsed once (a union of two
-        # selections would parse every batch twice)
-        row = F.struct(*[F.col(name) for name in names])
-        types = dict(events.FIELDS["trace"])
-        produced = F.struct(*[
-            F.col("sent_ts").alias("ts") if name == "ts"
-            else F.lit(events.TraceKind.PRODUCED.value).alias("kind") if name == "kind"
-            else F.col(name) if name in events.PRODUCED_KEEPS or name.startswith("_src_")
-            else F.lit(None).cast(types[name]).alias(name)
-            for name in names])
-        both = F.explode(F.when(F.col("sent_ts").isNotNull(), F.array(row, produced)).otherwise(F.array(row))) \
-            .alias("_e")
-        unpacked = [F.col(f"_e.{name}").alias(name) for name in names]
-    # ``app`` := the topic's app on a per-app topic; FORGED := the payload's claim where it names another app (an
-    # empty or missing claim is the topic's app's)
-    owner, claimed = F.col("_src_owner"), F.col("app")
-    per_app = owner != F.lit("")
-    forged = per_app & claimed.isNotNull() & (claimed != F.lit("")) & (claimed != owner)
-    attributed = {FORGED: F.when(forged, claimed), "app": F.when(per_app, owner).otherwise(claimed)}
-    return _Plan(parsed, F.col("_b.type") == F.lit(kind), exploded, typed, derived, both, unpacked, attributed)
+        arrays = _with_produced(arrays)
+        n = len(arrays["ts"])
+    claimed = arrays["app"]
+    if owner:  # a per-app topic: every event is its app's; one claiming another app keeps that claim apart
+        other = pc.and_kleene(pc.not_equal(claimed, ""), pc.not_equal(claimed, owner))
+        arrays[FORGED] = pc.if_else(pc.fill_null(other, False), claimed, pa.scalar(None, pa.string()))
+        arrays["app"] = pa.array([owner] * n, pa.string())
+    else:
+        arrays[FORGED] = pa.nulls(n, pa.string())
+    return pa.RecordBatch.from_arrays(list(arrays.values()), schema=_SCHEMAS[kind])
+
+
+def _with_produced(a: dict[str, Any]) -> dict[str, Any]:
+    """Trace rows: the times and id derived from the row as written, then the ``produced`` step each acked /
+    failed row with a ``sent_ts`` implies (the same as :func:`ykafka.events.decode`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    # an acked row written without its times: sent at its create timestamp, acked latency_ms later
+    timeless = pc.fill_null(pc.and_(pc.and_(pc.is_null(a["ts"]), pc.equal(a["kind"], events.TraceKind.ACKED.value)),
+                                    pc.is_valid(a["msg_ts"])), False)
+    if pc.any(timeless).as_py():
+        late = pc.cast(pc.floor(pc.fill_null(a["latency_ms"], 0.0)), pa.int64(), safe=False)  # never a failed batch
+        a["sent_ts"] = pc.if_else(timeless, a["msg_ts"], a["sent_ts"])
+        a["ts"] = pc.if_else(timeless, pc.add(a["msg_ts"], late), a["ts"])
+    # no msg_id: the message is identified by its coordinates (rate-1.0 acks of producers without ids)
+    located = pc.and_(pc.is_valid(a["partition"]), pc.is_valid(a["offset"]))
+    if a["msg_id"].null_count and pc.any(located).as_py():
+        # topic/partition/offset, or partition/offset without a topic; joined from columns without nulls (given
+        # columns of nulls only, Arrow's join returns an array of another length)
+        at = [pc.fill_null(pc.cast(a[name], pa.string()), "") for name in ("partition", "offset")]
+        where = pc.if_else(pc.is_valid(a["topic"]),
+                           pc.binary_join_element_wise(pc.fill_null(a["topic"], ""), *at, "/"),
+                           pc.binary_join_element_wise(*at, "/"))
+        a["msg_id"] = pc.coalesce(a["msg_id"], pc.if_else(located, where, pa.scalar(None, pa.string())))
+    sent = pc.is_valid(a["sent_ts"])
+    if not pc.any(sent).as_py():
+        return a
+    acked = {name: pc.filter(column, sent) for name, column in a.items()}
+    m = len(acked["ts"])
+    produced = {name: column if name in events.PRODUCED_KEEPS else pa.nulls(m, column.type)
+                for name, column in acked.items()}
+    produced["ts"] = acked["sent_ts"]
+    produced["kind"] = pa.array([events.TraceKind.PRODUCED.value] * m, pa.string())
+    return {name: pa.concat_arrays([a[name], produced[name]]) for name in a}
+
+
+def _array(values: tuple[Any, ...], typ: str) -> Any:
+    """An Arrow array of type ``typ`` from one field's JSON values: converted by Arrow when they are of the
+    field's kind, else value by value (:data:`_CONVERT`, null where one does not convert)."""
+    import pyarrow as pa
+
+    target = _ARROW[typ]
+    try:
+        found = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        found = None
+    if found is not None:
+        if found.type == target:
+            return found
+        if found.type == pa.null():
+            return pa.nulls(len(values), target)
+        if (found.type == pa.int64() and typ in ("int", "double")) or (found.type == pa.float64() and typ == "double"):
+            try:
+                return found.cast(target)  # safe: an int out of int32's range is not silently wrapped
+            except (pa.ArrowInvalid, OverflowError):
+                pass
+    convert = _CONVERT[typ]
+    return pa.array([None if v is None else convert(v) for v in values], target)
+
+
+def _text(value: Any) -> str | None:
+    """A JSON value as the text Spark's JSON reader gives a string field: numbers' and booleans' JSON text,
+    nested values as compact JSON."""
+    import orjson
+
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return orjson.dumps(value).decode()
+
+
+def _integral(limit: int, value: Any) -> int | None:
+    if isinstance(value, (bool, float)):
+        return None  # Spark's try_cast of "true" or "1.5" to an integer is null
+    if isinstance(value, str):
+        if not _INTEGRAL.fullmatch(value):
+            return None
+        value = int(value)
+    if not isinstance(value, int) or not -limit <= value < limit:
+        return None
+    return value
+
+
+def _double(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value) if "_" not in value else None
+        except ValueError:
+            return None
+    return None
+
+
+def _boolean(value: Any) -> bool | None:
+    text = _text(value)
+    return None if text is None else text.lower() == "true"
+
+
+_CONVERT: dict[str, Callable[[Any], Any]] = {
+    "bigint": partial(_integral, _LIMITS["bigint"]), "int": partial(_integral, _LIMITS["int"]),
+    "double": _double, "string": _text, "boolean": _boolean}
 
 
 def drop_forged(table: Any) -> tuple[Any, dict[tuple[str, str], int]]:
@@ -153,15 +287,37 @@ def drop_forged(table: Any) -> tuple[Any, dict[tuple[str, str], int]]:
     return table.drop_columns([FORGED]), found
 
 
-def with_time_partitions(table: Any, ts_col: str = "ts") -> Any:
-    """Add ``date`` (yyyy-MM-dd) and ``hour`` (HH) of an epoch-ms column (UTC), the store's layout, to an Arrow
-    table (null where the time is null). Done on the collected table with Arrow's vectorised casts: Spark's
-    ``date_format`` formats every row through a ``DateTimeFormatter`` and the two columns then travel to the
-    driver as strings (issue 39)."""
+def with_time_partitions(table: Any, ts_col: str = "ts", hour: bool = True) -> Any:
+    """Add ``date`` (yyyy-MM-dd) and, with ``hour``, ``hour`` (HH) of an epoch-ms column (UTC), the store's
+    layout, to an Arrow table (null where the time is null). Done on the collected table with Arrow's vectorised
+    casts: Spark's ``date_format`` formats every row through a ``DateTimeFormatter`` and the two columns then
+    travel to the driver as strings (issue 39)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     stamp = pc.cast(pc.cast(table.column(ts_col), pa.int64()), pa.timestamp("ms"))
-    date = pc.cast(pc.cast(stamp, pa.date32()), pa.string())
-    hour = pc.utf8_lpad(pc.cast(pc.hour(stamp), pa.string()), 2, "0")
-    return table.append_column("date", date).append_column("hour", hour)
+    table = table.append_column("date", pc.cast(pc.cast(stamp, pa.date32()), pa.string()))
+    return table.append_column("hour", pc.utf8_lpad(pc.cast(pc.hour(stamp), pa.string()), 2, "0")) if hour else table
+
+
+class _Arrow(dict[str, Any]):
+    """Arrow types by Spark type name, resolved when first asked (pyarrow is imported lazily)."""
+
+    def __missing__(self, typ: str) -> Any:
+        import pyarrow as pa
+
+        self[typ] = found = {"bigint": pa.int64(), "int": pa.int32(), "double": pa.float64(),
+                             "string": pa.string(), "boolean": pa.bool_()}[typ]
+        return found
+
+
+class _Schemas(dict[str, Any]):
+    def __missing__(self, kind: str) -> Any:
+        import pyarrow as pa
+
+        self[kind] = found = events.arrow_schema(kind).append(pa.field(FORGED, pa.string()))
+        return found
+
+
+_ARROW = _Arrow()
+_SCHEMAS = _Schemas()

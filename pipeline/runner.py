@@ -31,7 +31,7 @@ from ykafka import events
 
 from . import aggregates, audit, groups, inventory, trace_store
 from .alerts import Alert, AlertConfig, AlertManager, error_rate_alerts, lag_alerts, latency_alerts
-from .decode import decode, drop_forged, with_time_partitions
+from .decode import decode, drop_forged, unpack, with_time_partitions
 from .lag_sampler import LagSampler
 from .session import spark_session
 from .store import Store, days_between
@@ -46,6 +46,8 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 #: fewest Kafka records (each a batch of up to 1,000 events) a read task gets when a range is split
 MIN_RECORDS_PER_TASK = 8
+#: the events each query reads
+KINDS = {"trace": "trace", "metrics": "metric", "clients": "client"}
 
 
 @dataclass
@@ -141,37 +143,34 @@ class Pipeline:
                                                       "events": count}, extra_subject=f"{query}:{owner}:{claimed}")
                 for (query, owner, claimed), count in sorted(counts.items())]
 
-    # Each handler gets its micro-batch decoded (:meth:`decoded`). A standing query decodes in its own plan,
-    # analysed once: built in Python per batch (``from_json``, explode, ~12 analysed steps) the plan cost the driver
-    # 0.6-1.2 s a batch and a query (0.2-0.4 s since decode's expressions are built once), and under a trickle of
-    # 4,000 events/s the trace query came round 32-42 times a minute on 1.22-1.27 CPU-s a second, against 60 (its
-    # 1 s trigger) on 0.86-0.90 decoding in the plan. A one-shot query (``availableNow``: one batch) decodes in its
-    # handler: ``foreachBatch`` materialises the batch's rows before the handler sees them, and the decoded rows
-    # (one an event, 18-21 columns) cost more to carry across that than the raw records do (the 220,000-event
-    # batch: +10-15 % CPU) (issue 39, docs/benchmarks.md).
+    # Each query's frame is packed (``decode.PACKED_DDL``): its source decodes the SDK's batches in the executors'
+    # Python workers and hands Spark one row an Arrow IPC stream of up to 50,000 typed events. A handler collects
+    # that and opens it (:meth:`events`): the events cross the JVM as a few blobs, not as 18-column rows converted
+    # to Spark's and back to Arrow (on Kafka 220,000 events took 0.092 CPU-s a 1,000 decoded by Spark, 0.039
+    # decoded here and carried as rows, ~0.03 packed; issue 39, docs/benchmarks.md).
 
     @staticmethod
-    def decoded(name: str, raw: Any) -> Any:
-        """The typed events a query's handler gets, from its source's Kafka rows (a streaming or batch frame)."""
-        from pyspark.sql import functions as F
+    def events(name: str, packed: Any) -> Any:
+        """The typed events (an Arrow table) of a query's micro-batch, from its packed frame."""
+        import pyarrow.compute as pc
 
-        if name == "trace":
-            return decode(raw, "trace").withColumn("topic", F.coalesce(F.col("topic"), F.lit("_unknown")))
-        if name == "metrics":
-            return decode(raw, "metric")
+        table = unpack(KINDS[name], packed.toArrow())
+        if name == "trace":  # the store's partition column: never null
+            return table.set_column(table.schema.get_field_index("topic"), "topic",
+                                    pc.fill_null(table.column("topic"), "_unknown"))
         if name == "clients":
-            return decode(raw, "client").withColumn("date", F.date_format(F.timestamp_millis("ts"), "yyyy-MM-dd"))
-        raise ValueError(f"no query named {name!r}")
+            return with_time_partitions(table, hour=False)
+        return table
 
-    def on_trace(self, trace: Any, batch_id: int) -> None:
+    def on_trace(self, packed: Any, batch_id: int) -> None:
         self._timed("trace", batch_id, lambda: trace_store.write_batch(
-            self.store, trace.toArrow(), batch_id, lambda found: self.on_forged("trace", found)))
+            self.store, self.events("trace", packed), batch_id, lambda found: self.on_forged("trace", found)))
 
-    def on_metrics(self, metrics: Any, batch_id: int) -> None:
+    def on_metrics(self, packed: Any, batch_id: int) -> None:
         def work() -> int:
-            # one Spark job: the decoded batch collected once; the aggregates' partials are grouped from the same
-            # Arrow table (pyarrow), not by a second job over a cached copy (issue 39)
-            table, found = drop_forged(with_time_partitions(metrics.toArrow()))
+            # one Spark job: the batch collected once; the aggregates' partials are grouped from the same Arrow
+            # table (pyarrow), not by a second job over a cached copy (issue 39)
+            table, found = drop_forged(with_time_partitions(self.events("metrics", packed)))
             if found:
                 self.on_forged("metrics", found)
             rows = self.store.write(table, "metrics", ["date", "hour"], batch_id, "metrics")
@@ -180,9 +179,9 @@ class Pipeline:
 
         self._timed("metrics", batch_id, work)
 
-    def on_clients(self, clients: Any, batch_id: int) -> None:
+    def on_clients(self, packed: Any, batch_id: int) -> None:
         def work() -> int:
-            table, found = drop_forged(clients.toArrow())
+            table, found = drop_forged(self.events("clients", packed))
             if found:
                 self.on_forged("clients", found)
             rows = self.store.write(table, "clients", ["date"], batch_id, "clients")
@@ -206,7 +205,7 @@ class Pipeline:
         elif self.cfg.source == "python":
             reader = (self.spark.readStream.format("ykafka-kafka").option("bootstrap", self.cfg.bootstrap)
                       .option("topics", f"{topic},{own}*").option("startingOffsets", "earliest")
-                      .option("endOffsets", self.cfg.end_offsets))
+                      .option("endOffsets", self.cfg.end_offsets).option("decode", KINDS[name]))
         else:
             raise ValueError(f"source must be python or jvm, not {self.cfg.source!r}")
         tasks = self.cfg.min_partitions or self.spark.sparkContext.defaultParallelism
@@ -220,12 +219,9 @@ class Pipeline:
         handle: Callable[[Any, int], None] = {"trace": self.on_trace, "metrics": self.on_metrics,
                                               "clients": self.on_clients}[name]
         frame = reader.load()
-        if once:
-            def handler(raw: Any, batch_id: int) -> None:
-                handle(self.decoded(name, raw), batch_id)
-        else:
-            frame, handler = self.decoded(name, frame), handle  # type: ignore[assignment]
-        writer = (frame.writeStream.queryName(f"ykafka-{name}").foreachBatch(handler)
+        if self.cfg.source == "jvm":
+            frame = decode(frame, KINDS[name])
+        writer = (frame.writeStream.queryName(f"ykafka-{name}").foreachBatch(handle)
                   .option("checkpointLocation", self.store.uri("_checkpoints", name)))
         writer = writer.trigger(availableNow=True) if once else writer.trigger(
             processingTime=f"{int(self.cfg.trigger_s * 1000)} milliseconds")

@@ -8,6 +8,7 @@ for the workers, so the venv that has confluent-kafka and pyarrow is the one Spa
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
@@ -57,16 +58,82 @@ def local_cores(master: str) -> int | None:
     return (os.cpu_count() or 1) if found.group(1) == "*" else max(1, int(found.group(1)))
 
 
+#: the Python a local Spark starts its workers with: the driver's, without Spark's own copy of pyspark on the path
+#: (see :func:`worker_python`)
+WORKER_PYTHON = """#!/bin/sh
+# ykafka pipeline: the Python of Spark's local workers ({python}). Spark puts its pyspark.zip (and
+# spark-core's jar) first on every worker's PYTHONPATH; Python compiles a module imported from a zip
+# every time (no bytecode cache there), ~1.6 CPU-s a worker process. The same pyspark is installed,
+# compiled, beside this Python: drop those entries and run it.
+set -f
+kept=
+IFS=:
+for entry in $PYTHONPATH; do
+  case $entry in
+    {zip}|{jars}/*.jar) ;;
+    *) kept=${{kept:+$kept:}}$entry ;;
+  esac
+done
+unset IFS
+if [ -n "$kept" ]; then export PYTHONPATH="$kept"; else unset PYTHONPATH; fi
+exec {python} "$@"
+"""
+
+
+#: the worker Pythons :func:`spark_session` set (a later session on a cluster master puts back this Python)
+_CHOSEN: set[str] = set()
+
+
+def worker_python() -> str:
+    """The executable a local Spark's Python workers run: a wrapper of this Python (:data:`WORKER_PYTHON`) when
+    Spark is the installed pyspark, else this Python.
+
+    Spark starts a Python process for each streaming source's planner and for every worker it forks, and puts
+    ``$SPARK_HOME/python/lib/pyspark.zip`` first on its path. Python caches no bytecode for a module imported
+    from a zip, so each such process compiled pyspark again: 2.2 CPU-s to import what a query's source runner
+    imports, against 0.56 from the installed, compiled package. A one-shot run starts three runners, so that
+    was ~5 of its 12-20 CPU-s (issue 39, docs/benchmarks.md). Only for the pip-installed pyspark (the zip is
+    built from the same files) and a local master (a cluster's executors may not have this path)."""
+    import shlex
+
+    import pyspark
+
+    home = os.path.dirname(os.path.abspath(pyspark.__file__))
+    if os.path.realpath(os.environ.get("SPARK_HOME") or home) != os.path.realpath(home):
+        return sys.executable  # a Spark distribution of its own: its zip is its pyspark
+    text = WORKER_PYTHON.format(python=shlex.quote(sys.executable),
+                                zip=_glob_quote(os.path.join(home, "python", "lib", "pyspark.zip")),
+                                jars=_glob_quote(os.path.join(home, "jars")))
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ykafka")
+    os.makedirs(cache, mode=0o700, exist_ok=True)
+    path = os.path.join(cache, f"spark-python-{hashlib.sha256(text.encode()).hexdigest()[:16]}")
+    if not os.path.exists(path):
+        staged = f"{path}.{os.getpid()}"
+        with open(staged, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(staged, 0o700)
+        os.replace(staged, path)
+    return path
+
+
+def _glob_quote(path: str) -> str:
+    """``path`` as a literal sh ``case`` pattern."""
+    return "".join(f"[{c}]" if c in "*?[]" else "\\" + c if not (c.isalnum() or c in "/._-") else c
+                   for c in path)
+
+
 def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None,
                   app_name: str = "ykafka-pipeline") -> Any:
     """Get (or create) the SparkSession and register the ``ykafka-kafka`` streaming source."""
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    cores = local_cores(master or DEFAULT_MASTER)
+    if os.environ.get("PYSPARK_PYTHON") in (None, *_CHOSEN):  # the user's own choice stands
+        _CHOSEN.add(chosen := sys.executable if cores is None else worker_python())
+        os.environ["PYSPARK_PYTHON"] = chosen
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
     merged = dict(DEFAULT_CONF)
-    cores = local_cores(master or DEFAULT_MASTER)
     if cores is not None:
         merged["spark.sql.shuffle.partitions"] = merged["spark.default.parallelism"] = str(cores)
     merged.update(conf or {})

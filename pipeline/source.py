@@ -18,7 +18,12 @@ value`` (binary). Options:
 * ``endOffsets`` = ``scan`` (default) | ``watermark``: with ``scan`` the driver fetches the last record batch
   of each partition to learn its real end, because some brokers (Tansu) report a high watermark that is
   the *base* offset of the last batch + 1; ``watermark`` trusts the broker (cheaper, right on Apache Kafka);
-* ``kafka.<librdkafka property>``: passed to every consumer (security settings and the like).
+* ``kafka.<librdkafka property>``: passed to every consumer (security settings and the like);
+* ``decode`` = ``trace`` | ``metric`` | ``client``: the executors decode the SDK's event batches of that kind where
+  they read them, and the frame is packed (``pipeline.decode.PACKED_DDL``: a row an Arrow IPC stream of up to
+  50,000 typed events; ``pipeline.decode.unpack`` opens a collected one).
+
+Option names may be given in any case: Spark hands them over lower-cased (:class:`Options`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
+
+from ykafka import events
 
 SCHEMA = "topic string, partition int, offset bigint, timestamp bigint, key binary, value binary"
 NAME = "ykafka-kafka"
@@ -62,14 +69,35 @@ def consumer_conf(options: Mapping[str, str], extra: Mapping[str, Any] | None = 
     return conf
 
 
+class Options(dict[str, str]):
+    """A source's options, their names in any case. Spark hands a Python data source its options with the names
+    lower-cased (``minpartitions``), so a plain ``dict`` of them never found ``minPartitions``,
+    ``maxOffsetsPerTrigger`` and the others given in Spark's own spelling: Spark's runs read every micro-batch in
+    one task a Kafka partition and uncapped (found in issue 39; ``tests/test_pipeline_source.py``)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__((str(k).lower(), v) for k, v in options.items())
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(str(key).lower())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return super().get(key.lower(), default)
+
+
 class KafkaStreamReader(DataSourceStreamReader):
     """Plans offset ranges on the driver; reads them on executors."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.options = dict(options)
+        self.options = Options(options)
         self.topics = [t.strip() for t in self.options.get("topics", "").split(",") if t.strip()]
         if not self.topics or "bootstrap" not in self.options:
             raise ValueError("ykafka-kafka source needs options 'bootstrap' and 'topics'")
+        if self.options.get("decode") not in (None, *events.TELEMETRY_KINDS):
+            raise ValueError(f"ykafka-kafka source: decode must be one of {', '.join(events.TELEMETRY_KINDS)}")
         self.timeout_s = float(self.options.get("timeoutMs", "10000")) / 1000.0
         self.scan = self.options.get("endOffsets", "scan") == "scan"
         self._consumer: Any = None
@@ -194,16 +222,25 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaRange)
-        yield from read_range(self.options, partition)
+        kind = self.options.get("decode")
+        if kind:
+            from .decode import packed
+
+            yield from packed(kind, read_range(self.options, partition))
+        else:
+            yield from read_range(self.options, partition)
 
 
 def split_ranges(ranges: list[KafkaRange], want: int, min_records: int = 1) -> list[KafkaRange]:
     """At least ``want`` ranges where the records allow it (as Spark's own source does with ``minPartitions``):
     each range is cut into parts in proportion to its share of all records, no part below ``min_records``.
-    One emitter's events sit in one Kafka partition, so without this one task parses a whole micro-batch."""
-    if want <= len(ranges):
-        return ranges
+    One emitter's events sit in one Kafka partition, so without this one task parses a whole micro-batch; and
+    that holds with more partitions than ``want`` too, when one of them holds nearly everything (a range is cut
+    even then: the 200,000 trace events of a benchmark batch in one partition beside one record in another were
+    one task on one of the two cores)."""
     total = sum(r.end - r.start for r in ranges)
+    if want <= 1 or total == 0:
+        return ranges
     out: list[KafkaRange] = []
     for r in ranges:
         size = r.end - r.start
@@ -218,7 +255,10 @@ def read_range(options: Mapping[str, str], part: KafkaRange, batch: int = 20_000
     import pyarrow as pa
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    consumer = Consumer(consumer_conf(options, {"fetch.max.bytes": 52_428_800}))
+    # a fetch as large as the broker allows (a record here is a batch of up to 1,000 events, ~100 KB): at the
+    # 1 MB a partition default a range of 200 records took 20 round trips
+    consumer = Consumer(consumer_conf(options, {"fetch.max.bytes": 52_428_800,
+                                                "max.partition.fetch.bytes": 52_428_800}))
     consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
     timeout_s = float(options.get("timeoutMs", "10000")) / 1000.0
     deadline = time.monotonic() + max(30.0, timeout_s * 3)
@@ -271,6 +311,10 @@ class KafkaDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
+        if self.options.get("decode"):
+            from .decode import PACKED_DDL
+
+            return PACKED_DDL
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

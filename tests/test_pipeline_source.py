@@ -116,3 +116,30 @@ def test_a_prefix_entry_reads_every_matching_topic_including_one_made_after_the_
     second = reader.latestOffset(first, ReadAllAvailable())
     assert second == {base: {"0": 1}, f"{base}.app-a": {"0": 1}, f"{base}.app-b": {"0": 2}}
     assert [v for _p, _o, v in _read(options, reader, first, second)] == [b"b0", b"b1"]
+
+
+def test_options_are_found_in_the_spelling_spark_hands_them_over() -> None:
+    """Spark gives a Python data source its options with lower-cased names: read as a plain dict, ``minPartitions``
+    and ``maxOffsetsPerTrigger`` were never found in a Spark run (issue 39)."""
+    from pipeline.source import Options
+
+    reader = KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t", "minpartitions": "2",
+                                "maxoffsetspertrigger": "7", "minrecordsperpartition": "8"})
+    assert reader.options.get("minPartitions") == "2" and "maxOffsetsPerTrigger" in reader.options
+    limit = reader.getDefaultReadLimit()
+    assert isinstance(limit, ReadMaxRows) and limit.max_rows == 7
+    assert Options({"Kafka.Security.Protocol": "SSL"})["kafka.security.protocol"] == "SSL"
+    with pytest.raises(ValueError, match="decode must be one of trace, metric, client"):
+        KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t", "Decode": "traces"})
+
+
+def test_a_partition_holding_nearly_everything_is_cut_even_with_more_partitions_than_tasks() -> None:
+    """One emitter's events sit in one partition: 202 records there and 1 in another, read in 2 tasks, were one task
+    of 202 records (the 2 ranges already met ``want``), so one core parsed the micro-batch alone."""
+    from pipeline.source import KafkaRange, split_ranges
+
+    ranges = [KafkaRange("t", 0, 16, 218), KafkaRange("t", 1, 0, 1)]
+    cut = sorted((r.partition, r.start, r.end) for r in split_ranges(ranges, 2, 8))
+    assert cut == [(0, 16, 117), (0, 117, 218), (1, 0, 1)]
+    even = [KafkaRange("t", p, 0, 50) for p in range(4)]  # already balanced: left as it is
+    assert [(r.partition, r.start, r.end) for r in split_ranges(even, 2, 8)] == [(p, 0, 50) for p in range(4)]

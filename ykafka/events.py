@@ -293,7 +293,8 @@ def decode(value: bytes | str) -> tuple[str, list[dict[str, Any]]]:
         if kind == "trace":
             derive_times(event)
             if event.get("msg_id") is None and event.get("partition") is not None and event.get("offset") is not None:
-                event["msg_id"] = f"{event.get('topic')}/{event['partition']}/{event['offset']}"
+                where = (event.get("topic"), event["partition"], event["offset"])  # no topic: as pipeline/decode.py
+                event["msg_id"] = "/".join(str(part) for part in where if part is not None)
             if event.get("sent_ts") is not None:
                 out.append(produced_from(event))
         out.append(event)
