@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.runner import Pipeline, PipelineConfig  # noqa: E402
-from pipeline.session import one_shot, spark_session  # noqa: E402
+from pipeline.session import spark_session  # noqa: E402
 from tests.support import Broker  # noqa: E402
 from ykafka import events  # noqa: E402
 from ykafka.events import MetricName  # noqa: E402
@@ -176,10 +176,9 @@ def main() -> None:
     parser.add_argument("--trickle-s", type=float, default=60.0,
                         help="seconds of the continuous pipeline (1 s triggers) under a trickle of ~4,000 events/s; "
                              "the second half is measured (micro-batches a minute, CPU a second)")
-    parser.add_argument("--jvm", choices=["one-shot", "default"], default="one-shot",
-                        help="the driver JVM: as `ykafka pipeline run --once` starts it (C1 only, "
-                             "pipeline.session.one_shot; the headline batch is such a run) or the JVM's default (C2, "
-                             "as a continuous `ykafka pipeline run`)")
+    parser.add_argument("--jvm", choices=["c1", "c2"], default="c1",
+                        help="the driver JVM's compilers: C1 only, as the pipeline starts it (pipeline.session), or "
+                             "the JVM's default tiered C1 + C2, to compare")
     parser.add_argument("--cluster", action="store_true",
                         help="local[2], then a 2-worker standalone cluster, then 3 workers, in one run")
     args = parser.parse_args()
@@ -190,8 +189,8 @@ def main() -> None:
         compare_on_cluster(args.events)
         return
     conf = dict(item.split("=", 1) for item in args.conf)
-    if args.jvm == "one-shot":
-        conf = one_shot(conf)
+    if args.jvm == "c2":
+        conf.setdefault("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -Xss4m")
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-pipeline-"))
     broker = Broker("bench-pipeline", work / "logs", broker=args.broker).start()
     pipeline: Pipeline | None = None

@@ -150,10 +150,6 @@ def pipeline_run(once: bool, master: str | None, bootstrap: str | None, store: s
     from .runner import Pipeline, PipelineConfig
 
     conf = dict(item.split("=", 1) for item in spark_conf if "=" in item)
-    if once:  # a JVM that lives one batch: C1 only (pipeline/session.py, one_shot)
-        from .session import one_shot
-
-        conf = one_shot(conf)
     cfg = PipelineConfig(bootstrap=_bootstrap(bootstrap), store=store, master=master, alerts_path=alerts_path,
                          trigger_s=trigger_s, sample_interval_s=sample_interval_s, sample_lag=not no_sampler,
                          ephemeral_patterns=tuple(ephemeral), spark_conf=conf, source=source,

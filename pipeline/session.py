@@ -31,21 +31,12 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stopTimeout": "10s",
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xss4m",
+    # C1 only (issue 39, docs/benchmarks.md): the driver JVM now plans, schedules and copies packed Arrow, and its
+    # hot code is Spark's planner, run a few times a batch; C2 kept compiling it (2 CPU-s a 220,000-event batch,
+    # 0.09 CPU-s a second of a running pipeline) and its code did not run faster: on Kafka, C1 / C2 measured
+    # 53,656 / 41,415 events/s one-shot and 0.49 / 0.60 CPU-s a second running
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xss4m -XX:TieredStopAtLevel=1",
 }
-
-
-#: the driver JVM of a one-shot run (``ykafka pipeline run --once``): C1 only. Such a JVM lives one batch, so C2's
-#: compilations never pay back: on Kafka, 220,000 events after a 17,600-event warm-up took 0.048-0.059 CPU-s a
-#: 1,000 events with C1 against 0.069-0.084 with C2 (its JIT threads 5-7.5 CPU-s of it), the warm-up batch 14-18 s
-#: against 30-81 s (docs/benchmarks.md, issue 39). A continuous pipeline keeps the JVM's default (C2 still
-#: compiled 2.8 CPU-s a batch in its third batch; what it gains over hours was not measured).
-ONE_SHOT_JVM = "-XX:+UseSerialGC -Xss4m -XX:TieredStopAtLevel=1"
-
-
-def one_shot(conf: Mapping[str, str]) -> dict[str, str]:
-    """``conf`` for a one-shot run: the C1-only driver JVM (:data:`ONE_SHOT_JVM`) unless ``conf`` sets its own."""
-    return {"spark.driver.extraJavaOptions": ONE_SHOT_JVM, **conf}
 
 
 def local_cores(master: str) -> int | None:
@@ -122,6 +113,16 @@ def _glob_quote(path: str) -> str:
                    for c in path)
 
 
+def session_conf(master: str | None = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings of a session: :data:`DEFAULT_CONF`, sized to a local master's cores, under ``conf``."""
+    merged = dict(DEFAULT_CONF)
+    cores = local_cores(master or DEFAULT_MASTER)
+    if cores is not None:
+        merged["spark.sql.shuffle.partitions"] = merged["spark.default.parallelism"] = str(cores)
+    merged.update(conf or {})
+    return merged
+
+
 def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None,
                   app_name: str = "ykafka-pipeline") -> Any:
     """Get (or create) the SparkSession and register the ``ykafka-kafka`` streaming source."""
@@ -133,11 +134,7 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         os.environ["PYSPARK_PYTHON"] = chosen
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
-    merged = dict(DEFAULT_CONF)
-    if cores is not None:
-        merged["spark.sql.shuffle.partitions"] = merged["spark.default.parallelism"] = str(cores)
-    merged.update(conf or {})
-    for key, value in merged.items():
+    for key, value in session_conf(master, conf).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

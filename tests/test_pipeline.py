@@ -291,12 +291,14 @@ def test_pipeline_commands_run_once_and_read_the_store(obs_broker, spark, tmp_pa
     assert clients["cli-1"]["group"] == "g-cli" and clients["cli-1"]["librdkafka_version"]
 
 
-def test_a_one_shot_run_gets_a_c1_only_driver_jvm_unless_its_conf_names_one() -> None:
-    """``ykafka pipeline run --once``: its driver JVM lives one batch, so C2's compilations never pay back (issue 39,
-    docs/benchmarks.md); an application's own ``spark.driver.extraJavaOptions`` is kept."""
-    from pipeline.session import ONE_SHOT_JVM, one_shot
+def test_the_driver_jvm_is_c1_only_unless_the_conf_names_one() -> None:
+    """Every run's driver JVM compiles with C1 only: with the events packed it plans and copies, and C2's compilations
+    cost more than they gave (issue 39, docs/benchmarks.md); an application's own ``spark.driver.extraJavaOptions``
+    is kept, and a local master sizes the shuffle to its cores."""
+    from pipeline.session import session_conf
 
-    assert "-XX:TieredStopAtLevel=1" in ONE_SHOT_JVM.split()
-    assert one_shot({"spark.sql.shuffle.partitions": "2"}) == {
-        "spark.driver.extraJavaOptions": ONE_SHOT_JVM, "spark.sql.shuffle.partitions": "2"}
-    assert one_shot({"spark.driver.extraJavaOptions": "-Xss8m"}) == {"spark.driver.extraJavaOptions": "-Xss8m"}
+    conf = session_conf("local[2]", {"spark.sql.shuffle.partitions": "3"})
+    assert "-XX:TieredStopAtLevel=1" in conf["spark.driver.extraJavaOptions"].split()
+    assert conf["spark.sql.shuffle.partitions"] == "3" and conf["spark.default.parallelism"] == "2"
+    assert session_conf("spark://h:7077", {"spark.driver.extraJavaOptions": "-Xss8m"})[
+        "spark.driver.extraJavaOptions"] == "-Xss8m"
