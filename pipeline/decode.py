@@ -203,6 +203,11 @@ def _array(values: tuple[Any, ...], typ: str) -> Any:
     import pyarrow as pa
 
     target = _ARROW[typ]
+    if typ == "string":  # most fields: one pass, and Arrow refuses anything but text (a number, a boolean, a list)
+        try:
+            return pa.array(values, target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return pa.array([None if v is None else _text(v) for v in values], target)
     try:
         found = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
