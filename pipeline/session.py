@@ -15,7 +15,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import structlog
+
 from .source import KafkaDataSource
+
+log = structlog.get_logger(__name__)
 
 DEFAULT_MASTER = "local[*]"
 
@@ -96,14 +100,18 @@ def worker_python() -> str:
                                 zip=_glob_quote(os.path.join(home, "python", "lib", "pyspark.zip")),
                                 jars=_glob_quote(os.path.join(home, "jars")))
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ykafka")
-    os.makedirs(cache, mode=0o700, exist_ok=True)
     path = os.path.join(cache, f"spark-python-{hashlib.sha256(text.encode()).hexdigest()[:16]}")
-    if not os.path.exists(path):
-        staged = f"{path}.{os.getpid()}"
-        with open(staged, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(staged, 0o700)
-        os.replace(staged, path)
+    try:
+        if not os.path.exists(path):
+            os.makedirs(cache, mode=0o700, exist_ok=True)
+            staged = f"{path}.{os.getpid()}"
+            with open(staged, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.chmod(staged, 0o700)
+            os.replace(staged, path)
+    except OSError as exc:  # no writable cache (a read-only home): slower workers, the same results
+        log.warning("ykafka.pipeline.worker_python_unavailable", cache=cache, error=str(exc))
+        return sys.executable
     return path
 
 

@@ -47,3 +47,11 @@ def test_spark_workers_run_the_compiled_pyspark(spark: Any) -> None:
     (found, archives), = spark.sparkContext.parallelize([1], 1).mapPartitions(where).collect()
     assert found == os.path.join(HOME, "__init__.py")
     assert ZIP not in archives and JAR not in archives
+
+
+def test_without_a_writable_cache_the_workers_run_this_python(tmp_path: Any, monkeypatch: Any) -> None:
+    """A read-only home must not stop the pipeline: the workers then run this Python as they did before."""
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache directory would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    assert worker_python() == sys.executable
