@@ -139,7 +139,8 @@ def pipeline() -> None:
 @click.option("--max-offsets-per-trigger", type=int, default=None,
               help="cap of Kafka messages per micro-batch (each holds up to 1000 events)")
 @click.option("--source", type=click.Choice(["python", "jvm"]), default="python", show_default=True,
-              help="python: the ykafka-kafka source (no jar); jvm: Spark's kafka source (its jar on the classpath)")
+              help="python: the ykafka-kafka source (no jar); jvm: Spark's kafka source (its jar on the classpath, "
+                   "and pandas: its records are decoded with mapInArrow)")
 def pipeline_run(once: bool, master: str | None, bootstrap: str | None, store: str, alerts_path: str | None,
                  duration: float | None, trigger_s: float, sample_interval_s: float, no_sampler: bool,
                  ephemeral: Sequence[str], spark_conf: Sequence[str], max_offsets_per_trigger: int | None,

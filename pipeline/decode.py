@@ -41,7 +41,7 @@ FORGED = "_forged_claim"
 PACKED_DDL = "events binary"
 #: events a pack holds at most (the last of a read task holds the rest): ~4-8 MB of Arrow
 PACK_ROWS = 50_000
-_INTEGRAL = re.compile(r"\s*[+-]?\d+\s*")
+_INTEGRAL = re.compile(r"\s*[+-]?[0-9]+\s*")
 _LIMITS = {"bigint": 2**63, "int": 2**31}
 
 

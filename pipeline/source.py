@@ -35,6 +35,11 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+try:  # PySpark 4.3+: Trigger.AvailableNow in bounded micro-batches (maxOffsetsPerTrigger)
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older PySpark runs AvailableNow as one micro-batch
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+
 from ykafka import events
 
 SCHEMA = "topic string, partition int, offset bigint, timestamp bigint, key binary, value binary"
@@ -88,8 +93,11 @@ class Options(dict[str, str]):
         return super().get(key.lower(), default)
 
 
-class KafkaStreamReader(DataSourceStreamReader):
-    """Plans offset ranges on the driver; reads them on executors."""
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans offset ranges on the driver; reads them on executors. Under ``Trigger.AvailableNow`` (a one-shot run)
+    it reads up to the ends the partitions had when the query started, in micro-batches of at most
+    ``maxOffsetsPerTrigger`` records: without the hook Spark read the whole backlog in one micro-batch, whatever
+    the cap, which is what bounds a batch on a cluster (pipeline/store.py)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = Options(options)
@@ -101,6 +109,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.timeout_s = float(self.options.get("timeoutMs", "10000")) / 1000.0
         self.scan = self.options.get("endOffsets", "scan") == "scan"
         self._consumer: Any = None
+        self._target: dict[tuple[str, int], int] | None = None  # AvailableNow: the ends to stop at
 
     # --- driver side -----------------------------------------------------------------------------
 
@@ -176,10 +185,15 @@ class KafkaStreamReader(DataSourceStreamReader):
         cap = self.options.get("maxOffsetsPerTrigger")
         return ReadMaxRows(int(cap)) if cap else ReadAllAvailable()
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {tp: high for tp, (_low, high) in self._watermarks().items()}
+
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         """The end of the next micro-batch. PySpark 4.2+ passes the start and a read limit; 4.0 / 4.1 call
         it without arguments, and then every partition is read up to its end (no limit)."""
         marks = self._watermarks()
+        if self._target is not None:  # nothing past the ends of when an AvailableNow query started
+            marks = {tp: (low, min(high, self._target.get(tp, low))) for tp, (low, high) in marks.items()}
         end: Offsets = {topic: dict(parts) for topic, parts in (start or {}).items()}
         backlog: dict[tuple[str, int], tuple[int, int]] = {}
         for (topic, partition), (low, high) in marks.items():

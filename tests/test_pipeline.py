@@ -302,3 +302,26 @@ def test_the_driver_jvm_is_c1_only_unless_the_conf_names_one() -> None:
     assert conf["spark.sql.shuffle.partitions"] == "3" and conf["spark.default.parallelism"] == "2"
     assert session_conf("spark://h:7077", {"spark.driver.extraJavaOptions": "-Xss8m"})[
         "spark.driver.extraJavaOptions"] == "-Xss8m"
+
+
+def test_a_read_limit_splits_the_backlog_into_micro_batches_in_a_spark_run(obs_broker, spark, tmp_path: Path) -> None:
+    """``--max-offsets-per-trigger`` through Spark itself: Spark hands the source its options with lower-cased
+    names, which a plain dict never found, so every run read its whole backlog in one micro-batch (issue 39). Now
+    the backlog comes in batches of at most the cap, and every event is stored once."""
+    sink = EventSink({"bootstrap.servers": obs_broker.bootstrap, "linger.ms": 0})
+    tag = unique("cap")
+    now = events.now_ms()
+    for i in range(12):  # twelve Kafka messages of one event each
+        sink.put("trace", events.row("trace", {"ts": now + i, "kind": "consumed", "msg_id": f"{tag}-{i}",
+                                               "topic": tag, "partition": 0, "offset": i, "client_id": "cap-1"}))
+        assert sink.flush(10) == 0
+    sink.close()
+    pipeline = Pipeline(PipelineConfig(bootstrap=obs_broker.bootstrap, store=str(tmp_path / "store"),
+                                       sample_lag=False, max_offsets_per_trigger=4), spark=spark)
+    try:
+        pipeline.process_available(("trace",))
+    finally:
+        pipeline.close()
+    stored = [i for i in pipeline.store.read("trace").column("msg_id").to_pylist() if i and i.startswith(tag)]
+    assert sorted(stored) == sorted(f"{tag}-{i}" for i in range(12))
+    assert pipeline.stats["trace"].batches >= 3  # 12 of ours alone need 3 batches of 4
