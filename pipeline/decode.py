@@ -108,7 +108,7 @@ def decode_batch(kind: str, batch: Any) -> Any:
     parts = list(decode_parts(kind, batch))
     if not parts:
         return pa.RecordBatch.from_pylist([], schema=_SCHEMAS[_check(kind)])
-    return pa.concat_batches(parts) if len(parts) > 1 else parts[0]
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0] if len(parts) > 1 else parts[0]
 
 
 def decode_parts(kind: str, batch: Any) -> Iterator[Any]:
