@@ -102,7 +102,7 @@ def worker_python() -> str:
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ykafka")
     path = os.path.join(cache, f"spark-python-{hashlib.sha256(text.encode()).hexdigest()[:16]}")
     try:
-        if not os.path.exists(path):
+        if _read(path) != text:  # absent, or not what this Python would write (never run blind what is there)
             os.makedirs(cache, mode=0o700, exist_ok=True)
             staged = f"{path}.{os.getpid()}"
             with open(staged, "w", encoding="utf-8") as out:
@@ -113,6 +113,14 @@ def worker_python() -> str:
         log.warning("ykafka.pipeline.worker_python_unavailable", cache=cache, error=str(exc))
         return sys.executable
     return path
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as found:
+            return found.read()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _glob_quote(path: str) -> str:

@@ -6,6 +6,7 @@ import glob
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pyspark
@@ -55,3 +56,16 @@ def test_without_a_writable_cache_the_workers_run_this_python(tmp_path: Any, mon
     blocked.write_text("a file where the cache directory would go")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     assert worker_python() == sys.executable
+
+
+def test_a_wrapper_that_is_not_what_this_python_writes_is_written_again(tmp_path: Any, monkeypatch: Any) -> None:
+    """The cached wrapper is run by Spark: one changed on disk (by another program, or a half-written copy) is not
+    run as found, but replaced by this Python's own before it is handed to Spark."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    wrapper = worker_python()
+    expected = Path(wrapper).read_text(encoding="utf-8")
+    Path(wrapper).write_text("#!/bin/sh\necho tampered\n", encoding="utf-8")
+    assert worker_python() == wrapper
+    assert Path(wrapper).read_text(encoding="utf-8") == expected
+    ran = subprocess.run([wrapper, "-c", "print('ok')"], capture_output=True, text=True, timeout=60, check=True)
+    assert ran.stdout == "ok\n"
