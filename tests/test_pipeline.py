@@ -325,3 +325,39 @@ def test_a_read_limit_splits_the_backlog_into_micro_batches_in_a_spark_run(obs_b
     stored = [i for i in pipeline.store.read("trace").column("msg_id").to_pylist() if i and i.startswith(tag)]
     assert sorted(stored) == sorted(f"{tag}-{i}" for i in range(12))
     assert pipeline.stats["trace"].batches >= 3  # 12 of ours alone need 3 batches of 4
+
+
+def test_records_of_sparks_own_kafka_source_decode_in_spark_as_the_python_reader_does(spark) -> None:
+    """``--source jvm``: Spark's own ``kafka`` source gives rows of ``topic`` and ``value``; ``decode.decode`` turns
+    them into packed typed events in Spark's Python workers (``mapInArrow``). Fed such rows (the connector's jar is
+    not needed to make them), the handler's ``unpack`` gets every event ``decode_batch`` makes of the same records,
+    a forged claim on an app's own topic flagged, a value that is not a batch left out."""
+    import pyarrow as pa
+
+    from pipeline.decode import FORGED, decode, decode_batch, drop_forged, unpack
+
+    now = 1_750_000_000_000
+    own = events.app_topic("trace", "app-a")
+    records = [(events.TRACE_TOPIC, events.encode_rows("trace", [(now + i, "consumed", f"m-{i}", "t", f"k{i}")
+                                                                  for i in range(300)], {"client_id": "c-1"})),
+               (own, events.encode_rows("trace", [(now, "consumed", "m-own", "t")], {"client_id": "c-2",
+                                                                                     "app": "app-a"})),
+               (own, events.encode_rows("trace", [(now, "consumed", "m-forged", "t")], {"client_id": "c-3",
+                                                                                        "app": "app-b"})),
+               (events.TRACE_TOPIC, b"not json"),
+               (events.TRACE_TOPIC, events.encode_rows("metric", [[now, "send.latency_ms"]]))]
+    frame = spark.createDataFrame([(t, bytearray(v)) for t, v in records], "topic string, value binary")
+    got = unpack("trace", decode(frame.repartition(2), "trace").toArrow())
+    raw = pa.RecordBatch.from_arrays([pa.array([t for t, _ in records]), pa.array([v for _, v in records],
+                                                                                  pa.binary())], ["topic", "value"])
+    expected = decode_batch("trace", raw)
+    key = ["msg_id", "kind", "ts", "client_id", "app", FORGED]
+
+    def rows(table: Any) -> list[tuple[Any, ...]]:
+        return sorted(zip(*(table.column(n).to_pylist() for n in key), strict=True), key=repr)
+
+    assert got.num_rows == 302 and rows(got) == rows(pa.Table.from_batches([expected]))
+    kept, found = drop_forged(got)
+    assert found == {("app-a", "app-b"): 1} and kept.num_rows == 301
+    with pytest.raises(ValueError, match="no telemetry events of kind 'bogus'"):
+        decode(frame, "bogus")
