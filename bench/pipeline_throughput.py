@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.runner import Pipeline, PipelineConfig  # noqa: E402
-from pipeline.session import spark_session  # noqa: E402
+from pipeline.session import DEFAULT_CONF, spark_session  # noqa: E402
 from tests.support import Broker  # noqa: E402
 from ykafka import events  # noqa: E402
 from ykafka.events import MetricName  # noqa: E402
@@ -190,7 +190,8 @@ def main() -> None:
         return
     conf = dict(item.split("=", 1) for item in args.conf)
     if args.jvm == "c2":
-        conf.setdefault("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -Xss4m")
+        conf.setdefault("spark.driver.extraJavaOptions",
+                        DEFAULT_CONF["spark.driver.extraJavaOptions"].replace("-XX:TieredStopAtLevel=1", "").strip())
     work = Path(tempfile.mkdtemp(prefix="ykafka-bench-pipeline-"))
     broker = Broker("bench-pipeline", work / "logs", broker=args.broker).start()
     pipeline: Pipeline | None = None

@@ -11,7 +11,7 @@ Why here and packed (issue 39; docs/architecture.md *Pipeline*, docs/benchmarks.
 its micro-batch to the driver as Arrow and writes the stores with pyarrow. Decoded by Spark (``from_json``,
 ``explode``, casts) and carried as Spark rows, each event was parsed by Jackson, turned into a row, and turned
 back into Arrow for the driver: ~0.09 CPU-s a 1,000 events, most of it the JVM and its JIT. The executors'
-Python workers decode it instead (:func:`decode_batch`, ~0.005 CPU-s a 1,000 events) and hand Spark one row per
+Python workers decode it instead (:func:`decode_parts`, ~0.005 CPU-s a 1,000 events) and hand Spark one row per
 :data:`PACK_ROWS` events: an Arrow IPC stream of the typed events (:func:`packed`), which the handler opens
 (:func:`unpack`). Spark still plans the offsets, schedules the reads on its executors, keeps the checkpoint and
 retries a failed task; it no longer copies every event twice.
@@ -56,7 +56,7 @@ def decode(raw: Any, kind: str) -> Any:
 
 def packed(kind: str, batches: Iterable[Any], rows: int = PACK_ROWS) -> Iterator[Any]:
     """Arrow record batches of Kafka rows -> one-row record batches (:data:`PACKED_DDL`), each an Arrow IPC
-    stream of up to ``rows`` typed events of ``kind`` (:func:`decode_batch`); nothing for no events."""
+    stream of up to ``rows`` typed events of ``kind`` (:func:`decode_parts`); nothing for no events."""
     _check(kind)
     held: list[Any] = []
     count = 0
@@ -101,16 +101,6 @@ def _check(kind: str) -> str:
     return kind
 
 
-def decode_batch(kind: str, batch: Any) -> Any:
-    """One Arrow batch of Kafka rows (``value``, optionally ``topic``) -> one record batch of typed events."""
-    import pyarrow as pa
-
-    parts = list(decode_parts(kind, batch))
-    if not parts:
-        return pa.RecordBatch.from_pylist([], schema=_SCHEMAS[_check(kind)])
-    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0] if len(parts) > 1 else parts[0]
-
-
 def decode_parts(kind: str, batch: Any) -> Iterator[Any]:
     """The typed events of each well-formed event batch of ``kind`` among an Arrow batch of Kafka rows, a
     record batch each."""
@@ -145,7 +135,7 @@ def _typed(kind: str, rows: list[list[Any]], constants: dict[str, Any], owner: s
         array = _array(columns[i], typ) if i < len(columns) else None
         constant = _CONVERT[typ](constants[name]) if constants.get(name) is not None else None
         if array is None:
-            array = pa.nulls(n, _ARROW[typ]) if constant is None else pa.array([constant] * n, _ARROW[typ])
+            array = pa.nulls(n, _ARROW[typ]) if constant is None else pa.repeat(pa.scalar(constant, _ARROW[typ]), n)
         elif constant is not None and array.null_count:
             array = pc.fill_null(array, pa.scalar(constant, _ARROW[typ]))
         arrays[name] = array
@@ -156,7 +146,7 @@ def _typed(kind: str, rows: list[list[Any]], constants: dict[str, Any], owner: s
     if owner:  # a per-app topic: every event is its app's; one claiming another app keeps that claim apart
         other = pc.and_kleene(pc.not_equal(claimed, ""), pc.not_equal(claimed, owner))
         arrays[FORGED] = pc.if_else(pc.fill_null(other, False), claimed, pa.scalar(None, pa.string()))
-        arrays["app"] = pa.array([owner] * n, pa.string())
+        arrays["app"] = pa.repeat(pa.scalar(owner, pa.string()), n)
     else:
         arrays[FORGED] = pa.nulls(n, pa.string())
     return pa.RecordBatch.from_arrays(list(arrays.values()), schema=_SCHEMAS[kind])
@@ -193,7 +183,7 @@ def _with_produced(a: dict[str, Any]) -> dict[str, Any]:
     produced = {name: column if name in events.PRODUCED_KEEPS else pa.nulls(m, column.type)
                 for name, column in acked.items()}
     produced["ts"] = acked["sent_ts"]
-    produced["kind"] = pa.array([events.TraceKind.PRODUCED.value] * m, pa.string())
+    produced["kind"] = pa.repeat(pa.scalar(events.TraceKind.PRODUCED.value, pa.string()), m)
     return {name: pa.concat_arrays([a[name], produced[name]]) for name in a}
 
 

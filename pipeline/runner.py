@@ -46,7 +46,7 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 #: fewest Kafka records (each a batch of up to 1,000 events) a read task gets when a range is split
 MIN_RECORDS_PER_TASK = 8
-#: the events each query reads
+#: the kind of events each query reads (its shared topic: ``events.TOPICS``)
 KINDS = {"trace": "trace", "metrics": "metric", "clients": "client"}
 
 
@@ -88,7 +88,8 @@ class QueryStats:
 class Pipeline:
     """One pipeline process (see the module docstring)."""
 
-    QUERIES = (("trace", events.TRACE_TOPIC), ("metrics", events.METRICS_TOPIC), ("clients", events.CLIENTS_TOPIC))
+    #: (query, the shared topic it reads)
+    QUERIES = tuple((name, events.TOPICS[kind]) for name, kind in KINDS.items())
 
     def __init__(self, cfg: PipelineConfig, spark: Any = None, progress: Progress | None = None) -> None:
         from confluent_kafka import Producer

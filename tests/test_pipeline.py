@@ -330,11 +330,11 @@ def test_a_read_limit_splits_the_backlog_into_micro_batches_in_a_spark_run(obs_b
 def test_records_of_sparks_own_kafka_source_decode_in_spark_as_the_python_reader_does(spark) -> None:
     """``--source jvm``: Spark's own ``kafka`` source gives rows of ``topic`` and ``value``; ``decode.decode`` turns
     them into packed typed events in Spark's Python workers (``mapInArrow``). Fed such rows (the connector's jar is
-    not needed to make them), the handler's ``unpack`` gets every event ``decode_batch`` makes of the same records,
-    a forged claim on an app's own topic flagged, a value that is not a batch left out."""
+    not needed to make them), the handler's ``unpack`` gets every event the default source's packs of the same
+    records hold, a forged claim on an app's own topic flagged, a value that is not a batch left out."""
     import pyarrow as pa
 
-    from pipeline.decode import FORGED, decode, decode_batch, drop_forged, unpack
+    from pipeline.decode import FORGED, decode, drop_forged, packed, unpack
 
     now = 1_750_000_000_000
     own = events.app_topic("trace", "app-a")
@@ -350,13 +350,13 @@ def test_records_of_sparks_own_kafka_source_decode_in_spark_as_the_python_reader
     got = unpack("trace", decode(frame.repartition(2), "trace").toArrow())
     raw = pa.RecordBatch.from_arrays([pa.array([t for t, _ in records]), pa.array([v for _, v in records],
                                                                                   pa.binary())], ["topic", "value"])
-    expected = decode_batch("trace", raw)
+    expected = unpack("trace", pa.Table.from_batches(list(packed("trace", [raw]))))
     key = ["msg_id", "kind", "ts", "client_id", "app", FORGED]
 
     def rows(table: Any) -> list[tuple[Any, ...]]:
         return sorted(zip(*(table.column(n).to_pylist() for n in key), strict=True), key=repr)
 
-    assert got.num_rows == 302 and rows(got) == rows(pa.Table.from_batches([expected]))
+    assert got.num_rows == 302 and rows(got) == rows(expected)
     kept, found = drop_forged(got)
     assert found == {("app-a", "app-b"): 1} and kept.num_rows == 301
     with pytest.raises(ValueError, match="no telemetry events of kind 'bogus'"):

@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.decode import FORGED, decode_batch, drop_forged, packed, unpack
+from pipeline.decode import FORGED, drop_forged, packed, unpack
 from ykafka import events
 
 
@@ -18,6 +18,12 @@ def _raw(values: list[bytes], topics: list[str] | None = None) -> pa.RecordBatch
     if topics is not None:
         columns.insert(0, pa.array(topics, pa.string()))
     return pa.RecordBatch.from_arrays(columns, names=(["topic"] if topics is not None else []) + ["value"])
+
+
+def _decoded(kind: str, raw: pa.RecordBatch) -> pa.Table:
+    """What a handler gets of these Kafka rows: the source's packs of them (``packed``), collected and opened."""
+    packs = pa.Table.from_batches(list(packed(kind, [raw])), schema=pa.schema([("events", pa.binary())]))
+    return unpack(kind, packs)
 
 
 def test_decode_derives_the_times_of_rows_written_without_them() -> None:
@@ -29,7 +35,7 @@ def test_decode_derives_the_times_of_rows_written_without_them() -> None:
             (1_750_000_001_000, "acked", None, "t", "k", 1, 8, 1_750_000_000_990, 10.25, None, None, None, None,
              "dc-t", 1_750_000_000_990)]
     value = events.encode_rows("trace", rows, {"client_id": "c-9"})
-    typed = decode_batch("trace", _raw([value]))
+    typed = _decoded("trace", _raw([value]))
     got = sorted(zip(*(typed.column(n).to_pylist() for n in ("msg_id", "kind", "ts", "sent_ts", "client_id")),
                      strict=True))
     assert got == [("t/1/7", "acked", 1_750_000_000_025, 1_750_000_000_000, "c-9"),
@@ -49,15 +55,13 @@ def test_events_of_an_apps_own_topic_are_its_own_and_a_claim_of_another_app_is_l
     forged = events.encode_rows("client", [[now, "c-forged", "app-b"], [now, "c-forged2", "app-b"]])
     shared = events.encode_rows("client", [[now, "c-open", "app-b"]])
     own = events.app_topic("client", "app-a")
-    table = pa.Table.from_batches([decode_batch("client", _raw([honest, forged, shared],
-                                                               [own, own, events.CLIENTS_TOPIC]))])
+    table = _decoded("client", _raw([honest, forged, shared], [own, own, events.CLIENTS_TOPIC]))
     kept, found = drop_forged(table)
     assert sorted(zip(kept.column("client_id").to_pylist(), kept.column("app").to_pylist(), strict=True)) == [
         ("c-a", "app-a"), ("c-open", "app-b"), ("c-quiet", "app-a")]
     assert found == {("app-a", "app-b"): 2} and FORGED not in kept.column_names
     trace = events.encode_rows("trace", [(now, "consumed", "m-1", "t")], {"client_id": "c-forged", "app": "app-b"})
-    kept, found = drop_forged(pa.Table.from_batches([decode_batch("trace", _raw([trace], [
-        events.app_topic("trace", "app-a")]))]))
+    kept, found = drop_forged(_decoded("trace", _raw([trace], [events.app_topic("trace", "app-a")])))
     assert kept.num_rows == 0 and found == {("app-a", "app-b"): 1}
 
 
@@ -71,7 +75,7 @@ def test_values_of_the_wrong_kind_become_null_and_what_is_not_a_batch_is_dropped
         ["17", "consumed", "m", "t", "k", " 4 ", "1e3", now, 7, "g", "1", None, None, "dc"]])
     values = [odd, b"not json", b"[1, 2]", events.encode_rows("metric", [[now, "x"]]),
               b'{"v": 1, "type": "trace", "f": [], "r": [[1], "row"]}']
-    typed = pa.Table.from_batches([decode_batch("trace", _raw(values))])
+    typed = _decoded("trace", _raw(values))
     rows = typed.to_pylist()
     assert len(rows) == 2
     first, second = rows
@@ -87,7 +91,7 @@ def test_packed_events_open_to_the_same_table_in_packs_of_the_given_size() -> No
     now = 1_750_000_000_000
     values = [events.encode_rows("metric", [[now + b * 10 + i, "send.latency_ms", f"c{b}"] for i in range(10)])
               for b in range(7)]
-    whole = pa.Table.from_batches([decode_batch("metric", _raw(values))])
+    whole = _decoded("metric", _raw(values))
     packs = list(packed("metric", [_raw(values[:3]), _raw(values[3:])], rows=25))
     assert [p.num_rows for p in packs] == [1, 1, 1]  # 30, 30 and the last 10 events
     opened = unpack("metric", pa.Table.from_batches(packs))
@@ -119,7 +123,7 @@ def test_decode_agrees_with_the_python_reader(rows: list[list[Any]], constants: 
     the SDK could write (the derived produced steps and times included) is a row of the pipeline's typed table,
     and nothing else is."""
     value = events.encode_rows("trace", rows, constants)
-    typed = decode_batch("trace", _raw([value])).to_pylist()
+    typed = _decoded("trace", _raw([value])).to_pylist()
     _kind, python = events.decode(value)
 
     def key(event: dict[str, Any]) -> str:
@@ -144,7 +148,7 @@ def test_any_json_in_a_batch_decodes_without_failing(rows: list[list[Any]], cons
     value = orjson.dumps({"v": 1, "type": "trace", "f": list(events.TRACE_NAMES), "r": rows, "c": constants},
                          option=orjson.OPT_PASSTHROUGH_SUBCLASS) if all(
         abs(v) < 2**63 for v in _ints([rows, constants])) else b"{}"
-    typed = decode_batch("trace", _raw([value]))
+    typed = _decoded("trace", _raw([value]))
     assert typed.num_rows in range(len(rows) if value != b"{}" else 0, 2 * len(rows) + 1)
     assert typed.schema.names == [*events.TRACE_NAMES, FORGED]
 
