@@ -31,13 +31,15 @@ def test_an_operator_runs_a_guarded_rollout_from_the_console(console: Console, p
         page.fill("#plan-form input[name=steps]", "30,100")
         page.fill("#plan-form input[name=bake]", "3")
         page.fill("#plan-form input[name=p99_floor]", "1000")  # a loaded test machine: see tests/test_rollouts.py
-        page.click("#plan-form button[type=submit]")
+        with page.expect_navigation():
+            page.click("#plan-form button[type=submit]")
         refused = page.locator("#plan-errors").inner_text()
         assert f"guard:p0-linger: producer.linger.ms is at most 50 on P0 topics: topic {topic} would get " \
                "producer.linger.ms=200" in refused, refused
         assert page.locator("section.plan").count() == 0
         page.fill("#plan-form textarea[name=changes]", "producer.linger.ms=20")
-        page.click("#plan-form button[type=submit]")
+        with page.expect_navigation():  # the form posts and redirects: reloading before it lands fails (no page)
+            page.click("#plan-form button[type=submit]")
 
         def done() -> bool:
             page.reload()
