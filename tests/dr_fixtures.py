@@ -104,6 +104,24 @@ def read_all(bootstrap: str, topic: str, expect: int | None = None, idle_s: floa
     return out
 
 
+def partition_counts(bootstrap: str, topic: str, records: Iterable[Message]) -> dict[int, tuple[int, int, int]]:
+    """Per partition: (records read, low watermark, high watermark): a loss's evidence, whether the broker holds
+    what the reader did not see or never stored it."""
+    read: dict[int, int] = {}
+    for m in records:
+        read[m.partition()] = read.get(m.partition(), 0) + 1
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("dr-marks")})
+    try:
+        parts = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10).topics[topic].partitions
+        out = {}
+        for p in sorted(parts):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            out[p] = (read.get(p, 0), low, high)
+        return out
+    finally:
+        consumer.close()
+
+
 def tally(sent: Iterable[Any], delivered: Iterable[Any]) -> dict[str, int]:
     """sent / delivered / lost / duplicated, counting every id end to end."""
     sent_list = list(sent)

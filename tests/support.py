@@ -354,6 +354,13 @@ class Broker:
         self._signal(signal.SIGCONT, index)
         self.frozen = index is not None and self.frozen
 
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of each broker's log: a failed test's evidence of what the cluster did meanwhile."""
+        from ykafka.devstack.procs import log_tail
+
+        return "\n".join(f"--- {svc.name}\n{log_tail(svc.log_file(self.stack.home), lines)}"
+                         for svc in self.stack.services(self.names))
+
     @property
     def alive(self) -> bool:
         """Every broker of the cluster runs."""

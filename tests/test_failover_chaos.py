@@ -19,6 +19,7 @@ from tests.dr_fixtures import (
     in_key_order,
     key_overtakes,
     make_engine,
+    partition_counts,
     read_all,
     strict_count,
     tally,
@@ -303,6 +304,12 @@ def test_engine_clients_keep_key_order_across_retries_on_fresh_partitions(dc_bro
         create_topic(a.bootstrap, topic, 6)
     engine = make_engine({"dc-a": a.bootstrap}, RouteSpec("dc-a"), tmp_path / "dr")
     sent = {topic: 0 for topic in topics}
+    failures: dict[str, int] = {}
+
+    def report(err: Any, _msg: Any) -> None:  # a message reported failed is a loss: its error is the evidence
+        if err is not None:
+            failures[err.name()] = failures.get(err.name(), 0) + 1
+
     try:
         conf = engine._direct_conf("dc-a")  # idempotent (acks=all by default), one request in flight
         assert conf["enable.idempotence"] is True and conf["max.in.flight.requests.per.connection"] == 1
@@ -311,20 +318,25 @@ def test_engine_clients_keep_key_order_across_retries_on_fresh_partitions(dc_bro
             for topic in topics:
                 for _ in range(20):
                     i = sent[topic]
-                    engine.produce(topic, str(i).encode(), key=str(i % KEYS).encode())
+                    engine.produce(topic, str(i).encode(), key=str(i % KEYS).encode(), on_delivery=report)
                     sent[topic] = i + 1
+            engine.poll(0)
             time.sleep(0.001)
         assert engine.flush(60) == 0
         # on a loaded machine a fresh partition's first batches may time out (spill.after.ms 2 s here) and go to the
         # spill, in produce order: they count once replayed
         assert engine.wait_idle(60), engine.status()
+        engine.poll(0)
+        status = engine.status()
     finally:
         engine.close()
     found = {}
     for topic in topics:
         records = read_all(a.bootstrap, topic, expect=sent[topic])
         counts = tally(range(sent[topic]), _values(records))
-        assert counts["lost"] == 0 and counts["unexpected"] == 0, counts
+        assert counts["lost"] == 0 and counts["unexpected"] == 0, \
+            f"{counts}\nfailed reports: {failures}\n(read, low, high) per partition: " \
+            f"{partition_counts(a.bootstrap, topic, records)}\nengine: {status}\n{a.log_tail()}"
         found[topic] = key_overtakes(records)
     overtaken = {t: v[:3] for t, v in found.items() if v}
     assert not overtaken, (sum(len(v) for v in found.values()), overtaken)
