@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.dr_fixtures import create_topic, first_occurrence_ordered, read_all, strict_count, tally, unique
 from tests.support import Broker
 from ykafka import Producer
@@ -115,6 +117,51 @@ def test_healthy_topic_uses_the_direct_path(one_broker: Broker, tmp_path: Path) 
                                                                      "duplicated": 0, "unexpected": 0}
     assert sorted(stream.acked) == stream.sent and set(stream.acked.values()) == {1} and not stream.errors
     assert _keyed_in_order(records)
+
+
+def test_a_message_the_broker_refuses_for_good_fails_once_and_says_so_once(one_broker: Broker, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message the cluster rejects for good (larger than the topic's ``max.message.bytes``) is neither spilled nor
+    sent again: its delivery callback gets librdkafka's own error, and the log says so once per topic and error,
+    with the rest counted (a sender without a callback would otherwise hear of the loss nowhere). The cluster stays
+    in service: the next message that fits is delivered straight."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from structlog.testing import capture_logs
+
+    from ykafka.dr import link as link_module
+
+    topic = unique("direct-refused")
+    admin = AdminClient({"bootstrap.servers": one_broker.bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "2000"})]).values():
+        future.result(15)
+    create_topic(one_broker.bootstrap, topic, 1, exact=False)  # visible
+    producer = _producer(one_broker, tmp_path)
+    reports: list[tuple[int | None, bytes]] = []
+
+    def record(err: Any, msg: Any) -> None:
+        reports.append((None if err is None else err.code(), msg.value()[:6]))
+
+    try:
+        with capture_logs() as logs:
+            for i in range(6):
+                if i == 5:  # the interval over: the next failure is logged again, with the four not logged
+                    monkeypatch.setattr(link_module, "FAILURE_LOG_INTERVAL_S", 0.0)
+                producer.produce(topic, f"big-{i}:".encode() + b"x" * 8000, on_delivery=record)
+                assert producer.flush(30) == 0  # one request each: six refusals, not one refused batch
+            producer.produce(topic, b"fits", on_delivery=record)
+            assert producer.flush(30) == 0
+        status = producer.disaster_recovery.status() if producer.disaster_recovery else {}
+        records = read_all(one_broker.bootstrap, topic, expect=1)
+    finally:
+        producer.close()
+    assert reports == [(KafkaError.MSG_SIZE_TOO_LARGE, f"big-{i}:".encode()) for i in range(6)] + [(None, b"fits")]
+    failed = [(e["topic"], e["error"], e["more_since_last"]) for e in logs if e["event"] == "delivery.failed"]
+    assert failed == [(topic, "MSG_SIZE_TOO_LARGE", 0), (topic, "MSG_SIZE_TOO_LARGE", 4)]
+    link = status["links"]["default"]
+    assert link["failed"] == 6 and link["spilled"] == 0 and link["available"]
+    assert status["spill"]["default"]["depth"] == 0
+    assert [m.value() for m in records] == [b"fits"]
 
 
 def _break_until_spilled(producer: Producer, topic: str, break_it: Callable[[], None],

@@ -60,6 +60,10 @@ RESEND_CODES = frozenset({
 })
 
 
+#: a message failed for good is logged at most once per topic and error in this many seconds (with how many
+#: were not logged since): a failure the application has no delivery callback for is heard of nowhere else
+FAILURE_LOG_INTERVAL_S = 60.0
+
 #: how long a hand-over away from a cluster that is up waits for its requests in flight to be answered before
 #: purging them too (bench/failover.py: answered within ~100 ms normally; a stalled cluster held them 10 s)
 HANDOVER_GRACE_S = 1.0
@@ -221,6 +225,7 @@ class ClusterLink:
         self._recovering = False
         self._down_since = 0.0
         self.counts = {"spilled": 0, "rerouted": 0, "failed": 0, "refused": 0, "stalled": 0}
+        self._failure_log: dict[tuple[str, int], list[float]] = {}  # (topic, code): [last logged, not logged since]
         self.app_id: str | None = None  # named in a refusal's report
         health.on_refused = self._on_refused
         self.direct = 0  # hot-path counters as plain attributes
@@ -403,7 +408,24 @@ class ClusterLink:
                 self.mark_unavailable(f"{err.name()}: {err.str()}")
             return
         self.counts["failed"] += 1
+        self._log_failure(msg.topic, err)
         self._mailbox.deliver(msg.on_delivery, err, m)
+
+    def _log_failure(self, topic: str, err: RawKafkaError) -> None:
+        """Say that a message failed for good, neither spilled nor sent elsewhere: once per topic and error per
+        :data:`FAILURE_LOG_INTERVAL_S`, with how many more failed meantime (a storm of one error is one line)."""
+        key = (topic, err.code())
+        now = time.monotonic()
+        seen = self._failure_log.get(key)
+        if seen is not None and now - seen[0] < FAILURE_LOG_INTERVAL_S:
+            seen[1] += 1
+            return
+        if seen is None and len(self._failure_log) >= 1024:  # topics without end: forget, never grow
+            self._failure_log.clear()
+        log.warning("delivery.failed", cluster=self.cluster, topic=topic, error=err.name(), reason=err.str(),
+                    more_since_last=int(seen[1]) if seen is not None else 0,
+                    consequence="reported to the message's delivery callback; not spilled, not sent again")
+        self._failure_log[key] = [now, 0]
 
     def refusal(self, topic: str, err: RawKafkaError | None = None) -> RawKafkaError | None:
         """What the delivery callback of a message to ``topic`` the cluster refuses gets (``err``, else the
