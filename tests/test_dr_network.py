@@ -98,3 +98,54 @@ def test_engine_clients_are_idempotent_where_acks_allow(tmp_path: Path, conf: di
     assert str(direct.get("enable.idempotence", False)).lower() in (("true",) if idempotent else ("false",))
     assert direct.get("max.in.flight.requests.per.connection") == in_flight
     RawProducer({k: v for k, v in direct.items() if k != "error_cb"}).flush(0)
+
+
+
+def test_a_slow_cluster_that_answers_is_not_called_down(one_broker: Broker, proxied: tuple[toxiproxy.Toxiproxy, str],
+                                                       tmp_path: Path) -> None:
+    """350 ms more each way between a ``ykafka.Producer`` and dc-a (a round trip of ~0.7 s: a congested cross-region
+    link, a broker in long GC pauses) for 8 s, under a stream of keyed and unkeyed sends on the Producer's direct
+    path, with the default health settings: the cluster answers, slowly, so it stays up and nothing is spilled or
+    stored twice. Before, the metadata probe gave up after 0.5 s and the direct path's acknowledgements do not
+    reach the health check, so three probes in a row failed and the cluster was called down while it was
+    acknowledging writes: its in-flight messages were purged and sent again (the soak of 2026-12-01, seed 101:
+    677 records stored twice at a 268 ms latency fault)."""
+    from tests.test_dr_direct import Stream as DirectStream
+    from ykafka import Producer
+
+    net, bootstrap = proxied
+    topic = unique("dr-slow-link")
+    create_topic(one_broker.bootstrap, topic, 3)
+    producer = Producer({"bootstrap.servers": bootstrap, "ykafka.cache.dir": str(tmp_path / "cache"),
+                         "ykafka.report.enabled": False, "log_level": 0})
+    try:
+        stream = DirectStream(producer, topic).start()
+        engine = producer.disaster_recovery
+        assert engine is not None
+        # a long-running producer: its health probe has answered before the link slows down (the first probe, 5 s
+        # in, opens the probe's connection; a cold one needs more round trips than this test is about)
+        wait_until(lambda: len(stream.acked) >= 300 and engine.status()["clusters"]["default"]["last_probe_ms"],
+                   20, message="300 acknowledged through the proxy and a health probe answered")
+        acked_before = len(stream.acked)
+        for direction in ("downstream", "upstream"):
+            net.toxic("dc-a", "latency", {"latency": 350, "jitter": 0}, direction)
+        time.sleep(8.0)
+        acked_slow = len(stream.acked) - acked_before
+        net.clear("dc-a")
+        stream.stop()
+        assert producer.flush(60) == 0
+        assert engine.wait_idle(60), engine.status()
+        status = engine.status()
+    finally:
+        producer.close()
+    on_a = read_all(one_broker.bootstrap, topic, expect=len(stream.sent))
+    counts = Counter(int(m.value() or b"0") for m in on_a)
+    twice = sorted(v for v, n in counts.items() if n > 1)
+    link = status["links"]["default"]
+    health = status["clusters"]["default"]
+    said = (f"sent={len(stream.sent)} acked={len(stream.acked)} acked_while_slow={acked_slow} stored={len(on_a)} "
+            f"twice={len(twice)} spilled={link['spilled']} health={health} errors={stream.errors[:3]}")
+    assert acked_slow > 0, said  # the link was slow, not cut
+    assert set(counts) == set(stream.sent) and not stream.errors, said  # nothing lost
+    assert health["transitions"] == 0, said
+    assert link["spilled"] == 0 and not twice, said

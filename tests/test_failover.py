@@ -250,18 +250,20 @@ def test_a_probe_client_that_keeps_failing_is_replaced() -> None:
 
     health = ClusterHealth("dc-a", {"bootstrap.servers": f"127.0.0.1:{free_port()}"},
                            HealthPolicy(down_failures=3, down_after_s=0, probe_interval_s=0.02, probe_timeout_s=0.05))
-    clients: list[int] = []
+    clients: list[tuple[int, int]] = []  # (the client, the failures counted when it was first seen)
     try:
         deadline = time.monotonic() + 20
-        while health._probe_failures < 2 * PROBE_CLIENT_FAILURES + 1 and time.monotonic() < deadline:
-            admin = health._admin
-            if admin is not None and (not clients or clients[-1] != id(admin)):
-                clients.append(id(admin))
+        while len(clients) < 3 and time.monotonic() < deadline:
+            admin, failures = health._admin, health._probe_failures
+            if admin is not None and (not clients or clients[-1][0] != id(admin)):
+                clients.append((id(admin), failures))
             time.sleep(0.005)
     finally:
         health.close()
     assert health.state is ClusterState.DOWN
-    assert len(clients) >= 3, clients  # the first client, and a new one after each run of failures
+    # the first client, and a new one after each run of failures (a probe counts one per probe timeout it waited)
+    assert len(clients) >= 3, clients
+    assert [failures // PROBE_CLIENT_FAILURES for _, failures in clients[:3]] == [0, 1, 2], clients
 
 
 def test_a_cluster_of_several_brokers_none_answering_is_still_marked_down() -> None:
