@@ -142,3 +142,96 @@ def test_a_statistics_event_in_the_links_own_client_does_not_pull_a_callers_send
         assert link.direct_sender("t", callers) is not None
     finally:
         health.close()
+
+
+def test_a_message_re_routed_into_the_links_own_client_stops_the_callers_direct_senders() -> None:
+    """A caller holding a direct sender (built while the link's own client was empty) must drop it once a message is
+    re-routed into that client, or its newer sends of the key go straight to the cluster ahead of the re-routed one.
+    The 10-minute soak of seed 101 (2026-12-01) had one such record: re-routed from dc-b at a failback, it waited in
+    dc-a's link client while the Producer's direct path stored a newer record of its key first (overtaken_direct 1).
+    The link now tells its owner (``on_change``, which drops cached direct senders) at the first message into its own
+    client while callers may send directly; not again while that client still holds one, and not when no caller
+    sends directly."""
+    from ykafka.dr.health import ClusterHealth, HealthPolicy
+    from ykafka.dr.link import ClusterLink, Outgoing
+
+    own, callers = _EventfulClient(), _EventfulClient()
+    health = ClusterHealth("c", {"bootstrap.servers": "127.0.0.1:1"}, HealthPolicy(probe_interval_s=3600))
+    changes: list[int] = []
+    try:
+        link = ClusterLink("c", lambda: own, health, None, lambda *_a: None)
+        link.on_change = lambda: changes.append(len(own.produced))
+        link.send(Outgoing("t", b"own-first", b"k", -1, 0, None, None))  # nobody sends directly yet: nothing to stop
+        own.produced[0][1](None, None)  # reported: the own client is empty again
+        assert changes == []
+        assert link.direct_sender("t", callers) is not None  # the caller sends directly from here
+        link.send(Outgoing("t", b"re-routed", b"k", -1, 0, None, None))
+        assert changes == [1]  # told before the message went in
+        assert link.direct_sender("t", callers) is None  # the caller's next sends come through send(), behind it
+        link.send(Outgoing("t", b"re-routed-2", b"k", -1, 0, None, None))
+        link.send(Outgoing("t", b"newer", b"k", -1, 0, None, None), client=callers)
+        assert [v for v, _cb in own.produced] == [b"own-first", b"re-routed", b"re-routed-2", b"newer"]
+        assert changes == [1] and not callers.produced
+    finally:
+        health.close()
+
+
+class _PurgeableClient:
+    """A librdkafka producer stand-in that holds nothing once purged (its reports already served)."""
+
+    def __init__(self) -> None:
+        self.produced: list[tuple[bytes, Any]] = []
+
+    def __len__(self) -> int:
+        return 0
+
+    def produce(self, topic: str, value: bytes, key: Any, partition: int, callback: Any, *_rest: Any) -> None:
+        self.produced.append((value, callback))
+
+    def purge(self, **_kwargs: Any) -> None:
+        return None
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def close(self) -> bool:
+        return True
+
+
+def test_messages_given_back_count_as_outstanding_until_each_is_re_routed(monkeypatch: Any) -> None:
+    """What a failed client gave back is outstanding until it is in the spill (or with the standby, or called back):
+    ``flush`` and ``wait_idle`` wait on that count. The batch used to leave the list before it was counted, with a
+    pass over it and a log line in between, and in that gap the link said 0: a standalone engine's ``wait_idle``
+    returned True, the spill then filled with 7,783 records, and the test reading the topic back found 635 missing
+    (tests/test_failover_chaos.py, fresh partitions, 2026-12-01). Measured at that log line: every message counts."""
+    from confluent_kafka import KafkaError
+
+    from ykafka.dr import link as link_module
+    from ykafka.dr.health import ClusterHealth, HealthPolicy
+    from ykafka.dr.link import ClusterLink, Outgoing
+
+    own = _PurgeableClient()
+    health = ClusterHealth("c", {"bootstrap.servers": "127.0.0.1:1"}, HealthPolicy(probe_interval_s=3600))
+    rerouted: list[bytes] = []
+    seen_at_log: list[int] = []
+    try:
+        link = ClusterLink("c", lambda: own, health, None, lambda _c, msg, _err: rerouted.append(msg.value))
+        real_info = link_module.log.info
+
+        def info(event: str, **kw: Any) -> None:
+            if event == "cluster.rerouting":
+                seen_at_log.append(link.outstanding())
+            real_info(event, **kw)
+
+        monkeypatch.setattr(link_module.log, "info", info)
+        for i in range(5):
+            link.send(Outgoing("t", f"m{i}".encode(), b"k", -1, 0, None, None))
+        timed_out = KafkaError(KafkaError._MSG_TIMED_OUT)
+        for _value, callback in own.produced:
+            callback(timed_out, None)  # each comes back: the link takes its client out of service, to re-route
+        assert link.outstanding() == 5
+        link.poll(0)
+    finally:
+        health.close()
+    assert seen_at_log == [5], seen_at_log
+    assert rerouted == [b"m0", b"m1", b"m2", b"m3", b"m4"] and link.outstanding() == 0
