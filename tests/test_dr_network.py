@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,13 @@ def proxied(one_broker: Broker, tmp_path: Path) -> Iterator[tuple[toxiproxy.Toxi
         net.close()
 
 
+def _read_back(broker: Broker, topic: str, sent: list[int]) -> tuple[list[Any], Counter[int], list[int]]:
+    """dc-a's records of ``topic`` (read through its own port), the copies of each value, the values stored twice."""
+    on_a = read_all(broker.bootstrap, topic, expect=len(sent))
+    counts = Counter(int(m.value() or b"0") for m in on_a)
+    return on_a, counts, sorted(v for v, n in counts.items() if n > 1)
+
+
 def test_answers_cut_mid_request_store_no_second_copy(one_broker: Broker, proxied: tuple[toxiproxy.Toxiproxy, str],
                                                       tmp_path: Path) -> None:
     """Eight times, every connection to dc-a is closed after the first byte of an answer for 0.4 s, under a keyed
@@ -65,9 +73,7 @@ def test_answers_cut_mid_request_store_no_second_copy(one_broker: Broker, proxie
         status = engine.status()
     finally:
         engine.close()
-    on_a = read_all(one_broker.bootstrap, topic, expect=len(stream.sent))
-    counts = Counter(int(m.value() or b"0") for m in on_a)
-    twice = sorted(v for v, n in counts.items() if n > 1)
+    on_a, counts, twice = _read_back(one_broker, topic, stream.sent)
     link = status["links"]["dc-a"]
     said = (f"sent={len(stream.sent)} acked={len(stream.acked)} stored={len(on_a)} twice={len(twice)} "
             f"first={twice[:5]} spilled={link['spilled']} errors={stream.errors[:3]}")
@@ -138,9 +144,7 @@ def test_a_slow_cluster_that_answers_is_not_called_down(one_broker: Broker, prox
         status = engine.status()
     finally:
         producer.close()
-    on_a = read_all(one_broker.bootstrap, topic, expect=len(stream.sent))
-    counts = Counter(int(m.value() or b"0") for m in on_a)
-    twice = sorted(v for v, n in counts.items() if n > 1)
+    on_a, counts, twice = _read_back(one_broker, topic, stream.sent)
     link = status["links"]["default"]
     health = status["clusters"]["default"]
     said = (f"sent={len(stream.sent)} acked={len(stream.acked)} acked_while_slow={acked_slow} stored={len(on_a)} "

@@ -102,19 +102,27 @@ def test_a_watched_client_gets_a_backstop_timeout_and_the_watch_beside_the_metri
 
 class _EventfulClient:
     """A librdkafka producer stand-in whose ``len()`` counts one pending event (a statistics document) and no
-    message, as a real client's does between two polls once statistics are on."""
+    message, as a real client's does between two polls once statistics are on (``pending=0``: one that holds
+    nothing, its reports served)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pending: int = 1) -> None:
         self.produced: list[tuple[bytes, Any]] = []
+        self.pending = pending
 
     def __len__(self) -> int:
-        return 1
+        return self.pending
 
     def produce(self, topic: str, value: bytes, key: Any, partition: int, callback: Any, *_rest: Any) -> None:
         self.produced.append((value, callback))
 
     def poll(self, _timeout: float = 0) -> int:
         return 0
+
+    def purge(self, **_kwargs: Any) -> None:
+        return None
+
+    def close(self) -> bool:
+        return True
 
 
 def test_a_statistics_event_in_the_links_own_client_does_not_pull_a_callers_sends_into_it() -> None:
@@ -176,28 +184,6 @@ def test_a_message_re_routed_into_the_links_own_client_stops_the_callers_direct_
         health.close()
 
 
-class _PurgeableClient:
-    """A librdkafka producer stand-in that holds nothing once purged (its reports already served)."""
-
-    def __init__(self) -> None:
-        self.produced: list[tuple[bytes, Any]] = []
-
-    def __len__(self) -> int:
-        return 0
-
-    def produce(self, topic: str, value: bytes, key: Any, partition: int, callback: Any, *_rest: Any) -> None:
-        self.produced.append((value, callback))
-
-    def purge(self, **_kwargs: Any) -> None:
-        return None
-
-    def poll(self, _timeout: float = 0) -> int:
-        return 0
-
-    def close(self) -> bool:
-        return True
-
-
 def test_messages_given_back_count_as_outstanding_until_each_is_re_routed(monkeypatch: Any) -> None:
     """What a failed client gave back is outstanding until it is in the spill (or with the standby, or called back):
     ``flush`` and ``wait_idle`` wait on that count. The batch used to leave the list before it was counted, with a
@@ -210,7 +196,7 @@ def test_messages_given_back_count_as_outstanding_until_each_is_re_routed(monkey
     from ykafka.dr.health import ClusterHealth, HealthPolicy
     from ykafka.dr.link import ClusterLink, Outgoing
 
-    own = _PurgeableClient()
+    own = _EventfulClient(pending=0)
     health = ClusterHealth("c", {"bootstrap.servers": "127.0.0.1:1"}, HealthPolicy(probe_interval_s=3600))
     rerouted: list[bytes] = []
     seen_at_log: list[int] = []
