@@ -285,9 +285,9 @@ class ClusterLink:
                         and self.on_change is not None:
                     # the first message into our own client (re-routed here from the partner cluster) while callers
                     # may hold direct senders built when it was empty: they stop now, so their newer messages of its
-                    # key come here, behind it (see direct_sender). Without this a caller's direct path went on: at
-                    # a failback in the soak (seed 101) a message re-routed from dc-b waited in this client for its
-                    # producer id while newer ones of its key were stored ahead of it on dc-a (overtaken_direct 1)
+                    # key come here, behind it (see direct_sender). Without this a caller's direct path went on and
+                    # could store a newer message of the key first (found tracing the soak's overtaken_direct at a
+                    # failback: docs/reliability.md, *Where the duplicates come from*)
                     self.on_change()
                 # the hot path, inlined: (topic, value, key, partition, callback, on_delivery, ts, headers)
                 client.produce(msg[0], msg[1], msg[2], msg[3], functools.partial(
