@@ -13,7 +13,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -43,13 +42,6 @@ def proxied(one_broker: Broker, tmp_path: Path) -> Iterator[tuple[toxiproxy.Toxi
         net.close()
 
 
-def _read_back(broker: Broker, topic: str, sent: list[int]) -> tuple[list[Any], Counter[int], list[int]]:
-    """dc-a's records of ``topic`` (read through its own port), the copies of each value, the values stored twice."""
-    on_a = read_all(broker.bootstrap, topic, expect=len(sent))
-    counts = Counter(int(m.value() or b"0") for m in on_a)
-    return on_a, counts, sorted(v for v, n in counts.items() if n > 1)
-
-
 def test_answers_cut_mid_request_store_no_second_copy(one_broker: Broker, proxied: tuple[toxiproxy.Toxiproxy, str],
                                                       tmp_path: Path) -> None:
     """Eight times, every connection to dc-a is closed after the first byte of an answer for 0.4 s, under a keyed
@@ -73,7 +65,9 @@ def test_answers_cut_mid_request_store_no_second_copy(one_broker: Broker, proxie
         status = engine.status()
     finally:
         engine.close()
-    on_a, counts, twice = _read_back(one_broker, topic, stream.sent)
+    on_a = read_all(one_broker.bootstrap, topic, expect=len(stream.sent))
+    counts = Counter(int(m.value() or b"0") for m in on_a)
+    twice = sorted(v for v, n in counts.items() if n > 1)
     link = status["links"]["dc-a"]
     said = (f"sent={len(stream.sent)} acked={len(stream.acked)} stored={len(on_a)} twice={len(twice)} "
             f"first={twice[:5]} spilled={link['spilled']} errors={stream.errors[:3]}")
@@ -104,5 +98,3 @@ def test_engine_clients_are_idempotent_where_acks_allow(tmp_path: Path, conf: di
     assert str(direct.get("enable.idempotence", False)).lower() in (("true",) if idempotent else ("false",))
     assert direct.get("max.in.flight.requests.per.connection") == in_flight
     RawProducer({k: v for k, v in direct.items() if k != "error_cb"}).flush(0)
-
-
