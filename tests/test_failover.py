@@ -101,6 +101,39 @@ def test_a_refusal_of_the_credentials_is_not_an_outage_and_new_credentials_lift_
         health.close()
 
 
+def test_a_probe_that_began_under_a_refusal_and_failed_after_its_lift_is_not_an_outage() -> None:
+    """A probe waits up to down_failures probe timeouts; one begun while the broker refused the old credentials
+    that fails after the refusal was lifted (the app enabled again: new credentials) says nothing about an outage.
+    Counted, it was three failures at once and the cluster was called down 1.5 s after the app was let back in."""
+    creds = {"bootstrap.servers": "127.0.0.1:1", "sasl.username": "app.a@dc-a.g1"}
+    started, release = threading.Event(), threading.Event()
+
+    def probe(timeout: float) -> None:  # the old credentials' connection: no answer until it times out
+        started.set()
+        release.wait(10)
+        raise RuntimeError("Failed to get metadata: Local: Timed out")
+
+    health = ClusterHealth("dc-a", dict(creds), HealthPolicy(down_failures=3, down_after_s=0, probe_interval_s=60,
+                                                             probe_timeout_s=0.5),
+                           probe=probe, conf_source=lambda: dict(creds))
+    try:
+        health.on_error(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error"))  # wakes a probe
+        assert started.wait(5)
+        creds["sasl.username"] = "app.a@dc-a.g2"
+        time.sleep(0.6)  # checked at most twice a second
+        assert not health.is_refused()
+        time.sleep(0.9)
+        release.set()  # the probe begun under the refusal fails now, after its three probe timeouts
+        _until(lambda: "Timed out" in (health.status()["last_error"] or ""))  # said, not counted:
+        time.sleep(0.05)
+        status = health.status()
+        assert health.state is ClusterState.UP and status["consecutive_failures"] == 0, status
+        assert status["transitions"] == 0 and (health.last_probe_ms or 0) >= 1400, (status, health.last_probe_ms)
+    finally:
+        release.set()
+        health.close()
+
+
 def test_librdkafka_errors_count_as_failures() -> None:
     probe = ScriptedProbe()
     health, changes = _health(probe, probe_interval_s=60)
@@ -250,18 +283,20 @@ def test_a_probe_client_that_keeps_failing_is_replaced() -> None:
 
     health = ClusterHealth("dc-a", {"bootstrap.servers": f"127.0.0.1:{free_port()}"},
                            HealthPolicy(down_failures=3, down_after_s=0, probe_interval_s=0.02, probe_timeout_s=0.05))
-    clients: list[int] = []
+    clients: list[tuple[int, int]] = []  # (the client, the failures counted when it was first seen)
     try:
         deadline = time.monotonic() + 20
-        while health._probe_failures < 2 * PROBE_CLIENT_FAILURES + 1 and time.monotonic() < deadline:
-            admin = health._admin
-            if admin is not None and (not clients or clients[-1] != id(admin)):
-                clients.append(id(admin))
+        while len(clients) < 3 and time.monotonic() < deadline:
+            admin, failures = health._admin, health._probe_failures
+            if admin is not None and (not clients or clients[-1][0] != id(admin)):
+                clients.append((id(admin), failures))
             time.sleep(0.005)
     finally:
         health.close()
     assert health.state is ClusterState.DOWN
-    assert len(clients) >= 3, clients  # the first client, and a new one after each run of failures
+    # the first client, and a new one after each run of failures (a probe counts one per probe timeout it waited)
+    assert len(clients) >= 3, clients
+    assert [failures // PROBE_CLIENT_FAILURES for _, failures in clients[:3]] == [0, 1, 2], clients
 
 
 def test_a_cluster_of_several_brokers_none_answering_is_still_marked_down() -> None:

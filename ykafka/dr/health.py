@@ -4,8 +4,11 @@ Two sources feed one verdict per cluster. librdkafka tells us about trouble as i
 ``_ALL_BROKERS_DOWN``, ``_TRANSPORT``; delivery timeouts), and a metadata probe (``list_topics`` with a
 short timeout) confirms it and notices recovery. A cluster is marked DOWN after ``health.down.failures``
 consecutive failures, or after failing for ``health.down.after.ms`` without a single success in between;
-one successful probe or delivery marks it UP again. Probes run every ``health.probe.interval.ms`` while a
-cluster is suspect or down, and ten times less often while it is healthy.
+one successful probe or delivery marks it UP again. A probe waits for its answer as long as that many failed
+probes would take, and one that gets none counts a failure per probe timeout it waited: a cluster that does not
+answer is down as soon as before, and one that answers slowly (a round trip past the probe timeout: a congested
+link, a broker in long GC pauses) is not called down while it acknowledges writes. Probes run every
+``health.probe.interval.ms`` while a cluster is suspect or down, and ten times less often while it is healthy.
 
 A cluster that refuses the client's credentials (SASL authentication failed: the app was revoked) answers; it
 is not down. :meth:`ClusterHealth.refuse` records the refusal instead of a failure, and while it stands the
@@ -91,12 +94,15 @@ class ClusterHealth:
         self.refused: RawKafkaError | None = None
         self._refused_conf: dict[str, Any] | None = None
         self._refusal_checked = 0.0
+        self._refusal_changes = 0  # refusals and lifts so far: a probe that saw one begin or end counts nothing
         self.on_refused: Callable[[], None] | None = None  # the link stops its direct sends
         self._conf_source = conf_source  # current settings (a grant renewal brings new credentials)
         self._admin_conf = probe_settings(rdkafka_config)
         self._admin: RawAdminClient | None = None
         self._per_broker: dict[str, RawAdminClient] = {}  # address -> a client bootstrapped there only
-        self._probe_failures = 0  # consecutive failed probes (the probe client is rebuilt every PROBE_CLIENT_FAILURES)
+        #: consecutive probe failures, counted as record_failure counts them (the probe client is rebuilt every
+        #: PROBE_CLIENT_FAILURES)
+        self._probe_failures = 0
         self._probe = probe or self._metadata_probe
         self._thread = threading.Thread(target=self._run, name=f"ykafka-health-{cluster}", daemon=True)
         self._thread.start()
@@ -135,6 +141,7 @@ class ClusterHealth:
             self._suspect = False
             self._refused_conf = refused_conf
             self._refusal_checked = time.monotonic()
+            self._refusal_changes += 1
         if first:
             log.warning("cluster.refused", cluster=self.cluster, code=err.name(), error=err.str()[:300])
             notify = self.on_refused
@@ -160,6 +167,7 @@ class ClusterHealth:
                 return
             self.refused = None
             self._refused_conf = None
+            self._refusal_changes += 1
         log.info("cluster.refusal_lifted", cluster=self.cluster, reason=reason)
 
     def _current_conf(self) -> dict[str, Any]:
@@ -171,13 +179,14 @@ class ClusterHealth:
             log.debug("cluster.settings_unavailable", cluster=self.cluster, exc_info=True)
             return self._admin_conf
 
-    def record_failure(self, reason: str) -> None:
+    def record_failure(self, reason: str, count: int = 1) -> None:
+        """``count``: how many failures this one stands for (a probe that waited several probe timeouts)."""
         if self.refused is not None:  # what follows a refusal (probe, timeouts) is the refusal, not an outage
             with self._lock:
                 self.last_error = reason
             return
         with self._lock:
-            self._failures += 1
+            self._failures += max(1, count)
             self._suspect = True
             self.last_error = reason
             now = time.monotonic()
@@ -194,8 +203,7 @@ class ClusterHealth:
         """The cluster's link saw nothing delivered for ``spill.after.ms`` (:mod:`ykafka.dr.stall`): what the
         timed-out messages of that window did before the watch replaced librdkafka's per-message timeout, as many
         failures as make the cluster down (a probe that answers brings it back)."""
-        for _ in range(max(1, self.policy.down_failures)):
-            self.record_failure(reason)
+        self.record_failure(reason, self.policy.down_failures)
 
     def record_success(self, probe: bool = False) -> None:
         """A probe answered, or a delivery was acknowledged. Only a probe brings a DOWN cluster back: an
@@ -252,7 +260,7 @@ class ClusterHealth:
         try:
             self._admin.list_topics(timeout=timeout)
         except Exception:
-            if not self._any_broker_answers(timeout):
+            if not self._any_broker_answers(min(timeout, self.policy.probe_timeout_s)):
                 raise
 
     def _any_broker_answers(self, timeout: float) -> bool:
@@ -276,15 +284,38 @@ class ClusterHealth:
         return False
 
     def probe_now(self) -> bool:
-        """One metadata probe; feeds the verdict and returns whether the cluster answered."""
+        """One metadata probe; feeds the verdict and returns whether the cluster answered.
+
+        It waits for the answer as long as ``down_failures`` probe timeouts, and a probe without one counts a
+        failure per probe timeout it waited. Before, each probe gave up after one probe timeout (0.5 s) and the
+        Producer's direct path does not report its acknowledgements here (nothing per message), so a cluster 350 ms
+        away each way was called down three probes later while it acknowledged every write, and its in-flight
+        messages were purged and sent again (the soak of 2026-12-01: 677 records stored twice at a 268 ms latency
+        fault; tests/test_dr_network.py). A cluster that does not answer at all is down after the same time."""
         started = time.monotonic()
+        short = self.policy.probe_timeout_s
+        with self._lock:
+            refusals_before, refused_before = self._refusal_changes, self.refused is not None
         try:
-            self._probe(self.policy.probe_timeout_s)
+            self._probe(short * max(1, self.policy.down_failures))
         except Exception as exc:
-            self.last_probe_ms = (time.monotonic() - started) * 1000
-            self.record_failure(f"probe: {str(exc)[:200]}")
-            self._probe_failures += 1
-            if self._probe_failures % PROBE_CLIENT_FAILURES == 0 and self._admin is not None:
+            waited = time.monotonic() - started
+            self.last_probe_ms = waited * 1000
+            with self._lock:
+                stale = refused_before or self._refusal_changes != refusals_before
+            if stale:
+                # begun under a refusal, or one began or was lifted while it waited: its silence is the refusal's
+                # (the old credentials' connection), not an outage. Counted, a probe begun before the app was
+                # enabled again failed 1.5 s after the lift as three failures and called the cluster down
+                with self._lock:
+                    self.last_error = f"probe: {str(exc)[:200]}"
+                return False
+            count = max(1, int(waited / short + 0.1)) if short > 0 else 1  # (a timeout returns a hair early)
+            self.record_failure(f"probe: {str(exc)[:200]}", count)
+            before = self._probe_failures
+            self._probe_failures += count
+            if before // PROBE_CLIENT_FAILURES != self._probe_failures // PROBE_CLIENT_FAILURES \
+                    and self._admin is not None:
                 # a fresh client gets fresh connections: in the soak (issue 38) one producer's probe client kept
                 # failing for 4 minutes after its cluster was SIGKILLed and restarted, while the other process's
                 # probe of the same cluster answered within a second, so its writes never came back from the standby
