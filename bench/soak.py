@@ -13,6 +13,13 @@ injects a random schedule of faults drawn from ``--seed``, one at a time with a 
   port on a listener of its own, so clients stay behind the proxy; the read-back uses dc-a's own port):
   ``latency`` (100-400 ms each way, 10-30 s), ``partition`` (every connection cut and new ones refused, 3-10 s),
   ``lossy`` (a third of the connections stall and are closed 2 s later, closes delayed 1 s, 10-25 s);
+* network faults between every client and dc-b, through a second proxy (``dc-b``; the read-back uses dc-b's own
+  port): ``partition-standby`` (cut 3-10 s: a failback sync reading it must stop and resume, writes to dc-a must not
+  notice), ``latency-standby`` (100-400 ms each way, 10-30 s), and ``outage-both``, two faults overlapping in either
+  order: dc-b cut and 1-3 s later dc-a SIGKILLed (one node of three with ``--dc-a-nodes 3``; with both clusters gone
+  the producers spill to disk), or dc-a SIGKILLed, 2-5 s of writes to dc-b, then dc-b cut; dc-a restarted 3-8 s
+  after its kill, dc-b healed 0-10 s after that (the spill replays to dc-a; the failback's sync of what dc-b took
+  starts while dc-b does not answer and must finish once it does);
 * ``disk-full``: the producers' spill directories (one small tmpfs) filled to the last byte, dc-a SIGKILLed and
   restarted 3-8 s later while it stays full, freed 5 s after the restart.
 
@@ -102,6 +109,8 @@ from ykafka.admin.client import AdminClient as YAdmin  # noqa: E402
 PARTITIONS = 6
 BASIC = ["kill", "freeze", "freeze-standby", "consumer-kill"]  # what tests/test_soak.py draws from (seed 7)
 NETWORK = ["latency", "partition", "lossy"]
+#: through a proxy in front of dc-b (one node in every shape, so these run with ``--dc-a-nodes 3`` too)
+NETWORK_STANDBY = ["partition-standby", "latency-standby", "outage-both"]
 DISK = ["disk-full"]
 CONTROL = ["metaserver-kill", "config-kill", "config-push", "kill+control"]
 #: what a ``config-push`` draws from: catalog keys that apply to a running client (in place or by a rebuild), each with
@@ -152,14 +161,17 @@ def key_overtakes(records: list[Any]) -> list[tuple[bytes | None, int, int]]:
 
 
 class Soak:
-    """``net``: the Toxiproxy in front of dc-a (its proxy is named ``dc-a``) and ``a_clients`` the bootstrap clients
-    use for dc-a (the proxy's port); ``spill_disk``: the tmpfs the producers spill to (the ``disk-full`` fault)."""
+    """``net``: the Toxiproxy in front of dc-a and / or dc-b (its proxies are named for them) and ``a_clients`` /
+    ``b_clients`` the bootstrap clients use for each (a proxy's port, or the cluster's own); ``spill_disk``: the
+    tmpfs the producers spill to (the ``disk-full`` fault)."""
 
     def __init__(self, a: Broker, b: Broker, work: Path, args: argparse.Namespace,
                  net: toxiproxy.Toxiproxy | None = None, a_clients: str | None = None,
-                 spill_disk: Path | None = None, control: LocalStack | None = None) -> None:
+                 spill_disk: Path | None = None, control: LocalStack | None = None,
+                 b_clients: str | None = None) -> None:
         self.a, self.b, self.work, self.args = a, b, work, args
         self.net, self.a_clients, self.spill_disk = net, a_clients or a.bootstrap, spill_disk
+        self.b_clients = b_clients or b.bootstrap
         self.kinds: list[str] = list(getattr(args, "faults", None) or BASIC)
         self.topic = f"soak-{args.seed}-{int(time.time())}"
         self.group = f"soak-g-{args.seed}-{int(time.time())}"
@@ -194,7 +206,7 @@ class Soak:
         env = ENV if self.client is None else {**ENV, "YKAFKA_SOAK_CLIENT": json.dumps(self.client)}
         with (self.work / f"producer-{index}.log").open("w") as log:  # the child keeps its own descriptor
             self.producers.append(subprocess.Popen(
-                [sys.executable, str(ROOT / "bench" / "_soak_producer.py"), self.a_clients, self.b.bootstrap,
+                [sys.executable, str(ROOT / "bench" / "_soak_producer.py"), self.a_clients, self.b_clients,
                  str((self.spill_disk or self.work) / f"spill-{index}"), self.topic, str(index + 1),
                  str(self.args.rate), str(self.work / f"producer-{index}.txt"),
                  getattr(self.args, "failback_order", "writes-first"),
@@ -271,6 +283,10 @@ class Soak:
         fault: dict[str, Any] = {"fault": kind, "at_s": round(began - self.started, 1)}
         if kind in NETWORK:
             fault.update(self.network_fault(kind, rng))
+        elif kind == "outage-both":
+            fault.update(self.outage_both(rng))
+        elif kind in NETWORK_STANDBY:
+            fault.update(self.network_fault(kind.removesuffix("-standby"), rng, proxy="dc-b"))
         elif kind == "kill+control":
             fault.update(self.kill_with_control(rng))
         elif kind in ("metaserver-kill", "config-kill"):
@@ -420,24 +436,24 @@ class Soak:
                 return {"key": key, "value": value, "applied_s": None, "missing": missing[:4]}
             self.wait(0.5)
 
-    def network_fault(self, kind: str, rng: random.Random) -> dict[str, Any]:
-        """One network fault between every client and dc-a, healed before returning."""
+    def network_fault(self, kind: str, rng: random.Random, proxy: str = "dc-a") -> dict[str, Any]:
+        """One network fault between every client and ``proxy``'s cluster, healed before returning."""
         net = self.net
         assert net is not None, "network faults need the proxy"
         if kind == "partition":
             down = rng.uniform(3, 10)
-            net.enable("dc-a", False)
+            net.enable(proxy, False)
             try:
                 self.wait(down)
             finally:
-                net.enable("dc-a", True)
+                net.enable(proxy, True)
             return {"down_s": round(down, 1)}
         down = rng.uniform(10, 30) if kind == "latency" else rng.uniform(10, 25)
         try:
             if kind == "latency":
                 ms = rng.randint(100, 400)
                 for stream in ("upstream", "downstream"):
-                    net.toxic("dc-a", "latency", {"latency": ms, "jitter": ms // 4}, stream)
+                    net.toxic(proxy, "latency", {"latency": ms, "jitter": ms // 4}, stream)
                 said: dict[str, Any] = {"latency_ms": ms}
             else:  # lossy: a third of the connections stall, closed 2 s later; every close delayed 1 s
                 net.toxic("dc-a", "timeout", {"timeout": 2000}, "downstream", toxicity=0.33)
@@ -445,8 +461,48 @@ class Soak:
                 said = {}
             self.wait(down)
         finally:
-            net.clear("dc-a")
+            net.clear(proxy)
         return {"down_s": round(down, 1), **said}
+
+    def outage_both(self, rng: random.Random) -> dict[str, Any]:
+        """Two faults overlapping, in either order: dc-b cut off, then dc-a (one node of three with
+        ``--dc-a-nodes 3``) SIGKILLed 1-3 s later (``standby_first``: the sends find no cluster and spill); or dc-a
+        SIGKILLed, 2-5 s of writes to dc-b, then dc-b cut. dc-a is restarted 3-8 s after its kill and dc-b healed
+        0-10 s after that, so the failback's sync of what dc-b took starts while dc-b does not answer."""
+        net = self.net
+        assert net is not None, "outage-both needs the proxy in front of dc-b"
+        standby_first = rng.random() < 0.5
+        node = rng.randrange(self.nodes) if self.nodes > 1 else None
+        down = rng.uniform(3, 8)
+        killed = False
+        cut = False
+        try:
+            if standby_first:
+                net.enable("dc-b", False)
+                cut = True
+                self.wait(rng.uniform(1, 3))
+                self.a.kill(node)
+                killed = True
+                self.wait(down)
+            else:
+                self.a.kill(node)
+                killed = True
+                before = rng.uniform(2, min(5, down - 1))
+                self.wait(before)
+                net.enable("dc-b", False)
+                cut = True
+                self.wait(down - before)
+            self.a.start()
+            killed = False
+            cut_after = rng.uniform(0, 10)
+            self.wait(cut_after)
+        finally:
+            if killed:
+                self.a.start()
+            if cut:
+                net.enable("dc-b", True)
+        return {"down_s": round(down, 1), "standby_first": standby_first,
+                "standby_cut_after_s": round(cut_after, 1), **({"node": node} if node is not None else {})}
 
     def disk_full(self, rng: random.Random) -> dict[str, Any]:
         """Fill the spill disk to its last byte, SIGKILL dc-a while it is full (failover, the outage journal),
@@ -763,8 +819,10 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--rate", type=int, default=300, help="records a second per producer process")
-    parser.add_argument("--faults", default=",".join(BASIC + NETWORK + DISK + CONTROL),
-                        help="fault kinds to draw from, comma-separated (default: all)")
+    parser.add_argument("--faults", default=",".join(BASIC + NETWORK + DISK + CONTROL + NETWORK_STANDBY),
+                        help="fault kinds to draw from, comma-separated (default: all; the schedules of runs before "
+                             "the dc-b kinds came are drawn again without them: --faults " +
+                             ",".join(BASIC + NETWORK + DISK + CONTROL) + ")")
     parser.add_argument("--failback-order", choices=("writes-first", "strict"), default="writes-first",
                         help="the producers' route.failback.order: strict must end with overtaken_all 0")
     parser.add_argument("--spill-after-ms", type=int, default=None,
@@ -773,7 +831,8 @@ def main() -> int:
     parser.add_argument("--dc-a-nodes", type=int, choices=(1, 3), default=1,
                         help="3: dc-a is three Kafka nodes (RF 3, min.insync.replicas 2), a kill or freeze hits one "
                              "node, and nothing may fail over to dc-b by itself (on_standby 0 without a pushed route "
-                             "switch); no network or disk-full faults then (they take the whole cluster)")
+                             "switch); no dc-a network or disk-full faults then (they take the whole cluster); "
+                             "dc-b's network faults run")
     parser.add_argument("--quick", action="store_true", help="one minute, seed 7 (what tests/test_soak.py runs)")
     args = parser.parse_args()
     # stopped from outside (SIGTERM, or SIGINT of a background job, which a shell starts with SIGINT ignored): the
@@ -783,19 +842,21 @@ def main() -> int:
     if args.quick:
         args.minutes, args.seed, args.faults = 1.0, 7, ",".join(BASIC)
     kinds = [k.strip() for k in args.faults.split(",") if k.strip()]
-    unknown = sorted(set(kinds) - set(BASIC + NETWORK + DISK + CONTROL))
+    every = BASIC + NETWORK + NETWORK_STANDBY + DISK + CONTROL
+    unknown = sorted(set(kinds) - set(every))
     if unknown:
-        parser.error(f"unknown fault kinds {unknown}: choose from {BASIC + NETWORK + DISK + CONTROL}")
+        parser.error(f"unknown fault kinds {unknown}: choose from {every}")
     if args.dc_a_nodes > 1 and set(kinds) & set(NETWORK + DISK):
         print(f"{sorted(set(kinds) & set(NETWORK + DISK))} left out: with --dc-a-nodes 3 only one node is faulted",
               file=sys.stderr, flush=True)
         kinds = [k for k in kinds if k not in NETWORK + DISK]
     work = Path(tempfile.mkdtemp(prefix="ykafka-soak-"))
     print(f"work dir (clusters, producer-N.log, consumer-N.log, handled-N.txt): {work}", file=sys.stderr, flush=True)
-    binary = toxiproxy.binary() if set(kinds) & set(NETWORK) else None
-    if set(kinds) & set(NETWORK) and binary is None:
+    proxied = set(NETWORK + NETWORK_STANDBY)
+    binary = toxiproxy.binary() if set(kinds) & proxied else None
+    if set(kinds) & proxied and binary is None:
         print(f"network faults skipped: {toxiproxy.HINT}", file=sys.stderr, flush=True)
-        kinds = [k for k in kinds if k not in NETWORK]
+        kinds = [k for k in kinds if k not in proxied]
     spill_disk: Path | None = None
     if "disk-full" in kinds:
         refused = spill_tmpfs(work / "spill-disk")
@@ -812,25 +873,33 @@ def main() -> int:
         # the 30 s a service gets to answer was too short for a MetaServer starting at a load average of 18 (the
         # run failed before its first fault), and a restarted one must not end the run either
         stack.cfg.startup_timeout_s = max(stack.cfg.startup_timeout_s, 120.0)
-        if binary is not None:
+        if binary is not None and set(kinds) & set(NETWORK):
             ports["inner"], ports["outer"] = toxiproxy.proxied_listener(stack.cfg.clusters["dc-a"])
+        if binary is not None and set(kinds) & set(NETWORK_STANDBY):
+            ports["b_inner"], ports["b_outer"] = toxiproxy.proxied_listener(stack.cfg.clusters["dc-b"])
 
     net: toxiproxy.Toxiproxy | None = None
     try:
         with brokers(["dc-a", "dc-b"], work / "clusters", broker="kafka", count={"dc-a": args.dc_a_nodes, "dc-b": 1},
                      prepare=prepare) as started:
-            a_clients = None
+            a_clients = b_clients = None
             if binary is not None:
                 net = toxiproxy.Toxiproxy(binary, work / "toxiproxy.log")
-                net.proxy("dc-a", ports["outer"], f"127.0.0.1:{ports['inner']}")
-                a_clients = f"127.0.0.1:{ports['outer']}"
+                if "outer" in ports:
+                    net.proxy("dc-a", ports["outer"], f"127.0.0.1:{ports['inner']}")
+                    a_clients = f"127.0.0.1:{ports['outer']}"
+                if "b_outer" in ports:
+                    net.proxy("dc-b", ports["b_outer"], f"127.0.0.1:{ports['b_inner']}")
+                    b_clients = f"127.0.0.1:{ports['b_outer']}"
             control = None
             if set(kinds) & set(CONTROL):  # the config service and the MetaServer, on the clusters' stack
                 control = LocalStack(started["dc-a"].stack).up(["configcenter", "metaserver"])
-                if a_clients is not None:  # the clients reach dc-a through the proxy: the registry says so
-                    YAdmin(control.metaserver, control.admin_token).set_cluster(
-                        "dc-a", bootstrap_servers=a_clients, dc="dc-a", status="active")
-            soak = Soak(started["dc-a"], started["dc-b"], work, args, net, a_clients, spill_disk, control)
+                for name, clients in (("dc-a", a_clients), ("dc-b", b_clients)):
+                    if clients is not None:  # the clients reach it through the proxy: the registry says so
+                        YAdmin(control.metaserver, control.admin_token).set_cluster(
+                            name, bootstrap_servers=clients, dc=name, status="active")
+            soak = Soak(started["dc-a"], started["dc-b"], work, args, net, a_clients, spill_disk, control,
+                        b_clients)
             try:
                 result = soak.run()
             finally:

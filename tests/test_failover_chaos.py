@@ -7,11 +7,15 @@ failback sync job. Counts are strict: lost = 0 and duplicated = 0, per-key order
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from tests.dr_fixtures import (
     DEFAULT_HEALTH,
@@ -140,6 +144,66 @@ def test_primary_killed_under_load_fails_over_and_back(dc_brokers: dict[str, Bro
     assert status["sync"] and status["sync"][-1]["state"] == "done", (said, status)
     assert status["outages"] == [], (said, status)
     assert run.failover_s < 10 and run.failback_s < 10, said
+
+
+def test_both_clusters_down_at_once_spill_replay_and_sync_once_the_standby_answers(dc_brokers: dict[str, Broker],
+                                                                                   tmp_path: Path) -> None:
+    """Two faults overlapping (the soak's ``outage-both``): dc-a SIGKILLed under load, writes move to dc-b; then dc-b
+    freezes too, so the sends find no cluster and go to the spill; dc-a restarts and answers while dc-b still does
+    not, so the writes come back to dc-a (the spill replayed) and the failback's sync of what dc-b took must wait
+    for it (measured: the sync starts the moment dc-b's probe answers, 6 s after dc-a's); dc-b answers 6 s later.
+    dc-a ends with every message sent (the spill replayed, dc-b's writes synced back): lost 0, nothing unexpected,
+    every record dc-b holds also on dc-a, the sync done."""
+    b = dc_brokers["dc-b"]
+    moments: dict[str, float] = {}
+
+    def answer_again(a: Broker) -> None:
+        """dc-b thawed 6 s after dc-a answers again (a restarted Kafka takes 10-20 s to serve metadata), so the
+        failback's sync of what dc-b took starts against a silent standby."""
+        admin = AdminClient({"bootstrap.servers": a.bootstrap})
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    admin.list_topics(timeout=1.0)
+                    break
+                except KafkaException:
+                    time.sleep(0.2)
+            moments["primary_answers"] = time.monotonic()
+            time.sleep(6.0)
+        finally:
+            moments["standby_thawed"] = time.monotonic()
+            b.thaw()
+
+    thaw: list[threading.Thread] = []
+
+    def both_down_then_primary_back(a: Broker) -> None:
+        b.freeze()
+        time.sleep(2.0)  # neither cluster answers
+        a.start()
+        thaw.append(threading.Thread(target=answer_again, args=(a,), daemon=True))
+        thaw[0].start()
+
+    try:
+        run = _break_under_load(dc_brokers, tmp_path, "both-down", Broker.kill, both_down_then_primary_back)
+    finally:
+        for waiting in thaw:
+            waiting.join(70)
+        b.thaw()
+    counts, status = run.counts(), run.status
+    on_a, on_b = set(_values(run.on_a)), set(_values(run.on_b))
+    spilled = sum(link.get("spilled", 0) for link in status["links"].values())
+    said = (f"both down: {counts} failover_s={run.failover_s:.2f} failback_s={run.failback_s:.2f} "
+            f"on_standby={len(on_b)} synced={len(run.synced)} spilled={spilled} sync={status['sync']} "
+            f"links={status['links']} standby_thawed_after_the_primary_answered_s="
+            f"{moments.get('standby_thawed', 0) - moments.get('primary_answers', 0):.1f}")
+    print(said)
+    assert counts["lost"] == 0 and counts["unexpected"] == 0, said
+    assert not run.stream.errors, (run.stream.errors[:5], said)
+    assert spilled > 0, said  # with neither cluster answering the sends went to the spill (and were replayed)
+    assert len(on_b) > 100 and not on_b - on_a, (sorted(on_b - on_a)[:5], said)  # all dc-b took is on dc-a
+    assert status["sync"] and status["sync"][-1]["state"] == "done", said
+    assert status["outages"] == [], said
 
 
 def test_manual_switch_moves_writes_and_syncs_back(dc_brokers: dict[str, Broker], tmp_path: Path) -> None:
