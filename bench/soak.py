@@ -105,6 +105,8 @@ from tests.support import Broker, LocalStack, brokers  # noqa: E402
 from ykafka import catalog  # noqa: E402
 from ykafka import headers as H  # noqa: E402
 from ykafka.admin.client import AdminClient as YAdmin  # noqa: E402
+from ykafka.devstack.procs import free_port  # noqa: E402
+from ykafka.devstack.services import replica_name  # noqa: E402
 
 PARTITIONS = 6
 BASIC = ["kill", "freeze", "freeze-standby", "consumer-kill"]  # what tests/test_soak.py draws from (seed 7)
@@ -328,15 +330,18 @@ class Soak:
         print(json.dumps({k: v for k, v in fault.items() if not k.startswith("_")}), flush=True)
 
     def control_kill(self, service: str, rng: random.Random) -> dict[str, Any]:
-        """SIGKILL the MetaServer or the config service (by the pid the soak's stack started it with), restart it
-        3-10 s later and wait until it answers; the clients keep the grant and the config they hold meanwhile."""
+        """SIGKILL the MetaServer or the config service (by the pid the soak's stack started it with; with
+        ``--replicas`` one replica drawn, its peers keep serving), restart it 3-10 s later and wait until it answers;
+        the clients keep the grant and the config they hold meanwhile (or turn to a peer)."""
         assert self.control is not None, "control-plane faults need the control plane"
         down = rng.uniform(3, 10)
-        pid = self.control.stack.kill(service)
+        name = replica_name(service, rng.randrange(self.control.cfg.replicas))
+        pid = self.control.stack.kill(name)
         self.wait(down)
         began = time.monotonic()
-        self.control.stack.up([service], seed=False)
-        return {"pid": pid, "down_s": round(down, 1), "restart_s": round(time.monotonic() - began, 1)}
+        self.control.stack.up([name], seed=False)
+        return {"pid": pid, "replica": name, "down_s": round(down, 1),
+                "restart_s": round(time.monotonic() - began, 1)}
 
     def kill_with_control(self, rng: random.Random) -> dict[str, Any]:
         """Two faults overlapping: the MetaServer and the config service SIGKILLed, 0-2 s later dc-a (one node of
@@ -344,7 +349,8 @@ class Soak:
         it (``control_first``) or 5-15 s after it, so the failover and the failback both run without the control
         plane, on the grant and the config the clients hold."""
         assert self.control is not None, "control-plane faults need the control plane"
-        services = ["metaserver", "configcenter"]
+        services = [replica_name(service, i) for service in ("metaserver", "configcenter")
+                    for i in range(self.control.cfg.replicas)]  # every replica: no control plane at all
         pids = {svc: self.control.stack.kill(svc) for svc in services}
         self.wait(rng.uniform(0, 2))
         node = rng.randrange(self.nodes) if self.nodes > 1 else None
@@ -833,6 +839,9 @@ def main() -> int:
                              "node, and nothing may fail over to dc-b by itself (on_standby 0 without a pushed route "
                              "switch); no dc-a network or disk-full faults then (they take the whole cluster); "
                              "dc-b's network faults run")
+    parser.add_argument("--replicas", type=int, choices=(1, 2, 3), default=1,
+                        help="config services and MetaServers each (peers on one database): a metaserver-kill or "
+                             "config-kill hits one replica, kill+control every one")
     parser.add_argument("--quick", action="store_true", help="one minute, seed 7 (what tests/test_soak.py runs)")
     args = parser.parse_args()
     # stopped from outside (SIGTERM, or SIGINT of a background job, which a shell starts with SIGINT ignored): the
@@ -873,6 +882,10 @@ def main() -> int:
         # the 30 s a service gets to answer was too short for a MetaServer starting at a load average of 18 (the
         # run failed before its first fault), and a restarted one must not end the run either
         stack.cfg.startup_timeout_s = max(stack.cfg.startup_timeout_s, 120.0)
+        if args.replicas > 1:
+            stack.cfg.set_replicas(args.replicas)
+            stack.cfg.configcenter_extra_ports = [free_port() for _ in range(args.replicas - 1)]
+            stack.cfg.metaserver_extra_ports = [free_port() for _ in range(args.replicas - 1)]
         if binary is not None and set(kinds) & set(NETWORK):
             ports["inner"], ports["outer"] = toxiproxy.proxied_listener(stack.cfg.clusters["dc-a"])
         if binary is not None and set(kinds) & set(NETWORK_STANDBY):
@@ -893,7 +906,7 @@ def main() -> int:
                     b_clients = f"127.0.0.1:{ports['b_outer']}"
             control = None
             if set(kinds) & set(CONTROL):  # the config service and the MetaServer, on the clusters' stack
-                control = LocalStack(started["dc-a"].stack).up(["configcenter", "metaserver"])
+                control = LocalStack(started["dc-a"].stack).up(["control"])  # every replica
                 for name, clients in (("dc-a", a_clients), ("dc-b", b_clients)):
                     if clients is not None:  # the clients reach it through the proxy: the registry says so
                         YAdmin(control.metaserver, control.admin_token).set_cluster(
