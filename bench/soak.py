@@ -876,7 +876,9 @@ def main() -> int:
                   flush=True)
             kinds.remove("disk-full")
     args.faults = kinds
-    ports: dict[str, int] = {}
+    #: cluster -> (its proxied listener's port, the proxy's port) for each cluster a network fault is drawn for
+    proxied_ports: dict[str, tuple[int, int]] = {}
+    faulted = [name for name, its in (("dc-a", NETWORK), ("dc-b", NETWORK_STANDBY)) if set(kinds) & set(its)]
 
     def prepare(stack: Any) -> None:
         # the 30 s a service gets to answer was too short for a MetaServer starting at a load average of 18 (the
@@ -886,33 +888,28 @@ def main() -> int:
             stack.cfg.set_replicas(args.replicas)
             stack.cfg.configcenter_extra_ports = [free_port() for _ in range(args.replicas - 1)]
             stack.cfg.metaserver_extra_ports = [free_port() for _ in range(args.replicas - 1)]
-        if binary is not None and set(kinds) & set(NETWORK):
-            ports["inner"], ports["outer"] = toxiproxy.proxied_listener(stack.cfg.clusters["dc-a"])
-        if binary is not None and set(kinds) & set(NETWORK_STANDBY):
-            ports["b_inner"], ports["b_outer"] = toxiproxy.proxied_listener(stack.cfg.clusters["dc-b"])
+        if binary is not None:
+            for name in faulted:
+                proxied_ports[name] = toxiproxy.proxied_listener(stack.cfg.clusters[name])
 
     net: toxiproxy.Toxiproxy | None = None
     try:
         with brokers(["dc-a", "dc-b"], work / "clusters", broker="kafka", count={"dc-a": args.dc_a_nodes, "dc-b": 1},
                      prepare=prepare) as started:
-            a_clients = b_clients = None
+            clients: dict[str, str] = {}  # cluster -> the bootstrap clients use: the proxy's, where there is one
             if binary is not None:
                 net = toxiproxy.Toxiproxy(binary, work / "toxiproxy.log")
-                if "outer" in ports:
-                    net.proxy("dc-a", ports["outer"], f"127.0.0.1:{ports['inner']}")
-                    a_clients = f"127.0.0.1:{ports['outer']}"
-                if "b_outer" in ports:
-                    net.proxy("dc-b", ports["b_outer"], f"127.0.0.1:{ports['b_inner']}")
-                    b_clients = f"127.0.0.1:{ports['b_outer']}"
+                for name, (inner, outer) in proxied_ports.items():
+                    net.proxy(name, outer, f"127.0.0.1:{inner}")
+                    clients[name] = f"127.0.0.1:{outer}"
             control = None
             if set(kinds) & set(CONTROL):  # the config service and the MetaServer, on the clusters' stack
                 control = LocalStack(started["dc-a"].stack).up(["control"])  # every replica
-                for name, clients in (("dc-a", a_clients), ("dc-b", b_clients)):
-                    if clients is not None:  # the clients reach it through the proxy: the registry says so
-                        YAdmin(control.metaserver, control.admin_token).set_cluster(
-                            name, bootstrap_servers=clients, dc=name, status="active")
-            soak = Soak(started["dc-a"], started["dc-b"], work, args, net, a_clients, spill_disk, control,
-                        b_clients)
+                for name, bootstrap in clients.items():  # the clients reach it through the proxy: the registry says so
+                    YAdmin(control.metaserver, control.admin_token).set_cluster(
+                        name, bootstrap_servers=bootstrap, dc=name, status="active")
+            soak = Soak(started["dc-a"], started["dc-b"], work, args, net, clients.get("dc-a"), spill_disk, control,
+                        clients.get("dc-b"))
             try:
                 result = soak.run()
             finally:

@@ -151,47 +151,46 @@ def test_both_clusters_down_at_once_spill_replay_and_sync_once_the_standby_answe
                                                                                    tmp_path: Path) -> None:
     """Two faults overlapping (the soak's ``outage-both``): dc-a SIGKILLed under load, writes move to dc-b; then dc-b
     freezes too, so the sends find no cluster and go to the spill; dc-a restarts and answers while dc-b still does
-    not, so the writes come back to dc-a (the spill replayed) and the failback's sync of what dc-b took must wait
-    for it (measured: the sync starts the moment dc-b's probe answers, 6 s after dc-a's); dc-b answers 6 s later.
-    dc-a ends with every message sent (the spill replayed, dc-b's writes synced back): lost 0, nothing unexpected,
-    every record dc-b holds also on dc-a, the sync done."""
-    b = dc_brokers["dc-b"]
+    not, so the writes come back to dc-a (the spill replayed) and the failback's sync of what dc-b took waits until
+    dc-b answers, 6 s after dc-a (measured: the sync starts the moment dc-b's probe answers). dc-a ends with every
+    message sent: lost 0, nothing unexpected, every record dc-b holds also on dc-a, the sync done."""
+    a, b = dc_brokers["dc-a"], dc_brokers["dc-b"]
     moments: dict[str, float] = {}
+    admin = AdminClient({"bootstrap.servers": a.bootstrap})
 
-    def answer_again(a: Broker) -> None:
+    def serves_metadata() -> bool:
+        try:
+            admin.list_topics(timeout=1.0)
+            return True
+        except KafkaException:
+            return False
+
+    def thaw_after_the_primary_answers() -> None:
         """dc-b thawed 6 s after dc-a answers again (a restarted Kafka takes 10-20 s to serve metadata), so the
         failback's sync of what dc-b took starts against a silent standby."""
-        admin = AdminClient({"bootstrap.servers": a.bootstrap})
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    admin.list_topics(timeout=1.0)
-                    break
-                except KafkaException:
-                    time.sleep(0.2)
+            _wait(serves_metadata, 60, "dc-a serving metadata again")
             moments["primary_answers"] = time.monotonic()
             time.sleep(6.0)
         finally:
             moments["standby_thawed"] = time.monotonic()
             b.thaw()
 
-    thaw: list[threading.Thread] = []
+    thaw = threading.Thread(target=thaw_after_the_primary_answers, daemon=True)
 
-    def both_down_then_primary_back(a: Broker) -> None:
+    def both_down_then_primary_back(primary: Broker) -> None:
         b.freeze()
         time.sleep(2.0)  # neither cluster answers
-        a.start()
-        thaw.append(threading.Thread(target=answer_again, args=(a,), daemon=True))
-        thaw[0].start()
+        primary.start()
+        thaw.start()
 
     try:
         # a restarted Kafka served metadata 19 s after its start at load 5: the failback may wait for that
         run = _break_under_load(dc_brokers, tmp_path, "both-down", Broker.kill, both_down_then_primary_back,
                                 failback_timeout=60.0)
     finally:
-        for waiting in thaw:
-            waiting.join(70)
+        if thaw.ident is not None:  # started
+            thaw.join(70)
         b.thaw()
     counts, status = run.counts(), run.status
     on_a, on_b = set(_values(run.on_a)), set(_values(run.on_b))
