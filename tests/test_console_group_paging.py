@@ -209,7 +209,7 @@ def test_admin_groups_list_pages_like_the_console(served: Served, kafka_brokers:
     def listed(*args: str) -> tuple[list[str], dict[str, Any]]:
         result = CliRunner().invoke(main, [*base, "--json", *args])
         assert result.exit_code == 0, result.output
-        rows = [json.loads(line) for line in result.output.splitlines()]
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
         return [r["candidate"] for r in rows[:-1]], rows[-1]["page"]
 
     seen, pages, after, firsts = [], 0, None, []
@@ -231,7 +231,7 @@ def test_admin_groups_list_pages_like_the_console(served: Served, kafka_brokers:
     human = CliRunner().invoke(main, [*base, "--name", served.prefix])
     assert human.exit_code == 0, human.output
     assert (f"200 candidate(s) among groups 1-200 of 1,000 matching {served.prefix}; next page: --after "
-            f"{served.prefix}0199") in " ".join(human.output.split())
+            f"{served.prefix}0199") in " ".join(human.stdout.split())
 
     for bad, error in ((["--limit", "0"], "'--limit': 0 is not in the range x>=1"),
                        (["--limit", "5001"], "at most 5000 groups a page"),

@@ -26,7 +26,7 @@ def cli(stack: LocalStack, *args: str) -> Any:
     out = CliRunner().invoke(main, ["admin", "--url", stack.metaserver, "--token", stack.admin_token,
                                     "--operator", "test_failover_admin", *args], terminal_width=200)
     assert out.exit_code == 0, out.output
-    return json.loads(out.output) if "--json" in args else out.output
+    return json.loads(out.stdout) if "--json" in args else out.output
 
 
 def test_admin_failover_moves_writes_and_syncs_back(stack: LocalStack, tmp_path: Path) -> None:

@@ -45,13 +45,13 @@ def test_apps_acl_clusters(cli: Callable[..., Any], server: MetaServer) -> None:
     app_id = f"cli-{uuid.uuid4().hex[:6]}"
     saved = cli("clusters", "set", "dc-a", "--bootstrap-servers", "127.0.0.1:19001", "--dc", "a").output
     assert "cluster dc-a: 127.0.0.1:19001 (active)" in saved
-    listed = json.loads(cli("--json", "clusters", "list").output)
+    listed = json.loads(cli("--json", "clusters", "list").stdout)
     assert [c["name"] for c in listed] == ["dc-a"]
-    created = json.loads(cli("--json", "apps", "create", app_id, "--default-cluster", "dc-a").output)
+    created = json.loads(cli("--json", "apps", "create", app_id, "--default-cluster", "dc-a").stdout)
     assert created["app_id"] == app_id and len(created["secret"]) > 20
     out = cli("acl", "set", app_id, "--produce", "orders.*", "--consume", "orders.*", "--group", "g-*").output
     assert "orders.*" in out
-    assert json.loads(cli("--json", "acl", "get", app_id).output) == {"produce": ["orders.*"],
+    assert json.loads(cli("--json", "acl", "get", app_id).stdout) == {"produce": ["orders.*"],
                                                                       "consume": ["orders.*"], "group": ["g-*"]}
     table = cli("apps", "list").output
     assert app_id in table and "orders.*" in table
@@ -64,7 +64,7 @@ def test_apps_acl_clusters(cli: Callable[..., Any], server: MetaServer) -> None:
     cli("apps", "delete", app_id)
     missing = cli("acl", "get", app_id, ok=False)
     assert "not found" in missing.output and "HTTP 404" in missing.output
-    audit = json.loads(cli("--json", "audit", "--target", f"app:{app_id}").output)
+    audit = json.loads(cli("--json", "audit", "--target", f"app:{app_id}").stdout)
     assert [r["action"] for r in audit] == ["app.delete", "app.rotate_secret", "acl.set", "app.create"]
     assert {r["operator"] for r in audit} == {"cli-user"}
 
@@ -73,7 +73,7 @@ def test_security_switch_set_and_shown(cli: Callable[..., Any]) -> None:
     assert cli("security", "show").output == "auth.enabled = true\n"
     assert cli("security", "set", "--auth-disabled").output == "auth.enabled = false\n"
     assert cli("security", "set", "--auth-enabled").output == "auth.enabled = true\n"
-    trail = json.loads(cli("--json", "audit", "--action", "security.set").output)
+    trail = json.loads(cli("--json", "audit", "--action", "security.set").stdout)
     assert [(r["operator"], r["after"]) for r in trail[:2]] == [("cli-user", {"auth.enabled": True}),
                                                               ("cli-user", {"auth.enabled": False})]
 
@@ -83,16 +83,16 @@ def test_config_set_diff_get_rollback(cli: Callable[..., Any], server: MetaServe
     scope = f"topic:{topic}"
     out = cli("config", "set", scope, "producer.acks=1", "producer.linger.ms=10").output
     assert "producer.acks" in out and "released" in out
-    diff = json.loads(cli("--json", "config", "diff", scope, "producer.acks=all").output)
+    diff = json.loads(cli("--json", "config", "diff", scope, "producer.acks=all").stdout)
     assert diff["changes"] == [{"key": "producer.acks", "before": "1", "after": "all"}] and diff["dry_run"]
     cli("config", "set", scope, "producer.acks=0")
-    got = json.loads(cli("--json", "config", "get", scope).output)
+    got = json.loads(cli("--json", "config", "get", scope).stdout)
     assert got["released"] == {"producer.acks": "0", "producer.linger.ms": "10"}
     rejected = cli("config", "set", scope, "producer.acks=7", ok=False)
     assert "HTTP 422" in rejected.output and "producer.acks" in rejected.output
     cli("config", "rollback", scope)
-    assert json.loads(cli("--json", "config", "get", scope).output)["released"]["producer.acks"] == "1"
-    gray = json.loads(cli("--json", "config", "set", scope, "producer.acks=all", "--ip", "198.51.100.3").output)
+    assert json.loads(cli("--json", "config", "get", scope).stdout)["released"]["producer.acks"] == "1"
+    gray = json.loads(cli("--json", "config", "set", scope, "producer.acks=all", "--ip", "198.51.100.3").stdout)
     assert gray["gray"]["ips"] == ["198.51.100.3"]
     assert "gray branch" in cli("config", "get", scope).output
     usage = cli("config", "set", scope, "novalue", ok=False)
@@ -106,11 +106,11 @@ def test_clients_view(cli: Callable[..., Any], server: MetaServer) -> None:
     token = sdk.grant().json()["token"]
     sdk.report(token, client_id="old-one", versions={"ykafka": "0.1", "confluent_kafka": "1.9", "librdkafka": "1.9.2"})
     sdk.report(token, client_id="new-one")
-    rows = json.loads(cli("--json", "clients", "--app", app.app_id, "--librdkafka", "1.*").output)
+    rows = json.loads(cli("--json", "clients", "--app", app.app_id, "--librdkafka", "1.*").stdout)
     assert [r["client_id"] for r in rows] == ["old-one"]
     table = cli("clients", "--app", app.app_id).output
     assert "old-one" in table and "new-one" in table
-    history = json.loads(cli("--json", "clients", "--app", app.app_id, "--history").output)
+    history = json.loads(cli("--json", "clients", "--app", app.app_id, "--history").stdout)
     assert [r["client_id"] for r in history] == ["new-one", "old-one"]
 
 

@@ -173,7 +173,7 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
     def timeline(key: str) -> list[tuple[Any, ...]]:
         out = runner.invoke(trace_cli, [key, "--topic", orders, "--store", store.root, "--json"])
         assert out.exit_code == 0, out.output
-        rows = [json.loads(line) for line in out.output.splitlines()]
+        rows = [json.loads(line) for line in out.stdout.splitlines()]
         assert {r["msg_id"] for r in rows} == {ids[key]}
         return [(r["kind"], r["group"], r["detail"], r["attempt"]) for r in rows]
 
@@ -220,14 +220,14 @@ def test_pipeline_end_to_end(obs_broker, spark, tmp_path: Path) -> None:
     # --- group lifecycle: ephemeral deleted in real time, idle found and removed on --apply ----------
     assert result["ephemeral"][g_eph] is None  # deleted (other tests' ephemeral clients may show up too)
     listed = runner.invoke(groups_cli, ["list", "--bootstrap", bs, "--store", store.root, "--idle", "1s", "--json"])
-    rows = [json.loads(line) for line in listed.output.splitlines()]
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
     assert "page" in rows[-1]  # the paged list's last line: where the next page starts
     candidates = {row["candidate"] for row in rows[:-1]}
     assert {g_idle, g_main} <= candidates and g_stall not in candidates and g_eph not in candidates
     cleaned = runner.invoke(groups_cli, ["cleanup", "--bootstrap", bs, "--store", store.root, "--idle", "1s",
                                          "--apply", "--json"])
     assert cleaned.exit_code == 0, cleaned.output
-    deleted = {json.loads(line)["deleted"] for line in cleaned.output.splitlines() if '"deleted"' in line}
+    deleted = {json.loads(line)["deleted"] for line in cleaned.stdout.splitlines() if '"deleted"' in line}
     assert {g_idle, g_main} <= deleted
     assert pipeline.sampler is not None
     remaining = {g.group for g in pipeline.sampler.groups()}
@@ -282,12 +282,12 @@ def test_pipeline_commands_run_once_and_read_the_store(obs_broker, spark, tmp_pa
     assert ran.exit_code == 0, ran.output
     assert "done in" in ran.output and "trace" in ran.output
     out = runner.invoke(trace_cli, ["c1", "--topic", topic, "--store", store, "--json"])
-    assert [json.loads(line)["msg_id"] for line in out.output.splitlines()] == [f"{topic}-1"]
+    assert [json.loads(line)["msg_id"] for line in out.stdout.splitlines()] == [f"{topic}-1"]
     agg = runner.invoke(pipeline_cli, ["aggregates", "--store", store, "--topic", topic, "--json"])
-    rows = [json.loads(line) for line in agg.output.splitlines()]
+    rows = [json.loads(line) for line in agg.stdout.splitlines()]
     assert [(r["name"], r["group"], r["count"], r["max"]) for r in rows] == [("consume.latency_ms", "g-cli", 4, 40.0)]
     inv = runner.invoke(pipeline_cli, ["inventory", "--store", store, "--cached", "--json"])
-    clients = {json.loads(line)["client_id"]: json.loads(line) for line in inv.output.splitlines()}
+    clients = {json.loads(line)["client_id"]: json.loads(line) for line in inv.stdout.splitlines()}
     assert clients["cli-1"]["group"] == "g-cli" and clients["cli-1"]["librdkafka_version"]
 
 

@@ -53,10 +53,10 @@ def _results(store: str, topic: str, client: str) -> dict[str, Any]:
     traced = runner.invoke(trace_cli, ["k3", "--topic", topic, "--store", store, "--json"])
     agg = runner.invoke(pipeline_cli, ["aggregates", "--store", store, "--topic", topic, "--json"])
     inv = runner.invoke(pipeline_cli, ["inventory", "--store", store, "--cached", "--json"])
-    clients = [json.loads(line) for line in inv.output.splitlines()]
+    clients = [json.loads(line) for line in inv.stdout.splitlines()]
     mine = next(c for c in clients if c["client_id"] == client)
-    rows = [json.loads(line) for line in agg.output.splitlines()]
-    return {"trace": [json.loads(line)["msg_id"] for line in traced.output.splitlines()],
+    rows = [json.loads(line) for line in agg.stdout.splitlines()]
+    return {"trace": [json.loads(line)["msg_id"] for line in traced.stdout.splitlines()],
             "aggregates": [(r["name"], r["group"], r["count"], r["max"]) for r in rows],
             "client": mine}
 
@@ -94,7 +94,7 @@ def test_cluster_commands_show_and_guard_the_running_cluster(spark_cluster: Any)
     runner = CliRunner()
     shown = runner.invoke(pipeline_cli, ["cluster", "status", "--home", spark_cluster.home, "--json"])
     assert shown.exit_code == 0, shown.output
-    info = json.loads(shown.output)
+    info = json.loads(shown.stdout)
     assert info["master"] == spark_cluster.master and info["alive_workers"] == 2
     assert sorted(d["name"] for d in info["daemons"] if d["running"]) == ["master", "worker-0", "worker-1"]
     again = runner.invoke(pipeline_cli, ["cluster", "up", "--home", spark_cluster.home])
