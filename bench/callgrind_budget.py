@@ -132,7 +132,7 @@ class EmptyProducer:
     send: ``produce`` one Python frame forwarding its arguments positionally, ``poll`` / ``flush`` librdkafka's own
     (as ykafka's one-client ``poll`` is). ``--empty-wrapper reports`` adds what any wrapper that must see each
     delivery report (disaster recovery: a failed message is re-routed) cannot go under either: one Python frame a
-    report, a bound method forwarding a success to the user's callback (as ykafka's ``_direct_report``)."""
+    report, a closure forwarding a success to the user's callback (as ykafka's ``shared_report``)."""
 
     def __init__(self, raw: Any, reports: bool = False) -> None:
         self._raw = raw
@@ -145,7 +145,7 @@ class EmptyProducer:
         on_delivery = on_delivery or callback
         if self._reports:
             on_delivery = self._bound.get(on_delivery) or self._bound.setdefault(on_delivery,
-                                                                                 _forward.__get__(on_delivery))
+                                                                                 _forwarder(on_delivery))
         self._raw.produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
 
 
@@ -174,12 +174,15 @@ def build_cfloor(workdir: Path) -> Path:
     return workdir
 
 
-def _forward(user: Any, err: Any, msg: Any) -> None:
-    """A delivery report seen by the wrapper: failures would be handled here; a success goes to the user."""
-    if err is None:
-        user(None, msg)
-        return
-    user(err, msg)
+def _forwarder(user: Any) -> Any:
+    """A delivery report seen by the wrapper, one closure per user callback (as ykafka's ``shared_report``):
+    failures would be handled here; a success goes to the user."""
+    def forward(err: Any, msg: Any) -> None:
+        if err is None:
+            user(None, msg)
+            return
+        user(err, msg)
+    return forward
 
 
 class EmptyConsumer:

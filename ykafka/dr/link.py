@@ -95,17 +95,25 @@ def produce_outgoing(client: RawProducer, msg: Outgoing,
                    None, msg.timestamp or 0, msg.headers or None)
 
 
-def _direct_report(sent: tuple[DirectSender, DeliveryCallback | None, int], err: RawKafkaError | None,
-                   m: Message) -> None:
-    """Delivery callback of a direct send, bound to ``(sender, user callback, order)``: one Python call."""
-    if err is None:
-        if sent[1] is not None:
-            sent[1](None, m)
-        return
-    sent[0].failed(sent[1], sent[2], err, m)
+def shared_report(user_callback: DeliveryCallback | None,
+                  failed: Callable[[DeliveryCallback | None, int, RawKafkaError, Message], None]
+                  ) -> Callable[[RawKafkaError | None, Message], None]:
+    """The delivery callback shared by every send without a key for one user callback, made once: a closure
+    over the callback is one frame a report with no bound-method hop and no tuple to index (issue 39: ~130
+    instructions a message less than the bound method over a ``(sender, callback, order)`` tuple it replaced;
+    keyed sends keep a bound method, whose ``__self__`` is the one object a message needs, see ``binder``)."""
+    if user_callback is None:
+        def report_none(err: RawKafkaError | None, m: Message) -> None:
+            if err is not None:
+                failed(None, -1, err, m)
+        return report_none
 
-
-bind_report = _direct_report.__get__  # C-level: a bound method is the cheapest per-message callable
+    def report(err: RawKafkaError | None, m: Message) -> None:
+        if err is None:
+            user_callback(None, m)
+            return
+        failed(user_callback, -1, err, m)
+    return report
 
 
 def _noop(err: Any, m: Any) -> None:
@@ -136,7 +144,7 @@ class DirectSender:
         self.binder(None)
         # (user callback, its shared callback) of the last send without a key: ONE attribute, read once per
         # send, so threads sending with different callbacks never pair one's callback with the other's report
-        self.last: tuple[DeliveryCallback | None, Callable[..., None]] = (None, bind_report((self, None, -1)))
+        self.last: tuple[DeliveryCallback | None, Callable[..., None]] = (None, shared_report(None, self.failed))
         self.shared(None)
 
     def keyed(self, user_callback: DeliveryCallback | None) -> Callable[..., None]:
@@ -177,10 +185,10 @@ class DirectSender:
             return self.keyed(user_callback)
         if found is None:
             # a callback may offer a fused twin (the message trace's): one frame that reports a success
-            # itself and hands a failure to failed(user_callback, -1, err, m), as _direct_report does; it is
+            # itself and hands a failure to failed(user_callback, -1, err, m), as shared_report does; it is
             # given only messages sent without a key (and may rely on that)
             twin = getattr(user_callback, "direct_twin", None) if type(user_callback) is FunctionType else None
-            found = twin(self.failed) if twin is not None else bind_report((self, user_callback, -1))
+            found = twin(self.failed) if twin is not None else shared_report(user_callback, self.failed)
             if len(self._shared) < 256:  # a new lambda per send would grow it without bound
                 self._shared[user_callback] = found
         self.last = (user_callback, found)
