@@ -13,6 +13,7 @@ right after the last append returned (the writer has not committed the tail yet)
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import resource
 import signal
@@ -20,6 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from ykafka.dr.queue import SpillQueue
 from ykafka.errors import SpillFullError
@@ -93,9 +95,49 @@ def diskerror_mode(args: argparse.Namespace) -> None:
     out.write("DONE\n")
 
 
+def asyncerror_mode(args: argparse.Namespace) -> None:
+    """In-memory records (``append(wait=False)``, as a re-routed message is spilled) whose commit fails for real
+    (EFBIG past RLIMIT_FSIZE): each is handed to ``on_commit_error`` with its own callback (``D <seq> <i>``)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    out = open(args.record, "w", buffering=1)  # noqa: SIM115
+
+    def dropped(records: list[tuple[Any, Any]], exc: Exception) -> None:
+        for record, callback in records:
+            out.write(f"D {record.seq} {callback.args[0] if callback is not None else -1}\n")
+
+    queue = SpillQueue(args.dir, "c", journal_segment_bytes=1 << 30, on_commit_error=dropped)
+    i = 0
+
+    def append(n: int, wait: bool) -> None:
+        nonlocal i
+        for _ in range(n):
+            key = str(i % args.keys).encode()
+            seq = queue.append("t", value(i), key=key, wait=wait, on_delivery=functools.partial(_reported, i))
+            out.write(f"{seq} {key.decode()} {i}\n")
+            i += 1
+
+    append(50, wait=True)
+    assert queue.wait_committed(10)
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # no file of the store can grow: commits fail
+    append(30, wait=False)
+    queue.wait_committed(2.5)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    append(20, wait=False)
+    committed = queue.wait_committed(30)
+    status = queue.status()
+    queue.close()
+    out.write(f"STATUS committed={committed} commit_errors={status['commit_errors']} dropped={status['dropped']}\n")
+    out.write("DONE\n")
+
+
+def _reported(i: int, err: Any, msg: Any) -> None:
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["append", "diskerror"])
+    parser.add_argument("mode", choices=["append", "diskerror", "asyncerror"])
     parser.add_argument("dir")
     parser.add_argument("record")
     parser.add_argument("--count", type=int, default=1_000_000)
@@ -108,6 +150,8 @@ def main() -> int:
     configure("warning")
     if args.mode == "append":
         append_mode(args)
+    elif args.mode == "asyncerror":
+        asyncerror_mode(args)
     else:
         diskerror_mode(args)
     return 0

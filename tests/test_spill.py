@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.dr_fixtures import make_engine
 from ykafka import config
 from ykafka.dr.queue import SpillQueue
 from ykafka.dr.spilldir import spill_dir
@@ -316,6 +319,59 @@ def test_journal_write_error_refuses_the_message_and_keeps_the_others(tmp_path: 
     assert "spill.commit_failed" in proc.stderr and "dropped=0" in proc.stderr
     counts = check_reopened(tmp_path, recorded)
     assert counts["present"] == len(recorded.accepted) and counts["extra"] == 0
+
+
+def test_in_memory_records_whose_commit_fails_are_handed_back_with_their_callbacks(tmp_path: Path) -> None:
+    """Records spilled only in memory (a re-routed message, a strict failback's held one) whose commit to the store
+    fails for real (EFBIG past RLIMIT_FSIZE) each reach ``on_commit_error`` with their own callback; none is both
+    stored and handed back, none neither. Before, nothing was wired to it and the engine's records vanished without
+    a callback (an 8-minute soak, seed 107: 8 sends without one)."""
+    import subprocess
+
+    from tests.spill_child import CHILD, ROOT, Recorded
+
+    proc = subprocess.run([*CHILD, "asyncerror", str(tmp_path), str(tmp_path / "rec")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recorded = Recorded(tmp_path / "rec")
+    handed_back = {int(line.split()[1]): int(line.split()[2]) for line in recorded.other if line.startswith("D ")}
+    status = dict(kv.split("=") for kv in next(x for x in recorded.other if x.startswith("STATUS")).split()[1:])
+    assert len(recorded.accepted) == 100 and status["committed"] == "True"
+    assert int(status["commit_errors"]) >= 1 and int(status["dropped"]) == len(handed_back) >= 1, (status, handed_back)
+    with SpillQueue(tmp_path, "c") as queue:
+        stored = {r.seq for _, rs in queue.chunks() for r in rs}
+    by_seq = {seq: i for seq, _key, i in recorded.accepted}
+    assert not stored & set(handed_back), "a record both stored and handed back"
+    neither = set(by_seq) - stored - set(handed_back)
+    assert not neither, f"neither stored nor handed back: {sorted(neither)[:5]}"
+    assert all(by_seq[seq] == i for seq, i in handed_back.items()), "a record handed back with another's callback"
+    assert all(50 <= by_seq[seq] < 80 for seq in handed_back)  # only the in-memory ones appended under the limit
+    assert "spill.commit_failed" in proc.stderr and "spill.dropped_unreported" not in proc.stderr
+
+
+def test_the_engine_fails_in_memory_spills_it_could_not_commit_to_their_callbacks(tmp_path: Path) -> None:
+    """The engine's spill queues hand such records to the engine, which reports each failed to its own callback (the
+    error names the cluster and the disk's error), as a rejected spill is."""
+    from ykafka.dr.engine import RouteSpec
+    from ykafka.dr.journal import SpillRecord
+    from ykafka.transport import RawKafkaError
+
+    engine = make_engine({"dc-a": "127.0.0.1:1"}, RouteSpec(primary="dc-a"), tmp_path)
+    try:
+        queue = engine._open_queue("dc-a")
+        assert queue is not None and queue.on_commit_error is not None
+        got: list[tuple[int, Any]] = []
+        records = [(SpillRecord(seq, "t", b"k", b"v", None, 0, -1, ""), functools.partial(
+            lambda i, err, msg: got.append((i, err)), seq)) for seq in range(3)]
+        queue.on_commit_error(records, OSError(28, "No space left on device"))  # as its writer thread calls it
+        engine.poll(0)  # callbacks a thread of the engine's reached wait for the owner's poll
+        assert [i for i, _ in got] == [0, 1, 2]
+        for _, err in got:
+            assert err.code() == RawKafkaError._QUEUE_FULL
+            assert "spill to dc-a was not committed" in err.str() and "No space left on device" in err.str()
+        queue.close()
+    finally:
+        engine.close()
 
 
 def test_failing_segment_open_raises_and_the_next_append_works(tmp_path: Path) -> None:

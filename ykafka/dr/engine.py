@@ -36,6 +36,7 @@ import structlog
 
 from ykafka import headers as H
 from ykafka.dr.health import ClusterState, HealthMonitor, HealthPolicy
+from ykafka.dr.journal import DeliveryCallback, SpillRecord
 from ykafka.dr.link import ClusterLink, DirectSender, Outgoing
 from ykafka.dr.mailbox import Mailbox, mark_internal
 from ykafka.dr.outages import Outages
@@ -230,11 +231,24 @@ class DisasterRecovery:
             return SpillQueue(self.options.spill_dir, cluster, max_bytes=self.options.spill_max_bytes,
                               commit="async" if self.options.spill_commit == "async" else "sync",
                               fsync=self.options.spill_fsync,
-                              async_max_pending=self.options.spill_async_max_pending)
+                              async_max_pending=self.options.spill_async_max_pending,
+                              on_commit_error=lambda dropped, exc: self._spill_dropped(cluster, dropped, exc))
         except (OSError, sqlite3.Error) as exc:
             log.warning("spill.queue_unavailable", cluster=cluster, error=str(exc))
             self._queueless.add(cluster)
             return None
+
+    def _spill_dropped(self, cluster: str, dropped: list[tuple[SpillRecord, DeliveryCallback | None]],
+                       exc: Exception) -> None:
+        """Records spilled only in memory (a re-routed message, a failback's held one) whose commit to the disk
+        failed: each is reported failed to its callback. Before, nothing was wired here and they vanished
+        without a callback (an 8-minute soak, seed 107, strict failback order on a full disk: 8 sends without
+        one; docs/reliability.md)."""
+        log.error("spill.dropped", cluster=cluster, records=len(dropped), error=str(exc))
+        err = RawKafkaError(RawKafkaError._QUEUE_FULL, f"undeliverable: its spill to {cluster} was not committed "
+                            f"({exc})")
+        for _record, callback in dropped:
+            self.mailbox.deliver(callback, err, None)
 
     def _start_replayer(self, cluster: str, queue: SpillQueue) -> None:
         def replay_client() -> RawProducer:

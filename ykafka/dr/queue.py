@@ -68,6 +68,8 @@ log = structlog.get_logger(__name__)
 # journaled: on disk already (sync append), so a failed commit is retried, never dropped. A plain tuple:
 # it is made on the hot path.
 _Append = tuple[tuple[Any, ...], int, bool, IndexKey | None]
+#: handler(records, error) of in-memory records whose commit failed, each with its delivery callback
+CommitErrorHandler = Callable[[list[tuple[SpillRecord, DeliveryCallback | None]], Exception], None]
 
 
 class SpillQueue:
@@ -76,8 +78,8 @@ class SpillQueue:
     def __init__(self, directory: str | os.PathLike[str], cluster: str, *, max_bytes: int = SPILL_DEFAULTS.max_bytes,
                  commit: CommitMode = SPILL_DEFAULTS.commit, fsync: bool = SPILL_DEFAULTS.fsync,
                  async_max_pending: int = SPILL_DEFAULTS.async_max_pending,
-                 chunk_records: int = 5000, on_commit_error: Callable[[list[SpillRecord], Exception], None]
-                 | None = None, journal_segment_bytes: int = 4 << 20) -> None:
+                 chunk_records: int = 5000, on_commit_error: CommitErrorHandler | None = None,
+                 journal_segment_bytes: int = 4 << 20) -> None:
         if chunk_records < 1 or journal_segment_bytes < 1:
             raise ConfigError(f"spill queue of {cluster}: chunk_records and journal_segment_bytes must be at least 1")
         self.cluster = cluster
@@ -92,7 +94,9 @@ class SpillQueue:
         self._journal_batch = chunk_records
         self._pending_check = max(0, async_max_pending - chunk_records)  # cheap pre-check of _throttle
         self._sync = commit == "sync"
-        self.on_commit_error = on_commit_error  # async records whose commit failed (they were only in memory)
+        # async records whose commit failed (they were only in memory), each with its delivery callback: the owner
+        # must report them (the engine fails them through its mailbox), or they vanish without a word
+        self.on_commit_error = on_commit_error
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_fh = self._acquire_owner_lock()
         self._lock = threading.RLock()
@@ -117,7 +121,7 @@ class SpillQueue:
         self._watermark = -1  # highest seq committed to a chunk (persisted with it)
         self._spilled = 0
         self._totals = {"acked": 0, "commits": 0, "commit_errors": 0, "full": 0, "journal_errors": 0,
-                        "fsyncs": 0, "recovered": 0}
+                        "fsyncs": 0, "recovered": 0, "dropped": 0}
         self._closed = False
         try:
             self._cache = diskcache.Cache(
@@ -396,7 +400,7 @@ class SpillQueue:
         self._totals["commits"] += 1
         if self.fsync and error is None:
             self._totals["fsyncs"] += 1  # the commit of a synchronous=FULL store: one group fsync
-        dropped: list[SpillRecord] = []
+        dropped: list[tuple[SpillRecord, DeliveryCallback | None]] = []
         if error is None:
             if take:
                 chunk_key = take[0][0][0]
@@ -414,8 +418,8 @@ class SpillQueue:
                     record = SpillRecord._make(row)
                     self._volatile -= 1
                     self._forget(record.seq, size, record.index_key)
-                    self._callbacks.pop(record.seq, None)
-                    dropped.append(record)
+                    dropped.append((record, self._callbacks.pop(record.seq, None)))
+            self._totals["dropped"] += len(dropped)
             self._appends[:0] = keep
             if keep or deletes:
                 self._retry_at = time.monotonic() + 1.0
@@ -425,8 +429,11 @@ class SpillQueue:
             try:
                 log.error("spill.commit_failed", cluster=self.cluster, records=len(take), dropped=len(dropped),
                           retried=len(take) - len(dropped), error=str(error))
-                if dropped and self.on_commit_error is not None:
-                    self.on_commit_error(dropped, error)
+                if dropped:
+                    if self.on_commit_error is not None:
+                        self.on_commit_error(dropped, error)
+                    else:
+                        log.error("spill.dropped_unreported", cluster=self.cluster, records=len(dropped))
             finally:
                 self._cond.acquire()
         return error is None
