@@ -248,7 +248,7 @@ class DisasterRecovery:
         err = RawKafkaError(RawKafkaError._QUEUE_FULL, f"undeliverable: its spill to {cluster} was not committed "
                             f"({exc})")
         for _record, callback in dropped:
-            self.mailbox.deliver(callback, err, None)
+            self.mailbox.deliver(callback, err, None, later=True)  # the queue's writer thread: the owner's poll runs it
 
     def _start_replayer(self, cluster: str, queue: SpillQueue) -> None:
         def replay_client() -> RawProducer:
